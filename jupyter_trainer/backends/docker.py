@@ -1,0 +1,375 @@
+"""The Docker backend: the job's supervisor runs in a persistent container through a detached exec.
+
+Containers that jupyter_trainer creates mount the store's jobs directory, so
+the script, the log and the exit code live on this machine and outlive the
+container. A container the user created is used as it is: the run's files are
+copied into it and read back through the engine.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import os
+import re
+import tarfile
+from pathlib import Path, PurePosixPath
+
+from ..errors import BackendUnavailable, ImageNotFound, InvalidOption, TrainerError
+from ..jobs import JobRecord, Observation
+from ..spec import DetachedSpec
+from .base import (
+    EXIT_CODE_FILE,
+    LOG_FILE,
+    PID_FILE,
+    SCRIPT_FILE,
+    STOP_GRACE_SECONDS,
+    SUPERVISOR_FILE,
+    FileLogSource,
+    SupervisorFacts,
+    job_environment,
+    read_supervisor_facts,
+)
+
+MOUNTED_JOBS_DIR = "/jupyter_trainer/jobs"  # the store's jobs directory, in containers we create
+SHIPPED_JOBS_DIR = "/tmp/jupyter_trainer/jobs"  # run files copied into containers we did not create
+WORKSPACE = "/workspace"
+LABEL = "jupyter_trainer"
+LABEL_JOBS_DIR = "jupyter_trainer.jobs_dir"
+LABEL_WORKDIR = "jupyter_trainer.workdir"
+LABEL_GPUS = "jupyter_trainer.gpus"
+KEEP_ALIVE = ["tail", "-f", "/dev/null"]
+
+
+def default_container_name(image: str, workdir: str) -> str:
+    """One container per image and working directory."""
+    slug = re.sub(r"[^A-Za-z0-9_.-]+", "-", image.rsplit("/", 1)[-1]).strip("-.")[:32] or "image"
+    digest = hashlib.sha256(f"{image}\0{workdir}".encode()).hexdigest()[:8]
+    return f"jt-{slug}-{digest}"
+
+
+def gpu_requests(gpus: str | None) -> list:
+    if not gpus:
+        return []
+    from docker.types import DeviceRequest
+
+    if gpus == "all":
+        return [DeviceRequest(count=-1, capabilities=[["gpu"]])]
+    if "," in gpus:
+        return [DeviceRequest(device_ids=gpus.split(","), capabilities=[["gpu"]])]
+    return [DeviceRequest(count=int(gpus), capabilities=[["gpu"]])]
+
+
+def _engine_location() -> str:
+    return os.environ.get("DOCKER_HOST") or "unix:///var/run/docker.sock"
+
+
+class DockerBackend:
+    name = "docker"
+
+    def __init__(self):
+        self._client = None
+
+    # -- the engine --------------------------------------------------------
+
+    @property
+    def client(self):
+        if self._client is None:
+            import docker
+
+            try:
+                self._client = docker.from_env()
+            except docker.errors.DockerException as exc:
+                raise BackendUnavailable(
+                    f"no Docker engine reachable at {_engine_location()}",
+                    "start Docker or set DOCKER_HOST, or use --host to run without a container",
+                ) from exc
+        return self._client
+
+    def _engine_error(self, exc: Exception, doing: str) -> TrainerError:
+        import docker
+
+        if isinstance(exc, docker.errors.APIError):
+            detail = exc.explanation or str(exc)
+            return TrainerError(f"Docker refused to {doing}: {detail}")
+        return BackendUnavailable(
+            f"lost contact with the Docker engine at {_engine_location()} while trying to {doing}",
+            "check that Docker is running",
+        )
+
+    # -- launching ---------------------------------------------------------
+
+    def launch(self, record: JobRecord, run_dir: Path, spec: DetachedSpec) -> dict:
+        import docker
+
+        jobs_dir = run_dir.parent.parent
+        try:
+            container = self._ensure_container(spec, jobs_dir)
+            mounted = self._mounts_jobs_dir(container, jobs_dir)
+            relative = f"{record.name}/{record.run}"
+            if mounted:
+                inner_run_dir = f"{MOUNTED_JOBS_DIR}/{relative}"
+            else:
+                inner_run_dir = f"{SHIPPED_JOBS_DIR}/{relative}"
+                self._ship(container, run_dir, inner_run_dir)
+            ours = container.labels.get(LABEL) == "1"
+            command = [
+                "sh", f"{inner_run_dir}/{SUPERVISOR_FILE}", inner_run_dir, str(STOP_GRACE_SECONDS),
+                "1" if spec.stop_container_when_done else "0",
+                *spec.interpreter, f"{inner_run_dir}/{SCRIPT_FILE}",
+            ]  # fmt: skip
+            exec_id = self.client.api.exec_create(
+                container.id,
+                command,
+                stdout=False,
+                stderr=False,
+                environment=job_environment(spec),
+                workdir=WORKSPACE if ours else None,
+            )["Id"]
+            self.client.api.exec_start(exec_id, detach=True)
+        except TrainerError:
+            raise
+        except (docker.errors.DockerException, OSError) as exc:
+            raise self._engine_error(exc, "start the job") from exc
+        return {
+            "container_id": container.id,
+            "container_name": container.name,
+            "container_started_at": container.attrs["State"]["StartedAt"],
+            "exec_id": exec_id,
+            "run_dir": inner_run_dir,
+            "mounted": mounted,
+        }
+
+    def _ensure_container(self, spec: DetachedSpec, jobs_dir: Path):
+        import docker
+
+        name = spec.container or default_container_name(spec.image, spec.workdir)
+        try:
+            container = self.client.containers.get(name)
+        except docker.errors.NotFound:
+            if not spec.image:
+                raise InvalidOption(
+                    f"no container named {name!r}", "pass --image IMAGE to create it, or name a running container"
+                ) from None
+            container = self._create_container(name, spec, jobs_dir)
+        self._check_reusable(container, spec)
+        if container.status != "running":
+            if container.labels.get(LABEL) != "1":
+                raise InvalidOption(
+                    f"container {name!r} is {container.status}", f"start it (docker start {name}) or choose another"
+                )
+            container.start()
+            container.reload()
+        return container
+
+    def _check_reusable(self, container, spec: DetachedSpec) -> None:
+        name = container.name
+        if spec.image and container.attrs["Config"]["Image"] != spec.image:
+            raise InvalidOption(
+                f"container {name!r} runs image {container.attrs['Config']['Image']!r}, not {spec.image!r}",
+                "drop --image, or choose another --container",
+            )
+        labels = container.labels
+        if labels.get(LABEL) != "1":
+            return
+        if labels.get(LABEL_WORKDIR) not in (None, spec.workdir):
+            raise InvalidOption(
+                f"container {name!r} mounts {labels[LABEL_WORKDIR]} at {WORKSPACE}, not {spec.workdir}",
+                "choose another --container or --workdir",
+            )
+        if spec.gpus and labels.get(LABEL_GPUS, "") != spec.gpus:
+            raise InvalidOption(
+                f"container {name!r} was created with --gpus {labels.get(LABEL_GPUS) or 'none'}, not {spec.gpus}",
+                f"stop and remove it (docker rm -f {name}) or choose another --container",
+            )
+
+    def _create_container(self, name: str, spec: DetachedSpec, jobs_dir: Path):
+        import docker
+
+        self._ensure_image(spec.image)
+        try:
+            return self.client.containers.run(
+                spec.image,
+                KEEP_ALIVE,
+                name=name,
+                detach=True,
+                init=True,
+                working_dir=WORKSPACE,
+                volumes={
+                    spec.workdir: {"bind": WORKSPACE, "mode": "rw"},
+                    str(jobs_dir): {"bind": MOUNTED_JOBS_DIR, "mode": "rw"},
+                },
+                labels={
+                    LABEL: "1",
+                    LABEL_JOBS_DIR: str(jobs_dir),
+                    LABEL_WORKDIR: spec.workdir,
+                    LABEL_GPUS: spec.gpus or "",
+                },
+                device_requests=gpu_requests(spec.gpus),
+            )
+        except docker.errors.APIError as exc:
+            if exc.status_code == 409:  # another process created it a moment ago
+                return self.client.containers.get(name)
+            detail = exc.explanation or str(exc)
+            if spec.gpus and "gpu" in str(detail).lower():
+                raise BackendUnavailable(
+                    f"Docker cannot give the container GPUs ({detail})",
+                    "install the NVIDIA Container Toolkit, or drop --gpus",
+                ) from exc
+            raise TrainerError(f"Docker could not create container {name!r}: {detail}") from exc
+
+    def _ensure_image(self, image: str) -> None:
+        import docker
+
+        try:
+            self.client.images.get(image)
+            return
+        except docker.errors.ImageNotFound:
+            pass
+        try:
+            self.client.images.pull(image)
+        except docker.errors.DockerException as exc:
+            detail = getattr(exc, "explanation", None) or str(exc)
+            raise ImageNotFound(
+                f"image {image!r} is not on this machine and could not be pulled ({detail})",
+                "build or pull it first, or check the name",
+            ) from exc
+
+    def _mounts_jobs_dir(self, container, jobs_dir: Path) -> bool:
+        wanted = os.path.realpath(jobs_dir)
+        return any(
+            mount.get("Destination") == MOUNTED_JOBS_DIR and os.path.realpath(mount.get("Source", "")) == wanted
+            for mount in container.attrs.get("Mounts", [])
+        )
+
+    def _ship(self, container, run_dir: Path, inner_run_dir: str) -> None:
+        """Copy the run's files into a container that does not mount the store."""
+        archive = io.BytesIO()
+        with tarfile.open(fileobj=archive, mode="w") as tar:
+            parts = PurePosixPath(inner_run_dir).parts[1:]
+            for depth in range(1, len(parts) + 1):  # the directories, so that they exist
+                info = tarfile.TarInfo("/".join(parts[:depth]))
+                info.type, info.mode = tarfile.DIRTYPE, 0o700
+                tar.addfile(info)
+            for name in (SCRIPT_FILE, SUPERVISOR_FILE, LOG_FILE, PID_FILE, EXIT_CODE_FILE):
+                tar.add(run_dir / name, arcname="/".join((*parts, name)))
+        container.put_archive("/", archive.getvalue())
+
+    # -- following ---------------------------------------------------------
+
+    def observe(self, record: JobRecord, run_dir: Path) -> Observation:
+        import docker
+
+        runtime = record.runtime
+        label = runtime["container_name"]
+        try:
+            try:
+                container = self.client.containers.get(runtime["container_id"])
+            except docker.errors.NotFound:
+                facts = read_supervisor_facts(run_dir) if runtime["mounted"] else SupervisorFacts()
+                if facts.exit_code is not None:
+                    return Observation(exit_code=facts.exit_code, alive=False, started=True)
+                return Observation(alive=False, why_gone=f"container {label} was removed while the job ran")
+            state = container.attrs["State"]
+            restarted = state.get("StartedAt") != runtime["container_started_at"]
+            running = state.get("Running") and not restarted and self._exec_running(runtime["exec_id"])
+            facts = self._facts(container, record, run_dir)  # read after the liveness check: no race
+        except TrainerError:
+            raise
+        except (docker.errors.DockerException, OSError) as exc:
+            raise BackendUnavailable(f"cannot reach the Docker engine at {_engine_location()}") from exc
+        if facts.exit_code is not None:
+            return Observation(exit_code=facts.exit_code, alive=False, started=True)
+        if running:
+            return Observation(alive=True, started=facts.job_pid is not None)
+        if not state.get("Running"):
+            why = f"container {label} stopped (exit code {state.get('ExitCode')}) while the job ran"
+        elif restarted:
+            why = f"container {label} restarted while the job ran; its processes did not survive"
+        else:
+            why = "the job's supervisor process ended without recording an exit code (was it killed?)"
+        return Observation(alive=False, why_gone=why)
+
+    def _exec_running(self, exec_id: str) -> bool:
+        import docker
+
+        try:
+            return bool(self.client.api.exec_inspect(exec_id).get("Running"))
+        except docker.errors.NotFound:  # the engine restarted and forgot its execs
+            return False
+
+    def _facts(self, container, record: JobRecord, run_dir: Path) -> SupervisorFacts:
+        if record.runtime["mounted"]:
+            return read_supervisor_facts(run_dir)
+        inner = record.runtime["run_dir"]
+        return SupervisorFacts.parse(
+            _read_container_file(container, f"{inner}/{PID_FILE}"),
+            _read_container_file(container, f"{inner}/{EXIT_CODE_FILE}"),
+        )
+
+    def log_source(self, record: JobRecord, run_dir: Path):
+        if record.runtime.get("mounted", True):
+            return FileLogSource(run_dir / LOG_FILE)
+        return ContainerLogSource(self, record.runtime["container_id"], f"{record.runtime['run_dir']}/{LOG_FILE}")
+
+    # -- stopping ----------------------------------------------------------
+
+    def stop(self, record: JobRecord, run_dir: Path, container: bool = False) -> None:
+        import docker
+
+        runtime = record.runtime
+        try:
+            try:
+                target = self.client.containers.get(runtime["container_id"])
+            except docker.errors.NotFound:
+                return
+            if target.status == "running":
+                facts = self._facts(target, record, run_dir)
+                if facts.supervisor_pid is not None and self._exec_running(runtime["exec_id"]):
+                    # the supervisor stops the job's process group: TERM, then KILL after the grace period
+                    _run_in(target, 'kill -TERM "$1"', str(facts.supervisor_pid))
+                elif facts.job_pid is not None:
+                    _run_in(target, 'kill -KILL -"$1" 2>/dev/null', str(facts.job_pid))
+            if container:
+                target.stop(timeout=STOP_GRACE_SECONDS)
+        except (docker.errors.DockerException, OSError) as exc:
+            raise self._engine_error(exc, "stop the job") from exc
+
+
+def _run_in(container, script: str, *args: str) -> bytes:
+    """Run a fixed sh snippet in the container; values go in as arguments, never into the script."""
+    result = container.exec_run(["sh", "-c", script, "sh", *args], stdout=True, stderr=False)
+    return result.output or b""
+
+
+def _read_container_file(container, path: str) -> str:
+    import docker
+
+    try:
+        stream, _ = container.get_archive(path)
+        data = b"".join(stream)
+    except docker.errors.NotFound:
+        return ""
+    with tarfile.open(fileobj=io.BytesIO(data)) as tar:
+        member = tar.next()
+        handle = tar.extractfile(member) if member else None
+        return handle.read().decode(errors="replace") if handle else ""
+
+
+class ContainerLogSource:
+    """A log inside a container that does not mount the store, read through the engine."""
+
+    def __init__(self, backend: DockerBackend, container_id: str, path: str):
+        self.backend = backend
+        self.container_id = container_id
+        self.path = path
+
+    def _container(self):
+        return self.backend.client.containers.get(self.container_id)
+
+    def size(self) -> int:
+        output = _run_in(self._container(), 'wc -c < "$1"', self.path).strip()
+        return int(output) if output.isdigit() else 0
+
+    def read(self, offset: int, limit: int) -> bytes:
+        return _run_in(self._container(), 'tail -c +"$1" "$2" | head -c "$3"', str(offset + 1), self.path, str(limit))

@@ -1,0 +1,96 @@
+"""The `--host` backend: the job's supervisor is a detached process on this machine."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+from pathlib import Path
+
+from ..errors import InvalidOption
+from ..jobs import JobRecord, Observation
+from ..proc import ProcessIdentity, boot_id, session_id
+from ..spec import DetachedSpec
+from .base import (
+    LOG_FILE,
+    SCRIPT_FILE,
+    STOP_GRACE_SECONDS,
+    SUPERVISOR_FILE,
+    FileLogSource,
+    job_environment,
+    read_supervisor_facts,
+)
+
+# Variables a Jupyter kernel sets for itself that would mislead a plain script.
+_KERNEL_ONLY_VARIABLES = ("JPY_PARENT_PID", "JPY_SESSION_NAME", "JPY_INTERRUPT_EVENT")
+
+# Supervisors this process started: polled so they are reaped, not left as zombies.
+_children: list[subprocess.Popen] = []
+
+
+def _inherited_environment() -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k not in _KERNEL_ONLY_VARIABLES}
+    if env.get("MPLBACKEND", "").startswith("module://matplotlib_inline"):
+        del env["MPLBACKEND"]
+    return env
+
+
+def _reap_children() -> None:
+    _children[:] = [child for child in _children if child.poll() is None]
+
+
+class HostBackend:
+    name = "host"
+
+    def launch(self, record: JobRecord, run_dir: Path, spec: DetachedSpec) -> dict:
+        command = [
+            "sh", str(run_dir / SUPERVISOR_FILE), str(run_dir), str(STOP_GRACE_SECONDS), "0",
+            *spec.interpreter, str(run_dir / SCRIPT_FILE),
+        ]  # fmt: skip
+        _reap_children()
+        child = subprocess.Popen(
+            command,
+            cwd=spec.workdir,
+            env={**_inherited_environment(), **job_environment(spec)},
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
+            close_fds=True,
+        )
+        _children.append(child)
+        return {"supervisor": ProcessIdentity.of(child.pid).to_dict()}
+
+    def observe(self, record: JobRecord, run_dir: Path) -> Observation:
+        _reap_children()
+        supervisor = ProcessIdentity.from_dict(record.runtime["supervisor"])
+        supervisor_alive = supervisor.is_alive()
+        facts = read_supervisor_facts(run_dir)  # read after the liveness check: no race
+        if facts.exit_code is not None:
+            return Observation(exit_code=facts.exit_code, alive=False, started=True)
+        if supervisor_alive:
+            return Observation(alive=True, started=facts.job_pid is not None)
+        if facts.job_pid is not None and session_id(facts.job_pid) == facts.job_pid and supervisor.boot_id == boot_id():
+            # the supervisor was killed but the job goes on; it can no longer record its exit code
+            return Observation(alive=True, started=True)
+        if supervisor.boot_id and supervisor.boot_id != boot_id():
+            return Observation(alive=False, why_gone="the machine restarted while the job ran")
+        return Observation(
+            alive=False,
+            why_gone="the job's supervisor process ended without recording an exit code (was it killed?)",
+        )
+
+    def log_source(self, record: JobRecord, run_dir: Path) -> FileLogSource:
+        return FileLogSource(run_dir / LOG_FILE)
+
+    def stop(self, record: JobRecord, run_dir: Path, container: bool = False) -> None:
+        if container:
+            raise InvalidOption(f"job {record.name!r} runs on this machine, not in a container", "drop --container")
+        supervisor = ProcessIdentity.from_dict(record.runtime["supervisor"])
+        if supervisor.is_alive():
+            # the supervisor stops the job's process group: TERM, then KILL after the grace period
+            os.kill(supervisor.pid, signal.SIGTERM)
+            return
+        facts = read_supervisor_facts(run_dir)
+        if facts.job_pid is not None and session_id(facts.job_pid) == facts.job_pid:
+            os.killpg(facts.job_pid, signal.SIGKILL)

@@ -1,0 +1,64 @@
+# jupyter_trainer's job supervisor (POSIX sh, run as: sh supervise.sh RUN_DIR GRACE STOP_CONTAINER CMD...).
+#
+# Starts CMD (the interpreter and the script's path; the script itself never
+# passes through this shell) under nohup in its own session and process group,
+# with stdout and stderr appended to RUN_DIR/output.log, then waits for it and
+# appends its exit code to RUN_DIR/exit_code. SIGTERM or SIGINT to this
+# supervisor stops the job's whole process group: TERM first, KILL after GRACE
+# seconds. The files are created beforehand by the submitter and only appended
+# to here, so they keep their owner and mode even when a container's root
+# writes them.
+run_dir=$1
+grace=$2
+stop_container=$3
+shift 3
+
+exec >>"$run_dir/output.log" 2>&1 </dev/null
+trap '' HUP
+
+child=
+killer=
+stopping=
+stop_job() {
+    stopping=1
+    [ -n "$child" ] || return 0
+    kill -TERM -"$child" 2>/dev/null || kill -TERM "$child" 2>/dev/null
+    (sleep "$grace"; kill -KILL -"$child" 2>/dev/null) &
+    killer=$!
+}
+trap stop_job TERM INT
+
+if command -v nohup >/dev/null 2>&1; then
+    set -- nohup "$@"
+fi
+if command -v setsid >/dev/null 2>&1; then
+    setsid "$@" &
+else
+    "$@" &
+fi
+child=$!
+printf '%s %s\n' "$$" "$child" >>"$run_dir/pid"
+[ -z "$stopping" ] || stop_job
+
+# wait returns early when a trapped signal arrives; wait again until the job is gone
+while :; do
+    wait "$child"
+    code=$?
+    kill -0 "$child" 2>/dev/null || break
+done
+[ -z "$killer" ] || { kill "$killer" 2>/dev/null; wait "$killer" 2>/dev/null; }
+printf '%s\n' "$code" >>"$run_dir/exit_code"
+
+# Stop the container (its init forwards TERM to the keep-alive process) unless
+# another jupyter_trainer job still runs in it.
+if [ "$stop_container" = 1 ]; then
+    jobs_root=${run_dir%/*}
+    jobs_root=${jobs_root%/*}
+    for cmdline in /proc/[0-9]*/cmdline; do
+        [ "$cmdline" = "/proc/$$/cmdline" ] && continue
+        if grep -q -F "$jobs_root/" "$cmdline" 2>/dev/null; then
+            exit 0
+        fi
+    done
+    kill -TERM 1
+fi

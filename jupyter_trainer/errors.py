@@ -1,0 +1,50 @@
+"""The errors jupyter_trainer raises for things a user can fix.
+
+Every user error is one line: what is wrong, then what to do. The magics and
+the CLI print ``str(error)`` and nothing else, so the message must stand alone.
+"""
+
+from __future__ import annotations
+
+
+class TrainerError(Exception):
+    """Base of every error meant for the user (no traceback is shown)."""
+
+    def __init__(self, message: str, hint: str | None = None):
+        self.message = message
+        self.hint = hint
+        super().__init__(self.render())
+
+    def render(self) -> str:
+        text = " ".join(self.message.split())
+        if self.hint:
+            text = f"{text}: {' '.join(self.hint.split())}"
+        return text
+
+
+class InvalidOption(TrainerError):
+    """A magic or CLI option has a value we cannot use."""
+
+
+class InvalidName(InvalidOption):
+    """A job or container name breaks the naming rules."""
+
+
+class UnknownJob(TrainerError):
+    """No job of that name is in the store."""
+
+
+class NameInUse(TrainerError):
+    """The name belongs to a job that may not be replaced."""
+
+
+class BackendUnavailable(TrainerError):
+    """The runtime (Docker engine, SageMaker SDK, AWS) cannot be reached or used."""
+
+
+class ImageNotFound(TrainerError):
+    """The container image does not exist locally and could not be pulled."""
+
+
+class CorruptRecord(TrainerError):
+    """A job record on disk cannot be read."""

@@ -1,0 +1,162 @@
+"""`Job`: one job as users see it, joining its record in the store to its backend."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from .backends import get_backend
+from .backends.base import Backend
+from .errors import BackendUnavailable, InvalidOption, TrainerError
+from .jobs import JobRecord, Observation, Status, resolve
+from .logs import LogSource, read_all_lines, tail_lines
+from .proc import ProcessIdentity
+from .store import JobStore
+
+
+class Job:
+    """A handle on a job. Attributes reflect the last `refresh()`; status-reading calls refresh first."""
+
+    def __init__(self, record: JobRecord, store: JobStore):
+        self.record = record
+        self.store = store
+
+    @classmethod
+    def load(cls, name: str, store: JobStore | None = None) -> "Job":
+        store = store or JobStore()
+        return cls(store.load(name), store)
+
+    def __repr__(self) -> str:
+        return f"<Job {self.name!r} {self.backend} {self.record.status.value}>"
+
+    # -- what users read ---------------------------------------------------
+
+    @property
+    def name(self) -> str:
+        return self.record.name
+
+    @property
+    def backend(self) -> str:
+        return self.record.backend
+
+    @property
+    def run(self) -> int:
+        return self.record.run
+
+    @property
+    def status(self) -> Status:
+        self.refresh()
+        return self.record.status
+
+    @property
+    def exit_code(self) -> int | None:
+        self.refresh()
+        return self.record.exit_code
+
+    @property
+    def reason(self) -> str:
+        return self.record.reason
+
+    @property
+    def run_dir(self) -> Path:
+        return self.store.run_dir(self.name, self.run)
+
+    def logs(self, tail: int | None = None, strip_ansi: bool = True) -> str:
+        """The log as text, progress-bar redraws collapsed; the last `tail` lines if given."""
+        source = self.log_source()
+        lines = tail_lines(source, tail, strip_ansi) if tail is not None else read_all_lines(source, strip_ansi)
+        return "".join(line + "\n" for line in lines)
+
+    def log_source(self) -> LogSource:
+        return self._backend().log_source(self.record, self.run_dir)
+
+    # -- what users do -----------------------------------------------------
+
+    def stop(self, container: bool = False) -> "Job":
+        """Stop the job's whole process group (and its container with container=True)."""
+        self.refresh()
+        if self.record.status.is_final and not container:
+            return self
+        if not self.record.status.is_final:
+
+            def mark(record: JobRecord) -> None:
+                record.stop_requested = True
+
+            self.record = self.store.update(self.name, self.run, mark)
+        if self.record.runtime:
+            self._backend().stop(self.record, self.run_dir, container=container)
+        return self.refresh()
+
+    def wait(self, timeout: float | None = None, interval: float = 0.5) -> Status:
+        """Block until the job ends (or `timeout` seconds pass); return its status."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while not self.status.is_final:
+            if deadline is not None and time.monotonic() >= deadline:
+                break
+            time.sleep(interval if deadline is None else max(0.0, min(interval, deadline - time.monotonic())))
+        return self.record.status
+
+    # -- keeping the record true ---------------------------------------------
+
+    def refresh(self) -> "Job":
+        """Ask the backend what it sees now and record any change of status."""
+        self.record = self.store.load(self.name, self.run)
+        if self.record.status.is_final:
+            return self
+        seen = self._observe()
+        outcome = resolve(self.record, seen)
+        if (outcome.status, outcome.exit_code, outcome.reason) == (
+            self.record.status,
+            self.record.exit_code,
+            self.record.reason,
+        ):
+            return self
+
+        def apply(record: JobRecord) -> None:
+            latest = resolve(record, seen)  # again under the lock: a stop may have been asked meanwhile
+            record.status, record.exit_code, record.reason = latest.status, latest.exit_code, latest.reason
+            if latest.status.is_final and record.ended_at is None:
+                record.ended_at = seen.ended_at or time.time()
+
+        self.record = self.store.update(self.name, self.run, apply)
+        return self
+
+    def _observe(self) -> Observation:
+        if not self.record.runtime:
+            # still being launched: pending while the submitting process lives
+            submitter = self.record.submitter
+            if submitter and not ProcessIdentity.from_dict(submitter).is_alive():
+                return Observation(alive=False, why_gone="the submission was interrupted before the job started")
+            return Observation(alive=True, started=False)
+        try:
+            return self._backend().observe(self.record, self.run_dir)
+        except BackendUnavailable as error:
+            return Observation(alive=None, why_gone=str(error))
+
+    def _backend(self) -> Backend:
+        try:
+            return get_backend(self.backend)
+        except ValueError:
+            raise InvalidOption(f"job {self.name!r} uses the unknown backend {self.backend!r}") from None
+
+
+def get_job(name: str, store: JobStore | None = None) -> Job:
+    """The latest run of the job called `name`, refreshed."""
+    return Job.load(name, store).refresh()
+
+
+def list_jobs(store: JobStore | None = None) -> list[Job]:
+    """Every job's latest run, oldest first, refreshed. Unreadable records are skipped here; the CLI and
+    `%train_jobs` report them."""
+    store = store or JobStore()
+    jobs = []
+    for item in store.latest_records():
+        if isinstance(item, TrainerError):
+            continue
+        job = Job(item, store)
+        try:
+            job.refresh()
+        except TrainerError:
+            pass
+        jobs.append(job)
+    return sorted(jobs, key=lambda job: job.record.created_at)

@@ -1,0 +1,155 @@
+"""The job record, its statuses, and the rules that move a job between them.
+
+Pure logic: nothing here touches the disk, a process or a runtime. The store
+persists records; backends report what they observe as an `Observation`;
+`resolve` turns the two into the job's status.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import re
+import secrets
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from .errors import InvalidName
+
+NAME_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,62}")
+
+
+class Status(str, enum.Enum):
+    PENDING = "pending"
+    RUNNING = "running"
+    COMPLETED = "completed"
+    FAILED = "failed"
+    STOPPED = "stopped"
+    LOST = "lost"
+
+    @property
+    def is_final(self) -> bool:
+        return self in FINAL_STATUSES
+
+    def __str__(self) -> str:
+        return self.value
+
+
+FINAL_STATUSES = frozenset({Status.COMPLETED, Status.FAILED, Status.STOPPED, Status.LOST})
+
+
+def validate_name(name: str, what: str = "job name") -> str:
+    if not isinstance(name, str) or not NAME_PATTERN.fullmatch(name):
+        shown = name if len(str(name)) <= 40 else str(name)[:37] + "..."
+        raise InvalidName(
+            f"invalid {what} {shown!r}",
+            "use 1 to 63 letters, digits, '_', '.' or '-', starting with a letter or digit",
+        )
+    return name
+
+
+def generate_name(prefix: str = "job") -> str:
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    return f"{prefix}-{stamp}-{secrets.token_hex(3)}"
+
+
+@dataclass
+class JobRecord:
+    """What the store keeps about one run of a job. Never holds secrets."""
+
+    name: str
+    backend: str
+    run: int = 1
+    status: Status = Status.PENDING
+    reason: str = ""
+    exit_code: int | None = None
+    created_at: float = field(default_factory=time.time)
+    started_at: float | None = None
+    ended_at: float | None = None
+    fingerprint: str = ""
+    options: dict[str, Any] = field(default_factory=dict)
+    runtime: dict[str, Any] = field(default_factory=dict)
+    submitter: dict[str, Any] = field(default_factory=dict)
+    stop_requested: bool = False
+
+    def to_dict(self) -> dict[str, Any]:
+        data = dataclasses.asdict(self)
+        data["status"] = self.status.value
+        return data
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "JobRecord":
+        known = {f.name for f in dataclasses.fields(cls)}
+        values = {key: value for key, value in data.items() if key in known}
+        values["status"] = Status(values.get("status", "pending"))
+        return cls(**values)
+
+    @property
+    def duration(self) -> float | None:
+        if self.started_at is None:
+            return None
+        end = self.ended_at if self.ended_at is not None else time.time()
+        return max(0.0, end - self.started_at)
+
+
+@dataclass(frozen=True)
+class Observation:
+    """What a backend saw of a job's process when asked just now."""
+
+    exit_code: int | None = None  # written by the supervisor when the job ended
+    alive: bool | None = None  # None: the runtime could not be asked
+    started: bool = False  # the supervisor has recorded the job's pid
+    why_gone: str = ""  # when not alive: what the backend saw
+    ended_at: float | None = None  # when the exit code was written, if known
+
+
+@dataclass(frozen=True)
+class Resolution:
+    status: Status
+    exit_code: int | None = None
+    reason: str = ""
+
+
+def resolve(record: JobRecord, seen: Observation) -> Resolution:
+    """The status a job has now, given its record and a fresh observation."""
+    if record.status.is_final:
+        return Resolution(record.status, record.exit_code, record.reason)
+    if seen.exit_code is not None:
+        if record.stop_requested:
+            return Resolution(Status.STOPPED, seen.exit_code, "stopped by the user")
+        if seen.exit_code == 0:
+            return Resolution(Status.COMPLETED, 0)
+        return Resolution(Status.FAILED, seen.exit_code, describe_exit_code(seen.exit_code))
+    if seen.alive is None:
+        return Resolution(record.status, None, seen.why_gone or record.reason)
+    if seen.alive:
+        return Resolution(Status.RUNNING if seen.started else Status.PENDING)
+    if record.stop_requested:
+        return Resolution(Status.STOPPED, None, "stopped by the user")
+    return Resolution(
+        Status.LOST, None, seen.why_gone or "the job's process vanished without recording an exit code"
+    )
+
+
+_EXIT_CODE_MEANINGS = {
+    1: "the script raised an error",
+    2: "bad command-line usage",
+    126: "the interpreter could not be executed",
+    127: "the interpreter was not found",
+    134: "aborted (SIGABRT)",
+    137: "killed (SIGKILL), often out of memory",
+    139: "segmentation fault (SIGSEGV)",
+    143: "terminated (SIGTERM)",
+}
+
+
+def describe_exit_code(code: int | None) -> str:
+    if code is None:
+        return ""
+    meaning = _EXIT_CODE_MEANINGS.get(code)
+    if meaning:
+        return f"exit code {code}: {meaning}"
+    if code > 128:
+        return f"exit code {code}: killed by signal {code - 128}"
+    return f"exit code {code}"

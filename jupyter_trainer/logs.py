@@ -1,0 +1,119 @@
+"""Reading job logs: by byte offset, from the end, and for metrics.
+
+Logs can grow to gigabytes over a multi-day run, so nothing here reads a whole
+log: a `LogCursor` reads only the bytes added since its last read, and
+`tail_lines` reads blocks backwards from the end until it has enough lines.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import deque
+from typing import Iterable, Iterator, Protocol
+
+from .spec import Metric
+
+ANSI_ESCAPE = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(\x07|\x1b\\)")
+BLOCK_SIZE = 64 * 1024
+DEFAULT_METRICS = (Metric("loss", r"\bloss\b\s*[:=]?\s*([-+]?\d*\.?\d+(?:[eE][-+]?\d+)?)"),)
+
+
+class LogSource(Protocol):
+    def size(self) -> int: ...
+
+    def read(self, offset: int, limit: int) -> bytes: ...
+
+
+def clean_line(line: str, strip_ansi: bool = True) -> str:
+    """A log line as shown: progress-bar redraws (\\r) collapsed to the last state."""
+    line = line.rstrip("\r\n")
+    if "\r" in line:
+        line = line[line.rindex("\r") + 1 :]
+    return ANSI_ESCAPE.sub("", line) if strip_ansi else line
+
+
+def tail_lines(source: LogSource, count: int, strip_ansi: bool = True) -> list[str]:
+    """The last `count` lines, read from the end in blocks: cost grows with `count`, not the log."""
+    if count <= 0:
+        return []
+    end = source.size()
+    chunks: list[bytes] = []
+    newlines = 0
+    position = end
+    while position > 0 and newlines <= count:
+        start = max(0, position - BLOCK_SIZE)
+        block = source.read(start, position - start)
+        if not block:
+            break
+        chunks.append(block)
+        newlines += block.count(b"\n")
+        position = start
+    data = b"".join(reversed(chunks))
+    lines = data.decode("utf-8", errors="replace").split("\n")
+    if lines and lines[-1] == "":
+        lines.pop()
+    if position > 0:  # the first line is probably cut
+        lines = lines[1:]
+    return [clean_line(line, strip_ansi) for line in lines[-count:]]
+
+
+def read_all_lines(source: LogSource, strip_ansi: bool = True) -> Iterator[str]:
+    cursor = LogCursor()
+    while True:
+        lines = cursor.read(source)
+        if not lines:
+            break
+        yield from (clean_line(line, strip_ansi) for line in lines)
+    if cursor.pending:
+        yield clean_line(cursor.pending, strip_ansi)
+
+
+class LogCursor:
+    """Reads what a log gained since the last read, in whole lines."""
+
+    def __init__(self, offset: int = 0, chunk_size: int = 1 << 20):
+        self.offset = offset
+        self.chunk_size = chunk_size
+        self._partial = b""
+
+    @property
+    def pending(self) -> str:
+        """The last line so far, not yet ended by a newline (a progress bar, say)."""
+        return self._partial.decode("utf-8", errors="replace")
+
+    def read(self, source: LogSource, limit: int | None = None) -> list[str]:
+        """Complete new lines, reading at most `limit` bytes (one chunk by default)."""
+        data = source.read(self.offset, limit or self.chunk_size)
+        if not data:
+            return []
+        self.offset += len(data)
+        data = self._partial + data
+        cut = data.rfind(b"\n")
+        if cut < 0:
+            self._partial = data
+            return []
+        self._partial = data[cut + 1 :]
+        return data[:cut].decode("utf-8", errors="replace").split("\n")
+
+
+class MetricParser:
+    """Pulls metric values out of log lines, SageMaker metric-definition style."""
+
+    def __init__(self, metrics: Iterable[Metric] = ()):
+        metrics = tuple(metrics) or DEFAULT_METRICS
+        self.patterns = [(metric.name, metric.compile()) for metric in metrics]
+
+    def parse(self, line: str) -> list[tuple[str, float]]:
+        found = []
+        for name, pattern in self.patterns:
+            match = pattern.search(line)
+            if match:
+                try:
+                    found.append((name, float(match.group(1))))
+                except (TypeError, ValueError):
+                    pass
+        return found
+
+
+def bounded_tail(lines: Iterable[str], count: int) -> list[str]:
+    return list(deque(lines, maxlen=count))

@@ -1,0 +1,174 @@
+"""What a `%%train_detached` cell asks for, parsed and checked.
+
+Pure logic: turns option strings into a `DetachedSpec`, and a spec into the
+non-secret options kept in the record plus a fingerprint that tells whether a
+re-run cell is the same cell. Environment values are secrets: they reach the
+job's process and nothing else; the fingerprint covers them through an HMAC
+keyed by a private per-store key.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import os
+import re
+import shlex
+from dataclasses import dataclass, field
+from typing import Iterable
+
+from .errors import InvalidOption
+from .jobs import validate_name
+
+ENV_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+GPU_IDS = re.compile(r"\d+(,\d+)*")
+METRIC_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_.:/-]{0,127}")
+IMAGE_REF = re.compile(r"[A-Za-z0-9][A-Za-z0-9._/:@-]*")
+
+
+@dataclass(frozen=True)
+class Metric:
+    name: str
+    regex: str
+
+    def compile(self) -> re.Pattern[str]:
+        return re.compile(self.regex)
+
+
+@dataclass(frozen=True)
+class DetachedSpec:
+    script: str
+    backend: str  # "docker" or "host"
+    workdir: str
+    interpreter: tuple[str, ...] = ("python3",)
+    image: str | None = None
+    container: str | None = None
+    gpus: str | None = None
+    env: dict[str, str] = field(default_factory=dict, repr=False)
+    stop_container_when_done: bool = False
+    metrics: tuple[Metric, ...] = ()
+
+    def public_options(self) -> dict:
+        """The options as stored and shown: environment keys, never values."""
+        return {
+            "image": self.image,
+            "container": self.container,
+            "workdir": self.workdir,
+            "gpus": self.gpus,
+            "env_keys": sorted(self.env),
+            "interpreter": list(self.interpreter),
+            "stop_container_when_done": self.stop_container_when_done,
+            "metrics": [[m.name, m.regex] for m in self.metrics],
+        }
+
+    def fingerprint(self, key: bytes, rerun: bool = False) -> str:
+        """Same cell, same fingerprint. `rerun` counts: adding it trains once more, and
+        running that cell again attaches to the new run."""
+        canonical = json.dumps(
+            {
+                "script": self.script,
+                "backend": self.backend,
+                "options": self.public_options(),
+                "env": self.env,
+                "rerun": rerun,
+            },
+            sort_keys=True,
+        )
+        return hmac.new(key, canonical.encode(), hashlib.sha256).hexdigest()
+
+
+def parse_env(items: Iterable[str]) -> dict[str, str]:
+    env: dict[str, str] = {}
+    for item in items or ():
+        key, sep, value = item.partition("=")
+        if not sep or not ENV_KEY.fullmatch(key):
+            # without '=' the item holds no value to leak; with one, show the key only
+            raise InvalidOption(f"--env expects KEY=VALUE, got {key[:40]!r}", "for example --env SEED=1")
+        env[key] = value
+    return env
+
+
+def parse_gpus(spec: str | None) -> str | None:
+    if spec is None:
+        return None
+    text = spec.strip()
+    if text == "all" or GPU_IDS.fullmatch(text):
+        return text
+    raise InvalidOption(f"--gpus expects 'all', a count or device ids like 0,1; got {spec!r}")
+
+
+def parse_interpreter(command: str | None) -> tuple[str, ...]:
+    try:
+        words = tuple(shlex.split(command or ""))
+    except ValueError as exc:
+        raise InvalidOption(f"--interpreter {command!r} cannot be split into words ({exc})") from None
+    if not words:
+        raise InvalidOption("--interpreter is empty", "give a command such as python3")
+    return words
+
+
+def parse_metrics(items: Iterable[str]) -> tuple[Metric, ...]:
+    metrics = []
+    for item in items or ():
+        name, sep, regex = item.partition("=")
+        if not sep or not METRIC_NAME.fullmatch(name):
+            raise InvalidOption(f"--metric expects NAME=REGEX, got {item[:60]!r}", r"for example --metric 'loss=loss: ([0-9.]+)'")
+        try:
+            groups = re.compile(regex).groups
+        except re.error as exc:
+            raise InvalidOption(f"--metric {name}: bad regular expression ({exc})") from None
+        if groups != 1:
+            raise InvalidOption(f"--metric {name}: the regular expression needs exactly one capture group, it has {groups}")
+        metrics.append(Metric(name, regex))
+    return tuple(metrics)
+
+
+def parse_image(image: str | None) -> str | None:
+    if image is None:
+        return None
+    if not IMAGE_REF.fullmatch(image) or len(image) > 255:
+        raise InvalidOption(f"invalid image reference {image[:60]!r}", "for example python:3.11-slim")
+    return image
+
+
+def parse_workdir(workdir: str | None) -> str:
+    path = os.path.abspath(os.path.expanduser(workdir or os.getcwd()))
+    if not os.path.isdir(path):
+        raise InvalidOption(f"--workdir {path!r} is not a directory")
+    return path
+
+
+def build_spec(
+    script: str,
+    *,
+    host: bool,
+    image: str | None,
+    container: str | None,
+    workdir: str | None,
+    gpus: str | None,
+    env: Iterable[str] = (),
+    interpreter: str | None = "python3",
+    stop_container_when_done: bool = False,
+    metrics: Iterable[str] = (),
+) -> DetachedSpec:
+    if not script.strip():
+        raise InvalidOption("the cell is empty", "write the training script in the cell body")
+    if host and (image or container or gpus or stop_container_when_done):
+        raise InvalidOption("--host runs without a container", "drop --image, --container, --gpus and --stop-container-when-done")
+    if not host and not image and not container:
+        raise InvalidOption("no image or container given", "pass --image IMAGE (or set %config TrainerMagics.image), --container NAME, or --host")
+    if container is not None:
+        validate_name(container, "container name")
+    return DetachedSpec(
+        script=script,
+        backend="host" if host else "docker",
+        workdir=parse_workdir(workdir),
+        interpreter=parse_interpreter(interpreter),
+        image=parse_image(image),
+        container=container,
+        gpus=parse_gpus(gpus),
+        env=parse_env(env),
+        stop_container_when_done=stop_container_when_done,
+        metrics=parse_metrics(metrics),
+    )

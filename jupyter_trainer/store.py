@@ -1,0 +1,173 @@
+"""The job store: one directory per job, one sub-directory per run.
+
+    $JUPYTER_TRAINER_HOME/jobs/<name>/<run>/record.json   the JobRecord
+                                             script.py     the cell body
+                                             output.log    stdout + stderr
+                                             pid, exit_code  written by the supervisor
+
+Several kernels and the CLI share it. Creating a run is one `mkdir`, which is
+atomic, so two processes can never claim the same name and run. Records are
+replaced atomically (write, fsync, rename) so readers never see half a record,
+and read-modify-write goes through an advisory lock on the run directory.
+Directories are 0700 and files 0600.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import secrets
+from pathlib import Path
+from typing import Callable, Iterator
+
+from .errors import CorruptRecord, UnknownJob
+from .jobs import JobRecord, validate_name
+
+RECORD_FILE = "record.json"
+LOCK_FILE = "record.lock"
+KEY_FILE = "fingerprint.key"
+
+
+def default_home() -> Path:
+    configured = os.environ.get("JUPYTER_TRAINER_HOME")
+    return Path(configured).expanduser() if configured else Path.home() / ".jupyter_trainer"
+
+
+def make_private_dir(path: Path) -> None:
+    path.mkdir(mode=0o700, parents=True, exist_ok=True)
+    os.chmod(path, 0o700)
+
+
+def write_private_file(path: Path, data: bytes) -> None:
+    """Write `data` to `path` atomically, readable by the owner only."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
+
+
+def create_private_file(path: Path, data: bytes = b"") -> None:
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "wb") as handle:
+        handle.write(data)
+
+
+class JobStore:
+    def __init__(self, home: Path | str | None = None):
+        self.home = Path(home) if home is not None else default_home()
+        self.jobs_dir = self.home / "jobs"
+
+    # -- layout ---------------------------------------------------------
+
+    def job_dir(self, name: str) -> Path:
+        return self.jobs_dir / validate_name(name)
+
+    def run_dir(self, name: str, run: int) -> Path:
+        return self.job_dir(name) / str(int(run))
+
+    def runs(self, name: str) -> list[int]:
+        try:
+            entries = os.listdir(self.job_dir(name))
+        except FileNotFoundError:
+            return []
+        return sorted(int(entry) for entry in entries if entry.isdigit())
+
+    def latest_run(self, name: str) -> int | None:
+        runs = self.runs(name)
+        return runs[-1] if runs else None
+
+    def names(self) -> list[str]:
+        try:
+            entries = os.listdir(self.jobs_dir)
+        except FileNotFoundError:
+            return []
+        return sorted(entry for entry in entries if not entry.startswith("."))
+
+    # -- records --------------------------------------------------------
+
+    def create(self, record: JobRecord) -> Path:
+        """Claim `record.name` / `record.run`; FileExistsError if taken."""
+        make_private_dir(self.jobs_dir)
+        make_private_dir(self.job_dir(record.name))
+        path = self.run_dir(record.name, record.run)
+        os.mkdir(path, 0o700)
+        self._write(path, record)
+        return path
+
+    def load(self, name: str, run: int | None = None) -> JobRecord:
+        if run is None:
+            run = self.latest_run(name)
+            if run is None:
+                raise UnknownJob(f"no job named {name!r}", "see %train_jobs or `jupyter-trainer list`")
+        path = self.run_dir(name, run) / RECORD_FILE
+        try:
+            data = json.loads(path.read_bytes())
+            return JobRecord.from_dict(data)
+        except FileNotFoundError:
+            raise UnknownJob(f"no job named {name!r}", "see %train_jobs or `jupyter-trainer list`") from None
+        except (ValueError, TypeError, KeyError) as exc:
+            raise CorruptRecord(
+                f"the record of job {name!r} (run {run}) is unreadable ({exc.__class__.__name__})",
+                f"inspect or remove {path}",
+            ) from exc
+
+    def save(self, record: JobRecord) -> None:
+        self._write(self.run_dir(record.name, record.run), record)
+
+    def update(self, name: str, run: int, change: Callable[[JobRecord], None]) -> JobRecord:
+        """Load, change and save a record while holding its lock."""
+        with self.locked(name, run):
+            record = self.load(name, run)
+            change(record)
+            self.save(record)
+            return record
+
+    @contextlib.contextmanager
+    def locked(self, name: str, run: int) -> Iterator[None]:
+        lock_path = self.run_dir(name, run) / LOCK_FILE
+        fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            yield
+        finally:
+            os.close(fd)
+
+    def latest_records(self) -> Iterator[JobRecord | CorruptRecord]:
+        """The latest run of every job; an unreadable record is yielded as its error."""
+        for name in self.names():
+            try:
+                if self.latest_run(name) is not None:
+                    yield self.load(name)
+            except CorruptRecord as error:
+                yield error
+
+    def _write(self, run_dir: Path, record: JobRecord) -> None:
+        payload = json.dumps(record.to_dict(), indent=1, sort_keys=True).encode()
+        write_private_file(run_dir / RECORD_FILE, payload)
+
+    # -- the key that makes fingerprints of secrets safe to store ---------
+
+    def fingerprint_key(self) -> bytes:
+        make_private_dir(self.home)
+        path = self.home / KEY_FILE
+        if not path.exists():
+            # link() publishes a complete file or fails: no reader sees half a key
+            tmp = self.home / f".{KEY_FILE}.{os.getpid()}.{secrets.token_hex(4)}"
+            create_private_file(tmp, secrets.token_bytes(32))
+            try:
+                os.link(tmp, path)
+            except FileExistsError:
+                pass
+            finally:
+                os.unlink(tmp)
+        return path.read_bytes()

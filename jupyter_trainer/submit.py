@@ -1,0 +1,108 @@
+"""Submitting a detached job: same cell attaches, a clashing name is refused, a new run is launched.
+
+This is the one place that creates runs, so the re-run rules of the contract
+live here: a cell identical to the job of that name attaches to it; a different
+cell under a pending or running job's name is an error; under a finished job's
+name it needs `rerun`. A launch that fails removes the run it created, so the
+store is left as it was.
+"""
+
+from __future__ import annotations
+
+import shutil
+import time
+from dataclasses import dataclass
+
+from .backends import get_backend
+from .backends.base import prepare_run_dir
+from .errors import NameInUse
+from .job import Job
+from .jobs import JobRecord, validate_name
+from .proc import ProcessIdentity
+from .spec import DetachedSpec
+from .store import JobStore
+
+GENERATED_NAME_PREFIX = "job"
+
+
+@dataclass
+class Submission:
+    job: Job
+    attached: bool  # True: the same cell had already been submitted; nothing was started
+
+    @property
+    def message(self) -> str:
+        if self.attached:
+            return (
+                f"Job {self.job.name!r} was already submitted from this cell ({self.job.record.status.value}); "
+                "attached to it, nothing new was started."
+            )
+        return f"Started job {self.job.name!r} ({self.job.backend})."
+
+
+def submit_detached(
+    spec: DetachedSpec, name: str | None = None, rerun: bool = False, store: JobStore | None = None
+) -> Submission:
+    store = store or JobStore()
+    fingerprint = spec.fingerprint(store.fingerprint_key(), rerun)
+    if name is None:
+        # the same cell gets the same name, so running it again attaches instead of training twice
+        name = f"{GENERATED_NAME_PREFIX}-{fingerprint[:10]}"
+    validate_name(name)
+    backend = get_backend(spec.backend)
+
+    latest = store.latest_run(name)
+    run = 1
+    if latest is not None:
+        existing = Job(store.load(name, latest), store).refresh()
+        if existing.record.fingerprint == fingerprint:
+            return Submission(existing, attached=True)
+        status = existing.record.status
+        if not status.is_final:
+            raise NameInUse(
+                f"job {name!r} is {status.value} with a different cell",
+                f"choose another --name, or stop it first with %train_stop {name}",
+            )
+        if not rerun:
+            raise NameInUse(
+                f"job {name!r} already ran ({status.value}) with a different cell",
+                "pass --rerun to train again under this name (the old run is kept), or choose another --name",
+            )
+        run = latest + 1
+
+    record = JobRecord(
+        name=name,
+        backend=spec.backend,
+        run=run,
+        fingerprint=fingerprint,
+        options=spec.public_options(),
+        submitter=ProcessIdentity.current().to_dict(),
+    )
+    try:
+        run_dir = store.create(record)
+    except FileExistsError:
+        raise NameInUse(
+            f"job {name!r} was just submitted by another process", "see %train_jobs, or choose another --name"
+        ) from None
+    try:
+        prepare_run_dir(run_dir, spec.script)
+        runtime = backend.launch(record, run_dir, spec)
+    except BaseException:
+        _discard_run(store, name, run)
+        raise
+
+    def launched(record: JobRecord) -> None:
+        record.runtime = runtime
+        record.started_at = time.time()
+
+    job = Job(store.update(name, run, launched), store)
+    return Submission(job, attached=False)
+
+
+def _discard_run(store: JobStore, name: str, run: int) -> None:
+    shutil.rmtree(store.run_dir(name, run), ignore_errors=True)
+    if run == 1:
+        try:
+            store.job_dir(name).rmdir()
+        except OSError:
+            pass
