@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
+from typing import Iterator
 
 from .backends import get_backend
 from .backends.base import Backend
 from .errors import BackendUnavailable, InvalidOption, TrainerError
 from .jobs import JobRecord, Observation, Status, resolve
-from .logs import LogSource, read_all_lines, tail_lines
+from .logs import LogCursor, LogSource, clean_line, read_all_lines, tail_lines
 from .proc import ProcessIdentity
 from .store import JobStore
 
@@ -66,6 +67,28 @@ class Job:
         source = self.log_source()
         lines = tail_lines(source, tail, strip_ansi) if tail is not None else read_all_lines(source, strip_ansi)
         return "".join(line + "\n" for line in lines)
+
+    def follow(self, tail: int | None = None, interval: float = 1.0) -> Iterator[str]:
+        """Yield log lines as they are written, until the job has ended and its log is read."""
+        source = self.log_source()
+        cursor = LogCursor()
+        if tail is not None:
+            size = source.size()
+            yield from tail_lines(source, tail)
+            cursor = LogCursor(offset=size)
+        while True:
+            lines = cursor.read(source)
+            if lines:
+                yield from (clean_line(line) for line in lines)
+                continue
+            if self.status.is_final:
+                # the exit code is written after the job's output is closed: one more read drains it
+                while lines := cursor.read(source):
+                    yield from (clean_line(line) for line in lines)
+                if cursor.pending:
+                    yield clean_line(cursor.pending)
+                return
+            time.sleep(interval)
 
     def log_source(self) -> LogSource:
         return self._backend().log_source(self.record, self.run_dir)
@@ -145,18 +168,26 @@ def get_job(name: str, store: JobStore | None = None) -> Job:
     return Job.load(name, store).refresh()
 
 
-def list_jobs(store: JobStore | None = None) -> list[Job]:
-    """Every job's latest run, oldest first, refreshed. Unreadable records are skipped here; the CLI and
-    `%train_jobs` report them."""
+def refreshed_records(store: JobStore | None = None, all_runs: bool = False) -> list[JobRecord | TrainerError]:
+    """Every job's latest run (every run with all_runs), brought up to date, oldest first.
+    A record that cannot be read is kept in the list as its error, after the others."""
     store = store or JobStore()
-    jobs = []
-    for item in store.latest_records():
+    records: list[JobRecord] = []
+    problems: list[TrainerError] = []
+    for item in store.records(all_runs):
         if isinstance(item, TrainerError):
+            problems.append(item)
             continue
-        job = Job(item, store)
-        try:
-            job.refresh()
-        except TrainerError:
-            pass
-        jobs.append(job)
-    return sorted(jobs, key=lambda job: job.record.created_at)
+        if not item.status.is_final:
+            try:
+                item = Job(item, store).refresh().record
+            except TrainerError:
+                pass  # shown as last recorded
+        records.append(item)
+    return [*sorted(records, key=lambda record: record.created_at), *problems]
+
+
+def list_jobs(store: JobStore | None = None, all_runs: bool = False) -> list[Job]:
+    """Every job's latest run (every run with all_runs), oldest first, refreshed."""
+    store = store or JobStore()
+    return [Job(item, store) for item in refreshed_records(store, all_runs) if isinstance(item, JobRecord)]

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Callable, Iterator
 
 from .errors import CorruptRecord, UnknownJob
-from .jobs import JobRecord, validate_name
+from .jobs import NAME_PATTERN, JobRecord, validate_name
 
 RECORD_FILE = "record.json"
 LOCK_FILE = "record.lock"
@@ -91,7 +91,7 @@ class JobStore:
             entries = os.listdir(self.jobs_dir)
         except FileNotFoundError:
             return []
-        return sorted(entry for entry in entries if not entry.startswith("."))
+        return sorted(entry for entry in entries if NAME_PATTERN.fullmatch(entry))
 
     # -- records --------------------------------------------------------
 
@@ -142,14 +142,17 @@ class JobStore:
         finally:
             os.close(fd)
 
-    def latest_records(self) -> Iterator[JobRecord | CorruptRecord]:
-        """The latest run of every job; an unreadable record is yielded as its error."""
+    def records(self, all_runs: bool = False) -> Iterator[JobRecord | CorruptRecord]:
+        """The latest run of every job (or every run); an unreadable record is yielded as its error."""
         for name in self.names():
-            try:
-                if self.latest_run(name) is not None:
-                    yield self.load(name)
-            except CorruptRecord as error:
-                yield error
+            runs = self.runs(name)
+            for run in runs if all_runs else runs[-1:]:
+                try:
+                    yield self.load(name, run)
+                except UnknownJob:  # being created this instant
+                    continue
+                except CorruptRecord as error:
+                    yield error
 
     def _write(self, run_dir: Path, record: JobRecord) -> None:
         payload = json.dumps(record.to_dict(), indent=1, sort_keys=True).encode()

@@ -1,0 +1,43 @@
+"""A backend that runs nothing: tests set what it observes. The seam's first-class fake."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from ..jobs import JobRecord, Observation
+from ..spec import DetachedSpec
+from .base import LOG_FILE, FileLogSource
+
+
+class FakeBackend:
+    name = "fake"
+
+    def __init__(self):
+        self.launched: list[str] = []
+        self.stopped: list[tuple[str, bool]] = []
+        self.observations: dict[str, Observation] = {}
+        self.fail_launch: Exception | None = None
+
+    def launch(self, record: JobRecord, run_dir: Path, spec: DetachedSpec) -> dict:
+        if self.fail_launch is not None:
+            raise self.fail_launch
+        self.launched.append(record.name)
+        return {"fake": True}
+
+    def observe(self, record: JobRecord, run_dir: Path) -> Observation:
+        return self.observations.get(record.name, Observation(alive=True, started=True))
+
+    def log_source(self, record: JobRecord, run_dir: Path) -> FileLogSource:
+        return FileLogSource(run_dir / LOG_FILE)
+
+    def stop(self, record: JobRecord, run_dir: Path, container: bool = False) -> None:
+        self.stopped.append((record.name, container))
+        self.observations[record.name] = Observation(exit_code=143, alive=False, started=True)
+
+    # -- for tests ---------------------------------------------------------
+
+    def finish(self, name: str, exit_code: int) -> None:
+        self.observations[name] = Observation(exit_code=exit_code, alive=False, started=True)
+
+    def vanish(self, name: str, why: str) -> None:
+        self.observations[name] = Observation(alive=False, why_gone=why)

@@ -1,0 +1,171 @@
+"""The IPython magics: parse the line, build a spec, hand it to the job layer, show the job."""
+
+from __future__ import annotations
+
+import functools
+
+from IPython.core.error import UsageError
+from IPython.core.magic import Magics, cell_magic, line_magic, magics_class
+from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
+from traitlets import Bool, Int, Unicode
+
+from . import summary
+from .errors import TrainerError
+from .job import Job, refreshed_records
+from .spec import build_spec
+from .store import JobStore
+
+
+def user_errors(method):
+    """Show a TrainerError as one line (IPython prints a UsageError without a traceback)."""
+
+    @functools.wraps(method)
+    def wrapper(*args, **kwargs):
+        try:
+            return method(*args, **kwargs)
+        except TrainerError as error:
+            raise UsageError(str(error)) from None
+
+    return wrapper
+
+
+def job_display_options(func):
+    func = argument("--rerun", action="store_true", help="train again under the name of a finished job")(func)
+    func = argument(
+        "--no-widget", action="store_true", help="print a one-line summary instead of displaying the widget"
+    )(func)
+    func = argument(
+        "--metric",
+        action="append",
+        default=[],
+        metavar="NAME=REGEX",
+        help="a metric to parse from the log (repeatable; one capture group)",
+    )(func)
+    func = argument("--name", metavar="NAME", help="the job's name (default: derived from the cell)")(func)
+    return func
+
+
+@magics_class
+class TrainerMagics(Magics):
+    """Detached training jobs from a cell. Defaults below can be set with %config; flags win."""
+
+    image = Unicode(None, allow_none=True, help="default --image for %%train_detached").tag(config=True)
+    container = Unicode(None, allow_none=True, help="default --container for %%train_detached").tag(config=True)
+    workdir = Unicode(None, allow_none=True, help="default --workdir (else the current directory)").tag(config=True)
+    gpus = Unicode(None, allow_none=True, help="default --gpus").tag(config=True)
+    interpreter = Unicode("python3", help="default --interpreter").tag(config=True)
+    host = Bool(False, help="run on this machine by default, as --host").tag(config=True)
+    stop_container_when_done = Bool(False, help="default --stop-container-when-done").tag(config=True)
+    widget = Bool(True, help="display the widget (False: print a summary, as --no-widget)").tag(config=True)
+    log_lines = Int(200, help="how many log lines the widget and %train_logs show").tag(config=True)
+
+    def _store(self) -> JobStore:
+        return JobStore()
+
+    # -- %%train_detached ------------------------------------------------------
+
+    @magic_arguments()
+    @job_display_options
+    @argument("--image", metavar="IMAGE", help="create (if missing) a persistent container from IMAGE and run in it")
+    @argument("--container", metavar="NAME", help="the persistent container to use or create")
+    @argument("--workdir", metavar="DIR", help="host directory mounted at /workspace; the job's working directory")
+    @argument("--gpus", metavar="SPEC", help="'all', a count, or device ids (0,1), as docker run --gpus")
+    @argument("--env", action="append", default=[], metavar="KEY=VALUE", help="environment for the job (repeatable)")
+    @argument("--interpreter", metavar="CMD", help="the command that runs the script (default python3)")
+    @argument(
+        "--stop-container-when-done",
+        action="store_const",
+        const=True,
+        default=None,
+        help="stop the container when the job ends, releasing its GPUs",
+    )
+    @argument("--host", action="store_const", const=True, default=None, help="no container: run on this machine")
+    @cell_magic
+    @user_errors
+    def train_detached(self, line, cell):
+        """Run the cell as a training script, detached: it outlives the kernel, the notebook and the SSH session."""
+        from .submit import submit_detached
+
+        args = parse_argstring(self.train_detached, line)
+        host = args.host if args.host is not None else self.host
+        use_config = not args.host  # an explicit --host ignores configured container defaults
+        spec = build_spec(
+            cell,
+            host=host,
+            image=args.image or (self.image if use_config else None),
+            container=args.container or (self.container if use_config else None),
+            workdir=args.workdir or self.workdir,
+            gpus=args.gpus or (self.gpus if use_config else None),
+            env=args.env,
+            interpreter=args.interpreter or self.interpreter,
+            stop_container_when_done=_flag(args.stop_container_when_done, self.stop_container_when_done and use_config),
+            metrics=args.metric,
+        )
+        submission = submit_detached(spec, name=args.name, rerun=args.rerun, store=self._store())
+        if submission.attached:
+            print(submission.message)
+        self._show(submission.job, widget=not args.no_widget and self.widget)
+
+    # -- line magics -------------------------------------------------------------
+
+    @magic_arguments()
+    @argument("--all", action="store_true", help="include earlier runs of re-run jobs")
+    @line_magic
+    @user_errors
+    def train_jobs(self, line):
+        """A table of jobs: name, backend, status, started, duration, exit code."""
+        args = parse_argstring(self.train_jobs, line)
+        print(summary.jobs_table(refreshed_records(self._store(), all_runs=args.all)))
+
+    @magic_arguments()
+    @argument("name", help="the job's name")
+    @line_magic
+    @user_errors
+    def train_attach(self, line):
+        """Show an existing job (from any kernel)."""
+        args = parse_argstring(self.train_attach, line)
+        self._show(Job.load(args.name, self._store()), widget=self.widget)
+
+    @magic_arguments()
+    @argument("name", help="the job's name")
+    @argument("-n", "--lines", type=int, default=None, metavar="LINES", help="only the last LINES lines")
+    @argument("--follow", "-f", action="store_true", help="keep printing new lines until the job ends")
+    @line_magic
+    @user_errors
+    def train_logs(self, line):
+        """Print the job's log (collapsed progress bars); --follow keeps printing until the job ends."""
+        args = parse_argstring(self.train_logs, line)
+        if args.lines is not None and args.lines < 0:
+            raise UsageError("-n expects a number of lines, 0 or more")
+        job = Job.load(args.name, self._store())
+        if args.follow:
+            try:
+                for text in job.follow(tail=args.lines):
+                    print(text, flush=True)
+            except KeyboardInterrupt:
+                pass  # interrupting the kernel ends following, not the job
+            print(summary.one_line(job.refresh().record))
+        else:
+            print(job.logs(tail=args.lines), end="")
+
+    @magic_arguments()
+    @argument("name", help="the job's name")
+    @argument("--container", action="store_true", help="also stop the job's container")
+    @line_magic
+    @user_errors
+    def train_stop(self, line):
+        """Stop the job (its whole process group); --container also stops its container."""
+        args = parse_argstring(self.train_stop, line)
+        job = Job.load(args.name, self._store()).stop(container=args.container)
+        print(summary.one_line(job.record))
+
+    # -- display -----------------------------------------------------------------
+
+    def _show(self, job: Job, widget: bool) -> None:
+        job.refresh()
+        print(summary.one_line(job.record))
+        print(f"Follow with %train_logs {job.name} --follow, stop with %train_stop {job.name}.")
+
+
+def _flag(given, default: bool) -> bool:
+    return bool(default) if given is None else bool(given)

@@ -1,0 +1,124 @@
+"""Jobs as text: the one-line summary, the status block and the jobs table.
+
+Shared by the magics (`--no-widget`, terminal IPython) and the CLI.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Iterable
+
+from .errors import TrainerError
+from .jobs import JobRecord, describe_exit_code
+
+COLUMNS = ("name", "backend", "status", "started", "duration", "exit code")
+
+
+def format_duration(seconds: float | None) -> str:
+    if seconds is None:
+        return "-"
+    seconds = int(seconds)
+    days, rest = divmod(seconds, 86400)
+    hours, rest = divmod(rest, 3600)
+    minutes, seconds = divmod(rest, 60)
+    if days:
+        return f"{days}d {hours:02d}h{minutes:02d}m"
+    if hours:
+        return f"{hours}h{minutes:02d}m{seconds:02d}s"
+    if minutes:
+        return f"{minutes}m{seconds:02d}s"
+    return f"{seconds}s"
+
+
+def format_time(timestamp: float | None) -> str:
+    if timestamp is None:
+        return "-"
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(timestamp))
+
+
+def where(record: JobRecord) -> str:
+    runtime = record.runtime
+    if record.backend == "docker":
+        return f"container {runtime.get('container_name') or record.options.get('container') or '?'}"
+    if record.backend == "host":
+        pid = runtime.get("supervisor", {}).get("pid")
+        return f"this machine (pid {pid})" if pid else "this machine"
+    return record.backend
+
+
+def record_row(record: JobRecord) -> tuple[str, ...]:
+    name = record.name if record.run == 1 else f"{record.name} (run {record.run})"
+    exit_code = "-" if record.exit_code is None else str(record.exit_code)
+    return (
+        name,
+        record.backend,
+        record.status.value,
+        format_time(record.started_at or record.created_at),
+        format_duration(record.duration),
+        exit_code,
+    )
+
+
+def table(rows: Iterable[tuple[str, ...]], header: tuple[str, ...] = COLUMNS) -> str:
+    rows = [header, *rows]
+    widths = [max(len(row[column]) for row in rows) for column in range(len(header))]
+    lines = ["  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip() for row in rows]
+    return "\n".join(lines)
+
+
+def jobs_table(items: Iterable[JobRecord | TrainerError]) -> str:
+    rows = []
+    problems = []
+    for item in items:
+        if isinstance(item, TrainerError):
+            problems.append(f"! {item}")
+        else:
+            rows.append(record_row(item))
+    if not rows and not problems:
+        return "No jobs yet."
+    return "\n".join([table(rows)] + problems) if rows else "\n".join(problems)
+
+
+def one_line(record: JobRecord) -> str:
+    parts = [f"{record.name}: {record.status.value}", record.backend, where(record)]
+    if record.duration is not None:
+        parts.append(format_duration(record.duration))
+    if record.exit_code is not None:
+        parts.append(describe_exit_code(record.exit_code) if record.exit_code else "exit code 0")
+    elif record.reason:
+        parts.append(record.reason)
+    return " | ".join(parts)
+
+
+def status_block(record: JobRecord) -> str:
+    lines = [
+        ("name", record.name + ("" if record.run == 1 else f" (run {record.run})")),
+        ("backend", record.backend),
+        ("where", where(record)),
+        ("status", record.status.value),
+        ("started", format_time(record.started_at)),
+        ("duration", format_duration(record.duration)),
+        ("exit code", "-" if record.exit_code is None else str(record.exit_code)),
+    ]
+    if record.reason:
+        lines.append(("reason", record.reason))
+    width = max(len(key) for key, _ in lines)
+    return "\n".join(f"{key.ljust(width)}  {value}" for key, value in lines)
+
+
+def status_json(record: JobRecord) -> dict:
+    """What `status --json` prints: the record without internals or anything secret."""
+    return {
+        "name": record.name,
+        "run": record.run,
+        "backend": record.backend,
+        "status": record.status.value,
+        "exit_code": record.exit_code,
+        "reason": record.reason,
+        "created_at": record.created_at,
+        "started_at": record.started_at,
+        "ended_at": record.ended_at,
+        "duration": record.duration,
+        "where": where(record),
+        "options": record.options,
+    }

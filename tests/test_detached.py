@@ -1,0 +1,196 @@
+"""%%train_detached end to end, on this machine (--host) and on a real Docker engine."""
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+
+from conftest import run_python, wait_for
+from jupyter_trainer.job import Job, get_job, list_jobs
+from jupyter_trainer.jobs import Status
+from jupyter_trainer.spec import build_spec
+from jupyter_trainer.submit import submit_detached
+
+
+@pytest.fixture(params=["host", "docker"])
+def where(request):
+    """The options that place a job on each backend under test."""
+    if request.param == "docker":
+        return {"host": False, "image": request.getfixturevalue("docker_image")}
+    return {"host": True, "image": None}
+
+
+def submit(script, where, workdir, name, **options):
+    spec = build_spec(
+        textwrap.dedent(script), container=None, workdir=str(workdir), gpus=None, **where, **options
+    )
+    return submit_detached(spec, name=name).job
+
+
+def ipython_submitting(cell_line, script, env=None, **popen):
+    """An IPython process that submits one cell, says SUBMITTED, then idles like an open kernel."""
+    code = textwrap.dedent(
+        f"""
+        ip = get_ipython()
+        ip.run_line_magic("load_ext", "jupyter_trainer")
+        ip.run_cell_magic("train_detached", {cell_line!r}, {script!r})
+        print("SUBMITTED", flush=True)
+        import time
+        time.sleep(600)
+        """
+    )
+    process = subprocess.Popen(
+        [sys.executable, "-m", "IPython", "--no-banner", "--quick", "-c", code],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        stdin=subprocess.DEVNULL,
+        text=True,
+        env={**os.environ, **(env or {})},
+        **popen,
+    )
+    output = []
+    for line in process.stdout:
+        output.append(line)
+        if line.startswith("SUBMITTED"):
+            return process
+    raise AssertionError("IPython did not submit the job:\n" + "".join(output))
+
+
+COUNTING_SCRIPT = """\
+import time
+for i in range(15):
+    print(f"step {i} loss: {1 / (i + 1):.3f}")
+    time.sleep(0.2)
+print("done")
+"""
+
+
+def placement_flags(where):
+    return "--host" if where["host"] else f"--image {where['image']}"
+
+
+def test_job_outlives_sigkill_of_the_submitting_kernel(where, workdir, home):
+    kernel = ipython_submitting(f"{placement_flags(where)} --name survivor --workdir {workdir}", COUNTING_SCRIPT)
+    kernel.kill()
+    kernel.wait()
+    assert get_job("survivor").status in (Status.PENDING, Status.RUNNING)  # mid-job when the kernel died
+    job = Job.load("survivor")
+    assert job.wait(timeout=60) is Status.COMPLETED and job.exit_code == 0
+    lines = job.logs().splitlines()
+    assert lines == [f"step {i} loss: {1 / (i + 1):.3f}" for i in range(15)] + ["done"]
+
+
+def test_job_outlives_a_hangup_of_its_terminal_session(where, workdir, home):
+    kernel = ipython_submitting(
+        f"{placement_flags(where)} --name hangup --workdir {workdir}", COUNTING_SCRIPT, start_new_session=True
+    )
+    os.killpg(kernel.pid, signal.SIGHUP)  # what the terminal does when the SSH link drops
+    kernel.wait()
+    job = Job.load("hangup")
+    assert job.wait(timeout=60) is Status.COMPLETED
+    assert job.logs(tail=1) == "done\n"
+
+
+def test_exit_code_and_traceback_are_recorded(where, workdir, home):
+    job = submit("import sys\nprint('about to fail')\nsys.exit(3)\n", where, workdir, "three")
+    assert job.wait(timeout=60) is Status.FAILED and job.exit_code == 3
+    crash = submit("raise ValueError('bad batch')\n", where, workdir, "crash")
+    assert crash.wait(timeout=60) is Status.FAILED and crash.exit_code == 1
+    assert "ValueError: bad batch" in crash.logs()
+
+
+def test_environment_and_unbuffered_output(where, workdir, home):
+    script = """\
+    import os, sys, time
+    print(os.environ["SEED"], os.environ["PYTHONUNBUFFERED"], os.getcwd())
+    time.sleep(30)
+    """
+    job = submit(script, where, workdir, "env", env=["SEED=42"])
+    # nothing is flushed by the script: only PYTHONUNBUFFERED=1 gets the line out while it sleeps
+    line = wait_for(lambda: job.logs().strip(), timeout=30, what="the first line")
+    expected_cwd = str(workdir) if where["host"] else "/workspace"
+    assert line == f"42 1 {expected_cwd}"
+    job.stop()
+
+
+def test_stop_ends_the_whole_process_group(where, workdir, home, request):
+    script = """\
+    import subprocess, time
+    child = subprocess.Popen(["sleep", "1000"])
+    with open("child.pid", "w") as handle:
+        handle.write(str(child.pid))
+    time.sleep(1000)
+    """
+    job = submit(script, where, workdir, "group")
+    pid_file = workdir / "child.pid"
+    child_pid = int(wait_for(lambda: pid_file.exists() and pid_file.read_text(), what="the child's pid"))
+    job.stop()
+    assert job.wait(timeout=30) is Status.STOPPED
+    assert job.reason == "stopped by the user"
+    if where["host"]:
+        alive = lambda: os.path.exists(f"/proc/{child_pid}") and "Z" not in open(f"/proc/{child_pid}/stat").read().split()[2]
+    else:
+        client = request.getfixturevalue("docker_client")
+        container = client.containers.get(job.record.runtime["container_id"])
+        alive = lambda: container.exec_run(["kill", "-0", str(child_pid)]).exit_code == 0
+    wait_for(lambda: not alive(), timeout=15, what="the job's child to end")
+
+
+def test_script_runs_byte_for_byte(where, workdir, home):
+    canary = "canary"
+    script = (
+        "import os\n"
+        "# $(touch canary) `touch canary` ; touch canary && touch canary | touch canary\n"
+        "text = 'single \\' double \" dollar $HOME $(id) `id` back\\\\slash \\n newline é ✓ %s {} *'\n"
+        "with open(__file__, 'rb') as source, open('copy.py', 'wb') as copy:\n"
+        "    copy.write(source.read())\n"
+        "print(text)\n"
+    )
+    job = submit_detached(
+        build_spec(script, container=None, workdir=str(workdir), gpus=None, **where), name="quotes"
+    ).job
+    assert job.wait(timeout=60) is Status.COMPLETED, job.logs()
+    assert (workdir / "copy.py").read_bytes() == script.encode()
+    assert job.logs() == "single ' double \" dollar $HOME $(id) `id` back\\slash \n newline é ✓ %s {} *\n"
+    assert not (workdir / canary).exists() and not os.path.exists(canary)
+
+
+def test_two_processes_submitting_twenty_jobs_each_lose_nothing(where, workdir, home):
+    code = textwrap.dedent(
+        f"""
+        import os, sys, time
+        from jupyter_trainer.spec import build_spec
+        from jupyter_trainer.submit import submit_detached
+        prefix = sys.argv[1]
+        while not os.path.exists({str(workdir / "go")!r}):
+            time.sleep(0.01)
+        for k in range(20):
+            spec = build_spec(f"print('job {{prefix}}-{{k}}')\\n", host={where['host']!r}, image={where['image']!r},
+                              container=None, workdir={str(workdir)!r}, gpus=None)
+            submit_detached(spec, name=f"{{prefix}}-{{k}}")
+        """
+    )
+    processes = [
+        subprocess.Popen([sys.executable, "-c", code, prefix], stderr=subprocess.PIPE, text=True)
+        for prefix in ("a", "b")
+    ]
+    (workdir / "go").touch()
+    for process in processes:
+        assert process.wait(timeout=120) == 0, process.stderr.read()
+    jobs = list_jobs()
+    assert sorted(job.name for job in jobs) == sorted(f"{p}-{k}" for p in "ab" for k in range(20))
+    for job in jobs:
+        assert job.wait(timeout=120) is Status.COMPLETED
+        assert job.logs() == f"job {job.name}\n"
+
+
+def test_another_process_sees_the_same_job(where, workdir, home):
+    job = submit("print('hi')\n", where, workdir, "shared")
+    job.wait(timeout=60)
+    result = run_python("import jupyter_trainer as jt; j = jt.get_job('shared'); print(j.status, j.exit_code, j.backend)")
+    backend = "host" if where["host"] else "docker"
+    assert result.stdout.split() == ["completed", "0", backend], result.stderr

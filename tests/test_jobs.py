@@ -1,0 +1,65 @@
+import pytest
+
+from jupyter_trainer.errors import InvalidName
+from jupyter_trainer.jobs import JobRecord, Observation, Status, describe_exit_code, resolve, validate_name
+
+
+@pytest.mark.parametrize("name", ["a", "exp1", "A-b_c.d", "9" * 63, "run.2026-11-29"])
+def test_valid_names(name):
+    assert validate_name(name) == name
+
+
+@pytest.mark.parametrize("name", ["", "../x", "a/b", "-a", ".a", "_a", "a b", "x" * 64, "a\nb", "ä", None])
+def test_invalid_names(name):
+    with pytest.raises(InvalidName) as info:
+        validate_name(name)
+    assert "\n" not in str(info.value)
+
+
+def record(status=Status.RUNNING, stop_requested=False):
+    return JobRecord(name="j", backend="host", status=status, stop_requested=stop_requested)
+
+
+@pytest.mark.parametrize(
+    "status, stop, seen, expected",
+    [
+        (Status.RUNNING, False, Observation(exit_code=0), Status.COMPLETED),
+        (Status.RUNNING, False, Observation(exit_code=2), Status.FAILED),
+        (Status.RUNNING, True, Observation(exit_code=143), Status.STOPPED),
+        (Status.RUNNING, True, Observation(exit_code=0), Status.STOPPED),
+        (Status.PENDING, False, Observation(alive=True, started=False), Status.PENDING),
+        (Status.PENDING, False, Observation(alive=True, started=True), Status.RUNNING),
+        (Status.RUNNING, False, Observation(alive=False), Status.LOST),
+        (Status.RUNNING, True, Observation(alive=False), Status.STOPPED),
+        (Status.RUNNING, False, Observation(alive=None), Status.RUNNING),
+        (Status.COMPLETED, False, Observation(alive=False), Status.COMPLETED),
+        (Status.LOST, False, Observation(exit_code=0), Status.LOST),
+    ],
+)
+def test_resolve(status, stop, seen, expected):
+    assert resolve(record(status, stop), seen).status is expected
+
+
+def test_lost_says_why():
+    outcome = resolve(record(), Observation(alive=False, why_gone="container x was removed"))
+    assert outcome.status is Status.LOST and outcome.reason == "container x was removed"
+    outcome = resolve(record(), Observation(alive=False))
+    assert "without recording an exit code" in outcome.reason
+
+
+def test_a_job_is_never_running_once_its_process_is_gone():
+    for status in (Status.PENDING, Status.RUNNING):
+        assert resolve(record(status), Observation(alive=False)).status.is_final
+
+
+@pytest.mark.parametrize(
+    "code, words", [(137, "out of memory"), (139, "segmentation fault"), (143, "SIGTERM"), (130, "signal 2"), (3, "3")]
+)
+def test_exit_code_diagnosis(code, words):
+    assert words in describe_exit_code(code)
+
+
+def test_record_round_trip():
+    original = JobRecord(name="j", backend="docker", status=Status.FAILED, exit_code=1, options={"a": 1})
+    copy = JobRecord.from_dict(original.to_dict())
+    assert copy == original and copy.status is Status.FAILED

@@ -1,0 +1,84 @@
+import pytest
+
+from jupyter_trainer.backends.base import FileLogSource
+from jupyter_trainer.logs import LogCursor, MetricParser, clean_line, tail_lines
+from jupyter_trainer.spec import Metric
+
+
+class CountingSource(FileLogSource):
+    def __init__(self, path):
+        super().__init__(path)
+        self.bytes_read = 0
+
+    def read(self, offset, limit):
+        data = super().read(offset, limit)
+        self.bytes_read += len(data)
+        return data
+
+
+@pytest.fixture
+def log(tmp_path):
+    return tmp_path / "output.log"
+
+
+def test_tail_reads_only_the_end(log, monkeypatch):
+    monkeypatch.setattr("jupyter_trainer.logs.BLOCK_SIZE", 1024)
+    log.write_text("".join(f"line {i}\n" for i in range(100_000)))
+    source = CountingSource(log)
+    assert tail_lines(source, 3) == ["line 99997", "line 99998", "line 99999"]
+    assert source.bytes_read <= 2048
+
+
+def test_tail_of_short_and_empty_logs(log):
+    log.write_text("")
+    assert tail_lines(FileLogSource(log), 5) == []
+    log.write_text("a\nb")  # the last line is not ended yet
+    assert tail_lines(FileLogSource(log), 5) == ["a", "b"]
+    assert tail_lines(FileLogSource(log), 0) == []
+
+
+def test_progress_bars_collapse_and_colours_go():
+    assert clean_line("  0%|   | 0/10\r 50%|#  | 5/10\r100%|###| 10/10\r\n") == "100%|###| 10/10"
+    assert clean_line("\x1b[31mred\x1b[0m text") == "red text"
+    assert clean_line("\x1b[31mred\x1b[0m", strip_ansi=False) == "\x1b[31mred\x1b[0m"
+
+
+def test_cursor_returns_whole_lines_and_resumes(log):
+    source = FileLogSource(log)
+    log.write_bytes(b"one\ntw")
+    cursor = LogCursor()
+    assert cursor.read(source) == ["one"] and cursor.pending == "tw"
+    with open(log, "ab") as handle:
+        handle.write(b"o\nthree\n")
+    assert cursor.read(source) == ["two", "three"]
+    assert cursor.read(source) == [] and cursor.offset == log.stat().st_size
+
+
+def test_cursor_reads_in_bounded_chunks(log):
+    log.write_bytes(b"x" * 10 + b"\n" + b"y" * 10 + b"\n")
+    cursor = LogCursor(chunk_size=8)
+    lines = []
+    for _ in range(5):
+        lines += cursor.read(FileLogSource(log))
+    assert lines == ["x" * 10, "y" * 10]
+
+
+def test_multibyte_characters_split_across_reads(log):
+    log.write_bytes("é\n".encode() * 3)
+    cursor = LogCursor(chunk_size=1)
+    lines = []
+    for _ in range(10):
+        lines += cursor.read(FileLogSource(log))
+    assert lines == ["é", "é", "é"]
+
+
+def test_metrics():
+    parser = MetricParser([Metric("loss", r"loss=([0-9.]+)"), Metric("acc", r"acc=([0-9.]+)")])
+    assert parser.parse("epoch 1 loss=0.5 acc=0.9") == [("loss", 0.5), ("acc", 0.9)]
+    assert parser.parse("nothing") == []
+
+
+def test_default_metric_is_loss():
+    parser = MetricParser()
+    assert parser.parse("step 10 loss: 1.5e-3") == [("loss", 0.0015)]
+    assert parser.parse("train_loss=2") == []  # 'loss' as a word only

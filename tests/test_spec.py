@@ -1,0 +1,91 @@
+import pytest
+
+from jupyter_trainer.errors import InvalidOption
+from jupyter_trainer.spec import build_spec, parse_env, parse_gpus, parse_interpreter, parse_metrics
+
+KEY = b"k" * 32
+
+
+def spec(**overrides):
+    options = dict(host=True, image=None, container=None, workdir=None, gpus=None, env=(), interpreter="python3")
+    options.update(overrides)
+    return build_spec(options.pop("script", "print(1)"), **options)
+
+
+def test_env_parsing_keeps_values_with_equals():
+    assert parse_env(["A=1", "B=x=y", "C="]) == {"A": "1", "B": "x=y", "C": ""}
+
+
+@pytest.mark.parametrize("item", ["NOEQUALS", "=v", "1A=v", "A B=v"])
+def test_bad_env(item):
+    with pytest.raises(InvalidOption):
+        parse_env([item])
+
+
+def test_bad_env_never_shows_the_value():
+    with pytest.raises(InvalidOption) as info:
+        parse_env(["BAD KEY=topsecret"])
+    assert "topsecret" not in str(info.value)
+
+
+@pytest.mark.parametrize("value", ["all", "1", "0,1", "2,3,5"])
+def test_gpus(value):
+    assert parse_gpus(value) == value
+
+
+@pytest.mark.parametrize("value", ["", "most", "-1", "0,,1", "0;rm -rf /", "1.5"])
+def test_bad_gpus(value):
+    with pytest.raises(InvalidOption):
+        parse_gpus(value)
+
+
+def test_interpreter_is_split_like_a_shell_but_never_run_by_one():
+    assert parse_interpreter("torchrun --nproc_per_node 2") == ("torchrun", "--nproc_per_node", "2")
+    with pytest.raises(InvalidOption):
+        parse_interpreter("   ")
+    with pytest.raises(InvalidOption):
+        parse_interpreter("python3 'unclosed")
+
+
+def test_metrics():
+    (metric,) = parse_metrics([r"loss=loss: ([0-9.]+)"])
+    assert metric.name == "loss" and metric.compile().search("loss: 0.5").group(1) == "0.5"
+    for bad in ["loss", "loss=([0-9]", "loss=no group", "loss=(a)(b)", "=(x)"]:
+        with pytest.raises(InvalidOption):
+            parse_metrics([bad])
+
+
+def test_empty_cell_is_refused():
+    with pytest.raises(InvalidOption, match="empty"):
+        spec(script="  \n ")
+
+
+def test_container_needs_image_or_container_and_host_takes_neither():
+    with pytest.raises(InvalidOption, match="no image or container"):
+        spec(host=False)
+    with pytest.raises(InvalidOption, match="--host"):
+        spec(host=True, image="python:3.11")
+    with pytest.raises(InvalidOption):
+        spec(host=False, image="bad image name")
+    with pytest.raises(InvalidOption):
+        spec(host=False, container="../etc")
+
+
+def test_public_options_hold_env_keys_not_values():
+    options = spec(env=["TOKEN=hunter2"]).public_options()
+    assert options["env_keys"] == ["TOKEN"] and "hunter2" not in repr(options)
+
+
+def test_fingerprint_tells_cells_apart():
+    base = spec(env=["A=1"])
+    assert base.fingerprint(KEY) == spec(env=["A=1"]).fingerprint(KEY)
+    for other in (spec(env=["A=2"]), spec(script="print(2)", env=["A=1"]), spec(env=["A=1"], metrics=["m=(x)"])):
+        assert other.fingerprint(KEY) != base.fingerprint(KEY)
+    assert base.fingerprint(KEY, rerun=True) != base.fingerprint(KEY)
+    assert base.fingerprint(b"x" * 32) != base.fingerprint(KEY)
+
+
+def test_workdir_must_exist(tmp_path):
+    with pytest.raises(InvalidOption, match="not a directory"):
+        spec(workdir=str(tmp_path / "missing"))
+    assert spec(workdir=str(tmp_path)).workdir == str(tmp_path)

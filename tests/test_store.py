@@ -1,0 +1,77 @@
+import json
+import os
+import stat
+
+import pytest
+
+from jupyter_trainer.errors import CorruptRecord, UnknownJob
+from jupyter_trainer.jobs import JobRecord, Status
+from jupyter_trainer.store import JobStore
+
+
+def mode(path):
+    return stat.S_IMODE(os.stat(path).st_mode)
+
+
+def test_records_are_private(store):
+    store.create(JobRecord(name="a", backend="host"))
+    run_dir = store.run_dir("a", 1)
+    assert mode(store.home / "jobs") == 0o700
+    assert mode(run_dir.parent) == 0o700 and mode(run_dir) == 0o700
+    assert mode(run_dir / "record.json") == 0o600
+    store.fingerprint_key()
+    assert mode(store.home / "fingerprint.key") == 0o600
+
+
+def test_a_run_is_claimed_once(store):
+    store.create(JobRecord(name="a", backend="host"))
+    with pytest.raises(FileExistsError):
+        store.create(JobRecord(name="a", backend="host"))
+    store.create(JobRecord(name="a", backend="host", run=2))
+    assert store.runs("a") == [1, 2] and store.load("a").run == 2
+
+
+def test_update_is_read_modify_write(store):
+    store.create(JobRecord(name="a", backend="host"))
+
+    def finish(record):
+        record.status = Status.COMPLETED
+
+    store.update("a", 1, finish)
+    assert store.load("a").status is Status.COMPLETED
+    assert not [name for name in os.listdir(store.run_dir("a", 1)) if name.endswith(".tmp")]
+
+
+def test_unknown_job(store):
+    with pytest.raises(UnknownJob, match="no job named 'nope'"):
+        store.load("nope")
+
+
+def test_corrupt_record_is_reported_alone(store):
+    for name in ("good1", "bad", "good2"):
+        store.create(JobRecord(name=name, backend="host"))
+    path = store.run_dir("bad", 1) / "record.json"
+    path.write_text(path.read_text()[:20])
+    with pytest.raises(CorruptRecord, match="'bad'"):
+        store.load("bad")
+    items = list(store.records())
+    assert [item.name for item in items if isinstance(item, JobRecord)] == ["good1", "good2"]
+    assert [str(item) for item in items if isinstance(item, CorruptRecord)][0].count("\n") == 0
+
+
+def test_foreign_entries_in_the_jobs_dir_are_ignored(store):
+    store.create(JobRecord(name="a", backend="host"))
+    (store.jobs_dir / ".hidden").mkdir()
+    (store.jobs_dir / "has space").mkdir()
+    assert store.names() == ["a"]
+
+
+def test_fingerprint_key_is_stable(store):
+    key = store.fingerprint_key()
+    assert len(key) == 32 and JobStore(store.home).fingerprint_key() == key
+
+
+def test_record_file_is_plain_json(store):
+    store.create(JobRecord(name="a", backend="host", options={"env_keys": ["K"]}))
+    data = json.loads((store.run_dir("a", 1) / "record.json").read_text())
+    assert data["name"] == "a" and data["status"] == "pending"

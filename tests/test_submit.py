@@ -1,0 +1,105 @@
+import os
+
+import pytest
+
+from jupyter_trainer.errors import NameInUse, TrainerError
+from jupyter_trainer.job import Job, get_job, list_jobs
+from jupyter_trainer.jobs import Status
+from jupyter_trainer.spec import DetachedSpec
+from jupyter_trainer.submit import submit_detached
+
+
+def fake_spec(script="print(1)", env=None):
+    return DetachedSpec(script=script, backend="fake", workdir=os.getcwd(), env=env or {})
+
+
+def snapshot(store):
+    """Every file in the store with its content (the store 'as it was')."""
+    files = {}
+    for root, _, names in os.walk(store.home):
+        for name in names:
+            path = os.path.join(root, name)
+            with open(path, "rb") as handle:
+                files[path] = handle.read()
+    return files
+
+
+def test_same_cell_attaches_and_starts_nothing(store, fake_backend):
+    first = submit_detached(fake_spec(), name="exp", store=store)
+    assert not first.attached and fake_backend.launched == ["exp"]
+    again = submit_detached(fake_spec(), name="exp", store=store)
+    assert again.attached and "attached" in again.message and fake_backend.launched == ["exp"]
+    fake_backend.finish("exp", 0)
+    assert submit_detached(fake_spec(), name="exp", store=store).attached  # finished: still attaches
+    assert fake_backend.launched == ["exp"]
+
+
+def test_different_cell_under_a_running_name_is_refused(store, fake_backend):
+    submit_detached(fake_spec(), name="exp", store=store)
+    get_job("exp", store)  # settle the observed status, which a refresh records
+    before = snapshot(store)
+    with pytest.raises(NameInUse, match="running with a different cell"):
+        submit_detached(fake_spec("print(2)"), name="exp", store=store)
+    with pytest.raises(NameInUse):  # --rerun does not replace a running job
+        submit_detached(fake_spec("print(2)"), name="exp", store=store, rerun=True)
+    assert snapshot(store) == before
+
+
+def test_different_cell_under_a_finished_name_needs_rerun(store, fake_backend):
+    submit_detached(fake_spec(), name="exp", store=store)
+    fake_backend.finish("exp", 1)
+    get_job("exp", store)
+    before = snapshot(store)
+    with pytest.raises(NameInUse, match="--rerun"):
+        submit_detached(fake_spec("print(2)"), name="exp", store=store)
+    assert snapshot(store) == before
+    rerun = submit_detached(fake_spec("print(2)"), name="exp", store=store, rerun=True)
+    assert rerun.job.run == 2 and not rerun.attached
+    assert store.runs("exp") == [1, 2] and store.load("exp", 1).status is Status.FAILED  # history kept
+    assert submit_detached(fake_spec("print(2)"), name="exp", store=store, rerun=True).attached
+
+
+def test_env_value_is_part_of_the_cell_but_never_stored(store, fake_backend):
+    submit_detached(fake_spec(env={"TOKEN": "hunter2"}), name="exp", store=store)
+    with pytest.raises(NameInUse):
+        submit_detached(fake_spec(env={"TOKEN": "other"}), name="exp", store=store)
+    assert not any(b"hunter2" in content for content in snapshot(store).values())
+
+
+def test_unnamed_cells_get_a_name_per_cell(store, fake_backend):
+    a = submit_detached(fake_spec(), store=store)
+    assert submit_detached(fake_spec(), store=store).job.name == a.job.name
+    b = submit_detached(fake_spec("print(2)"), store=store)
+    assert b.job.name != a.job.name and fake_backend.launched == [a.job.name, b.job.name]
+
+
+def test_failed_launch_leaves_the_store_as_it_was(store, fake_backend):
+    submit_detached(fake_spec(), name="other", store=store)
+    before = snapshot(store)
+    fake_backend.fail_launch = TrainerError("image 'x' is not on this machine")
+    with pytest.raises(TrainerError):
+        submit_detached(fake_spec(), name="exp", store=store)
+    assert snapshot(store) == before and store.names() == ["other"]
+
+
+def test_stop_marks_the_job_stopped(store, fake_backend):
+    job = submit_detached(fake_spec(), name="exp", store=store).job
+    assert job.status is Status.RUNNING
+    job.stop()
+    assert fake_backend.stopped == [("exp", False)]
+    assert get_job("exp", store).status is Status.STOPPED and job.exit_code == 143
+
+
+def test_vanished_process_is_lost_with_its_reason(store, fake_backend):
+    submit_detached(fake_spec(), name="exp", store=store)
+    fake_backend.vanish("exp", "container c was removed while the job ran")
+    job = get_job("exp", store)
+    assert job.status is Status.LOST and job.reason == "container c was removed while the job ran"
+    fake_backend.finish("exp", 0)  # final states stay final
+    assert Job.load("exp", store).status is Status.LOST
+
+
+def test_list_jobs(store, fake_backend):
+    for name in ("b", "a"):
+        submit_detached(fake_spec(name), name=name, store=store)
+    assert [job.name for job in list_jobs(store)] == ["b", "a"]
