@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import functools
+import shlex
 
 from IPython.core.error import UsageError
 from IPython.core.magic import Magics, cell_magic, line_magic, magics_class
-from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
+from IPython.core.magic_arguments import argument, magic_arguments
 from traitlets import Bool, Int, Unicode
 
 from . import summary
@@ -27,6 +28,15 @@ def user_errors(method):
             raise UsageError(str(error)) from None
 
     return wrapper
+
+
+def parse_line(magic, line: str):
+    """Parse a magic's line the way a shell would split it (quotes removed), then with its argparse parser."""
+    try:
+        argv = shlex.split(line)
+    except ValueError as exc:
+        raise UsageError(f"cannot split the options into words ({exc}): check the quotes") from None
+    return magic.parser.parse_args(argv)
 
 
 def job_display_options(func):
@@ -86,19 +96,19 @@ class TrainerMagics(Magics):
         """Run the cell as a training script, detached: it outlives the kernel, the notebook and the SSH session."""
         from .submit import submit_detached
 
-        args = parse_argstring(self.train_detached, line)
-        host = args.host if args.host is not None else self.host
+        args = parse_line(self.train_detached, line)
+        host = _pick(args.host, self.host)
         use_config = not args.host  # an explicit --host ignores configured container defaults
         spec = build_spec(
             cell,
             host=host,
-            image=args.image or (self.image if use_config else None),
-            container=args.container or (self.container if use_config else None),
-            workdir=args.workdir or self.workdir,
-            gpus=args.gpus or (self.gpus if use_config else None),
+            image=_pick(args.image, self.image if use_config else None),
+            container=_pick(args.container, self.container if use_config else None),
+            workdir=_pick(args.workdir, self.workdir),
+            gpus=_pick(args.gpus, self.gpus if use_config else None),
             env=args.env,
-            interpreter=args.interpreter or self.interpreter,
-            stop_container_when_done=_flag(args.stop_container_when_done, self.stop_container_when_done and use_config),
+            interpreter=_pick(args.interpreter, self.interpreter),
+            stop_container_when_done=_pick(args.stop_container_when_done, self.stop_container_when_done and use_config),
             metrics=args.metric,
         )
         submission = submit_detached(spec, name=args.name, rerun=args.rerun, store=self._store())
@@ -114,7 +124,7 @@ class TrainerMagics(Magics):
     @user_errors
     def train_jobs(self, line):
         """A table of jobs: name, backend, status, started, duration, exit code."""
-        args = parse_argstring(self.train_jobs, line)
+        args = parse_line(self.train_jobs, line)
         print(summary.jobs_table(refreshed_records(self._store(), all_runs=args.all)))
 
     @magic_arguments()
@@ -123,7 +133,7 @@ class TrainerMagics(Magics):
     @user_errors
     def train_attach(self, line):
         """Show an existing job (from any kernel)."""
-        args = parse_argstring(self.train_attach, line)
+        args = parse_line(self.train_attach, line)
         self._show(Job.load(args.name, self._store()), widget=self.widget)
 
     @magic_arguments()
@@ -134,7 +144,7 @@ class TrainerMagics(Magics):
     @user_errors
     def train_logs(self, line):
         """Print the job's log (collapsed progress bars); --follow keeps printing until the job ends."""
-        args = parse_argstring(self.train_logs, line)
+        args = parse_line(self.train_logs, line)
         if args.lines is not None and args.lines < 0:
             raise UsageError("-n expects a number of lines, 0 or more")
         job = Job.load(args.name, self._store())
@@ -155,7 +165,7 @@ class TrainerMagics(Magics):
     @user_errors
     def train_stop(self, line):
         """Stop the job (its whole process group); --container also stops its container."""
-        args = parse_argstring(self.train_stop, line)
+        args = parse_line(self.train_stop, line)
         job = Job.load(args.name, self._store()).stop(container=args.container)
         print(summary.one_line(job.record))
 
@@ -167,5 +177,6 @@ class TrainerMagics(Magics):
         print(f"Follow with %train_logs {job.name} --follow, stop with %train_stop {job.name}.")
 
 
-def _flag(given, default: bool) -> bool:
-    return bool(default) if given is None else bool(given)
+def _pick(flag, configured):
+    """A flag always wins over config, even an empty one."""
+    return configured if flag is None else flag

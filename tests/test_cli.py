@@ -1,0 +1,87 @@
+"""The jupyter-trainer command, run as a separate process on the same store."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from jupyter_trainer.spec import build_spec
+from jupyter_trainer.submit import submit_detached
+
+
+def cli(*args, timeout=60):
+    return subprocess.run(
+        [sys.executable, "-m", "jupyter_trainer.cli", *args], capture_output=True, text=True, timeout=timeout
+    )
+
+
+def host_job(name, script, workdir, **options):
+    spec = build_spec(script, host=True, image=None, container=None, workdir=str(workdir), gpus=None, **options)
+    return submit_detached(spec, name=name).job
+
+
+def test_list_and_status(home, workdir):
+    job = host_job("listed", "print('x')\n", workdir, env=["API_TOKEN=hunter2"])
+    job.wait(timeout=30)
+    listing = cli("list")
+    assert listing.returncode == 0 and "listed" in listing.stdout and "completed" in listing.stdout
+    rows = json.loads(cli("list", "--json").stdout)
+    assert [row["name"] for row in rows] == ["listed"]
+    status = cli("status", "listed", "--json")
+    data = json.loads(status.stdout)
+    assert {k: data[k] for k in ("name", "backend", "status", "exit_code")} == {
+        "name": "listed", "backend": "host", "status": "completed", "exit_code": 0,
+    }  # fmt: skip
+    assert "hunter2" not in status.stdout and "API_TOKEN" in status.stdout
+    assert "completed" in cli("status", "listed").stdout
+
+
+def test_logs_tail_and_follow(home, workdir):
+    script = "import time\nfor i in range(5):\n    print('line', i)\n    time.sleep(0.2)\n"
+    host_job("talker", script, workdir)
+    followed = cli("logs", "talker", "-f")
+    assert followed.returncode == 0
+    assert followed.stdout.splitlines() == [f"line {i}" for i in range(5)]
+    assert cli("logs", "talker", "-n", "2").stdout == "line 3\nline 4\n"
+    assert cli("logs", "talker").stdout.count("\n") == 5
+
+
+def test_stop(home, workdir):
+    host_job("sleepy", "import time\ntime.sleep(600)\n", workdir)
+    result = cli("stop", "sleepy")
+    assert result.returncode == 0 and "sleepy" in result.stdout
+    status = json.loads(cli("status", "sleepy", "--json").stdout)
+    assert status["status"] in ("running", "stopped")
+    from jupyter_trainer.job import Job
+
+    assert Job.load("sleepy").wait(timeout=30).value == "stopped"
+
+
+@pytest.mark.parametrize(
+    "args, words",
+    [
+        (("status", "nope"), "no job named 'nope'"),
+        (("logs", "nope"), "no job named 'nope'"),
+        (("stop", "nope"), "no job named 'nope'"),
+        (("status", "../etc"), "invalid job name"),
+        (("bogus",), "invalid choice"),
+        (("logs", "x", "-n", "many"), "invalid int value"),
+        ((), "required"),
+    ],
+)
+def test_user_errors_are_one_line_and_exit_1(home, args, words):
+    result = cli(*args)
+    assert result.returncode == 1
+    assert result.stderr.count("\n") == 1 and words in result.stderr and "Traceback" not in result.stderr
+
+
+def test_corrupt_record_is_reported_and_the_rest_still_list(home, workdir):
+    for name in ("good", "bad"):
+        host_job(name, f"print('{name}')\n", workdir).wait(timeout=30)
+    path = home / "jobs" / "bad" / "1" / "record.json"
+    path.write_text(path.read_text()[:30])
+    listing = cli("list")
+    assert listing.returncode == 0 and "good" in listing.stdout and "'bad'" in listing.stdout
+    status = cli("status", "bad")
+    assert status.returncode == 1 and "unreadable" in status.stderr

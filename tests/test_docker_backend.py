@@ -1,0 +1,123 @@
+"""What only the Docker backend does: containers it creates, reuses, stops, and ones it did not create."""
+
+import pytest
+
+from conftest import wait_for
+from jupyter_trainer.backends.docker import default_container_name
+from jupyter_trainer.errors import BackendUnavailable, ImageNotFound, InvalidOption
+from jupyter_trainer.job import Job, get_job
+from jupyter_trainer.jobs import Status
+from jupyter_trainer.spec import build_spec
+from jupyter_trainer.submit import submit_detached
+
+pytestmark = pytest.mark.docker
+
+
+def docker_spec(script, workdir, image=None, container=None, **options):
+    return build_spec(script, host=False, image=image, container=container, workdir=str(workdir), gpus=None, **options)
+
+
+def test_container_is_created_once_persistent_and_labelled(docker_client, docker_image, workdir, home):
+    first = submit_detached(docker_spec("print(1)\n", workdir, docker_image), name="one").job
+    second = submit_detached(docker_spec("print(2)\n", workdir, docker_image), name="two").job
+    assert first.record.runtime["container_id"] == second.record.runtime["container_id"]
+    container = docker_client.containers.get(first.record.runtime["container_id"])
+    assert container.name == default_container_name(docker_image, str(workdir))
+    assert container.labels["jupyter_trainer"] == "1" and container.attrs["HostConfig"]["Init"] is True
+    assert {m["Destination"] for m in container.attrs["Mounts"]} == {"/workspace", "/jupyter_trainer/jobs"}
+    for job in (first, second):
+        assert job.wait(timeout=60) is Status.COMPLETED
+    container.reload()
+    assert container.status == "running"  # it outlives its jobs
+
+
+def test_stop_container_when_done_frees_the_container(docker_client, docker_image, workdir, home):
+    job = submit_detached(
+        docker_spec("print('trained')\n", workdir, docker_image, stop_container_when_done=True), name="once"
+    ).job
+    assert job.wait(timeout=60) is Status.COMPLETED
+    container = docker_client.containers.get(job.record.runtime["container_id"])
+    wait_for(lambda: container.reload() or container.status == "exited", timeout=30, what="the container to stop")
+    assert get_job("once").status is Status.COMPLETED and get_job("once").logs() == "trained\n"
+    # the next job starts the stopped container again
+    again = submit_detached(docker_spec("print('again')\n", workdir, docker_image), name="again").job
+    assert again.wait(timeout=60) is Status.COMPLETED and again.logs() == "again\n"
+
+
+def test_stop_container_when_done_waits_for_other_jobs(docker_client, docker_image, workdir, home):
+    long = submit_detached(docker_spec("import time\ntime.sleep(4)\n", workdir, docker_image), name="long").job
+    wait_for(lambda: long.status is Status.RUNNING, what="the long job to run")
+    short = submit_detached(
+        docker_spec("print(1)\n", workdir, docker_image, stop_container_when_done=True), name="short"
+    ).job
+    assert short.wait(timeout=60) is Status.COMPLETED
+    container = docker_client.containers.get(short.record.runtime["container_id"])
+    assert container.status == "running" and long.status is Status.RUNNING
+    assert long.wait(timeout=60) is Status.COMPLETED
+
+
+def test_stop_with_container(docker_client, docker_image, workdir, home):
+    job = submit_detached(docker_spec("import time\ntime.sleep(600)\n", workdir, docker_image), name="sleeper").job
+    wait_for(lambda: job.status is Status.RUNNING, what="the job to run")
+    job.stop(container=True)
+    assert job.wait(timeout=30) is Status.STOPPED
+    container = docker_client.containers.get(job.record.runtime["container_id"])
+    assert container.status == "exited"
+
+
+def test_removed_container_makes_the_job_lost(docker_client, docker_image, workdir, home):
+    job = submit_detached(docker_spec("import time\ntime.sleep(600)\n", workdir, docker_image), name="orphan").job
+    wait_for(lambda: job.status is Status.RUNNING, what="the job to run")
+    docker_client.containers.get(job.record.runtime["container_id"]).remove(force=True)
+    job = get_job("orphan")
+    assert job.status is Status.LOST and "was removed" in job.reason
+
+
+def test_container_it_did_not_create_is_used_as_is(docker_client, docker_image, workdir, home):
+    foreign = docker_client.containers.run(docker_image, ["sleep", "infinity"], detach=True, init=True)
+    try:
+        script = "import os\nprint('inside', os.environ['K'])\nraise SystemExit(5)\n"
+        job = submit_detached(docker_spec(script, workdir, container=foreign.name, env=["K=v"]), name="guest").job
+        assert job.record.runtime["mounted"] is False
+        assert job.wait(timeout=60) is Status.FAILED and job.exit_code == 5
+        assert job.logs() == "inside v\n" and job.logs(tail=1) == "inside v\n"
+        lines = list(Job.load("guest").follow())
+        assert lines == ["inside v"]
+    finally:
+        foreign.remove(force=True)
+
+
+def test_missing_image_is_one_clear_error_and_no_record(docker_client, docker_image, workdir, store):
+    with pytest.raises(ImageNotFound) as info:
+        submit_detached(docker_spec("print(1)\n", workdir, "jupyter-trainer-no-such-image:1"), name="x")
+    assert "\n" not in str(info.value) and "could not be pulled" in str(info.value)
+    assert store.names() == []
+
+
+def test_unknown_container_without_image(docker_client, docker_image, workdir, store):
+    with pytest.raises(InvalidOption, match="no container named 'nobody-here'"):
+        submit_detached(docker_spec("print(1)\n", workdir, container="nobody-here"), name="x")
+    assert store.names() == []
+
+
+def test_gpus_without_a_gpu_runtime(docker_client, docker_image, workdir, store):
+    if docker_client.info().get("Runtimes", {}).get("nvidia"):
+        pytest.skip("this engine has an NVIDIA runtime")
+    spec = build_spec("print(1)\n", host=False, image=docker_image, container=None, workdir=str(workdir), gpus="all")
+    with pytest.raises(BackendUnavailable) as info:
+        submit_detached(spec, name="gpu")
+    assert "GPU" in str(info.value) and "\n" not in str(info.value)
+    assert store.names() == []
+
+
+def test_unreachable_engine(workdir, store, monkeypatch):
+    from jupyter_trainer.backends import _instances
+
+    monkeypatch.setenv("DOCKER_HOST", "unix:///nonexistent/docker.sock")
+    monkeypatch.delitem(_instances, "docker", raising=False)
+    try:
+        with pytest.raises(BackendUnavailable, match="no Docker engine reachable at unix:///nonexistent"):
+            submit_detached(docker_spec("print(1)\n", workdir, "python:3.11-slim"), name="x")
+    finally:
+        _instances.pop("docker", None)
+    assert store.names() == []

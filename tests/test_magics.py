@@ -1,0 +1,144 @@
+"""The magics in a real IPython shell, on the --host backend."""
+
+import os
+
+import pytest
+from IPython.core.interactiveshell import InteractiveShell
+
+from conftest import wait_for
+from jupyter_trainer.job import get_job
+from jupyter_trainer.jobs import Status
+
+
+@pytest.fixture(scope="module")
+def shell():
+    ip = InteractiveShell.instance()
+    ip.run_line_magic("load_ext", "jupyter_trainer")
+    return ip
+
+
+@pytest.fixture
+def ip(shell, home, workdir, monkeypatch):
+    monkeypatch.chdir(workdir)
+    magics = shell.magics_manager.registry["TrainerMagics"]
+    defaults = {name: getattr(magics, name) for name in magics.trait_names() if magics.trait_metadata(name, "config")}
+    yield shell
+    for name, value in defaults.items():
+        setattr(magics, name, value)
+
+
+def run(ip, capsys, source):
+    result = ip.run_cell(source)
+    out, err = capsys.readouterr()
+    return result, out + err
+
+
+def store_files(home):
+    return sorted(os.path.join(root, n) for root, _, names in os.walk(home) for n in names if n != "record.lock")
+
+
+def test_loading_imports_no_heavy_library():
+    from conftest import run_python
+
+    code = (
+        "from IPython.core.interactiveshell import InteractiveShell\n"
+        "InteractiveShell.instance().run_line_magic('load_ext', 'jupyter_trainer')\n"
+        "import sys; print(sorted(m for m in ('sagemaker', 'boto3', 'botocore', 'docker') if m in sys.modules))"
+    )
+    assert run_python(code).stdout.strip() == "[]"
+
+
+def test_every_magic_has_help(ip, capsys):
+    for magic, words in [
+        ("%%train_detached?", "--stop-container-when-done"),
+        ("%train_jobs?", "--all"),
+        ("%train_logs?", "--follow"),
+        ("%train_stop?", "--container"),
+        ("%train_attach?", "name"),
+    ]:
+        _, out = run(ip, capsys, magic)
+        assert words in out, magic
+
+
+def test_submit_attach_and_rerun(ip, capsys):
+    cell = "%%train_detached --host --name m1 --no-widget\nprint('from the cell')\n"
+    result, out = run(ip, capsys, cell)
+    assert result.success and "m1: " in out
+    assert get_job("m1").wait(timeout=30) is Status.COMPLETED
+    result, out = run(ip, capsys, cell)
+    assert "attached to it, nothing new was started" in out
+    result, out = run(ip, capsys, "%%train_detached --host --name m1 --no-widget\nprint('changed')\n")
+    assert not result.success and "--rerun" in out and out.count("\n") == 1
+    result, out = run(ip, capsys, "%%train_detached --host --name m1 --no-widget --rerun\nprint('changed')\n")
+    assert result.success and get_job("m1").run == 2
+
+
+def test_line_magics(ip, capsys):
+    run(ip, capsys, "%%train_detached --host --name talk --no-widget\nfor i in range(3): print('line', i)\n")
+    get_job("talk").wait(timeout=30)
+    _, out = run(ip, capsys, "%train_jobs")
+    assert "talk" in out and "completed" in out and "exit code" in out
+    _, out = run(ip, capsys, "%train_logs talk -n 2")
+    assert out == "line 1\nline 2\n"
+    _, out = run(ip, capsys, "%train_logs talk --follow")
+    assert out.startswith("line 0\nline 1\nline 2\n") and "completed" in out
+    _, out = run(ip, capsys, "%train_attach talk")
+    assert "talk: completed" in out
+
+
+def test_stop_magic(ip, capsys):
+    run(ip, capsys, "%%train_detached --host --name long --no-widget\nimport time\ntime.sleep(600)\n")
+    wait_for(lambda: get_job("long").status is Status.RUNNING, what="the job to run")
+    result, out = run(ip, capsys, "%train_stop long")
+    assert result.success
+    assert get_job("long").wait(timeout=30) is Status.STOPPED
+
+
+def test_config_sets_defaults_and_flags_win(ip, capsys):
+    run(ip, capsys, "%config TrainerMagics.host = True")
+    run(ip, capsys, "%config TrainerMagics.interpreter = 'python3 -I'")
+    result, _ = run(ip, capsys, "%%train_detached --name cfg --no-widget\nimport sys\nprint(sys.flags.isolated)\n")
+    assert result.success and get_job("cfg").wait(timeout=30) is Status.COMPLETED
+    assert get_job("cfg").logs() == "1\n"
+    result, _ = run(
+        ip, capsys, "%%train_detached --name flag --interpreter python3 --no-widget\nimport sys\nprint(sys.flags.isolated)\n"
+    )
+    assert get_job("flag").wait(timeout=30) is Status.COMPLETED and get_job("flag").logs() == "0\n"
+
+
+@pytest.mark.parametrize(
+    "line, words",
+    [
+        ("--host --name ../up", "invalid job name"),
+        ("--host --name 'has space'", "invalid job name"),
+        ("--host --name " + "x" * 200, "invalid job name"),
+        ("--host --bogus", "unrecognized arguments"),
+        ("--host --name", "expected one argument"),
+        ("--host --env NOVALUE", "--env expects KEY=VALUE"),
+        ("--gpus lots --image python:3.11", "--gpus expects"),
+        ("--host --metric 'loss=([0-9]'", "bad regular expression"),
+        ("--host --interpreter ''", "--interpreter is empty"),
+        ("--host --image python:3.11", "--host runs without a container"),
+        ("--name x", "no image or container given"),
+        ("--host --workdir /no/such/dir", "is not a directory"),
+    ],
+)
+def test_bad_input_is_one_line_and_changes_nothing(ip, capsys, home, line, words):
+    run(ip, capsys, "%%train_detached --host --name keep --no-widget\nprint(1)\n")
+    before = store_files(home)
+    result, out = run(ip, capsys, f"%%train_detached {line}\nprint(1)\n")
+    assert not result.success and words in out, out
+    assert out.count("\n") == 1 and "Traceback" not in out
+    assert store_files(home) == before
+
+
+def test_empty_cell_and_unknown_jobs(ip, capsys):
+    for source, words in [
+        ("%%train_detached --host\n\n", "the cell is empty"),
+        ("%train_logs ghost", "no job named 'ghost'"),
+        ("%train_stop ghost", "no job named 'ghost'"),
+        ("%train_attach ghost", "no job named 'ghost'"),
+        ("%train_logs ghost -n -3", "-n expects"),
+    ]:
+        result, out = run(ip, capsys, source)
+        assert not result.success and words in out and out.count("\n") == 1, source
