@@ -13,6 +13,7 @@ import io
 import os
 import re
 import tarfile
+import time
 from pathlib import Path, PurePosixPath
 
 from ..errors import BackendUnavailable, ImageNotFound, InvalidOption, TrainerError
@@ -208,8 +209,8 @@ class DockerBackend:
                 device_requests=gpu_requests(spec.gpus),
             )
         except docker.errors.APIError as exc:
-            if exc.status_code == 409:  # another process created it a moment ago
-                return self.client.containers.get(name)
+            if exc.status_code == 409:  # another process is creating it this moment
+                return self._wait_for_container(name)
             detail = exc.explanation or str(exc)
             if spec.gpus and "gpu" in str(detail).lower():
                 raise BackendUnavailable(
@@ -217,6 +218,19 @@ class DockerBackend:
                     "install the NVIDIA Container Toolkit, or drop --gpus",
                 ) from exc
             raise TrainerError(f"Docker could not create container {name!r}: {detail}") from exc
+
+    def _wait_for_container(self, name: str, timeout: float = 30.0):
+        import docker
+
+        # the engine reserves the name before the container can be inspected
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                return self.client.containers.get(name)
+            except docker.errors.NotFound:
+                if time.monotonic() > deadline:
+                    raise TrainerError(f"container {name!r} is being created by another process and has not appeared")
+                time.sleep(0.1)
 
     def _ensure_image(self, image: str) -> None:
         import docker
