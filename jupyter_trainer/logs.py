@@ -15,6 +15,7 @@ from .spec import Metric
 
 ANSI_ESCAPE = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(\x07|\x1b\\)")
 BLOCK_SIZE = 64 * 1024
+MAX_PENDING = 64 * 1024  # an unended line kept beyond this is cut at its last redraw (\r)
 DEFAULT_METRICS = (Metric("loss", r"\bloss\b\s*[:=]?\s*([-+]?\d*\.?\d+(?:[eE][-+]?\d+)?)"),)
 
 
@@ -90,10 +91,18 @@ class LogCursor:
         data = self._partial + data
         cut = data.rfind(b"\n")
         if cut < 0:
-            self._partial = data
+            self._partial = self._bounded(data)
             return []
-        self._partial = data[cut + 1 :]
+        self._partial = self._bounded(data[cut + 1 :])
         return data[:cut].decode("utf-8", errors="replace").split("\n")
+
+    @staticmethod
+    def _bounded(partial: bytes) -> bytes:
+        """A progress bar redraws with \r and never ends its line: keep its last state only."""
+        if len(partial) <= MAX_PENDING:
+            return partial
+        redraw = partial.rfind(b"\r", 0, len(partial) - 1)
+        return partial[redraw + 1 :] if redraw >= 0 else partial[-MAX_PENDING:]
 
 
 class MetricParser:

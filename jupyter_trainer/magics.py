@@ -6,6 +6,7 @@ import functools
 import shlex
 
 from IPython.core.error import UsageError
+from IPython.display import display
 from IPython.core.magic import Magics, cell_magic, line_magic, magics_class
 from IPython.core.magic_arguments import argument, magic_arguments
 from traitlets import Bool, Int, Unicode
@@ -172,9 +173,18 @@ class TrainerMagics(Magics):
     # -- display -----------------------------------------------------------------
 
     def _show(self, job: Job, widget: bool) -> None:
+        from .widget import JobWidget, poller, widgets_supported
+
         job.refresh()
+        if widget and widgets_supported(self.shell):
+            view = JobWidget(job, log_lines=self.log_lines)
+            display(view)
+            if not view.monitor.finished:
+                poller().watch(view)
+            return
         print(summary.one_line(job.record))
-        print(f"Follow with %train_logs {job.name} --follow, stop with %train_stop {job.name}.")
+        if not job.record.status.is_final:
+            print(f"Follow with %train_logs {job.name} --follow, stop with %train_stop {job.name}.")
 
 
 def _pick(flag, configured):

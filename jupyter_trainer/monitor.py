@@ -1,0 +1,163 @@
+"""What a job's widget shows, as plain state: the model behind the view.
+
+A `JobMonitor` follows one job: it reads the log from where it left off (a
+bounded amount per poll), keeps the last lines and the metric series, and
+renders them as HTML. It imports no widget library and takes the time as an
+argument, so it is tested without a frontend and without sleeping.
+"""
+
+from __future__ import annotations
+
+import html
+import re
+from collections import deque
+
+from .job import Job
+from .jobs import Status, describe_exit_code
+from .logs import ANSI_ESCAPE, LogCursor, MetricParser, clean_line, tail_lines
+from .plot import MetricSeries, charts_html
+from .spec import Metric
+from .summary import format_duration, where
+
+STATUS_COLOURS = {
+    Status.PENDING: "#6c757d",
+    Status.RUNNING: "#0d6efd",
+    Status.COMPLETED: "#198754",
+    Status.FAILED: "#dc3545",
+    Status.STOPPED: "#fd7e14",
+    Status.LOST: "#6f42c1",
+}
+# What the view's final colour is, in ipywidgets' bar_style words.
+BAR_STYLES = {Status.COMPLETED: "success", Status.FAILED: "danger", Status.STOPPED: "warning", Status.LOST: "danger"}
+
+READ_BUDGET = 8 << 20  # log bytes read per poll: a fast writer is caught up over a few polls
+
+
+class JobMonitor:
+    def __init__(self, job: Job, log_lines: int = 200, read_budget: int = READ_BUDGET):
+        self.job = job
+        self.lines: deque[str] = deque(maxlen=log_lines)
+        self.metrics = MetricSeries()
+        self.parser = MetricParser(Metric(name, regex) for name, regex in job.record.options.get("metrics", []))
+        self.cursor = LogCursor(chunk_size=1 << 20)
+        self.read_budget = read_budget
+        self.caught_up = False
+        self.lines_seen = 0
+        self.history_end = 0  # log bytes that existed when the view opened (shown as a tail)
+
+    @property
+    def record(self):
+        return self.job.record
+
+    @property
+    def finished(self) -> bool:
+        """Nothing more will change: the job has ended and its log is read."""
+        return self.record.status.is_final and self.caught_up
+
+    # -- reading -----------------------------------------------------------
+
+    def refresh_status(self) -> bool:
+        before = (self.record.status, self.record.exit_code, self.record.reason)
+        self.job.refresh()
+        return before != (self.record.status, self.record.exit_code, self.record.reason)
+
+    def start(self) -> None:
+        """Show the log's last lines at once; metrics catch up from the start over later polls."""
+        source = self.job.log_source()
+        self.history_end = source.size()
+        tail = tail_lines(source, self.lines.maxlen or 0)
+        if tail and self.history_end and source.read(self.history_end - 1, 1) != b"\n":
+            tail.pop()  # an unfinished last line: the cursor will show it as it grows
+        self.lines.extend(tail)
+
+    def read_log(self) -> bool:
+        """Read what the log gained, up to the budget; True if anything shown changed."""
+        source = self.job.log_source()
+        budget = self.read_budget
+        changed = False
+        while budget > 0:
+            in_history = self.cursor.offset < self.history_end
+            limit = min(budget, self.cursor.chunk_size)
+            if in_history:  # never read across the point where the shown tail ends
+                limit = min(limit, self.history_end - self.cursor.offset)
+            before = self.cursor.offset
+            pending_before = self.cursor.pending if not in_history else None
+            lines = self.cursor.read(source, limit=limit)
+            read = self.cursor.offset - before
+            if read == 0:
+                self.caught_up = True
+                return changed
+            budget -= read
+            self._take(lines, show=not in_history)
+            changed = changed or not in_history and (bool(lines) or self.cursor.pending != pending_before)
+        self.caught_up = source.size() <= self.cursor.offset
+        return changed
+
+    def _take(self, lines: list[str], show: bool) -> None:
+        if not lines:
+            return
+        self.lines_seen += len(lines)
+        text = "\n".join(lines)
+        if "\x1b" in text:
+            text = ANSI_ESCAPE.sub("", text)
+        for name, pattern in self.parser.patterns:
+            for match in pattern.finditer(text):
+                try:
+                    self.metrics.add(name, float(match.group(1)))
+                except (TypeError, ValueError):
+                    pass
+        if show:
+            keep = lines[-self.lines.maxlen :] if self.lines.maxlen else []
+            self.lines.extend(clean_line(line) for line in keep)
+
+    # -- rendering ---------------------------------------------------------
+
+    def header_html(self, now: float) -> str:
+        record = self.record
+        colour = STATUS_COLOURS[record.status]
+        elapsed = None
+        if record.started_at is not None:
+            end = record.ended_at if record.ended_at is not None else now
+            elapsed = max(0.0, end - record.started_at)
+        parts = [
+            f'<b style="font-size:1.1em">{html.escape(record.name)}</b>',
+            f'<span class="jt-status" style="background:{colour};color:white;border-radius:4px;'
+            f'padding:1px 8px">{record.status.value}</span>',
+            html.escape(f"{record.backend} · {where(record)}"),
+            f"elapsed {format_duration(elapsed)}",
+        ]
+        if record.exit_code is not None:
+            text = "exit code 0" if record.exit_code == 0 else describe_exit_code(record.exit_code)
+            parts.append(f'<span class="jt-exit">{html.escape(text)}</span>')
+        elif record.reason and record.status is not Status.RUNNING:
+            parts.append(f'<span class="jt-reason">{html.escape(record.reason)}</span>')
+        return '<div class="jt-header" style="display:flex;gap:12px;align-items:center">' + "".join(
+            f"<span>{part}</span>" if not part.startswith("<") else part for part in parts
+        ) + "</div>"
+
+    def log_text(self) -> str:
+        lines = list(self.lines)
+        showing_new = self.cursor.offset >= self.history_end
+        pending = clean_line(self.cursor.pending) if self.cursor.pending and showing_new else ""
+        if pending:
+            lines.append(pending)
+        return "\n".join(lines)
+
+    def log_html(self) -> str:
+        text = html.escape(self.log_text()) or '<span style="color:#999">(no output yet)</span>'
+        return (
+            '<pre class="jt-log" style="max-height:320px;overflow-y:auto;margin:0;padding:6px;'
+            'background:#f6f8fa;border:1px solid #e1e4e8;font-size:12px;line-height:1.35;'
+            f'white-space:pre-wrap">{text}</pre>'
+        )
+
+    def plot_html(self) -> str:
+        return charts_html(self.metrics)
+
+    def summary_text(self, now: float) -> str:
+        """The same information as text, for frontends without widgets."""
+        header = re.sub(r"<[^>]+>", " ", self.header_html(now))
+        header = " ".join(html.unescape(header).split())
+        metrics = ", ".join(f"{name} {self.metrics.last(name):.4g}" for name in self.metrics.points)
+        lines = [header] + ([f"metrics: {metrics}"] if metrics else []) + list(self.lines)[-10:]
+        return "\n".join(lines)

@@ -1,0 +1,95 @@
+"""Metric charts as inline SVG: no plotting library, nothing heavy to import, cheap to resend.
+
+A `MetricSeries` keeps a bounded number of points per metric however long the
+job runs: past the bound it keeps every other point, so the curve's shape stays
+while memory does not grow.
+"""
+
+from __future__ import annotations
+
+import html
+import math
+
+PALETTE = ("#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b")
+MAX_POINTS = 1000
+
+
+class MetricSeries:
+    def __init__(self, max_points: int = MAX_POINTS):
+        self.max_points = max_points
+        self.points: dict[str, list[tuple[int, float]]] = {}
+        self.counts: dict[str, int] = {}
+        self._stride: dict[str, int] = {}
+
+    def add(self, name: str, value: float) -> None:
+        if not math.isfinite(value):
+            return
+        index = self.counts.get(name, 0)
+        self.counts[name] = index + 1
+        stride = self._stride.get(name, 1)
+        if index % stride:
+            return
+        points = self.points.setdefault(name, [])
+        points.append((index, value))
+        if len(points) > self.max_points:
+            del points[1::2]
+            self._stride[name] = stride * 2
+
+    def last(self, name: str) -> float | None:
+        points = self.points.get(name)
+        return points[-1][1] if points else None
+
+    def __bool__(self) -> bool:
+        return bool(self.points)
+
+
+def _format(value: float) -> str:
+    if value == 0:
+        return "0"
+    if abs(value) >= 1e4 or abs(value) < 1e-3:
+        return f"{value:.3e}"
+    return f"{value:.4g}"
+
+
+def chart_svg(name: str, points: list[tuple[int, float]], colour: str, width: int = 320, height: int = 140) -> str:
+    """One metric: its curve, its range and its latest value."""
+    left, right, top, bottom = 56, 10, 22, 20
+    plot_w, plot_h = width - left - right, height - top - bottom
+    xs = [x for x, _ in points]
+    ys = [y for _, y in points]
+    x0, x1 = min(xs), max(xs)
+    y0, y1 = min(ys), max(ys)
+    if y0 == y1:
+        y0, y1 = y0 - 0.5, y1 + 0.5
+    span_x = (x1 - x0) or 1
+
+    def project(x: float, y: float) -> str:
+        px = left + (x - x0) / span_x * plot_w
+        py = top + (1 - (y - y0) / (y1 - y0)) * plot_h
+        return f"{px:.1f},{py:.1f}"
+
+    path = " ".join(project(x, y) for x, y in points)
+    label = html.escape(name)
+    return (
+        f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
+        f'viewBox="0 0 {width} {height}" role="img" aria-label="{label}" class="jt-chart">'
+        f'<text x="{left}" y="14" font-size="12" font-family="sans-serif" fill="#333">'
+        f'<tspan font-weight="bold">{label}</tspan> {_format(ys[-1])}</text>'
+        f'<rect x="{left}" y="{top}" width="{plot_w}" height="{plot_h}" fill="#fafafa" stroke="#ddd"/>'
+        f'<text x="{left - 4}" y="{top + 9}" font-size="10" text-anchor="end" fill="#666">{_format(y1)}</text>'
+        f'<text x="{left - 4}" y="{top + plot_h}" font-size="10" text-anchor="end" fill="#666">{_format(y0)}</text>'
+        f'<text x="{left}" y="{height - 5}" font-size="10" fill="#666">{x0 + 1}</text>'
+        f'<text x="{left + plot_w}" y="{height - 5}" font-size="10" text-anchor="end" fill="#666">{x1 + 1}</text>'
+        f'<polyline fill="none" stroke="{colour}" stroke-width="1.5" points="{path}"/>'
+        "</svg>"
+    )
+
+
+def charts_html(series: MetricSeries) -> str:
+    if not series:
+        return ""
+    charts = [
+        chart_svg(name, points, PALETTE[index % len(PALETTE)])
+        for index, (name, points) in enumerate(series.points.items())
+    ]
+    return '<div style="display:flex;flex-wrap:wrap;gap:8px">' + "".join(charts) + "</div>"

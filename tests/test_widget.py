@@ -1,0 +1,169 @@
+"""The widget's logic with a recording comm and an injected clock: no frontend, no sleeping."""
+
+import os
+
+import comm
+import pytest
+from comm.base_comm import BaseComm
+
+from conftest import wait_for
+from jupyter_trainer.job import Job
+from jupyter_trainer.jobs import Status
+from jupyter_trainer.plot import MetricSeries
+from jupyter_trainer.spec import DetachedSpec
+from jupyter_trainer.submit import submit_detached
+from jupyter_trainer.widget import JobWidget, Poller
+
+
+class RecordingComm(BaseComm):
+    sent: list = []
+
+    def publish_msg(self, msg_type, data=None, metadata=None, buffers=None, **keys):
+        RecordingComm.sent.append((self.comm_id, msg_type, data))
+
+
+@pytest.fixture(autouse=True)
+def recording_comm(monkeypatch):
+    RecordingComm.sent = []
+    monkeypatch.setattr(comm, "create_comm", lambda *a, **k: RecordingComm(*a, **k))
+    return RecordingComm.sent
+
+
+class Clock:
+    def __init__(self, now=1000.0):
+        self.now = now
+
+    def __call__(self):
+        return self.now
+
+
+def fake_job(store, name="w", metrics=()):
+    spec = DetachedSpec(script="x", backend="fake", workdir=os.getcwd(), metrics=tuple(metrics))
+    return submit_detached(spec, name=name, store=store).job
+
+
+def append(job, text):
+    with open(job.run_dir / "output.log", "a") as handle:
+        handle.write(text)
+
+
+def updates_of(sent, widget):
+    return [data for comm_id, kind, data in sent if comm_id == widget.model_id and data and data.get("method") == "update"]
+
+
+def test_widget_follows_log_metrics_and_final_status(store, fake_backend):
+    from jupyter_trainer.spec import Metric
+
+    job = fake_job(store, metrics=[Metric("acc", r"acc=([0-9.]+)")])
+    clock = Clock()
+    view = JobWidget(job, log_lines=3, clock=clock)
+    assert "no output yet" in view.log.value and "running" in view.header.value
+    append(job, "".join(f"step {i} acc={i / 10}\n" for i in range(10)))
+    assert view.poll(now=1.0)
+    assert "step 9 acc=0.9" in view.log.value and "step 6" not in view.log.value  # the last 3 lines only
+    assert "<svg" in view.plot.value and "acc" in view.plot.value
+    fake_backend.finish("w", 137)
+    clock.now += 65
+    assert view.poll(now=10.0) is False  # ended and read: the poller can forget it
+    assert "completed" not in view.header.value and "failed" in view.header.value
+    assert "out of memory" in view.header.value
+    assert view.stop_button.disabled and view.stop_button.button_style == "danger"
+
+
+def test_progress_bars_and_colours_are_cleaned(store, fake_backend):
+    job = fake_job(store)
+    view = JobWidget(job, clock=Clock())
+    append(job, "epoch 1\n\x1b[32m 10%|#         |\r 50%|#####     |\r")
+    view.poll(now=1.0)
+    assert " 50%|#####     |" in view.log.value and "10%" not in view.log.value and "\x1b" not in view.log.value
+    append(job, "100%|##########|\r\n")
+    view.poll(now=2.0)
+    assert "100%|##########|" in view.log.value and "50%" not in view.log.value
+
+
+def test_updates_are_rate_limited_whatever_the_print_rate(store, fake_backend, recording_comm):
+    job = fake_job(store)
+    view = JobWidget(job, clock=Clock())
+    before = len(updates_of(recording_comm, view.log))
+    for tick in range(40):  # 40 polls over 2 seconds, each with 1000 new lines
+        append(job, "".join(f"tick {tick} line {i} loss: {i}\n" for i in range(1000)))
+        view.poll(now=100.0 + tick * 0.05)
+    log_updates = len(updates_of(recording_comm, view.log)) - before
+    assert 1 <= log_updates <= 9  # at most 4 a second, not 40
+    view.poll(now=110.0)  # a quiet moment later, the last line shows
+    assert "tick 39 line 999" in view.log.value
+
+
+def test_memory_stays_bounded(store, fake_backend):
+    job = fake_job(store)
+    view = JobWidget(job, log_lines=50, clock=Clock())
+    append(job, "".join(f"loss: {i}\n" for i in range(200_000)))
+    now = 0.0
+    while view.poll(now=now) and not view.monitor.caught_up:
+        now += 1
+    assert len(view.monitor.lines) == 50
+    points = view.monitor.metrics.points["loss"]
+    assert len(points) <= 1000 and points[-1][1] >= 199_000 - 1024
+
+
+def test_an_unended_progress_bar_does_not_grow_memory(store, fake_backend):
+    job = fake_job(store)
+    view = JobWidget(job, clock=Clock())
+    append(job, "".join(f"\r{i:>10}/1000000 it" for i in range(200_000)))
+    view.poll(now=1.0)
+    view.poll(now=2.0)
+    assert len(view.monitor.cursor.pending) <= 64 * 1024
+    assert view.monitor.log_text().endswith("199999/1000000 it")
+
+
+def test_opening_a_big_log_shows_its_tail_at_once(store, fake_backend):
+    job = fake_job(store)
+    append(job, "".join(f"old line {i}\n" for i in range(300_000)))
+    view = JobWidget(job, log_lines=5, clock=Clock())
+    assert "old line 299999" in view.log.value and "old line 299994" not in view.log.value
+    append(job, "new line\n")
+    for now in range(20):  # catching up on metrics must not scroll old lines back into view
+        view.poll(now=float(now))
+        assert "old line 1\n" not in view.log.value
+    assert view.monitor.caught_up and view.log.value.count("new line") == 1
+
+
+def test_stop_button(store, fake_backend):
+    job = fake_job(store)
+    view = JobWidget(job, clock=Clock())
+    view.stop_button.click()
+    assert fake_backend.stopped == [("w", False)]
+    view.poll(now=5.0)
+    assert "stopped" in view.header.value and view.stop_button.description == "stopped"
+
+
+def test_poller_thread_serves_widgets_and_ends(store, fake_backend):
+    job = fake_job(store)
+    view = JobWidget(job, clock=Clock())
+    poller = Poller(interval=0.01)
+    poller.watch(view)
+    append(job, "hello from the job\n")
+    wait_for(lambda: "hello from the job" in view.log.value, timeout=10, what="the poller to show the line")
+    fake_backend.finish("w", 0)
+    wait_for(lambda: poller._thread is None, timeout=10, what="the poller to end")
+    assert poller.widgets == [] and "completed" in view.header.value
+
+
+def test_metric_series_is_bounded_and_keeps_its_shape():
+    series = MetricSeries(max_points=100)
+    for i in range(10_000):
+        series.add("loss", 1 / (i + 1))
+    points = series.points["loss"]
+    assert len(points) <= 100 and points[0] == (0, 1.0) and series.counts["loss"] == 10_000
+    assert all(a[0] < b[0] and a[1] > b[1] for a, b in zip(points, points[1:]))
+    series.add("loss", float("nan"))
+    assert series.counts["loss"] == 10_000
+
+
+def test_text_summary_without_a_widget_frontend(store, fake_backend):
+    job = fake_job(store)
+    append(job, "epoch 1 loss: 0.5\n")
+    view = JobWidget(job, clock=Clock())
+    view.poll(now=1.0)
+    text = view.monitor.summary_text(now=1000.0)
+    assert text.splitlines()[0].startswith("w running fake") and "loss 0.5" in text
