@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import shlex
+import time
 
 from IPython.core.error import UsageError
 from IPython.display import display
@@ -135,7 +136,7 @@ class TrainerMagics(Magics):
     def train_attach(self, line):
         """Show an existing job (from any kernel)."""
         args = parse_line(self.train_attach, line)
-        self._show(Job.load(args.name, self._store()), widget=self.widget)
+        self._show(Job.load(args.name, self._store()), widget=self.widget, detailed=True)
 
     @magic_arguments()
     @argument("name", help="the job's name")
@@ -172,7 +173,8 @@ class TrainerMagics(Magics):
 
     # -- display -----------------------------------------------------------------
 
-    def _show(self, job: Job, widget: bool) -> None:
+    def _show(self, job: Job, widget: bool, detailed: bool = False) -> None:
+        """The widget where a frontend can show it; else text (one line, or the widget's content)."""
         from .widget import JobWidget, poller, widgets_supported
 
         job.refresh()
@@ -182,7 +184,15 @@ class TrainerMagics(Magics):
             if not view.monitor.finished:
                 poller().watch(view)
             return
-        print(summary.one_line(job.record))
+        if detailed:
+            from .monitor import JobMonitor
+
+            monitor = JobMonitor(job, log_lines=self.log_lines)
+            monitor.start()
+            monitor.read_log()
+            print(monitor.summary_text(now=time.time()))
+        else:
+            print(summary.one_line(job.record))
         if not job.record.status.is_final:
             print(f"Follow with %train_logs {job.name} --follow, stop with %train_stop {job.name}.")
 

@@ -145,10 +145,12 @@ class JobMonitor:
 
     def log_html(self) -> str:
         text = html.escape(self.log_text()) or '<span style="color:#999">(no output yet)</span>'
+        # column-reverse keeps the box scrolled to its newest line as lines arrive
         return (
-            '<pre class="jt-log" style="max-height:320px;overflow-y:auto;margin:0;padding:6px;'
-            'background:#f6f8fa;border:1px solid #e1e4e8;font-size:12px;line-height:1.35;'
-            f'white-space:pre-wrap">{text}</pre>'
+            '<div style="display:flex;flex-direction:column-reverse;max-height:320px;overflow-y:auto;'
+            'background:#f6f8fa;border:1px solid #e1e4e8">'
+            '<pre class="jt-log" style="flex:none;overflow:visible;margin:0;padding:6px;font-size:12px;line-height:1.35;'
+            f'white-space:pre-wrap">{text}</pre></div>'
         )
 
     def plot_html(self) -> str:

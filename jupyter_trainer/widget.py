@@ -95,6 +95,7 @@ class JobWidget:
             with self.stop_button.hold_sync():
                 self.stop_button.disabled = True
                 self.stop_button.description = status.value
+                self.stop_button.icon = "check" if status.value == "completed" else "times"
                 self.stop_button.button_style = BAR_STYLES.get(status, "")
         self._dirty = False
 

@@ -83,7 +83,7 @@ def test_line_magics(ip, capsys):
     _, out = run(ip, capsys, "%train_logs talk --follow")
     assert out.startswith("line 0\nline 1\nline 2\n") and "completed" in out
     _, out = run(ip, capsys, "%train_attach talk")
-    assert "talk: completed" in out
+    assert out.startswith("talk completed host") and out.endswith("line 0\nline 1\nline 2\n")
 
 
 def test_stop_magic(ip, capsys):
