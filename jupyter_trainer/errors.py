@@ -48,3 +48,7 @@ class ImageNotFound(TrainerError):
 
 class CorruptRecord(TrainerError):
     """A job record on disk cannot be read."""
+
+
+class StoreError(TrainerError):
+    """The job store cannot be written (a full disk, a read-only directory)."""

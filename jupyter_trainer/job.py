@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import os
 import time
 from pathlib import Path
 from typing import Iterator
 
 from .backends import get_backend
 from .backends.base import Backend
-from .errors import BackendUnavailable, InvalidOption, TrainerError
+from .errors import BackendUnavailable, InvalidOption, StoreError, TrainerError
 from .jobs import JobRecord, Observation, Status, resolve
 from .logs import LogCursor, LogSource, clean_line, read_all_lines, tail_lines
 from .proc import ProcessIdentity
@@ -135,13 +136,20 @@ class Job:
         ):
             return self
 
+        disk_full = outcome.status is Status.FAILED and _disk_full(self.run_dir)
+
         def apply(record: JobRecord) -> None:
             latest = resolve(record, seen)  # again under the lock: a stop may have been asked meanwhile
             record.status, record.exit_code, record.reason = latest.status, latest.exit_code, latest.reason
+            if disk_full and latest.status is Status.FAILED:
+                record.reason += f"; the disk holding its log ({self.run_dir}) is full"
             if latest.status.is_final and record.ended_at is None:
                 record.ended_at = seen.ended_at or time.time()
 
-        self.record = self.store.update(self.name, self.run, apply)
+        try:
+            self.record = self.store.update(self.name, self.run, apply)
+        except StoreError:
+            apply(self.record)  # the store is full or read-only: report the truth, record it later
         return self
 
     def _observe(self) -> Observation:
@@ -161,6 +169,14 @@ class Job:
             return get_backend(self.backend)
         except ValueError:
             raise InvalidOption(f"job {self.name!r} uses the unknown backend {self.backend!r}") from None
+
+
+def _disk_full(path: Path) -> bool:
+    try:
+        stats = os.statvfs(path)
+    except OSError:
+        return False
+    return stats.f_bavail == 0 or stats.f_bfree == 0
 
 
 def get_job(name: str, store: JobStore | None = None) -> Job:

@@ -22,7 +22,7 @@ import secrets
 from pathlib import Path
 from typing import Callable, Iterator
 
-from .errors import CorruptRecord, UnknownJob
+from .errors import CorruptRecord, StoreError, UnknownJob
 from .jobs import NAME_PATTERN, JobRecord, validate_name
 
 RECORD_FILE = "record.json"
@@ -97,12 +97,30 @@ class JobStore:
 
     def create(self, record: JobRecord) -> Path:
         """Claim `record.name` / `record.run`; FileExistsError if taken."""
-        make_private_dir(self.jobs_dir)
-        make_private_dir(self.job_dir(record.name))
         path = self.run_dir(record.name, record.run)
-        os.mkdir(path, 0o700)
-        self._write(path, record)
+        with self.writing():
+            make_private_dir(self.jobs_dir)
+            make_private_dir(self.job_dir(record.name))
+            os.mkdir(path, 0o700)
+        try:
+            self._write(path, record)
+        except StoreError:
+            os.rmdir(path)
+            raise
         return path
+
+    @contextlib.contextmanager
+    def writing(self) -> Iterator[None]:
+        """Turn a failed write (full disk, read-only store) into one clear line."""
+        try:
+            yield
+        except FileExistsError:
+            raise
+        except OSError as exc:
+            raise StoreError(
+                f"cannot write the job store at {self.home} ({exc.strerror or exc})",
+                "free some disk space, or set JUPYTER_TRAINER_HOME to a writable directory",
+            ) from exc
 
     def load(self, name: str, run: int | None = None) -> JobRecord:
         if run is None:
@@ -135,7 +153,8 @@ class JobStore:
     @contextlib.contextmanager
     def locked(self, name: str, run: int) -> Iterator[None]:
         lock_path = self.run_dir(name, run) / LOCK_FILE
-        fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o600)
+        with self.writing():
+            fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o600)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)
             yield
@@ -156,7 +175,8 @@ class JobStore:
 
     def _write(self, run_dir: Path, record: JobRecord) -> None:
         payload = json.dumps(record.to_dict(), indent=1, sort_keys=True).encode()
-        write_private_file(run_dir / RECORD_FILE, payload)
+        with self.writing():
+            write_private_file(run_dir / RECORD_FILE, payload)
 
     # -- the key that makes fingerprints of secrets safe to store ---------
 

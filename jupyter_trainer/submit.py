@@ -85,7 +85,8 @@ def submit_detached(
             f"job {name!r} was just submitted by another process", "see %train_jobs, or choose another --name"
         ) from None
     try:
-        prepare_run_dir(run_dir, spec.script)
+        with store.writing():
+            prepare_run_dir(run_dir, spec.script)
         runtime = backend.launch(record, run_dir, spec)
     except BaseException:
         _discard_run(store, name, run)

@@ -25,6 +25,9 @@ PID_FILE = "pid"
 EXIT_CODE_FILE = "exit_code"
 SUPERVISOR_FILE = "supervise.sh"
 
+# pid and exit_code are overwritten in place by the supervisor: room reserved beforehand.
+RESERVED = b" " * 64
+
 # Seconds between SIGTERM and SIGKILL when a job is stopped, as `docker stop`.
 STOP_GRACE_SECONDS = 10
 
@@ -76,8 +79,9 @@ def prepare_run_dir(run_dir: Path, script: str) -> None:
     write_private_file(run_dir / SCRIPT_FILE, script.encode())
     supervisor = resources.files("jupyter_trainer.backends").joinpath(SUPERVISOR_FILE).read_bytes()
     write_private_file(run_dir / SUPERVISOR_FILE, supervisor)
-    for name in (LOG_FILE, PID_FILE, EXIT_CODE_FILE):
-        create_private_file(run_dir / name)
+    create_private_file(run_dir / LOG_FILE)
+    for name in (PID_FILE, EXIT_CODE_FILE):
+        create_private_file(run_dir / name, RESERVED)
 
 
 class FileLogSource:

@@ -5,9 +5,10 @@
 # with stdout and stderr appended to RUN_DIR/output.log, then waits for it and
 # appends its exit code to RUN_DIR/exit_code. SIGTERM or SIGINT to this
 # supervisor stops the job's whole process group: TERM first, KILL after GRACE
-# seconds. The files are created beforehand by the submitter and only appended
-# to here, so they keep their owner and mode even when a container's root
-# writes them.
+# seconds. The files are created beforehand by the submitter and only written
+# into here, so they keep their owner and mode even when a container's root
+# writes them; pid and exit_code are pre-filled with spaces and overwritten in
+# place, so recording them needs no new disk space even when the log filled it.
 run_dir=$1
 grace=$2
 stop_container=$3
@@ -37,7 +38,7 @@ else
     "$@" &
 fi
 child=$!
-printf '%s %s\n' "$$" "$child" >>"$run_dir/pid"
+printf '%s %s\n' "$$" "$child" 1<>"$run_dir/pid"
 [ -z "$stopping" ] || stop_job
 
 # wait returns early when a trapped signal arrives; wait again until the job is gone
@@ -47,7 +48,7 @@ while :; do
     kill -0 "$child" 2>/dev/null || break
 done
 [ -z "$killer" ] || { kill "$killer" 2>/dev/null; wait "$killer" 2>/dev/null; }
-printf '%s\n' "$code" >>"$run_dir/exit_code"
+printf '%s\n' "$code" 1<>"$run_dir/exit_code"
 
 # Stop the container (its init forwards TERM to the keep-alive process) unless
 # another jupyter_trainer job still runs in it.
