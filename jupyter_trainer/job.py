@@ -98,6 +98,9 @@ class Job:
 
     def stop(self, container: bool = False) -> "Job":
         """Stop the job's whole process group (and its container with container=True)."""
+        backend = self._backend()
+        if container and not backend.has_containers:
+            raise InvalidOption(f"job {self.name!r} does not run in a container", "drop --container")
         self.refresh()
         if self.record.status.is_final and not container:
             return self
@@ -108,7 +111,7 @@ class Job:
 
             self.record = self.store.update(self.name, self.run, mark)
         if self.record.runtime:
-            self._backend().stop(self.record, self.run_dir, container=container)
+            backend.stop(self.record, self.run_dir, container=container)
         return self.refresh()
 
     def wait(self, timeout: float | None = None, interval: float = 0.5) -> Status:

@@ -19,6 +19,7 @@ import fcntl
 import json
 import os
 import secrets
+import shutil
 from pathlib import Path
 from typing import Callable, Iterator
 
@@ -105,9 +106,15 @@ class JobStore:
         try:
             self._write(path, record)
         except StoreError:
-            os.rmdir(path)
+            self.discard(record.name, record.run)
             raise
         return path
+
+    def discard(self, name: str, run: int) -> None:
+        """Remove a run that never started, and its job directory if it was the first."""
+        shutil.rmtree(self.run_dir(name, run), ignore_errors=True)
+        with contextlib.suppress(OSError):
+            self.job_dir(name).rmdir()  # only if no other run is there
 
     @contextlib.contextmanager
     def writing(self) -> Iterator[None]:

@@ -9,7 +9,6 @@ store is left as it was.
 
 from __future__ import annotations
 
-import shutil
 import time
 from dataclasses import dataclass
 
@@ -89,7 +88,7 @@ def submit_detached(
             prepare_run_dir(run_dir, spec.script)
         runtime = backend.launch(record, run_dir, spec)
     except BaseException:
-        _discard_run(store, name, run)
+        store.discard(name, run)
         raise
 
     def launched(record: JobRecord) -> None:
@@ -98,12 +97,3 @@ def submit_detached(
 
     job = Job(store.update(name, run, launched), store)
     return Submission(job, attached=False)
-
-
-def _discard_run(store: JobStore, name: str, run: int) -> None:
-    shutil.rmtree(store.run_dir(name, run), ignore_errors=True)
-    if run == 1:
-        try:
-            store.job_dir(name).rmdir()
-        except OSError:
-            pass

@@ -1,6 +1,7 @@
 import os
 import subprocess
 import sys
+import textwrap
 import time
 from pathlib import Path
 
@@ -94,3 +95,44 @@ def run_python(code, env=None, **kwargs):
     return subprocess.run(
         [sys.executable, "-c", code], env={**os.environ, **(env or {})}, capture_output=True, text=True, **kwargs
     )
+
+
+@pytest.fixture(params=["host", "docker"])
+def where(request):
+    """The options that place a job on each backend under test."""
+    if request.param == "docker":
+        return {"host": False, "image": request.getfixturevalue("docker_image")}
+    return {"host": True, "image": None}
+
+
+def placement_flags(where):
+    return "--host" if where["host"] else f"--image {where['image']}"
+
+
+def ipython_submitting(cell_line, script, env=None, **popen):
+    """An IPython process that submits one cell, says SUBMITTED, then idles like an open kernel."""
+    code = textwrap.dedent(
+        f"""
+        ip = get_ipython()
+        ip.run_line_magic("load_ext", "jupyter_trainer")
+        ip.run_cell_magic("train_detached", {cell_line!r}, {script!r})
+        print("SUBMITTED", flush=True)
+        import time
+        time.sleep(600)
+        """
+    )
+    process = subprocess.Popen(
+        [sys.executable, "-m", "IPython", "--no-banner", "--quick", "-c", code],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        stdin=subprocess.DEVNULL,
+        text=True,
+        env={**os.environ, **(env or {})},
+        **popen,
+    )
+    output = []
+    for line in process.stdout:
+        output.append(line)
+        if line.startswith("SUBMITTED"):
+            return process
+    raise AssertionError("IPython did not submit the job:\n" + "".join(output))

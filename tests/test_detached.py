@@ -9,19 +9,11 @@ import time
 
 import pytest
 
-from conftest import run_python, wait_for
+from conftest import ipython_submitting, placement_flags, run_python, wait_for
 from jupyter_trainer.job import Job, get_job, list_jobs
 from jupyter_trainer.jobs import Status
 from jupyter_trainer.spec import build_spec
 from jupyter_trainer.submit import submit_detached
-
-
-@pytest.fixture(params=["host", "docker"])
-def where(request):
-    """The options that place a job on each backend under test."""
-    if request.param == "docker":
-        return {"host": False, "image": request.getfixturevalue("docker_image")}
-    return {"host": True, "image": None}
 
 
 def submit(script, where, workdir, name, **options):
@@ -31,35 +23,6 @@ def submit(script, where, workdir, name, **options):
     return submit_detached(spec, name=name).job
 
 
-def ipython_submitting(cell_line, script, env=None, **popen):
-    """An IPython process that submits one cell, says SUBMITTED, then idles like an open kernel."""
-    code = textwrap.dedent(
-        f"""
-        ip = get_ipython()
-        ip.run_line_magic("load_ext", "jupyter_trainer")
-        ip.run_cell_magic("train_detached", {cell_line!r}, {script!r})
-        print("SUBMITTED", flush=True)
-        import time
-        time.sleep(600)
-        """
-    )
-    process = subprocess.Popen(
-        [sys.executable, "-m", "IPython", "--no-banner", "--quick", "-c", code],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        stdin=subprocess.DEVNULL,
-        text=True,
-        env={**os.environ, **(env or {})},
-        **popen,
-    )
-    output = []
-    for line in process.stdout:
-        output.append(line)
-        if line.startswith("SUBMITTED"):
-            return process
-    raise AssertionError("IPython did not submit the job:\n" + "".join(output))
-
-
 COUNTING_SCRIPT = """\
 import time
 for i in range(15):
@@ -67,10 +30,6 @@ for i in range(15):
     time.sleep(0.2)
 print("done")
 """
-
-
-def placement_flags(where):
-    return "--host" if where["host"] else f"--image {where['image']}"
 
 
 def test_job_outlives_sigkill_of_the_submitting_kernel(where, workdir, home):

@@ -33,10 +33,6 @@ def run(ip, capsys, source):
     return result, out + err
 
 
-def store_files(home):
-    return sorted(os.path.join(root, n) for root, _, names in os.walk(home) for n in names if n != "record.lock")
-
-
 def test_loading_imports_no_heavy_library():
     from conftest import run_python
 
@@ -104,41 +100,3 @@ def test_config_sets_defaults_and_flags_win(ip, capsys):
         ip, capsys, "%%train_detached --name flag --interpreter python3 --no-widget\nimport sys\nprint(sys.flags.isolated)\n"
     )
     assert get_job("flag").wait(timeout=30) is Status.COMPLETED and get_job("flag").logs() == "0\n"
-
-
-@pytest.mark.parametrize(
-    "line, words",
-    [
-        ("--host --name ../up", "invalid job name"),
-        ("--host --name 'has space'", "invalid job name"),
-        ("--host --name " + "x" * 200, "invalid job name"),
-        ("--host --bogus", "unrecognized arguments"),
-        ("--host --name", "expected one argument"),
-        ("--host --env NOVALUE", "--env expects KEY=VALUE"),
-        ("--gpus lots --image python:3.11", "--gpus expects"),
-        ("--host --metric 'loss=([0-9]'", "bad regular expression"),
-        ("--host --interpreter ''", "--interpreter is empty"),
-        ("--host --image python:3.11", "--host runs without a container"),
-        ("--name x", "no image or container given"),
-        ("--host --workdir /no/such/dir", "is not a directory"),
-    ],
-)
-def test_bad_input_is_one_line_and_changes_nothing(ip, capsys, home, line, words):
-    run(ip, capsys, "%%train_detached --host --name keep --no-widget\nprint(1)\n")
-    before = store_files(home)
-    result, out = run(ip, capsys, f"%%train_detached {line}\nprint(1)\n")
-    assert not result.success and words in out, out
-    assert out.count("\n") == 1 and "Traceback" not in out
-    assert store_files(home) == before
-
-
-def test_empty_cell_and_unknown_jobs(ip, capsys):
-    for source, words in [
-        ("%%train_detached --host\n\n", "the cell is empty"),
-        ("%train_logs ghost", "no job named 'ghost'"),
-        ("%train_stop ghost", "no job named 'ghost'"),
-        ("%train_attach ghost", "no job named 'ghost'"),
-        ("%train_logs ghost -n -3", "-n expects"),
-    ]:
-        result, out = run(ip, capsys, source)
-        assert not result.success and words in out and out.count("\n") == 1, source

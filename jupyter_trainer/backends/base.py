@@ -34,6 +34,7 @@ STOP_GRACE_SECONDS = 10
 
 class Backend(Protocol):
     name: str
+    has_containers: bool  # whether `stop(container=True)` means something
 
     def launch(self, record: JobRecord, run_dir: Path, spec: DetachedSpec) -> dict:
         """Start the job; return the runtime facts to keep in the record."""

@@ -67,6 +67,7 @@ def _engine_location() -> str:
 
 class DockerBackend:
     name = "docker"
+    has_containers = True
 
     def __init__(self):
         self._client = None

@@ -11,6 +11,7 @@ from .base import LOG_FILE, FileLogSource
 
 class FakeBackend:
     name = "fake"
+    has_containers = True
 
     def __init__(self):
         self.launched: list[str] = []

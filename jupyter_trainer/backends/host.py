@@ -7,7 +7,6 @@ import signal
 import subprocess
 from pathlib import Path
 
-from ..errors import InvalidOption
 from ..jobs import JobRecord, Observation
 from ..proc import ProcessIdentity, boot_id, session_id
 from ..spec import DetachedSpec
@@ -41,6 +40,7 @@ def _reap_children() -> None:
 
 class HostBackend:
     name = "host"
+    has_containers = False
 
     def launch(self, record: JobRecord, run_dir: Path, spec: DetachedSpec) -> dict:
         command = [
@@ -84,8 +84,6 @@ class HostBackend:
         return FileLogSource(run_dir / LOG_FILE)
 
     def stop(self, record: JobRecord, run_dir: Path, container: bool = False) -> None:
-        if container:
-            raise InvalidOption(f"job {record.name!r} runs on this machine, not in a container", "drop --container")
         supervisor = ProcessIdentity.from_dict(record.runtime["supervisor"])
         if supervisor.is_alive():
             # the supervisor stops the job's process group: TERM, then KILL after the grace period
