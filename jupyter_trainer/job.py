@@ -132,7 +132,8 @@ class Job:
             return self
         seen = self._observe()
         outcome = resolve(self.record, seen)
-        if (outcome.status, outcome.exit_code, outcome.reason) == (
+        new_details = seen.details and any(self.record.runtime.get(k) != v for k, v in seen.details.items())
+        if not new_details and (outcome.status, outcome.exit_code, outcome.reason) == (
             self.record.status,
             self.record.exit_code,
             self.record.reason,
@@ -144,6 +145,8 @@ class Job:
         def apply(record: JobRecord) -> None:
             latest = resolve(record, seen)  # again under the lock: a stop may have been asked meanwhile
             record.status, record.exit_code, record.reason = latest.status, latest.exit_code, latest.reason
+            if seen.details:
+                record.runtime.update(seen.details)
             if disk_full and latest.status is Status.FAILED:
                 record.reason += f"; the disk holding its log ({self.run_dir}) is full"
             if latest.status.is_final and record.ended_at is None:

@@ -102,6 +102,9 @@ class Observation:
     started: bool = False  # the supervisor has recorded the job's pid
     why_gone: str = ""  # when not alive: what the backend saw
     ended_at: float | None = None  # when the exit code was written, if known
+    final: "Status | None" = None  # a runtime that reports its own final status (SageMaker)
+    reason: str = ""  # with `final`: the runtime's words for it
+    details: dict | None = None  # facts the runtime reports, kept in the record's runtime (SageMaker)
 
 
 @dataclass(frozen=True)
@@ -115,6 +118,9 @@ def resolve(record: JobRecord, seen: Observation) -> Resolution:
     """The status a job has now, given its record and a fresh observation."""
     if record.status.is_final:
         return Resolution(record.status, record.exit_code, record.reason)
+    if seen.final is not None:
+        reason = "stopped by the user" if seen.final is Status.STOPPED and record.stop_requested else seen.reason
+        return Resolution(seen.final, seen.exit_code, reason)
     if seen.exit_code is not None:
         if record.stop_requested:
             return Resolution(Status.STOPPED, seen.exit_code, "stopped by the user")

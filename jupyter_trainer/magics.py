@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import os
 import shlex
 import time
 
@@ -70,6 +71,10 @@ class TrainerMagics(Magics):
     stop_container_when_done = Bool(False, help="default --stop-container-when-done").tag(config=True)
     widget = Bool(True, help="display the widget (False: print a summary, as --no-widget)").tag(config=True)
     log_lines = Int(200, help="how many log lines the widget and %train_logs show").tag(config=True)
+    image_uri = Unicode(None, allow_none=True, help="default --image-uri for %%sagemaker_fit").tag(config=True)
+    role = Unicode(None, allow_none=True, help="default --role (an IAM role ARN) for %%sagemaker_fit").tag(config=True)
+    instance_type = Unicode("ml.m5.xlarge", help="default --instance-type for %%sagemaker_fit").tag(config=True)
+    output_path = Unicode(None, allow_none=True, help="default --output-path for %%sagemaker_fit").tag(config=True)
 
     def _store(self) -> JobStore:
         return JobStore()
@@ -111,6 +116,51 @@ class TrainerMagics(Magics):
             env=args.env,
             interpreter=_pick(args.interpreter, self.interpreter),
             stop_container_when_done=_pick(args.stop_container_when_done, self.stop_container_when_done and use_config),
+            metrics=args.metric,
+        )
+        submission = submit_detached(spec, name=args.name, rerun=args.rerun, store=self._store())
+        if submission.attached:
+            print(submission.message)
+        self._show(submission.job, widget=not args.no_widget and self.widget)
+
+    # -- %%sagemaker_fit ----------------------------------------------------------
+
+    @magic_arguments()
+    @job_display_options
+    @argument("--image-uri", metavar="URI", help="the training image (it needs python3, nothing else)")
+    @argument("--role", metavar="ARN", help="the execution role (default: config, else the notebook instance's role)")
+    @argument("--instance-type", metavar="TYPE", help="e.g. ml.g5.xlarge; 'local' runs SageMaker local mode here")
+    @argument("--instance-count", type=int, default=1, metavar="N", help="how many instances")
+    @argument("--input", action="append", default=[], metavar="CHANNEL=URI", help="an input channel (s3:// or file://)")
+    @argument("--output-path", metavar="URI", help="where the model artifact goes")
+    @argument("--hyperparameter", action="append", default=[], metavar="KEY=VALUE", help="repeatable")
+    @argument("--max-run", type=int, metavar="SECONDS", help="the longest the job may train")
+    @argument("--spot", action="store_true", help="managed spot training")
+    @argument("--max-wait", type=int, metavar="SECONDS", help="with --spot: the longest to wait and train")
+    @argument("--checkpoint-s3-uri", metavar="URI", help="where checkpoints are synced")
+    @argument("--source-dir", metavar="DIR", help="more files shipped beside the script (its imports)")
+    @cell_magic
+    @user_errors
+    def sagemaker_fit(self, line, cell):
+        """Run the cell as the entry script of a SageMaker training job; returns as soon as it is submitted."""
+        from .sagemaker_spec import build_sagemaker_spec
+        from .submit import submit_detached
+
+        args = parse_line(self.sagemaker_fit, line)
+        spec = build_sagemaker_spec(
+            cell,
+            image_uri=_pick(args.image_uri, self.image_uri),
+            role=_pick(args.role, self.role) or _notebook_instance_role(),
+            instance_type=_pick(args.instance_type, self.instance_type),
+            output_path=_pick(args.output_path, self.output_path),
+            instance_count=args.instance_count,
+            inputs=args.input,
+            hyperparameters=args.hyperparameter,
+            max_run=args.max_run,
+            spot=args.spot,
+            max_wait=args.max_wait,
+            checkpoint_s3_uri=args.checkpoint_s3_uri,
+            source_dir=args.source_dir,
             metrics=args.metric,
         )
         submission = submit_detached(spec, name=args.name, rerun=args.rerun, store=self._store())
@@ -195,6 +245,21 @@ class TrainerMagics(Magics):
             print(summary.one_line(job.record))
         if not job.record.status.is_final:
             print(f"Follow with %train_logs {job.name} --follow, stop with %train_stop {job.name}.")
+
+
+def _notebook_instance_role() -> str | None:
+    """On a SageMaker notebook instance, its role (the SDK asks IAM); elsewhere None."""
+    if not os.path.exists("/opt/ml/metadata/resource-metadata.json"):
+        return None
+    try:
+        from .sagemaker_sdk import quiet_sdk
+
+        with quiet_sdk():
+            import sagemaker
+
+            return sagemaker.get_execution_role()
+    except Exception:
+        return None
 
 
 def _pick(flag, configured):

@@ -88,8 +88,10 @@ class JobMonitor:
                 self.caught_up = True
                 return changed
             budget -= read
+            points_before = sum(self.metrics.counts.values())
             self._take(lines, show=not in_history)
-            changed = changed or not in_history and (bool(lines) or self.cursor.pending != pending_before)
+            shown = not in_history and (bool(lines) or self.cursor.pending != pending_before)
+            changed = changed or shown or sum(self.metrics.counts.values()) != points_before
         self.caught_up = source.size() <= self.cursor.offset
         return changed
 

@@ -43,12 +43,13 @@ def submit_detached(
     spec: DetachedSpec, name: str | None = None, rerun: bool = False, store: JobStore | None = None
 ) -> Submission:
     store = store or JobStore()
+    backend = get_backend(spec.backend)
+    backend.preflight(spec)  # an unreachable runtime is one line before the store is touched
     fingerprint = spec.fingerprint(store.fingerprint_key(), rerun)
     if name is None:
         # the same cell gets the same name, so running it again attaches instead of training twice
         name = f"{GENERATED_NAME_PREFIX}-{fingerprint[:10]}"
     validate_name(name)
-    backend = get_backend(spec.backend)
 
     latest = store.latest_run(name)
     run = 1

@@ -40,6 +40,10 @@ def where(record: JobRecord) -> str:
     runtime = record.runtime
     if record.backend == "docker":
         return f"container {runtime.get('container_name') or record.options.get('container') or '?'}"
+    if record.backend == "sagemaker":
+        count = record.options.get("instance_count", 1)
+        size = f"{record.options.get('instance_type')}" + (f" x{count}" if count != 1 else "")
+        return f"SageMaker job {runtime.get('training_job_name', '?')} ({size})"
     if record.backend == "host":
         pid = runtime.get("supervisor", {}).get("pid")
         return f"this machine (pid {pid})" if pid else "this machine"

@@ -109,13 +109,13 @@ def placement_flags(where):
     return "--host" if where["host"] else f"--image {where['image']}"
 
 
-def ipython_submitting(cell_line, script, env=None, **popen):
+def ipython_submitting(cell_line, script, env=None, magic="train_detached", **popen):
     """An IPython process that submits one cell, says SUBMITTED, then idles like an open kernel."""
     code = textwrap.dedent(
         f"""
         ip = get_ipython()
         ip.run_line_magic("load_ext", "jupyter_trainer")
-        ip.run_cell_magic("train_detached", {cell_line!r}, {script!r})
+        ip.run_cell_magic({magic!r}, {cell_line!r}, {script!r})
         print("SUBMITTED", flush=True)
         import time
         time.sleep(600)

@@ -22,6 +22,10 @@ def _create(name: str) -> Backend:
         from .docker import DockerBackend
 
         return DockerBackend()
+    if name == "sagemaker":
+        from .sagemaker import SageMakerBackend
+
+        return SageMakerBackend()
     if name == "fake":
         from .fake import FakeBackend
 

@@ -36,6 +36,9 @@ class Backend(Protocol):
     name: str
     has_containers: bool  # whether `stop(container=True)` means something
 
+    def preflight(self, spec) -> None:
+        """Raise a TrainerError if the runtime cannot take the job (checked before anything is written)."""
+
     def launch(self, record: JobRecord, run_dir: Path, spec: DetachedSpec) -> dict:
         """Start the job; return the runtime facts to keep in the record."""
 

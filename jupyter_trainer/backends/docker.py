@@ -101,6 +101,18 @@ class DockerBackend:
 
     # -- launching ---------------------------------------------------------
 
+    def preflight(self, spec: DetachedSpec) -> None:
+        import docker
+
+        try:
+            self.client.ping()
+        except (docker.errors.DockerException, OSError) as exc:
+            self._client = None
+            raise BackendUnavailable(
+                f"no Docker engine reachable at {_engine_location()}",
+                "start Docker or set DOCKER_HOST, or use --host to run without a container",
+            ) from exc
+
     def launch(self, record: JobRecord, run_dir: Path, spec: DetachedSpec) -> dict:
         import docker
 

@@ -19,6 +19,9 @@ class FakeBackend:
         self.observations: dict[str, Observation] = {}
         self.fail_launch: Exception | None = None
 
+    def preflight(self, spec: DetachedSpec) -> None:
+        pass
+
     def launch(self, record: JobRecord, run_dir: Path, spec: DetachedSpec) -> dict:
         if self.fail_launch is not None:
             raise self.fail_launch

@@ -38,28 +38,33 @@ def _reap_children() -> None:
     _children[:] = [child for child in _children if child.poll() is None]
 
 
+def start_supervised(run_dir: Path, command: list[str], cwd: str, env: dict[str, str]) -> dict:
+    """Start `command` under the supervisor as a detached process of its own session; return its identity."""
+    _reap_children()
+    child = subprocess.Popen(
+        ["sh", str(run_dir / SUPERVISOR_FILE), str(run_dir), str(STOP_GRACE_SECONDS), "0", *command],
+        cwd=cwd,
+        env={**_inherited_environment(), **env},
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+        close_fds=True,
+    )
+    _children.append(child)
+    return {"supervisor": ProcessIdentity.of(child.pid).to_dict()}
+
+
 class HostBackend:
     name = "host"
     has_containers = False
 
+    def preflight(self, spec: DetachedSpec) -> None:
+        pass
+
     def launch(self, record: JobRecord, run_dir: Path, spec: DetachedSpec) -> dict:
-        command = [
-            "sh", str(run_dir / SUPERVISOR_FILE), str(run_dir), str(STOP_GRACE_SECONDS), "0",
-            *spec.interpreter, str(run_dir / SCRIPT_FILE),
-        ]  # fmt: skip
-        _reap_children()
-        child = subprocess.Popen(
-            command,
-            cwd=spec.workdir,
-            env={**_inherited_environment(), **job_environment(spec)},
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-            start_new_session=True,
-            close_fds=True,
-        )
-        _children.append(child)
-        return {"supervisor": ProcessIdentity.of(child.pid).to_dict()}
+        command = [*spec.interpreter, str(run_dir / SCRIPT_FILE)]
+        return start_supervised(run_dir, command, cwd=spec.workdir, env=job_environment(spec))
 
     def observe(self, record: JobRecord, run_dir: Path) -> Observation:
         _reap_children()

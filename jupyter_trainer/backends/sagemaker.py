@@ -1,0 +1,128 @@
+"""The SageMaker backend: the cell's script runs as the entrypoint of a SageMaker training job.
+
+Remote jobs are created through the sagemaker SDK and followed with plain
+boto3. `--instance-type local` runs the SDK's local mode in a detached process
+on this machine (supervised like a --host job), so it outlives the kernel too.
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+import shutil
+import sys
+import time
+from pathlib import Path
+
+from ..errors import InvalidOption, TrainerError
+from ..jobs import JobRecord, Observation
+from ..sagemaker_follow import (
+    CloudWatchLogSync,
+    SyncedLogSource,
+    aws_error,
+    aws_session,
+    client,
+    observe_training_job,
+)
+from ..sagemaker_spec import SCRIPT_NAME, SageMakerSpec, training_job_name
+from ..store import write_private_file
+from .base import LOG_FILE, SCRIPT_FILE, FileLogSource
+from .host import HostBackend, start_supervised
+
+SPEC_FILE = "sagemaker.json"  # the spec, for the local-mode runner (no secrets in it)
+CODE_DIR = "code"
+
+
+class SageMakerBackend:
+    name = "sagemaker"
+    has_containers = False
+
+    def __init__(self):
+        self._host = HostBackend()
+        self._log_sources: dict[Path, SyncedLogSource] = {}
+
+    # -- launching ---------------------------------------------------------
+
+    def preflight(self, spec: SageMakerSpec) -> None:
+        from ..sagemaker_sdk import sdk_major
+
+        sdk_major()
+        if not spec.local:
+            aws_session()
+
+    def launch(self, record: JobRecord, run_dir: Path, spec: SageMakerSpec) -> dict:
+        from ..sagemaker_sdk import sdk_major
+
+        sdk = sdk_major()
+        job_name = training_job_name(record.name, time.strftime("%Y%m%d-%H%M%S"), secrets.token_hex(2))
+        code_dir = self._stage_code(run_dir, spec)
+        if spec.local:
+            write_private_file(run_dir / SPEC_FILE, json.dumps({"job_name": job_name, **spec.public_options()}).encode())
+            command = [sys.executable, "-m", "jupyter_trainer.sagemaker_local", str(run_dir)]
+            runtime = start_supervised(run_dir, command, cwd=str(run_dir), env={"PYTHONUNBUFFERED": "1"})
+            return {**runtime, "training_job_name": job_name, "mode": "local", "sdk": sdk}
+        session = aws_session()
+        code_uri = self._upload_code(session, code_dir, spec.output_path, job_name)
+        from ..sagemaker_sdk import submit_remote
+
+        submit_remote(spec, job_name, code_uri, session)
+        return {"training_job_name": job_name, "region": session.region_name, "mode": "remote", "sdk": sdk}
+
+    def _stage_code(self, run_dir: Path, spec: SageMakerSpec) -> Path:
+        """The code channel: the cell's script, and --source-dir's files beside it for its imports."""
+        code_dir = run_dir / CODE_DIR
+        if spec.source_dir:
+            shutil.copytree(spec.source_dir, code_dir, ignore=shutil.ignore_patterns("__pycache__", ".git", "*.pyc"))
+        else:
+            code_dir.mkdir(mode=0o700)
+        shutil.copyfile(run_dir / SCRIPT_FILE, code_dir / SCRIPT_NAME)
+        return code_dir
+
+    def _upload_code(self, session, code_dir: Path, output_path: str, job_name: str) -> str:
+        bucket, _, prefix = output_path[len("s3://") :].partition("/")
+        key_prefix = "/".join(part for part in (prefix.strip("/"), job_name, "code") if part)
+        s3 = client(session, "s3")
+        try:
+            for path in sorted(code_dir.rglob("*")):
+                if path.is_file():
+                    s3.upload_file(str(path), bucket, f"{key_prefix}/{path.relative_to(code_dir).as_posix()}")
+        except Exception as exc:
+            raise aws_error(exc, f"upload the script to s3://{bucket}/{key_prefix}/") from exc
+        return f"s3://{bucket}/{key_prefix}/"
+
+    # -- following ---------------------------------------------------------
+
+    def observe(self, record: JobRecord, run_dir: Path) -> Observation:
+        runtime = record.runtime
+        if runtime.get("mode") == "local":
+            return self._host.observe(record, run_dir)
+        session = aws_session(runtime["region"])
+        try:
+            description = client(session, "sagemaker").describe_training_job(TrainingJobName=runtime["training_job_name"])
+        except Exception as exc:
+            raise aws_error(exc, "describe the training job") from exc
+        return observe_training_job(description)
+
+    def log_source(self, record: JobRecord, run_dir: Path):
+        runtime = record.runtime
+        if runtime.get("mode") == "local":
+            return FileLogSource(run_dir / LOG_FILE)
+        if run_dir not in self._log_sources:
+            session = aws_session(runtime["region"])
+            syncer = CloudWatchLogSync(client(session, "logs"), runtime["training_job_name"], run_dir, run_dir / LOG_FILE)
+            self._log_sources[run_dir] = SyncedLogSource(syncer)
+        return self._log_sources[run_dir]
+
+    def stop(self, record: JobRecord, run_dir: Path, container: bool = False) -> None:
+        runtime = record.runtime
+        if runtime.get("mode") == "local":
+            self._host.stop(record, run_dir)
+            return
+        session = aws_session(runtime["region"])
+        try:
+            client(session, "sagemaker").stop_training_job(TrainingJobName=runtime["training_job_name"])
+        except Exception as exc:
+            error = aws_error(exc, "stop the training job")
+            if "ValidationException" in str(error):  # it has already ended
+                return
+            raise error from exc

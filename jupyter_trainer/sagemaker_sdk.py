@@ -1,0 +1,174 @@
+"""The `sagemaker` SDK, imported only when a SageMaker job is submitted, in either generation.
+
+v2 (`sagemaker.estimator.Estimator`) overrides the container's entrypoint, so
+any image with `python3` runs the cell's script. v3's `ModelTrainer` has no
+public entrypoint override (its SourceCode launcher needs bash and pip in the
+image), so with v3 a remote job is created through sagemaker-core's
+`TrainingJob.create`, the resource layer ModelTrainer itself submits through,
+with the same request.
+
+Either way the SDK is given an explicit role ARN, output path and region so it
+makes no STS, IAM or default-bucket calls of its own, and telemetry is off.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import sys
+from typing import Iterator
+
+from .errors import BackendUnavailable, TrainerError
+from .sagemaker_spec import CODE_CHANNEL, SCRIPT_NAME, SageMakerSpec
+
+TELEMETRY_OFF = {"SchemaVersion": "1.0", "SageMaker": {"PythonSDK": {"Modules": {"TelemetryOptOut": True}}}}
+ENTRYPOINT = ["python3", f"/opt/ml/input/data/{CODE_CHANNEL}/{SCRIPT_NAME}"]
+DEFAULT_MAX_RUN = 86400  # the SDK's own default: one day
+
+
+@contextlib.contextmanager
+def quiet_sdk() -> Iterator[None]:
+    """Keep the SDK's side effects out of the kernel: its excepthook, root logging and banners."""
+    os.environ.setdefault("SAGEMAKER_SUPPRESS_V2_WARNING", "1")
+    os.environ.setdefault("SAGEMAKER_VALIDATE_ROLE", "false")  # v3 would ask IAM about the role
+    for name in ("sagemaker.config", "sagemaker.telemetry"):  # banners, even with telemetry off
+        logging.getLogger(name).setLevel(logging.WARNING)
+    hook, root = sys.excepthook, logging.getLogger()
+    handlers, level = list(root.handlers), root.level
+    try:
+        yield
+    finally:
+        sys.excepthook = hook
+        root.handlers[:] = handlers
+        root.setLevel(level)
+
+
+def sdk_major() -> int:
+    """The installed SDK generation (2 or 3), or a one-line error naming the extra to install."""
+    with quiet_sdk():
+        try:
+            import sagemaker
+        except ImportError:
+            raise BackendUnavailable(
+                "the sagemaker package is not installed", "pip install 'jupyter_trainer[sagemaker]'"
+            ) from None
+    version = getattr(sagemaker, "__version__", "")
+    if not version:
+        from importlib.metadata import version as installed_version
+
+        version = installed_version("sagemaker")
+    return int(version.split(".")[0])
+
+
+def submit_remote(spec: SageMakerSpec, job_name: str, code_uri: str, boto_session) -> None:
+    """CreateTrainingJob through the installed SDK; returns as soon as the job is created."""
+    major = sdk_major()
+    with quiet_sdk():
+        try:
+            if major >= 3:
+                _create_v3(spec, job_name, code_uri, boto_session)
+            else:
+                _estimator_v2(spec, boto_session, local=False).fit(
+                    _inputs_v2(spec, code_uri), job_name=job_name, wait=False, logs=False
+                )
+        except TrainerError:
+            raise
+        except Exception as exc:
+            raise TrainerError(f"SageMaker refused the training job: {_one_line(exc)}") from exc
+
+
+def run_local(spec: SageMakerSpec, job_name: str, code_dir: str, container_root: str, boto_session) -> None:
+    """SageMaker local mode on this machine's Docker; blocks until the training container exits."""
+    major = sdk_major()
+    with quiet_sdk():
+        if major >= 3:
+            raise BackendUnavailable(
+                "local mode needs the sagemaker v2 SDK (v3's ModelTrainer cannot run a plain script in a python-only image)",
+                "pip install 'jupyter_trainer[sagemaker]'",
+            )
+        estimator = _estimator_v2(spec, boto_session, local=True, container_root=container_root)
+        estimator.fit(_inputs_v2(spec, f"file://{code_dir}"), job_name=job_name, wait=True, logs=True)
+
+
+def _estimator_v2(spec: SageMakerSpec, boto_session, local: bool, container_root: str | None = None):
+    import sagemaker
+    from sagemaker.estimator import Estimator
+
+    if local:
+        from sagemaker.local import LocalSession
+
+        session = LocalSession(boto_session=boto_session, sagemaker_config=TELEMETRY_OFF)
+        session.config = {"local": {"local_code": True, "container_root": container_root}}
+    else:
+        session = sagemaker.Session(boto_session=boto_session, sagemaker_config=TELEMETRY_OFF)
+    return Estimator(
+        image_uri=spec.image_uri,
+        role=spec.role,
+        instance_count=spec.instance_count,
+        instance_type=spec.instance_type,
+        output_path=spec.output_path,
+        container_entry_point=ENTRYPOINT,
+        hyperparameters=dict(spec.hyperparameters) or None,
+        metric_definitions=spec.metric_definitions() or None,
+        use_spot_instances=spec.spot,
+        max_run=spec.max_run or DEFAULT_MAX_RUN,
+        max_wait=spec.max_wait,
+        checkpoint_s3_uri=spec.checkpoint_s3_uri,
+        sagemaker_session=session,
+        debugger_hook_config=False,
+        disable_profiler=True,
+    )
+
+
+def _inputs_v2(spec: SageMakerSpec, code_uri: str) -> dict:
+    from sagemaker.inputs import TrainingInput
+
+    inputs = {name: TrainingInput(uri, input_mode="File") for name, uri in spec.inputs.items()}
+    inputs[CODE_CHANNEL] = TrainingInput(code_uri, input_mode="File")
+    return inputs
+
+
+def _create_v3(spec: SageMakerSpec, job_name: str, code_uri: str, boto_session) -> None:
+    from sagemaker.core import shapes
+    from sagemaker.core.resources import TrainingJob
+
+    def channel(name: str, uri: str):
+        source = shapes.S3DataSource(s3_data_type="S3Prefix", s3_uri=uri, s3_data_distribution_type="FullyReplicated")
+        return shapes.Channel(channel_name=name, data_source=shapes.DataSource(s3_data_source=source), input_mode="File")
+
+    stopping = shapes.StoppingCondition(max_runtime_in_seconds=spec.max_run or DEFAULT_MAX_RUN)
+    if spec.max_wait:
+        stopping = shapes.StoppingCondition(
+            max_runtime_in_seconds=spec.max_run or DEFAULT_MAX_RUN, max_wait_time_in_seconds=spec.max_wait
+        )
+    options = {}
+    if spec.checkpoint_s3_uri:
+        options["checkpoint_config"] = shapes.CheckpointConfig(s3_uri=spec.checkpoint_s3_uri)
+    if spec.hyperparameters:
+        options["hyper_parameters"] = dict(spec.hyperparameters)
+    TrainingJob.create(
+        training_job_name=job_name,
+        role_arn=spec.role,
+        algorithm_specification=shapes.AlgorithmSpecification(
+            training_image=spec.image_uri,
+            training_input_mode="File",
+            container_entrypoint=ENTRYPOINT,
+            metric_definitions=[shapes.MetricDefinition(name=m.name, regex=m.regex) for m in spec.metrics] or None,
+        ),
+        input_data_config=[channel(name, uri) for name, uri in spec.inputs.items()] + [channel(CODE_CHANNEL, code_uri)],
+        output_data_config=shapes.OutputDataConfig(s3_output_path=spec.output_path),
+        resource_config=shapes.ResourceConfig(
+            instance_type=spec.instance_type, instance_count=spec.instance_count, volume_size_in_gb=30
+        ),
+        stopping_condition=stopping,
+        enable_managed_spot_training=spec.spot,
+        session=boto_session,
+        region=boto_session.region_name,
+        **options,
+    )
+
+
+def _one_line(exc: Exception) -> str:
+    text = " ".join(str(exc).split())
+    return text[:300] if text else exc.__class__.__name__

@@ -1,0 +1,190 @@
+"""What a `%%sagemaker_fit` cell asks for, parsed and checked (pure logic, no SDK, no AWS)."""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import os
+import re
+from dataclasses import dataclass, field
+from typing import Iterable
+
+from .errors import InvalidOption
+from .spec import IMAGE_REF, Metric, parse_metrics
+
+ROLE_ARN = re.compile(r"arn:aws[a-z-]*:iam::\d{12}:role/[\w+=,.@/-]{1,512}")
+INSTANCE_TYPE = re.compile(r"ml\.[a-z0-9]+[a-z0-9-]*\.[0-9]*x?(small|medium|large|xlarge)")
+LOCAL_TYPES = ("local", "local_gpu")
+CHANNEL_NAME = re.compile(r"[A-Za-z0-9.\-_]{1,64}")
+HYPERPARAMETER_KEY = re.compile(r"[A-Za-z0-9_.:/-][A-Za-z0-9_.:/ -]{0,255}")
+CODE_CHANNEL = "code"  # where the cell's script (and --source-dir) reach the container
+SCRIPT_NAME = "train_script.py"
+
+
+@dataclass(frozen=True)
+class SageMakerSpec:
+    script: str
+    image_uri: str
+    role: str
+    instance_type: str
+    output_path: str
+    instance_count: int = 1
+    inputs: dict[str, str] = field(default_factory=dict)
+    hyperparameters: dict[str, str] = field(default_factory=dict)
+    max_run: int | None = None
+    spot: bool = False
+    max_wait: int | None = None
+    checkpoint_s3_uri: str | None = None
+    source_dir: str | None = None
+    metrics: tuple[Metric, ...] = ()
+    backend: str = "sagemaker"
+
+    @property
+    def local(self) -> bool:
+        return self.instance_type in LOCAL_TYPES
+
+    def public_options(self) -> dict:
+        return {
+            "image_uri": self.image_uri,
+            "role": self.role,
+            "instance_type": self.instance_type,
+            "instance_count": self.instance_count,
+            "output_path": self.output_path,
+            "inputs": dict(self.inputs),
+            "hyperparameters": dict(self.hyperparameters),
+            "max_run": self.max_run,
+            "spot": self.spot,
+            "max_wait": self.max_wait,
+            "checkpoint_s3_uri": self.checkpoint_s3_uri,
+            "source_dir": self.source_dir,
+            "metrics": [[m.name, m.regex] for m in self.metrics],
+        }
+
+    def metric_definitions(self) -> list[dict]:
+        return [{"Name": m.name, "Regex": m.regex} for m in self.metrics]
+
+    def fingerprint(self, key: bytes, rerun: bool = False) -> str:
+        canonical = json.dumps(
+            {"script": self.script, "backend": self.backend, "options": self.public_options(), "rerun": rerun},
+            sort_keys=True,
+        )
+        return hmac.new(key, canonical.encode(), hashlib.sha256).hexdigest()
+
+
+def _pairs(items: Iterable[str], option: str, example: str) -> list[tuple[str, str]]:
+    pairs = []
+    for item in items or ():
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise InvalidOption(f"{option} expects KEY=VALUE, got {item[:60]!r}", f"for example {option} {example}")
+        pairs.append((key, value))
+    return pairs
+
+
+def parse_uri(uri: str, what: str, schemes: tuple[str, ...] = ("s3", "file")) -> str:
+    scheme = uri.split("://", 1)[0] if "://" in uri else ""
+    if scheme not in schemes or len(uri) <= len(scheme) + 3:
+        wanted = " or ".join(f"{s}://" for s in schemes)
+        raise InvalidOption(f"{what} {uri[:80]!r} is not a {wanted} URI")
+    if scheme == "s3" and not re.fullmatch(r"s3://[a-z0-9][a-z0-9.-]{1,61}[a-z0-9](/.*)?", uri):
+        raise InvalidOption(f"{what} {uri[:80]!r} does not name an S3 bucket", "for example s3://my-bucket/prefix")
+    if scheme == "file" and not os.path.isabs(uri[len("file://") :]):
+        raise InvalidOption(f"{what} {uri[:80]!r} needs an absolute path", "for example file:///data/train")
+    return uri
+
+
+def parse_channels(items: Iterable[str], local: bool) -> dict[str, str]:
+    channels: dict[str, str] = {}
+    for name, uri in _pairs(items, "--input", "train=s3://my-bucket/train"):
+        if not CHANNEL_NAME.fullmatch(name):
+            raise InvalidOption(f"--input: bad channel name {name[:70]!r}", "use letters, digits, '.', '-' or '_'")
+        if name == CODE_CHANNEL:
+            raise InvalidOption(f"--input: the channel name {CODE_CHANNEL!r} is reserved for the script", "choose another")
+        if name in channels:
+            raise InvalidOption(f"--input: channel {name!r} is given twice")
+        channels[name] = parse_uri(uri, f"--input {name}", ("s3", "file") if local else ("s3",))
+        if uri.startswith("file://") and not os.path.exists(uri[len("file://") :]):
+            raise InvalidOption(f"--input {name}: {uri[len('file://'):]} does not exist")
+    return channels
+
+
+def build_sagemaker_spec(
+    script: str,
+    *,
+    image_uri: str | None,
+    role: str | None,
+    instance_type: str | None,
+    output_path: str | None,
+    instance_count: int = 1,
+    inputs: Iterable[str] = (),
+    hyperparameters: Iterable[str] = (),
+    max_run: int | None = None,
+    spot: bool = False,
+    max_wait: int | None = None,
+    checkpoint_s3_uri: str | None = None,
+    source_dir: str | None = None,
+    metrics: Iterable[str] = (),
+) -> SageMakerSpec:
+    if not script.strip():
+        raise InvalidOption("the cell is empty", "write the training script in the cell body")
+    if not image_uri:
+        raise InvalidOption("no training image given", "pass --image-uri URI (or set %config TrainerMagics.image_uri)")
+    if not IMAGE_REF.fullmatch(image_uri):
+        raise InvalidOption(f"invalid image URI {image_uri[:80]!r}")
+    instance_type = instance_type or "ml.m5.xlarge"
+    local = instance_type in LOCAL_TYPES
+    if not local and not INSTANCE_TYPE.fullmatch(instance_type):
+        raise InvalidOption(
+            f"unknown instance type {instance_type!r}", "use an ml.* type such as ml.g5.xlarge, or local"
+        )
+    if not role:
+        raise InvalidOption("no execution role given", "pass --role arn:aws:iam::ACCOUNT:role/NAME (or %config TrainerMagics.role)")
+    if not ROLE_ARN.fullmatch(role):
+        raise InvalidOption(f"--role {role[:80]!r} is not an IAM role ARN", "for example arn:aws:iam::123456789012:role/SageMakerRole")
+    if instance_count < 1:
+        raise InvalidOption("--instance-count must be 1 or more")
+    if not output_path:
+        raise InvalidOption("no output path given", "pass --output-path s3://bucket/prefix (file:///dir with --instance-type local)")
+    output_path = parse_uri(output_path, "--output-path", ("s3", "file") if local else ("s3",))
+    for value, option in ((max_run, "--max-run"), (max_wait, "--max-wait")):
+        if value is not None and value <= 0:
+            raise InvalidOption(f"{option} must be a positive number of seconds")
+    if max_wait is not None and not spot:
+        raise InvalidOption("--max-wait applies to spot training only", "add --spot, or drop --max-wait")
+    if spot and max_wait is not None and max_run is not None and max_wait < max_run:
+        raise InvalidOption("--max-wait must be at least --max-run")
+    if checkpoint_s3_uri is not None:
+        checkpoint_s3_uri = parse_uri(checkpoint_s3_uri, "--checkpoint-s3-uri", ("s3",))
+    if source_dir is not None:
+        source_dir = os.path.abspath(os.path.expanduser(source_dir))
+        if not os.path.isdir(source_dir):
+            raise InvalidOption(f"--source-dir {source_dir!r} is not a directory")
+    hyper = {}
+    for key, value in _pairs(hyperparameters, "--hyperparameter", "lr=0.01"):
+        if not HYPERPARAMETER_KEY.fullmatch(key):
+            raise InvalidOption(f"--hyperparameter: bad name {key[:60]!r}")
+        hyper[key] = value
+    return SageMakerSpec(
+        script=script,
+        image_uri=image_uri,
+        role=role,
+        instance_type=instance_type,
+        output_path=output_path,
+        instance_count=instance_count,
+        inputs=parse_channels(inputs, local),
+        hyperparameters=hyper,
+        max_run=max_run,
+        spot=spot,
+        max_wait=max_wait,
+        checkpoint_s3_uri=checkpoint_s3_uri,
+        source_dir=source_dir,
+        metrics=parse_metrics(metrics),
+    )
+
+
+def training_job_name(name: str, stamp: str, suffix: str) -> str:
+    """A SageMaker training job name for our job: only letters, digits and '-', at most 63 characters."""
+    base = re.sub(r"[^A-Za-z0-9-]+", "-", name).strip("-") or "job"
+    tail = f"-{stamp}-{suffix}"
+    return base[: 63 - len(tail)].rstrip("-") + tail

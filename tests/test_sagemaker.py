@@ -1,0 +1,345 @@
+"""%%sagemaker_fit against a real HTTP server (moto on 127.0.0.1) and in local mode on the real Docker engine."""
+
+import json
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+
+from conftest import IN_CI, TEST_IMAGE, run_python, wait_for
+
+sagemaker = pytest.importorskip("sagemaker") if not IN_CI else __import__("sagemaker")
+pytest.importorskip("moto")
+
+from moto_sagemaker import REGION, MotoSageMaker  # noqa: E402
+
+from jupyter_trainer.backends import _instances  # noqa: E402
+from jupyter_trainer.job import Job, get_job  # noqa: E402
+from jupyter_trainer.jobs import Status  # noqa: E402
+
+ROLE = "arn:aws:iam::123456789012:role/SageMakerRole"
+BUCKET = "trainer-bucket"
+SCRIPT = "import os\nprint('epoch 1 loss: 0.5')\n"
+
+
+@pytest.fixture(scope="module")
+def moto_server():
+    server = MotoSageMaker()
+    server.start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def aws(moto_server, monkeypatch, home):
+    for key, value in {
+        "AWS_ENDPOINT_URL": moto_server.endpoint,
+        "AWS_ACCESS_KEY_ID": "testing",
+        "AWS_SECRET_ACCESS_KEY": "testing-secret-value",
+        "AWS_DEFAULT_REGION": REGION,
+        "AWS_CONFIG_FILE": os.devnull,
+        "AWS_SHARED_CREDENTIALS_FILE": os.devnull,
+        "AWS_EC2_METADATA_DISABLED": "true",
+    }.items():
+        monkeypatch.setenv(key, value)
+    monkeypatch.delenv("AWS_PROFILE", raising=False)
+    import boto3
+
+    boto3.client("s3").create_bucket(Bucket=BUCKET)
+    logs = boto3.client("logs")
+    try:
+        logs.create_log_group(logGroupName="/aws/sagemaker/TrainingJobs")
+    except logs.exceptions.ResourceAlreadyExistsException:
+        pass
+    moto_server.create_requests.clear()
+    _instances.pop("sagemaker", None)  # a fresh backend: no log sources cached from another test
+    yield moto_server
+    _instances.pop("sagemaker", None)
+
+
+@pytest.fixture(scope="module")
+def shell():
+    from IPython.core.interactiveshell import InteractiveShell
+
+    ip = InteractiveShell.instance()
+    if "TrainerMagics" not in ip.magics_manager.registry:
+        ip.run_line_magic("load_ext", "jupyter_trainer")
+    return ip
+
+
+def fit(shell, capsys, line, script=SCRIPT):
+    result = shell.run_cell(f"%%sagemaker_fit {line} --no-widget\n{script}")
+    out = "".join(capsys.readouterr())
+    return result, out
+
+
+def remote(name, extra=""):
+    return f"--name {name} --image-uri 123456789012.dkr.ecr.us-east-1.amazonaws.com/trainer:1 --role {ROLE} --instance-type ml.g5.xlarge --output-path s3://{BUCKET}/out {extra}"
+
+
+def put_events(job_name, stream, events):
+    import boto3
+
+    logs = boto3.client("logs")
+    name = f"{job_name}/{stream}"
+    try:
+        logs.create_log_stream(logGroupName="/aws/sagemaker/TrainingJobs", logStreamName=name)
+    except logs.exceptions.ResourceAlreadyExistsException:
+        pass
+    logs.put_log_events(
+        logGroupName="/aws/sagemaker/TrainingJobs",
+        logStreamName=name,
+        logEvents=[{"timestamp": t, "message": m} for t, m in events],
+    )
+
+
+def test_create_training_job_request_is_exact(aws, shell, capsys, monkeypatch, tmp_path):
+    import botocore.client
+
+    calls = []
+    original = botocore.client.BaseClient._make_api_call
+
+    def recording(client, operation, params):
+        calls.append((client.meta.service_model.service_name, operation))
+        return original(client, operation, params)
+
+    monkeypatch.setattr(botocore.client.BaseClient, "_make_api_call", recording)
+    source = tmp_path / "src"
+    source.mkdir()
+    (source / "helpers.py").write_text("VALUE = 42\n")
+    line = remote(
+        "exact",
+        f"--instance-count 2 --input train=s3://{BUCKET}/data/train --input val=s3://{BUCKET}/data/val "
+        f"--hyperparameter lr=0.1 --hyperparameter epochs=3 --max-run 3600 --spot --max-wait 7200 "
+        f"--checkpoint-s3-uri s3://{BUCKET}/ckpt --source-dir {source} --metric 'loss=loss: ([0-9.]+)'",
+    )
+    result, out = fit(shell, capsys, line)
+    assert result.success, out
+    (request,) = aws.create_requests
+    job_name = request["TrainingJobName"]
+    assert job_name.startswith("exact-")
+    assert request["RoleArn"] == ROLE
+    spec = request["AlgorithmSpecification"]
+    assert spec["TrainingImage"] == "123456789012.dkr.ecr.us-east-1.amazonaws.com/trainer:1"
+    assert spec["ContainerEntrypoint"] == ["python3", "/opt/ml/input/data/code/train_script.py"]
+    assert spec["MetricDefinitions"] == [{"Name": "loss", "Regex": "loss: ([0-9.]+)"}]
+    channels = {c["ChannelName"]: c["DataSource"]["S3DataSource"]["S3Uri"] for c in request["InputDataConfig"]}
+    code_uri = f"s3://{BUCKET}/out/{job_name}/code/"
+    assert channels == {"train": f"s3://{BUCKET}/data/train", "val": f"s3://{BUCKET}/data/val", "code": code_uri}
+    assert request["HyperParameters"] == {"lr": "0.1", "epochs": "3"}
+    assert request["StoppingCondition"] == {"MaxRuntimeInSeconds": 3600, "MaxWaitTimeInSeconds": 7200}
+    assert request["EnableManagedSpotTraining"] is True
+    assert request["CheckpointConfig"]["S3Uri"] == f"s3://{BUCKET}/ckpt"
+    assert request["OutputDataConfig"]["S3OutputPath"] == f"s3://{BUCKET}/out"
+    assert request["ResourceConfig"]["InstanceType"] == "ml.g5.xlarge" and request["ResourceConfig"]["InstanceCount"] == 2
+    # the script and --source-dir reached S3 under the code channel
+    import boto3
+
+    s3 = boto3.client("s3")
+    prefix = f"out/{job_name}/code/"
+    assert s3.get_object(Bucket=BUCKET, Key=prefix + "train_script.py")["Body"].read() == SCRIPT.encode()
+    assert s3.get_object(Bucket=BUCKET, Key=prefix + "helpers.py")["Body"].read() == b"VALUE = 42\n"
+    # no STS, IAM or default-bucket calls: the explicit role and output path are used as given
+    assert {service for service, _ in calls} <= {"s3", "sagemaker"}
+    assert ("sagemaker", "CreateTrainingJob") in calls and not [c for c in calls if c[1] in ("ListBuckets", "CreateBucket")]
+    record = get_job("exact").record
+    assert record.runtime["training_job_name"] == job_name and record.runtime["region"] == REGION
+
+
+def test_status_transitions(aws, shell, capsys):
+    for name in ("done", "broken", "halted"):
+        result, out = fit(shell, capsys, remote(name))
+        assert result.success, out
+    names = {get_job(n).record.runtime["training_job_name"]: n for n in ("done", "broken", "halted")}
+    by_name = {n: j for j, n in names.items()}
+    assert get_job("done").status is Status.PENDING  # Starting: not training yet
+    aws.set_status(by_name["done"], "InProgress", "Training")
+    assert get_job("done").status is Status.RUNNING
+    artifact = f"s3://{BUCKET}/out/{by_name['done']}/output/model.tar.gz"
+    aws.set_status(by_name["done"], "Completed", training_end_time=__import__("datetime").datetime.now(__import__("datetime").timezone.utc),
+                   model_artifacts={"S3ModelArtifacts": artifact}, billable_time_in_seconds=321)
+    done = get_job("done")
+    assert done.status is Status.COMPLETED and done.exit_code == 0
+    assert done.record.runtime["model_artifacts"] == artifact and done.record.runtime["billable_seconds"] == 321
+
+    aws.set_status(by_name["broken"], "Failed", failure_reason="AlgorithmError: ExecuteUserScriptError: exit code 1")
+    broken = get_job("broken")
+    assert broken.status is Status.FAILED and broken.reason == "AlgorithmError: ExecuteUserScriptError: exit code 1"
+
+    aws.set_status(by_name["halted"], "InProgress", "Training")
+    result, out = shell.run_cell("%train_stop halted"), "".join(capsys.readouterr())
+    assert result.success, out
+    assert aws.job(by_name["halted"]).training_job_status == "Stopping"
+    assert get_job("halted").status is Status.RUNNING  # Stopping is not final
+    aws.set_status(by_name["halted"], "Stopped")
+    halted = get_job("halted")
+    assert halted.status is Status.STOPPED and halted.reason == "stopped by the user"
+    # final states stay final; a stop of a finished job changes nothing
+    assert Job.load("done").stop().status is Status.COMPLETED
+
+
+def test_throttling_is_retried(aws, shell, capsys):
+    fit(shell, capsys, remote("throttled"))
+    job_name = get_job("throttled").record.runtime["training_job_name"]
+    aws.set_status(job_name, "InProgress", "Training")
+    aws.throttle_next = 2
+    before = aws.describe_calls
+    job = Job.load("throttled").refresh()  # one refresh: one DescribeTrainingJob, retried twice
+    assert job.record.status is Status.RUNNING
+    assert aws.describe_calls - before == 3 and aws.throttle_next == 0
+
+
+def test_logs_of_every_stream_merge_and_resume_across_processes(aws, shell, capsys):
+    fit(shell, capsys, remote("chatty", "--instance-count 2"))
+    job_name = get_job("chatty").record.runtime["training_job_name"]
+    aws.set_status(job_name, "InProgress", "Training")
+    now = int(time.time() * 1000)
+    put_events(job_name, "algo-1-1700000000", [(now + 0, "host1 line 0"), (now + 20, "host1 line 2"), (now + 40, "host1 line 4")])
+    put_events(job_name, "algo-2-1700000000", [(now + 10, "host2 line 1"), (now + 30, "host2 line 3")])
+    first = subprocess.run([sys.executable, "-m", "jupyter_trainer.cli", "logs", "chatty"], capture_output=True, text=True)
+    assert first.returncode == 0, first.stderr
+    assert first.stdout.splitlines() == ["host1 line 0", "host2 line 1", "host1 line 2", "host2 line 3", "host1 line 4"]
+    # more lines arrive; a new process (another kernel, the CLI) picks up where the last reader stopped
+    put_events(job_name, "algo-2-1700000000", [(now + 50, "host2 line 5")])
+    put_events(job_name, "algo-1-1700000000", [(now + 60, "host1 line 6")])
+    second = run_python("import jupyter_trainer as jt; print(jt.get_job('chatty').logs(), end='')")
+    assert second.stdout.splitlines() == [f"host{1 + i % 2} line {i}" for i in range(7)], second.stderr
+    # a reader that died between writing lines and saving its position: the lines are fetched again, once
+    run_dir = get_job("chatty").run_dir
+    with open(run_dir / "output.log", "a") as log:
+        log.write("half-saved line\n")
+    put_events(job_name, "algo-2-1700000000", [(now + 70, "host2 line 7")])
+    third = run_python("import jupyter_trainer as jt; print(jt.get_job('chatty').logs(), end='')")
+    assert third.stdout.splitlines() == [f"host{1 + i % 2} line {i}" for i in range(8)], third.stderr
+    # and the status comes from DescribeTrainingJob, as anywhere else
+    aws.set_status(job_name, "Completed")
+    status = json.loads(subprocess.run([sys.executable, "-m", "jupyter_trainer.cli", "status", "chatty", "--json"], capture_output=True, text=True).stdout)
+    assert (status["backend"], status["status"], status["exit_code"]) == ("sagemaker", "completed", 0)
+
+
+def test_widget_follows_a_sagemaker_job(aws, shell, capsys, monkeypatch):
+    import comm
+
+    monkeypatch.setattr(comm, "create_comm", lambda *a, **k: comm.DummyComm(*a, **k))
+    from jupyter_trainer.widget import JobWidget
+
+    fit(shell, capsys, remote("watched", "--metric 'loss=loss: ([0-9.]+)'"))
+    job_name = get_job("watched").record.runtime["training_job_name"]
+    aws.set_status(job_name, "InProgress", "Training")
+    now = int(time.time() * 1000)
+    put_events(job_name, "algo-1-1", [(now + i, f"epoch {i} loss: {1 / (i + 1):.3f}") for i in range(5)])
+    view = JobWidget(Job.load("watched"))
+    view.poll(now=10.0)
+    assert "epoch 4 loss: 0.200" in view.log.value and "<svg" in view.plot.value and "running" in view.header.value
+    aws.set_status(job_name, "Failed", failure_reason="ClientError: out of capacity")
+    view.poll(now=20.0)
+    assert "failed" in view.header.value and "out of capacity" in view.header.value
+
+
+def store_snapshot(home):
+    return sorted(os.path.join(r, n) for r, _, names in os.walk(home) for n in names if n != "record.lock")
+
+
+@pytest.mark.parametrize(
+    "line, env, words",
+    [
+        (remote("r1").replace(f"--role {ROLE}", ""), {}, "no execution role given"),
+        (remote("r2").replace(ROLE, "my-role"), {}, "is not an IAM role ARN"),
+        (remote("c1", "--input train"), {}, "--input expects KEY=VALUE"),
+        (remote("c2", "--input train=http://example.com/x"), {}, "is not a s3:// URI"),
+        (remote("c3", "--input code=s3://b/x"), {}, "reserved for the script"),
+        (remote("c4", "--input 'bad name=s3://bucket/x'"), {}, "bad channel name"),
+        (remote("i1").replace("ml.g5.xlarge", "ml.gigantic"), {}, "unknown instance type"),
+        (remote("o1").replace(f"s3://{BUCKET}/out", "file:///tmp/out"), {}, "is not a s3:// URI"),
+        (remote("w1", "--max-wait 10"), {}, "--max-wait applies to spot training only"),
+        (remote("n1"), {"AWS_ACCESS_KEY_ID": None, "AWS_SECRET_ACCESS_KEY": None}, "no AWS credentials found"),
+        (remote("n2"), {"AWS_DEFAULT_REGION": None}, "no AWS region configured"),
+    ],
+)
+def test_bad_sagemaker_input_is_one_line(aws, shell, capsys, monkeypatch, home, line, env, words):
+    for key, value in env.items():
+        monkeypatch.delenv(key, raising=False)
+    before = store_snapshot(home)
+    result, out = fit(shell, capsys, line)
+    assert not result.success and words in out and out.count("\n") == 1 and "Traceback" not in out, out
+    assert store_snapshot(home) == before
+    assert not aws.create_requests
+
+
+def test_sagemaker_not_installed_is_one_line(home):
+    code = (
+        "import sys; sys.modules['sagemaker'] = None\n"
+        "from IPython.core.interactiveshell import InteractiveShell\n"
+        "ip = InteractiveShell.instance(); ip.run_line_magic('load_ext', 'jupyter_trainer')\n"
+        f"ip.run_cell('''%%sagemaker_fit {remote('nosdk')}\\nprint(1)''')\n"
+    )
+    result = run_python(code)
+    out = result.stdout + result.stderr
+    assert "the sagemaker package is not installed: pip install 'jupyter_trainer[sagemaker]'" in out, out
+    assert out.strip().count("\n") == 0 and not os.path.exists(home / "jobs" / "nosdk")
+
+
+# -- local mode on the real Docker engine ------------------------------------------
+
+
+def test_local_mode_end_to_end_outlives_the_kernel(docker_client, docker_image, home, tmp_path, monkeypatch):
+    from conftest import ipython_submitting
+
+    monkeypatch.setenv("AWS_DEFAULT_REGION", REGION)
+    train = tmp_path / "train"
+    train.mkdir()
+    (train / "data.csv").write_text("1,2,3\n")
+    output = tmp_path / "output"
+    output.mkdir()
+    script = (
+        "import json, os, time\n"
+        "rows = open('/opt/ml/input/data/train/data.csv').read().split(',')\n"
+        "hp = json.load(open('/opt/ml/input/config/hyperparameters.json'))\n"
+        "for epoch in range(6):\n"
+        "    print(f'epoch {epoch} loss: {1 / (epoch + 1):.3f}', flush=True)\n"
+        "    time.sleep(0.5)\n"
+        "os.makedirs('/opt/ml/model', exist_ok=True)\n"
+        "json.dump({'rows': len(rows), 'lr': hp['lr']}, open('/opt/ml/model/model.json', 'w'))\n"
+    )
+    line = (
+        f"--name local-e2e --image-uri {TEST_IMAGE} --role {ROLE} --instance-type local "
+        f"--input train=file://{train} --output-path file://{output} --hyperparameter lr=0.5 --no-widget"
+    )
+    kernel = ipython_submitting(line, script, magic="sagemaker_fit")
+    kernel.kill()  # the kernel dies while the training container runs
+    kernel.wait()
+    job = Job.load("local-e2e")
+    assert job.wait(timeout=240) is Status.COMPLETED, job.logs()
+    log = job.logs()
+    assert "epoch 5 loss: 0.167" in log
+    import tarfile
+
+    with tarfile.open(output / "model.tar.gz") as archive:
+        model = json.load(archive.extractfile("model.json"))
+    assert model == {"rows": 3, "lr": "0.5"}
+    # nothing is left behind: no training container, no working files with credentials in them
+    leftovers = [c.name for c in docker_client.containers.list(all=True) if "algo-1" in c.name]
+    assert leftovers == []
+    assert not list((home / "jobs" / "local-e2e").rglob("docker-compose.yaml"))
+
+
+def test_local_mode_failure_and_stop(docker_client, docker_image, home, tmp_path, monkeypatch):
+    from jupyter_trainer.sagemaker_spec import build_sagemaker_spec
+    from jupyter_trainer.submit import submit_detached
+
+    monkeypatch.setenv("AWS_DEFAULT_REGION", REGION)
+    output = tmp_path / "output"
+    output.mkdir()
+
+    def local(script):
+        return build_sagemaker_spec(script, image_uri=TEST_IMAGE, role=ROLE, instance_type="local", output_path=f"file://{output}")
+
+    failing = submit_detached(local("raise SystemExit(3)\n"), name="local-fail").job
+    assert failing.wait(timeout=240) is Status.FAILED and failing.exit_code == 3
+    stopped = submit_detached(local("import time\nprint('training', flush=True)\ntime.sleep(600)\n"), name="local-stop").job
+    wait_for(lambda: "training" in stopped.logs(), timeout=120, what="the training container to start")
+    stopped.stop()
+    assert stopped.wait(timeout=120) is Status.STOPPED
+    wait_for(lambda: not [c for c in docker_client.containers.list() if "algo-1" in c.name], timeout=60, what="the container to go")
