@@ -26,3 +26,16 @@ def test_train_detached_notebook(docker_client, docker_image, tmp_path, home, mo
     assert "training in a container from " + TEST_IMAGE in outputs
     assert "saved model.json" in outputs and "completed 0" in outputs
     assert (tmp_path / "model.json").exists()  # written in /workspace, which is the notebook's directory
+
+
+def test_sagemaker_fit_notebook(docker_client, docker_image, tmp_path, home, monkeypatch):
+    pytest.importorskip("sagemaker")
+    monkeypatch.setenv("JUPYTER_TRAINER_SAGEMAKER_IMAGE", TEST_IMAGE)
+    source = REPO / "example_notebooks" / "sagemaker_fit.ipynb"
+    shutil.copy(source, tmp_path / source.name)
+    notebook = execute(tmp_path / source.name, tmp_path)
+    outputs = "".join(
+        output.get("text", "") for cell in notebook.cells if cell.cell_type == "code" for output in cell.outputs
+    )
+    assert "completed 0" in outputs and "epoch 29 loss" in outputs
+    assert "'w': 2.9" in outputs or "'w': 3.0" in outputs, outputs[-2000:]
