@@ -14,7 +14,8 @@ from typing import Iterable, Iterator, Protocol
 from .spec import Metric
 
 ANSI_ESCAPE = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(\x07|\x1b\\)")
-BLOCK_SIZE = 64 * 1024
+BLOCK_SIZE = 4 * 1024  # the first block read from the end; later ones double, up to MAX_BLOCK_SIZE
+MAX_BLOCK_SIZE = 1 << 20
 MAX_PENDING = 64 * 1024  # an unended line kept beyond this is cut at its last redraw (\r)
 DEFAULT_METRICS = (Metric("loss", r"\bloss\b\s*[:=]?\s*([-+]?\d*\.?\d+(?:[eE][-+]?\d+)?)"),)
 
@@ -41,14 +42,16 @@ def tail_lines(source: LogSource, count: int, strip_ansi: bool = True) -> list[s
     chunks: list[bytes] = []
     newlines = 0
     position = end
+    block_size = BLOCK_SIZE
     while position > 0 and newlines <= count:
-        start = max(0, position - BLOCK_SIZE)
+        start = max(0, position - block_size)
         block = source.read(start, position - start)
         if not block:
             break
         chunks.append(block)
         newlines += block.count(b"\n")
         position = start
+        block_size = min(block_size * 2, MAX_BLOCK_SIZE)
     data = b"".join(reversed(chunks))
     lines = data.decode("utf-8", errors="replace").split("\n")
     if lines and lines[-1] == "":

@@ -121,7 +121,7 @@ class TrainerMagics(Magics):
         submission = submit_detached(spec, name=args.name, rerun=args.rerun, store=self._store())
         if submission.attached:
             print(submission.message)
-        self._show(submission.job, widget=not args.no_widget and self.widget)
+        self._show(submission.job, widget=not args.no_widget and self.widget, fresh=not submission.attached)
 
     # -- %%sagemaker_fit ----------------------------------------------------------
 
@@ -166,7 +166,7 @@ class TrainerMagics(Magics):
         submission = submit_detached(spec, name=args.name, rerun=args.rerun, store=self._store())
         if submission.attached:
             print(submission.message)
-        self._show(submission.job, widget=not args.no_widget and self.widget)
+        self._show(submission.job, widget=not args.no_widget and self.widget, fresh=not submission.attached)
 
     # -- line magics -------------------------------------------------------------
 
@@ -223,11 +223,13 @@ class TrainerMagics(Magics):
 
     # -- display -----------------------------------------------------------------
 
-    def _show(self, job: Job, widget: bool, detailed: bool = False) -> None:
-        """The widget where a frontend can show it; else text (one line, or the widget's content)."""
+    def _show(self, job: Job, widget: bool, detailed: bool = False, fresh: bool = False) -> None:
+        """The widget where a frontend can show it; else text (one line, or the widget's content).
+        `fresh`: the job was launched a moment ago, so its record is already current."""
         from .widget import JobWidget, poller, widgets_supported
 
-        job.refresh()
+        if not fresh:
+            job.refresh()
         if widget and widgets_supported(self.shell):
             view = JobWidget(job, log_lines=self.log_lines)
             display(view)

@@ -41,15 +41,16 @@ def make_private_dir(path: Path) -> None:
     os.chmod(path, 0o700)
 
 
-def write_private_file(path: Path, data: bytes) -> None:
-    """Write `data` to `path` atomically, readable by the owner only."""
+def write_private_file(path: Path, data: bytes, durable: bool = True) -> None:
+    """Write `data` to `path` atomically, readable by the owner only (and synced to disk if durable)."""
     tmp = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     try:
         with os.fdopen(fd, "wb") as handle:
             handle.write(data)
-            handle.flush()
-            os.fsync(handle.fileno())
+            if durable:
+                handle.flush()
+                os.fsync(handle.fileno())
         os.replace(tmp, path)
     except BaseException:
         with contextlib.suppress(FileNotFoundError):

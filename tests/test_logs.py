@@ -22,7 +22,8 @@ def log(tmp_path):
 
 
 def test_tail_reads_only_the_end(log, monkeypatch):
-    monkeypatch.setattr("jupyter_trainer.logs.BLOCK_SIZE", 1024)
+    monkeypatch.setattr("jupyter_trainer.logs.BLOCK_SIZE", 512)
+    monkeypatch.setattr("jupyter_trainer.logs.MAX_BLOCK_SIZE", 1024)
     log.write_text("".join(f"line {i}\n" for i in range(100_000)))
     source = CountingSource(log)
     assert tail_lines(source, 3) == ["line 99997", "line 99998", "line 99999"]

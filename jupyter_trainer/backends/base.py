@@ -8,6 +8,7 @@ shared and lives outside the backends.
 
 from __future__ import annotations
 
+import functools
 import os
 from dataclasses import dataclass
 from importlib import resources
@@ -78,11 +79,16 @@ def read_supervisor_facts(run_dir: Path) -> SupervisorFacts:
     return SupervisorFacts.parse(read(PID_FILE), read(EXIT_CODE_FILE))
 
 
+@functools.lru_cache(maxsize=1)
+def _supervisor_source() -> bytes:
+    return resources.files("jupyter_trainer.backends").joinpath(SUPERVISOR_FILE).read_bytes()
+
+
 def prepare_run_dir(run_dir: Path, script: str) -> None:
     """Write the script and the supervisor, and create the files it appends to."""
-    write_private_file(run_dir / SCRIPT_FILE, script.encode())
-    supervisor = resources.files("jupyter_trainer.backends").joinpath(SUPERVISOR_FILE).read_bytes()
-    write_private_file(run_dir / SUPERVISOR_FILE, supervisor)
+    # the run is not recorded as launched before these are used, so they need no fsync of their own
+    write_private_file(run_dir / SCRIPT_FILE, script.encode(), durable=False)
+    write_private_file(run_dir / SUPERVISOR_FILE, _supervisor_source(), durable=False)
     create_private_file(run_dir / LOG_FILE)
     for name in (PID_FILE, EXIT_CODE_FILE):
         create_private_file(run_dir / name, RESERVED)

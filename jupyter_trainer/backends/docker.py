@@ -40,6 +40,7 @@ LABEL_JOBS_DIR = "jupyter_trainer.jobs_dir"
 LABEL_WORKDIR = "jupyter_trainer.workdir"
 LABEL_GPUS = "jupyter_trainer.gpus"
 KEEP_ALIVE = ["tail", "-f", "/dev/null"]
+PING_VALID_SECONDS = 5.0  # an engine that answered this recently is not asked again before a submission
 
 
 def default_container_name(image: str, workdir: str) -> str:
@@ -71,6 +72,7 @@ class DockerBackend:
 
     def __init__(self):
         self._client = None
+        self._last_ping = float("-inf")
 
     # -- the engine --------------------------------------------------------
 
@@ -104,8 +106,11 @@ class DockerBackend:
     def preflight(self, spec: DetachedSpec) -> None:
         import docker
 
+        if time.monotonic() - self._last_ping < PING_VALID_SECONDS:
+            return
         try:
             self.client.ping()
+            self._last_ping = time.monotonic()
         except (docker.errors.DockerException, OSError) as exc:
             self._client = None
             raise BackendUnavailable(

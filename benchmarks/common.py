@@ -1,0 +1,55 @@
+"""Side-by-side timing: medians over rounds, candidate and baseline interleaved in the same run."""
+
+from __future__ import annotations
+
+import statistics
+import time
+from dataclasses import dataclass
+from typing import Callable
+
+
+@dataclass
+class Comparison:
+    name: str
+    candidate: float  # median seconds (or other unit) of what we ship
+    baseline: float  # median of what we compare against
+    target: str  # e.g. "<= 1.0x"
+    limit: float  # the ratio the target allows
+    unit: str = "s"
+    higher_is_better: bool = False
+
+    @property
+    def ratio(self) -> float:
+        return self.candidate / self.baseline if self.baseline else float("inf")
+
+    @property
+    def met(self) -> bool:
+        return self.ratio >= self.limit if self.higher_is_better else self.ratio <= self.limit
+
+
+def interleaved(candidate: Callable[[], float], baseline: Callable[[], float], rounds: int) -> tuple[float, float]:
+    """Run both `rounds` times, alternating, and return their medians (each call returns its own measure)."""
+    ours, theirs = [], []
+    for index in range(rounds):
+        pair = (candidate, baseline) if index % 2 == 0 else (baseline, candidate)
+        for function in pair:
+            (ours if function is candidate else theirs).append(function())
+    return statistics.median(ours), statistics.median(theirs)
+
+
+def timed(function: Callable[[], object]) -> Callable[[], float]:
+    def run() -> float:
+        start = time.perf_counter()
+        function()
+        return time.perf_counter() - start
+
+    return run
+
+
+def table(results: list[Comparison]) -> str:
+    rows = [("benchmark", "ours", "baseline", "ratio", "target", "met")]
+    for r in results:
+        fmt = (lambda v: f"{v * 1000:.2f} ms") if r.unit == "s" else (lambda v: f"{v:.3g} {r.unit}")
+        rows.append((r.name, fmt(r.candidate), fmt(r.baseline), f"{r.ratio:.3f}x", r.target, "yes" if r.met else "NO"))
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    return "\n".join("  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in rows)

@@ -1,0 +1,291 @@
+"""jupyter_trainer benchmarks: `python benchmarks/run.py` prints a table of ratios against baselines run side by side.
+
+Each comparison interleaves our code and its baseline in the same run and
+reports medians, so a noisy machine moves both alike. Targets are checked here,
+never by timed assertions in the tests.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import tempfile
+import textwrap
+import threading
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from common import Comparison, interleaved, table, timed  # noqa: E402
+
+IMAGE = os.environ.get("JUPYTER_TRAINER_TEST_IMAGE", "jupyter-trainer-test:bookworm")
+
+
+def fresh_home() -> Path:
+    home = Path(tempfile.mkdtemp(prefix="jt-bench-"))
+    os.environ["JUPYTER_TRAINER_HOME"] = str(home)
+    return home
+
+
+def shell():
+    from IPython.core.interactiveshell import InteractiveShell
+
+    ip = InteractiveShell.instance()
+    if "TrainerMagics" not in ip.magics_manager.registry:
+        ip.run_line_magic("load_ext", "jupyter_trainer")
+    return ip
+
+
+# 1 -------------------------------------------------------------------------------
+
+
+def bench_submit(rounds: int) -> Comparison:
+    import contextlib
+    import io
+
+    import docker
+
+    home = fresh_home()
+    work = Path(tempfile.mkdtemp(prefix="jt-bench-work-"))
+    (work / "script.py").write_text("print('hello')\n")
+    ip = shell()
+    counter = iter(range(10**6))
+
+    def ours():
+        with contextlib.redirect_stdout(io.StringIO()):
+            ip.run_cell(f"%%train_detached --image {IMAGE} --workdir {work} --name b{next(counter)} --no-widget\nprint('hello')\n")
+
+    ours()  # warm: the container exists from here on
+    container = docker.from_env().containers.list(filters={"label": f"jupyter_trainer.jobs_dir={home / 'jobs'}"})[0]
+
+    def manual():
+        subprocess.run(
+            ["docker", "exec", "-d", container.name, "sh", "-c", "nohup python3 /workspace/script.py > /workspace/log 2>&1 &"],
+            check=True,
+        )
+
+    try:
+        mine, theirs = interleaved(timed(ours), timed(manual), rounds)
+    finally:
+        container.remove(force=True)
+    return Comparison("submit into a warm container vs docker exec -d", mine, theirs, "<= 1.0x", 1.0)
+
+
+# 2 -------------------------------------------------------------------------------
+
+
+def write_log(path: Path, size: int) -> None:
+    line = b"step 000000 loss: 0.123456 lr: 0.001 some more text to make a realistic line\n"
+    block = line * (1 << 20 // len(line) + 1)
+    with open(path, "wb") as handle:
+        written = 0
+        while written < size:
+            chunk = block[: size - written]
+            handle.write(chunk)
+            written += len(chunk)
+
+
+def fake_job(home: Path, name: str, log_size: int):
+    from jupyter_trainer.backends import register_backend
+    from jupyter_trainer.backends.fake import FakeBackend
+    from jupyter_trainer.job import Job
+    from jupyter_trainer.spec import DetachedSpec
+    from jupyter_trainer.store import JobStore
+    from jupyter_trainer.submit import submit_detached
+
+    register_backend("fake", FakeBackend())
+    store = JobStore(home)
+    job = submit_detached(DetachedSpec(script="x", backend="fake", workdir="/"), name=name, store=store).job
+    write_log(job.run_dir / "output.log", log_size)
+    return Job.load(name, store)
+
+
+def bench_logs(rounds: int, big: int) -> list[Comparison]:
+    from jupyter_trainer.monitor import JobMonitor
+
+    home = fresh_home()
+    large, small = fake_job(home, "large", big), fake_job(home, "small", 1024)
+    tail = interleaved(timed(lambda: large.logs(tail=20)), timed(lambda: small.logs(tail=20)), rounds)
+
+    def steady_poll(job):
+        monitor = JobMonitor(job)
+        monitor.start()
+        while not monitor.caught_up:  # the metrics' catch-up is measured below, not here
+            monitor.read_log()
+
+        def poll():
+            with open(job.run_dir / "output.log", "ab") as log:
+                log.write(b"step 999999 loss: 0.01\n" * 20)
+            start = time.perf_counter()
+            monitor.read_log()
+            return time.perf_counter() - start
+
+        return poll
+
+    poll = interleaved(steady_poll(large), steady_poll(small), rounds)
+
+    def catch_up():
+        monitor = JobMonitor(large)
+        monitor.history_end = 0  # read everything, as a widget does for its metrics
+        start = time.perf_counter()
+        while True:
+            monitor.read_log()
+            if monitor.caught_up:
+                break
+        return large.run_dir.joinpath("output.log").stat().st_size / (time.perf_counter() - start)
+
+    def cat():
+        start = time.perf_counter()
+        subprocess.run(["cat", str(large.run_dir / "output.log")], stdout=subprocess.DEVNULL, check=True)
+        return large.run_dir.joinpath("output.log").stat().st_size / (time.perf_counter() - start)
+
+    throughput = interleaved(catch_up, cat, max(3, rounds // 5))
+    gb = f"{big / 2**30:.3g} GB"
+    return [
+        Comparison(f"Job.logs(tail=20): {gb} log vs 1 KB", *tail, "<= 1.2x", 1.2),
+        Comparison(f"widget poll (20 new lines): {gb} log vs 1 KB", *poll, "<= 1.2x", 1.2),
+        Comparison("widget catch-up throughput vs cat", *throughput, ">= 0.5x", 0.5, unit="B/s", higher_is_better=True),
+    ]
+
+
+# 3 -------------------------------------------------------------------------------
+
+LOAD = """
+import sys, time
+from IPython.core.interactiveshell import InteractiveShell
+ip = InteractiveShell.instance()
+start = time.perf_counter()
+{statement}
+elapsed = time.perf_counter() - start
+heavy = [m for m in ("sagemaker", "boto3", "botocore", "docker") if m in sys.modules]
+print(elapsed, ",".join(heavy))
+"""
+
+
+def bench_load(rounds: int) -> Comparison:
+    heavy = set()
+
+    def run(statement):
+        def once():
+            out = subprocess.run([sys.executable, "-c", LOAD.format(statement=statement)], capture_output=True, text=True, check=True).stdout.split()
+            if statement.startswith("ip."):
+                heavy.update(out[1].split(",") if len(out) > 1 else [])
+            return float(out[0])
+
+        return once
+
+    result = interleaved(run("ip.run_line_magic('load_ext', 'jupyter_trainer')"), run("import ipywidgets"), rounds)
+    name = "%load_ext jupyter_trainer vs import ipywidgets"
+    if heavy:
+        name += f" (imported: {', '.join(sorted(heavy))})"
+    return Comparison(name, *result, "<= 1.2x", 1.2)
+
+
+# 4 and 5 ---------------------------------------------------------------------------
+
+QUIET_JOB = "import time\nfor i in range(100000):\n    print('step', i, 'loss:', 1 / (i + 1), flush=True)\n    time.sleep(5)\n"
+
+
+def start_watching(count: int, script: str, interval: float | None = None):
+    import comm
+
+    from jupyter_trainer.spec import build_spec
+    from jupyter_trainer.submit import submit_detached
+    from jupyter_trainer.widget import JobWidget, Poller
+
+    comm.create_comm = lambda *a, **k: comm.DummyComm(*a, **k)
+    poller = Poller()
+    jobs = []
+    work = tempfile.mkdtemp(prefix="jt-bench-work-")
+    for index in range(count):
+        spec = build_spec(script, host=True, image=None, container=None, workdir=work, gpus=None)
+        job = submit_detached(spec, name=f"w{index}-{time.monotonic_ns()}").job
+        jobs.append(job)
+        poller.watch(JobWidget(job))
+    return poller, jobs
+
+
+def bench_cell_while_watching(rounds: int) -> list[Comparison]:
+    fresh_home()
+    ip = shell()
+
+    def cells():
+        start = time.perf_counter()
+        for _ in range(200):
+            ip.run_cell("x = 1", store_history=False, silent=True)
+        return (time.perf_counter() - start) / 200
+
+    quiet = []
+    for _ in range(rounds):
+        quiet.append(cells())
+    poller, jobs = start_watching(20, QUIET_JOB)
+    time.sleep(3)
+    try:
+        watched = [cells() for _ in range(rounds)]
+        # the poller's share of a core while the jobs are quiet
+        thread = poller._thread
+        cpu_start, wall_start = time.process_time(), time.monotonic()
+        time.sleep(10)
+        cpu = (time.process_time() - cpu_start) / (time.monotonic() - wall_start)
+    finally:
+        for job in jobs:
+            job.stop()
+    import statistics
+
+    return [
+        Comparison("trivial cell: 20 watched jobs vs none", statistics.median(watched), statistics.median(quiet), "<= 1.05x", 1.05),
+        Comparison("poller CPU, 20 quiet jobs (share of a core)", cpu, 0.01, "< 1% of a core", 1.0, unit="core"),
+    ]
+
+
+def rss() -> int:
+    for line in open("/proc/self/status"):
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) * 1024
+    return 0
+
+
+def bench_memory(lines: int) -> Comparison:
+    fresh_home()
+    script = f"import sys\nw = sys.stdout.write\nfor i in range({lines}):\n    w(f'step {{i}} loss: {{1 / (i + 1):.6f}}\\n')\n"
+    import gc
+
+    gc.collect()
+    before = rss()
+    poller, (job,) = start_watching(1, script)
+    peak = before
+    while poller.widgets:
+        peak = max(peak, rss())
+        time.sleep(0.2)
+    peak = max(peak, rss())
+    view_lines = None
+    growth = peak - before
+    return Comparison(f"kernel memory growth, watched job printing {lines:,} lines", growth / 2**20, 20.0, "< 20 MB", 1.0, unit="MB")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--rounds", type=int, default=15)
+    parser.add_argument("--log-size", type=int, default=1 << 30, help="bytes in the big log (default 1 GiB)")
+    parser.add_argument("--lines", type=int, default=10_000_000, help="lines the memory benchmark's job prints")
+    parser.add_argument("--only", nargs="*", default=["submit", "logs", "load", "cell", "memory"])
+    args = parser.parse_args()
+    results: list[Comparison] = []
+    if "load" in args.only:
+        results.append(bench_load(args.rounds))
+    if "submit" in args.only:
+        results.append(bench_submit(args.rounds))
+    if "logs" in args.only:
+        results += bench_logs(args.rounds, args.log_size)
+    if "cell" in args.only:
+        results += bench_cell_while_watching(max(5, args.rounds // 3))
+    if "memory" in args.only:
+        results.append(bench_memory(args.lines))
+    print(table(results))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
