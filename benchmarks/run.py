@@ -20,7 +20,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import Comparison, interleaved, table, timed  # noqa: E402
 
-IMAGE = os.environ.get("JUPYTER_TRAINER_TEST_IMAGE", "jupyter-trainer-test:bookworm")
+IMAGE = os.environ.get("JUPYTER_TRAINER_TEST_IMAGE", "jupyter-trainer-test:bookworm-pip")
 
 
 def fresh_home() -> Path:

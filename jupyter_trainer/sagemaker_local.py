@@ -74,7 +74,7 @@ def main(argv: list[str]) -> int:
         print(f"jupyter_trainer: the training container failed ({' '.join(str(exc).split())[-200:]})", flush=True)
         return int(match.group(1)) if match else 1
     finally:
-        for compose_dir in Path(container_root).glob("*"):
+        for compose_dir in Path(container_root).glob("*"):  # compose projects are named after their directory
             if compose_dir.is_dir():
                 remove_containers(re.sub(r"[^-_a-z0-9]", "", compose_dir.name.lower()))
         shutil.rmtree(container_root, ignore_errors=True)

@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import shutil
 import sys
 from typing import Iterator
 
@@ -83,12 +84,50 @@ def run_local(spec: SageMakerSpec, job_name: str, code_dir: str, container_root:
     major = sdk_major()
     with quiet_sdk():
         if major >= 3:
-            raise BackendUnavailable(
-                "local mode needs the sagemaker v2 SDK (v3's ModelTrainer cannot run a plain script in a python-only image)",
-                "pip install 'jupyter_trainer[sagemaker]'",
-            )
+            _local_v3(spec, job_name, code_dir, container_root)
+            return
         estimator = _estimator_v2(spec, boto_session, local=True, container_root=container_root)
         estimator.fit(_inputs_v2(spec, f"file://{code_dir}"), job_name=job_name, wait=True, logs=True)
+
+
+def _local_v3(spec: SageMakerSpec, job_name: str, code_dir: str, container_root: str) -> None:
+    """v3 local mode: ModelTrainer's SourceCode launcher (the image needs bash and pip3 besides python3).
+
+    No session is given: with one, local mode writes its credentials into the compose file."""
+    config = os.path.join(container_root, "sagemaker-config.yaml")
+    with open(config, "w") as handle:
+        handle.write("SchemaVersion: '1.0'\nSageMaker:\n  PythonSDK:\n    Modules:\n      TelemetryOptOut: true\n")
+    os.environ["SAGEMAKER_USER_CONFIG_OVERRIDE"] = config
+    from sagemaker.train import ModelTrainer
+    from sagemaker.train.configs import Compute, InputData, SourceCode
+    from sagemaker.train.model_trainer import Mode
+
+    root = os.path.join(container_root, "job")
+    os.makedirs(root)
+    trainer = ModelTrainer(
+        training_mode=Mode.LOCAL_CONTAINER,
+        training_image=spec.image_uri,
+        source_code=SourceCode(source_dir=code_dir, command=f"python3 {SCRIPT_NAME}"),
+        compute=Compute(instance_type="local_gpu" if spec.instance_type == "local_gpu" else "local_cpu", instance_count=spec.instance_count),
+        base_job_name=job_name[:40],
+        hyperparameters=dict(spec.hyperparameters) or None,
+        input_data_config=[
+            InputData(channel_name=name, data_source=uri[len("file://") :] if uri.startswith("file://") else uri)
+            for name, uri in spec.inputs.items()
+        ]
+        or None,
+        local_container_root=root,
+        role=spec.role,
+    )
+    try:
+        trainer.train(wait=True, logs=True)
+    finally:
+        # local mode leaves its artifacts under its root; put them where --output-path says, as v2 does
+        if spec.output_path.startswith("file://"):
+            artifacts = os.path.join(root, "compressed_artifacts")
+            for name in ("model.tar.gz", "output.tar.gz"):
+                if os.path.exists(os.path.join(artifacts, name)):
+                    shutil.copy(os.path.join(artifacts, name), os.path.join(spec.output_path[len("file://") :], name))
 
 
 def _estimator_v2(spec: SageMakerSpec, boto_session, local: bool, container_root: str | None = None):

@@ -12,7 +12,7 @@ from jupyter_trainer.backends.fake import FakeBackend
 from jupyter_trainer.store import JobStore
 
 IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
-TEST_IMAGE = os.environ.get("JUPYTER_TRAINER_TEST_IMAGE", "jupyter-trainer-test:bookworm")
+TEST_IMAGE = os.environ.get("JUPYTER_TRAINER_TEST_IMAGE", "jupyter-trainer-test:bookworm-pip")
 REPO = Path(__file__).resolve().parent.parent
 
 
