@@ -8,7 +8,6 @@ log: a `LogCursor` reads only the bytes added since its last read, and
 from __future__ import annotations
 
 import re
-from collections import deque
 from typing import Iterable, Iterator, Protocol
 
 from .spec import Metric
@@ -109,23 +108,20 @@ class LogCursor:
 
 
 class MetricParser:
-    """Pulls metric values out of log lines, SageMaker metric-definition style."""
+    """Pulls metric values out of log text, SageMaker metric-definition style: every match of each
+    definition's regex, whose one capture group is the value."""
 
     def __init__(self, metrics: Iterable[Metric] = ()):
         metrics = tuple(metrics) or DEFAULT_METRICS
         self.patterns = [(metric.name, metric.compile()) for metric in metrics]
 
-    def parse(self, line: str) -> list[tuple[str, float]]:
+    def parse(self, text: str) -> list[tuple[str, float]]:
+        """(name, value) for every match in `text` (a line, or many lines at once), by metric."""
         found = []
         for name, pattern in self.patterns:
-            match = pattern.search(line)
-            if match:
+            for match in pattern.finditer(text):
                 try:
                     found.append((name, float(match.group(1))))
                 except (TypeError, ValueError):
                     pass
         return found
-
-
-def bounded_tail(lines: Iterable[str], count: int) -> list[str]:
-    return list(deque(lines, maxlen=count))

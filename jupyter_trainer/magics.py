@@ -104,8 +104,10 @@ class TrainerMagics(Magics):
         from .submit import submit_detached
 
         args = parse_line(self.train_detached, line)
-        host = _pick(args.host, self.host)
-        use_config = not args.host  # an explicit --host ignores configured container defaults
+        # an explicit --image or --container overrides a configured host, as an explicit --host
+        # overrides configured container defaults: a flag always wins
+        host = _pick(args.host, self.host and args.image is None and args.container is None)
+        use_config = not host
         spec = build_spec(
             cell,
             host=host,

@@ -42,7 +42,6 @@ class JobMonitor:
         self.cursor = LogCursor(chunk_size=1 << 20)
         self.read_budget = read_budget
         self.caught_up = False
-        self.lines_seen = 0
         self.history_end = 0  # log bytes that existed when the view opened (shown as a tail)
 
     @property
@@ -98,16 +97,11 @@ class JobMonitor:
     def _take(self, lines: list[str], show: bool) -> None:
         if not lines:
             return
-        self.lines_seen += len(lines)
         text = "\n".join(lines)
         if "\x1b" in text:
             text = ANSI_ESCAPE.sub("", text)
-        for name, pattern in self.parser.patterns:
-            for match in pattern.finditer(text):
-                try:
-                    self.metrics.add(name, float(match.group(1)))
-                except (TypeError, ValueError):
-                    pass
+        for name, value in self.parser.parse(text):
+            self.metrics.add(name, value)
         if show:
             keep = lines[-self.lines.maxlen :] if self.lines.maxlen else []
             self.lines.extend(clean_line(line) for line in keep)

@@ -9,8 +9,6 @@ the last reader stopped: no line is fetched twice or lost.
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
 import json
 import os
 import time
@@ -19,7 +17,8 @@ from pathlib import Path
 
 from .errors import BackendUnavailable, TrainerError
 from .jobs import Observation, Status
-from .store import write_private_file
+from .backends.base import FileLogSource
+from .store import flocked, write_private_file
 
 LOG_GROUP = "/aws/sagemaker/TrainingJobs"
 STATE_FILE = "cloudwatch.json"
@@ -125,7 +124,7 @@ class CloudWatchLogSync:
 
     def sync(self) -> int:
         """Fetch what is new in every stream; return the number of lines appended."""
-        with self._locked():
+        with flocked(self.run_dir / LOCK_FILE):
             state = SyncState.load(self.run_dir / STATE_FILE)
             self._truncate_to(state.log_size)  # lines written after the last saved position are fetched again
             events = []
@@ -184,25 +183,17 @@ class CloudWatchLogSync:
         if os.path.exists(self.log_path) and os.path.getsize(self.log_path) > size:
             os.truncate(self.log_path, size)
 
-    @contextlib.contextmanager
-    def _locked(self):
-        fd = os.open(self.run_dir / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o600)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX)
-            yield
-        finally:
-            os.close(fd)
-
 
 def _is_not_found(exc: Exception) -> bool:
     response = getattr(exc, "response", None) or {}
     return response.get("Error", {}).get("Code") == "ResourceNotFoundException"
 
 
-class SyncedLogSource:
+class SyncedLogSource(FileLogSource):
     """The local copy of a job's CloudWatch log, refreshed at most every SYNC_INTERVAL seconds."""
 
     def __init__(self, syncer: CloudWatchLogSync, clock=time.monotonic):
+        super().__init__(syncer.log_path)
         self.syncer = syncer
         self.clock = clock
         self.last_sync = float("-inf")
@@ -219,16 +210,8 @@ class SyncedLogSource:
 
     def size(self) -> int:
         self._sync_if_due()
-        try:
-            return os.path.getsize(self.syncer.log_path)
-        except FileNotFoundError:
-            return 0
+        return super().size()
 
     def read(self, offset: int, limit: int) -> bytes:
         self._sync_if_due()
-        try:
-            with open(self.syncer.log_path, "rb") as handle:
-                handle.seek(offset)
-                return handle.read(limit)
-        except FileNotFoundError:
-            return b""
+        return super().read(offset, limit)

@@ -2,16 +2,13 @@
 
 from __future__ import annotations
 
-import hashlib
-import hmac
-import json
 import os
 import re
 from dataclasses import dataclass, field
 from typing import Iterable
 
 from .errors import InvalidOption
-from .spec import IMAGE_REF, Metric, parse_metrics
+from .spec import IMAGE_REF, Metric, cell_fingerprint, parse_metrics
 
 ROLE_ARN = re.compile(r"arn:aws[a-z-]*:iam::\d{12}:role/[\w+=,.@/-]{1,512}")
 INSTANCE_TYPE = re.compile(r"ml\.[a-z0-9]+[a-z0-9-]*\.[0-9]*x?(small|medium|large|xlarge)")
@@ -65,11 +62,7 @@ class SageMakerSpec:
         return [{"Name": m.name, "Regex": m.regex} for m in self.metrics]
 
     def fingerprint(self, key: bytes, rerun: bool = False) -> str:
-        canonical = json.dumps(
-            {"script": self.script, "backend": self.backend, "options": self.public_options(), "rerun": rerun},
-            sort_keys=True,
-        )
-        return hmac.new(key, canonical.encode(), hashlib.sha256).hexdigest()
+        return cell_fingerprint(key, self.script, self.backend, self.public_options(), rerun)
 
 
 def _pairs(items: Iterable[str], option: str, example: str) -> list[tuple[str, str]]:

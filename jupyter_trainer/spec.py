@@ -65,17 +65,15 @@ class DetachedSpec:
     def fingerprint(self, key: bytes, rerun: bool = False) -> str:
         """Same cell, same fingerprint. `rerun` counts: adding it trains once more, and
         running that cell again attaches to the new run."""
-        canonical = json.dumps(
-            {
-                "script": self.script,
-                "backend": self.backend,
-                "options": self.public_options(),
-                "env": self.env,
-                "rerun": rerun,
-            },
-            sort_keys=True,
-        )
-        return hmac.new(key, canonical.encode(), hashlib.sha256).hexdigest()
+        return cell_fingerprint(key, self.script, self.backend, self.public_options(), rerun, env=self.env)
+
+
+def cell_fingerprint(key: bytes, script: str, backend: str, options: dict, rerun: bool, **secret) -> str:
+    """An HMAC of everything that makes a cell: keyed, so that it reveals nothing of the secrets in it."""
+    canonical = json.dumps(
+        {"script": script, "backend": backend, "options": options, "rerun": rerun, **secret}, sort_keys=True
+    )
+    return hmac.new(key, canonical.encode(), hashlib.sha256).hexdigest()
 
 
 def parse_env(items: Iterable[str]) -> dict[str, str]:

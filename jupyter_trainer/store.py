@@ -37,8 +37,25 @@ def default_home() -> Path:
 
 
 def make_private_dir(path: Path) -> None:
-    path.mkdir(mode=0o700, parents=True, exist_ok=True)
-    os.chmod(path, 0o700)
+    """Create `path` readable by the owner only; a directory that exists already is left as it is."""
+    try:
+        path.mkdir(mode=0o700, parents=True)
+    except FileExistsError:
+        if not path.is_dir():
+            raise
+        return
+    os.chmod(path, 0o700)  # mkdir's mode passes through the umask
+
+
+@contextlib.contextmanager
+def flocked(path: Path) -> Iterator[None]:
+    """An exclusive advisory lock on `path` (created if missing), held for the block."""
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
 
 
 def write_private_file(path: Path, data: bytes, durable: bool = True) -> None:
@@ -78,6 +95,7 @@ class JobStore:
         return self.job_dir(name) / str(int(run))
 
     def runs(self, name: str) -> list[int]:
+        """Every run directory of the job, with or without its record yet."""
         try:
             entries = os.listdir(self.job_dir(name))
         except FileNotFoundError:
@@ -85,8 +103,12 @@ class JobStore:
         return sorted(int(entry) for entry in entries if entry.isdigit())
 
     def latest_run(self, name: str) -> int | None:
-        runs = self.runs(name)
-        return runs[-1] if runs else None
+        """The newest run that has a record (a run being created this instant, or abandoned
+        half-created, has none yet)."""
+        for run in reversed(self.runs(name)):
+            if (self.run_dir(name, run) / RECORD_FILE).exists():
+                return run
+        return None
 
     def names(self) -> list[str]:
         try:
@@ -160,20 +182,17 @@ class JobStore:
 
     @contextlib.contextmanager
     def locked(self, name: str, run: int) -> Iterator[None]:
-        lock_path = self.run_dir(name, run) / LOCK_FILE
+        path = self.run_dir(name, run) / LOCK_FILE
         with self.writing():
-            fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o600)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX)
+            path.touch(mode=0o600, exist_ok=True)
+        with flocked(path):
             yield
-        finally:
-            os.close(fd)
 
     def records(self, all_runs: bool = False) -> Iterator[JobRecord | CorruptRecord]:
         """The latest run of every job (or every run); an unreadable record is yielded as its error."""
         for name in self.names():
-            runs = self.runs(name)
-            for run in runs if all_runs else runs[-1:]:
+            latest = self.latest_run(name)
+            for run in self.runs(name) if all_runs else [latest] if latest is not None else []:
                 try:
                     yield self.load(name, run)
                 except UnknownJob:  # being created this instant
@@ -189,6 +208,10 @@ class JobStore:
     # -- the key that makes fingerprints of secrets safe to store ---------
 
     def fingerprint_key(self) -> bytes:
+        with self.writing():
+            return self._fingerprint_key()
+
+    def _fingerprint_key(self) -> bytes:
         make_private_dir(self.home)
         path = self.home / KEY_FILE
         if not path.exists():

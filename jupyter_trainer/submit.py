@@ -52,7 +52,7 @@ def submit_detached(
     validate_name(name)
 
     latest = store.latest_run(name)
-    run = 1
+    run = max(store.runs(name), default=0) + 1  # past any run directory abandoned half-created
     if latest is not None:
         existing = Job(store.load(name, latest), store).refresh()
         if existing.record.fingerprint == fingerprint:
@@ -68,7 +68,6 @@ def submit_detached(
                 f"job {name!r} already ran ({status.value}) with a different cell",
                 "pass --rerun to train again under this name (the old run is kept), or choose another --name",
             )
-        run = latest + 1
 
     record = JobRecord(
         name=name,
@@ -97,4 +96,6 @@ def submit_detached(
         record.started_at = time.time()
 
     job = Job(store.update(name, run, launched), store)
+    if job.record.stop_requested:  # stopped from elsewhere while it was being launched
+        backend.stop(job.record, run_dir)
     return Submission(job, attached=False)

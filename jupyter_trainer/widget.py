@@ -103,7 +103,14 @@ class JobWidget:
         with self.stop_button.hold_sync():
             self.stop_button.disabled = True
             self.stop_button.description = "Stopping…"
-        self.job.stop()
+        try:
+            self.job.stop()
+        except Exception as exc:  # shown in the widget, and the button offered again
+            self.error = f"could not stop the job: {exc}"
+            with self.stop_button.hold_sync():
+                self.stop_button.disabled = False
+                self.stop_button.description = "Stop"
+            self.push()
         self.last_status_check = float("-inf")  # show the result at the next poll
         self._dirty = True
 

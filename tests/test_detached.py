@@ -153,3 +153,27 @@ def test_another_process_sees_the_same_job(where, workdir, home):
     result = run_python("import jupyter_trainer as jt; j = jt.get_job('shared'); print(j.status, j.exit_code, j.backend)")
     backend = "host" if where["host"] else "docker"
     assert result.stdout.split() == ["completed", "0", backend], result.stderr
+
+
+def test_stop_reaches_group_members_that_ignore_term(where, workdir, home):
+    script = """\
+    import signal, subprocess, time
+    print("sigint is python's:", signal.getsignal(signal.SIGINT) is signal.default_int_handler, flush=True)
+    worker = subprocess.Popen(["sh", "-c", "trap '' TERM; while :; do sleep 1; done"])
+    open("worker.pid", "w").write(str(worker.pid))
+    time.sleep(600)
+    """
+    job = submit(script, where, workdir, "stubborn")
+    wait_for(lambda: (workdir / "worker.pid").exists(), what="the worker to start")
+    assert job.logs() == "sigint is python's: True\n"  # a detached job still gets KeyboardInterrupt
+    job.stop()
+    assert job.wait(timeout=60) is Status.STOPPED
+    # the worker ignored TERM; the KILL after the grace period still reached it
+    worker = int((workdir / "worker.pid").read_text())
+    if where["host"]:
+        wait_for(lambda: not os.path.exists(f"/proc/{worker}") or "Z" in open(f"/proc/{worker}/stat").read().split()[2], timeout=30, what="the worker to die")
+    else:
+        import docker
+
+        container = docker.from_env().containers.get(job.record.runtime["container_id"])
+        wait_for(lambda: container.exec_run(["kill", "-0", str(worker)]).exit_code != 0, timeout=30, what="the worker to die")

@@ -1,10 +1,12 @@
 """What only the Docker backend does: containers it creates, reuses, stops, and ones it did not create."""
 
+import contextlib
+
 import pytest
 
 from conftest import wait_for
 from jupyter_trainer.backends.docker import default_container_name
-from jupyter_trainer.errors import BackendUnavailable, ImageNotFound, InvalidOption
+from jupyter_trainer.errors import BackendUnavailable, ImageNotFound, InvalidOption, TrainerError
 from jupyter_trainer.job import Job, get_job
 from jupyter_trainer.jobs import Status
 from jupyter_trainer.spec import build_spec
@@ -83,8 +85,14 @@ def test_container_it_did_not_create_is_used_as_is(docker_client, docker_image, 
         assert job.logs() == "inside v\n" and job.logs(tail=1) == "inside v\n"
         lines = list(Job.load("guest").follow())
         assert lines == ["inside v"]
-    finally:
+        foreign.stop(timeout=1)  # its log is still read, from the stopped container's file system
+        assert Job.load("guest").logs() == "inside v\n" and Job.load("guest").logs(tail=1) == "inside v\n"
         foreign.remove(force=True)
+        with pytest.raises(TrainerError, match="was removed"):
+            Job.load("guest").logs()
+    finally:
+        with contextlib.suppress(Exception):
+            foreign.remove(force=True)
 
 
 def test_missing_image_is_one_clear_error_and_no_record(docker_client, docker_image, workdir, store):

@@ -82,4 +82,4 @@ def test_metrics():
 def test_default_metric_is_loss():
     parser = MetricParser()
     assert parser.parse("step 10 loss: 1.5e-3") == [("loss", 0.0015)]
-    assert parser.parse("train_loss=2") == []  # 'loss' as a word only
+    assert parser.parse("train_loss=2") == []  # "loss" as a word only

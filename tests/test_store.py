@@ -75,3 +75,19 @@ def test_record_file_is_plain_json(store):
     store.create(JobRecord(name="a", backend="host", options={"env_keys": ["K"]}))
     data = json.loads((store.run_dir("a", 1) / "record.json").read_text())
     assert data["name"] == "a" and data["status"] == "pending"
+
+
+def test_an_existing_home_keeps_its_permissions(tmp_path):
+    shared = tmp_path / "shared"
+    shared.mkdir(mode=0o755)
+    os.chmod(shared, 0o755)
+    store = JobStore(shared)
+    store.create(JobRecord(name="a", backend="host"))
+    assert mode(shared) == 0o755 and mode(shared / "jobs") == 0o700
+
+
+def test_a_half_created_run_hides_nothing(store):
+    store.create(JobRecord(name="a", backend="host", status=Status.COMPLETED))
+    store.run_dir("a", 2).mkdir()  # a process died between claiming run 2 and writing its record
+    assert store.latest_run("a") == 1 and store.load("a").run == 1
+    assert [r.name for r in store.records()] == ["a"]

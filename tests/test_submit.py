@@ -103,3 +103,23 @@ def test_list_jobs(store, fake_backend):
     for name in ("b", "a"):
         submit_detached(fake_spec(name), name=name, store=store)
     assert [job.name for job in list_jobs(store)] == ["b", "a"]
+
+
+def test_rerun_skips_a_run_abandoned_half_created(store, fake_backend):
+    submit_detached(fake_spec(), name="exp", store=store)
+    fake_backend.finish("exp", 0)
+    store.run_dir("exp", 2).mkdir()  # claimed, never recorded
+    assert get_job("exp", store).run == 1
+    assert submit_detached(fake_spec("print(2)"), name="exp", store=store, rerun=True).job.run == 3
+
+
+def test_a_stop_asked_while_launching_is_carried_out(store, fake_backend):
+    original = fake_backend.launch
+
+    def slow_launch(record, run_dir, spec):
+        Job.load(record.name, store).stop()  # another kernel stops it before the launch is recorded
+        return original(record, run_dir, spec)
+
+    fake_backend.launch = slow_launch
+    job = submit_detached(fake_spec(), name="exp", store=store).job
+    assert fake_backend.stopped == [("exp", False)] and get_job("exp", store).status is Status.STOPPED

@@ -8,6 +8,7 @@ copied into it and read back through the engine.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import io
 import os
@@ -66,6 +67,13 @@ def _engine_location() -> str:
     return os.environ.get("DOCKER_HOST") or "unix:///var/run/docker.sock"
 
 
+def _unreachable() -> BackendUnavailable:
+    return BackendUnavailable(
+        f"no Docker engine reachable at {_engine_location()}",
+        "start Docker or set DOCKER_HOST, or use --host to run without a container",
+    )
+
+
 class DockerBackend:
     name = "docker"
     has_containers = True
@@ -84,10 +92,7 @@ class DockerBackend:
             try:
                 self._client = docker.from_env()
             except docker.errors.DockerException as exc:
-                raise BackendUnavailable(
-                    f"no Docker engine reachable at {_engine_location()}",
-                    "start Docker or set DOCKER_HOST, or use --host to run without a container",
-                ) from exc
+                raise _unreachable() from exc
         return self._client
 
     def _engine_error(self, exc: Exception, doing: str) -> TrainerError:
@@ -113,10 +118,7 @@ class DockerBackend:
             self._last_ping = time.monotonic()
         except (docker.errors.DockerException, OSError) as exc:
             self._client = None
-            raise BackendUnavailable(
-                f"no Docker engine reachable at {_engine_location()}",
-                "start Docker or set DOCKER_HOST, or use --host to run without a container",
-            ) from exc
+            raise _unreachable() from exc
 
     def launch(self, record: JobRecord, run_dir: Path, spec: DetachedSpec) -> dict:
         import docker
@@ -129,7 +131,9 @@ class DockerBackend:
             if mounted:
                 inner_run_dir = f"{MOUNTED_JOBS_DIR}/{relative}"
             else:
-                inner_run_dir = f"{SHIPPED_JOBS_DIR}/{relative}"
+                # several stores (users, JUPYTER_TRAINER_HOMEs) may share a container: one directory each
+                store_id = hashlib.sha256(str(jobs_dir).encode()).hexdigest()[:12]
+                inner_run_dir = f"{SHIPPED_JOBS_DIR}/{store_id}/{relative}"
                 self._ship(container, run_dir, inner_run_dir)
             ours = container.labels.get(LABEL) == "1"
             command = [
@@ -182,24 +186,12 @@ class DockerBackend:
         return container
 
     def _check_reusable(self, container, spec: DetachedSpec) -> None:
-        name = container.name
-        if spec.image and container.attrs["Config"]["Image"] != spec.image:
-            raise InvalidOption(
-                f"container {name!r} runs image {container.attrs['Config']['Image']!r}, not {spec.image!r}",
-                "drop --image, or choose another --container",
-            )
+        """An existing container is reused as it is; only GPUs it lacks cannot be given to it afterwards."""
         labels = container.labels
-        if labels.get(LABEL) != "1":
-            return
-        if labels.get(LABEL_WORKDIR) not in (None, spec.workdir):
+        if spec.gpus and labels.get(LABEL) == "1" and labels.get(LABEL_GPUS, "") != spec.gpus:
             raise InvalidOption(
-                f"container {name!r} mounts {labels[LABEL_WORKDIR]} at {WORKSPACE}, not {spec.workdir}",
-                "choose another --container or --workdir",
-            )
-        if spec.gpus and labels.get(LABEL_GPUS, "") != spec.gpus:
-            raise InvalidOption(
-                f"container {name!r} was created with --gpus {labels.get(LABEL_GPUS) or 'none'}, not {spec.gpus}",
-                f"stop and remove it (docker rm -f {name}) or choose another --container",
+                f"container {container.name!r} was created with --gpus {labels.get(LABEL_GPUS) or 'none'}, not {spec.gpus}",
+                f"stop and remove it (docker rm -f {container.name}) or choose another --container",
             )
 
     def _create_container(self, name: str, spec: DetachedSpec, jobs_dir: Path):
@@ -319,8 +311,20 @@ class DockerBackend:
         elif restarted:
             why = f"container {label} restarted while the job ran; its processes did not survive"
         else:
-            why = "the job's supervisor process ended without recording an exit code (was it killed?)"
+            why = "the job's supervisor process ended without recording an exit code" + self._exec_outcome(runtime["exec_id"])
         return Observation(alive=False, why_gone=why)
+
+    def _exec_outcome(self, exec_id: str) -> str:
+        """How the supervisor's exec ended, in words, when the engine still knows."""
+        import docker
+
+        try:
+            code = self.client.api.exec_inspect(exec_id).get("ExitCode")
+        except (docker.errors.DockerException, OSError):
+            return " (was it killed?)"
+        if code in (None, 0, 137, 143):
+            return " (was it killed?)"
+        return f" (it exited with code {code}: can the container's user read and write the store's files?)"
 
     def _exec_running(self, exec_id: str) -> bool:
         import docker
@@ -335,8 +339,8 @@ class DockerBackend:
             return read_supervisor_facts(run_dir)
         inner = record.runtime["run_dir"]
         return SupervisorFacts.parse(
-            _read_container_file(container, f"{inner}/{PID_FILE}"),
-            _read_container_file(container, f"{inner}/{EXIT_CODE_FILE}"),
+            _read_container_file(container, f"{inner}/{PID_FILE}").decode(errors="replace"),
+            _read_container_file(container, f"{inner}/{EXIT_CODE_FILE}").decode(errors="replace"),
         )
 
     def log_source(self, record: JobRecord, run_dir: Path):
@@ -355,18 +359,31 @@ class DockerBackend:
                 target = self.client.containers.get(runtime["container_id"])
             except docker.errors.NotFound:
                 return
-            if target.status == "running":
-                facts = self._facts(target, record, run_dir)
-                if facts.supervisor_pid is not None and self._exec_running(runtime["exec_id"]):
-                    # the supervisor stops the job's process group: TERM, then KILL after the grace period
-                    _run_in(target, 'kill -TERM "$1"', str(facts.supervisor_pid))
-                elif facts.job_pid is not None:
-                    _run_in(target, 'kill -KILL -"$1" 2>/dev/null', str(facts.job_pid))
+            if target.status == "running" and not record.status.is_final:
+                self._stop_job(target, record, run_dir)
             if container:
                 target.stop(timeout=STOP_GRACE_SECONDS)
         except (docker.errors.DockerException, OSError) as exc:
             raise self._engine_error(exc, "stop the job") from exc
 
+    def _stop_job(self, target, record: JobRecord, run_dir: Path) -> None:
+        """Signal the supervisor and wait until the job has ended (TERM, then KILL after the grace period)."""
+        exec_id = record.runtime["exec_id"]
+        facts = self._facts(target, record, run_dir)
+        deadline = time.monotonic() + 5
+        while facts.supervisor_pid is None and facts.exit_code is None and time.monotonic() < deadline:
+            time.sleep(0.1)  # submitted a moment ago: the supervisor has not written its pid yet
+            facts = self._facts(target, record, run_dir)
+        if facts.exit_code is not None:
+            return
+        if facts.supervisor_pid is not None and self._exec_running(exec_id):
+            _run_in(target, 'kill -TERM "$1"', str(facts.supervisor_pid))
+            # wait for it, so that stopping the container next never cuts the job's grace period short
+            deadline = time.monotonic() + STOP_GRACE_SECONDS + 5
+            while self._exec_running(exec_id) and time.monotonic() < deadline:
+                time.sleep(0.2)
+        elif facts.job_pid is not None:
+            _run_in(target, 'kill -TERM -"$1" 2>/dev/null; sleep "$2"; kill -KILL -"$1" 2>/dev/null', str(facts.job_pid), str(STOP_GRACE_SECONDS))
 
 def _run_in(container, script: str, *args: str) -> bytes:
     """Run a fixed sh snippet in the container; values go in as arguments, never into the script."""
@@ -374,34 +391,50 @@ def _run_in(container, script: str, *args: str) -> bytes:
     return result.output or b""
 
 
-def _read_container_file(container, path: str) -> str:
+def _read_container_file(container, path: str) -> bytes:
+    """A file of the container, read from its file system (works on a stopped container too)."""
     import docker
 
     try:
         stream, _ = container.get_archive(path)
         data = b"".join(stream)
     except docker.errors.NotFound:
-        return ""
+        return b""
     with tarfile.open(fileobj=io.BytesIO(data)) as tar:
         member = tar.next()
         handle = tar.extractfile(member) if member else None
-        return handle.read().decode(errors="replace") if handle else ""
+        return handle.read() if handle else b""
 
 
 class ContainerLogSource:
-    """A log inside a container that does not mount the store, read through the engine."""
+    """A log inside a container that does not mount the store, read through the engine
+    (by exec while the container runs, from its file system once it has stopped)."""
 
     def __init__(self, backend: DockerBackend, container_id: str, path: str):
         self.backend = backend
         self.container_id = container_id
         self.path = path
 
+    @contextlib.contextmanager
     def _container(self):
-        return self.backend.client.containers.get(self.container_id)
+        import docker
+
+        try:
+            yield self.backend.client.containers.get(self.container_id)
+        except docker.errors.NotFound:
+            raise TrainerError(f"the log went with its container ({self.container_id[:12]} was removed)") from None
+        except (docker.errors.DockerException, OSError) as exc:
+            raise self.backend._engine_error(exc, "read the job's log") from exc
 
     def size(self) -> int:
-        output = _run_in(self._container(), 'wc -c < "$1"', self.path).strip()
-        return int(output) if output.isdigit() else 0
+        with self._container() as container:
+            if container.status != "running":
+                return len(_read_container_file(container, self.path))
+            text = _run_in(container, 'wc -c < "$1"', self.path).strip()
+            return int(text) if text.isdigit() else 0
 
     def read(self, offset: int, limit: int) -> bytes:
-        return _run_in(self._container(), 'tail -c +"$1" "$2" | head -c "$3"', str(offset + 1), self.path, str(limit))
+        with self._container() as container:
+            if container.status != "running":
+                return _read_container_file(container, self.path)[offset : offset + limit]
+            return _run_in(container, 'tail -c +"$1" "$2" | head -c "$3"', str(offset + 1), self.path, str(limit))

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
+import time
 from pathlib import Path
 
 from ..jobs import JobRecord, Observation
@@ -90,10 +92,17 @@ class HostBackend:
 
     def stop(self, record: JobRecord, run_dir: Path, container: bool = False) -> None:
         supervisor = ProcessIdentity.from_dict(record.runtime["supervisor"])
-        if supervisor.is_alive():
-            # the supervisor stops the job's process group: TERM, then KILL after the grace period
-            os.kill(supervisor.pid, signal.SIGTERM)
-            return
-        facts = read_supervisor_facts(run_dir)
-        if facts.job_pid is not None and session_id(facts.job_pid) == facts.job_pid:
-            os.killpg(facts.job_pid, signal.SIGKILL)
+        with contextlib.suppress(ProcessLookupError):  # it may end on its own meanwhile
+            if supervisor.is_alive():
+                # the supervisor stops the job's process group: TERM, then KILL after the grace period
+                os.kill(supervisor.pid, signal.SIGTERM)
+                return
+            facts = read_supervisor_facts(run_dir)
+            if facts.job_pid is not None and session_id(facts.job_pid) == facts.job_pid:
+                # no supervisor left to do it: TERM the group, then KILL what is left after the grace period
+                os.killpg(facts.job_pid, signal.SIGTERM)
+                deadline = time.monotonic() + STOP_GRACE_SECONDS
+                while session_id(facts.job_pid) == facts.job_pid and time.monotonic() < deadline:
+                    time.sleep(0.2)
+                if session_id(facts.job_pid) == facts.job_pid:
+                    os.killpg(facts.job_pid, signal.SIGKILL)

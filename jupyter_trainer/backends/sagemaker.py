@@ -40,6 +40,7 @@ class SageMakerBackend:
     def __init__(self):
         self._host = HostBackend()
         self._log_sources: dict[Path, SyncedLogSource] = {}
+        self._clients: dict[tuple[str, str], object] = {}
 
     # -- launching ---------------------------------------------------------
 
@@ -96,31 +97,38 @@ class SageMakerBackend:
         runtime = record.runtime
         if runtime.get("mode") == "local":
             return self._host.observe(record, run_dir)
-        session = aws_session(runtime["region"])
         try:
-            description = client(session, "sagemaker").describe_training_job(TrainingJobName=runtime["training_job_name"])
+            description = self._client(runtime["region"], "sagemaker").describe_training_job(
+                TrainingJobName=runtime["training_job_name"]
+            )
         except Exception as exc:
             raise aws_error(exc, "describe the training job") from exc
         return observe_training_job(description)
 
     def log_source(self, record: JobRecord, run_dir: Path):
         runtime = record.runtime
-        if runtime.get("mode") == "local":
+        if runtime.get("mode") != "remote":  # local mode, or not submitted yet: the log is the local file
             return FileLogSource(run_dir / LOG_FILE)
         if run_dir not in self._log_sources:
-            session = aws_session(runtime["region"])
-            syncer = CloudWatchLogSync(client(session, "logs"), runtime["training_job_name"], run_dir, run_dir / LOG_FILE)
+            logs = self._client(runtime["region"], "logs")
+            syncer = CloudWatchLogSync(logs, runtime["training_job_name"], run_dir, run_dir / LOG_FILE)
             self._log_sources[run_dir] = SyncedLogSource(syncer)
         return self._log_sources[run_dir]
+
+    def _client(self, region: str, service: str):
+        """One client per region and service: the widget asks every few seconds."""
+        key = (region, service)
+        if key not in self._clients:
+            self._clients[key] = client(aws_session(region), service)
+        return self._clients[key]
 
     def stop(self, record: JobRecord, run_dir: Path, container: bool = False) -> None:
         runtime = record.runtime
         if runtime.get("mode") == "local":
             self._host.stop(record, run_dir)
             return
-        session = aws_session(runtime["region"])
         try:
-            client(session, "sagemaker").stop_training_job(TrainingJobName=runtime["training_job_name"])
+            self._client(runtime["region"], "sagemaker").stop_training_job(TrainingJobName=runtime["training_job_name"])
         except Exception as exc:
             error = aws_error(exc, "stop the training job")
             if "ValidationException" in str(error):  # it has already ended

@@ -32,6 +32,11 @@ trap stop_job TERM INT
 if command -v nohup >/dev/null 2>&1; then
     set -- nohup "$@"
 fi
+# a background command of a non-interactive shell starts with INT and QUIT ignored, and no
+# shell can undo that in its children; env (coreutils 8.31+) gives them back their defaults
+if env --default-signal=INT,QUIT true 2>/dev/null; then
+    set -- env --default-signal=INT,QUIT "$@"
+fi
 if command -v setsid >/dev/null 2>&1; then
     setsid "$@" &
 else
@@ -47,6 +52,16 @@ while :; do
     code=$?
     kill -0 "$child" 2>/dev/null || break
 done
+if [ -n "$stopping" ] && [ "$code" -gt 128 ]; then
+    # the job may have ended just as the signal interrupted wait: bash still has its real status
+    wait "$child" 2>/dev/null
+    again=$?
+    [ "$again" = 127 ] || code=$again
+fi
+if [ -n "$stopping" ]; then
+    # members of the job's group can outlive its leader: the timer's KILL must still reach them
+    while kill -0 -"$child" 2>/dev/null; do sleep 1; done
+fi
 [ -z "$killer" ] || { kill "$killer" 2>/dev/null; wait "$killer" 2>/dev/null; }
 printf '%s\n' "$code" 1<>"$run_dir/exit_code"
 
