@@ -101,8 +101,6 @@ class TrainerMagics(Magics):
     @user_errors
     def train_detached(self, line, cell):
         """Run the cell as a training script, detached: it outlives the kernel, the notebook and the SSH session."""
-        from .submit import submit_detached
-
         args = parse_line(self.train_detached, line)
         # an explicit --image or --container overrides a configured host, as an explicit --host
         # overrides configured container defaults: a flag always wins
@@ -120,10 +118,7 @@ class TrainerMagics(Magics):
             stop_container_when_done=_pick(args.stop_container_when_done, self.stop_container_when_done and use_config),
             metrics=args.metric,
         )
-        submission = submit_detached(spec, name=args.name, rerun=args.rerun, store=self._store())
-        if submission.attached:
-            print(submission.message)
-        self._show(submission.job, widget=not args.no_widget and self.widget, fresh=not submission.attached)
+        self._submit(spec, args)
 
     # -- %%sagemaker_fit ----------------------------------------------------------
 
@@ -146,7 +141,6 @@ class TrainerMagics(Magics):
     def sagemaker_fit(self, line, cell):
         """Run the cell as the entry script of a SageMaker training job; returns as soon as it is submitted."""
         from .sagemaker_spec import build_sagemaker_spec
-        from .submit import submit_detached
 
         args = parse_line(self.sagemaker_fit, line)
         spec = build_sagemaker_spec(
@@ -165,10 +159,7 @@ class TrainerMagics(Magics):
             source_dir=args.source_dir,
             metrics=args.metric,
         )
-        submission = submit_detached(spec, name=args.name, rerun=args.rerun, store=self._store())
-        if submission.attached:
-            print(submission.message)
-        self._show(submission.job, widget=not args.no_widget and self.widget, fresh=not submission.attached)
+        self._submit(spec, args)
 
     # -- line magics -------------------------------------------------------------
 
@@ -222,6 +213,15 @@ class TrainerMagics(Magics):
         args = parse_line(self.train_stop, line)
         job = Job.load(args.name, self._store()).stop(container=args.container)
         print(summary.one_line(job.record))
+
+    def _submit(self, spec, args) -> None:
+        """Submit (or attach to) the job of a cell, then show it."""
+        from .submit import submit_detached
+
+        submission = submit_detached(spec, name=args.name, rerun=args.rerun, store=self._store())
+        if submission.attached:
+            print(submission.message)
+        self._show(submission.job, widget=not args.no_widget and self.widget, fresh=not submission.attached)
 
     # -- display -----------------------------------------------------------------
 
