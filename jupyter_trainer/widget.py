@@ -125,10 +125,10 @@ class Poller:
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
 
-    def watch(self, widget: JobWidget) -> None:
+    def watch(self, *widgets: JobWidget) -> None:
         with self._lock:
-            self.widgets.append(widget)
-            if self._thread is None:
+            self.widgets.extend(widget for widget in widgets if widget not in self.widgets)
+            if self._thread is None and self.widgets:
                 self._thread = threading.Thread(target=self._run, name="jupyter_trainer-poller", daemon=True)
                 self._thread.start()
 
