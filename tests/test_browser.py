@@ -117,7 +117,8 @@ def _open_notebook(browser, lab, name):
 
 
 def _command(page, command, args=None):
-    page.evaluate("([c, a]) => window.jupyterapp.commands.execute(c, a || {})", [command, args])
+    # started, not awaited: a command's promise may outlive what the test waits for next
+    page.evaluate("([c, a]) => { window.jupyterapp.commands.execute(c, a || {}); return null; }", [command, args])
 
 
 def _run_cell(page, index):
@@ -171,10 +172,7 @@ def test_widget_in_jupyterlab(lab, browser):
 
     # a new kernel finds the finished job again
     _command(page, "notebook:clear-all-cell-outputs")
-    request = urllib.request.Request(
-        f"{lab['base']}/api/kernels/{kernel}/restart?token={lab['token']}", method="POST", data=b""
-    )
-    urllib.request.urlopen(request, timeout=30)
+    page.evaluate("window.jupyterapp.shell.currentWidget.sessionContext.session.kernel.restart()")
     page.wait_for_function(
         "(() => { const k = window.jupyterapp.shell.currentWidget.sessionContext.session?.kernel;"
         " return k && k.status === 'idle'; })()"
