@@ -122,8 +122,12 @@ def _command(page, command, args=None):
 
 
 def _run_cell(page, index):
+    """Run one cell and wait until the kernel has executed it (its prompt gets a number)."""
+    cell = f"window.jupyterapp.shell.currentWidget.content.widgets[{index}].model"
+    page.evaluate(f"{cell}.executionCount = null")
     page.evaluate(f"window.jupyterapp.shell.currentWidget.content.activeCellIndex = {index}")
     _command(page, "notebook:run-cell")
+    page.wait_for_function(f"{cell}.executionCount !== null")
 
 
 def _kernel_id(page):
