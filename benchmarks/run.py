@@ -269,12 +269,116 @@ def bench_memory(lines: int) -> Comparison:
     return Comparison(f"kernel memory growth, watched job printing {lines:,} lines", growth / 2**20, 20.0, "< 20 MB", 1.0, unit="MB")
 
 
+# 6 -------------------------------------------------------------------------------
+
+
+def bench_sagemaker_follow(seconds: float) -> list[Comparison]:
+    """Two identical training jobs on a moto server: one followed by our widget, one by the SDK's
+    logs_for_job(wait=True), side by side; API calls counted per follower thread."""
+    import collections
+    import contextlib
+    import datetime as dt
+    import io
+
+    import boto3
+    import botocore.client
+    import comm
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+    from moto_sagemaker import REGION, MotoSageMaker
+
+    from jupyter_trainer.job import Job
+    from jupyter_trainer.jobs import JobRecord, Status
+    from jupyter_trainer.sagemaker_sdk import TELEMETRY_OFF, quiet_sdk
+    from jupyter_trainer.store import JobStore
+    from jupyter_trainer.widget import JobWidget
+
+    home = fresh_home()
+    server = MotoSageMaker()
+    os.environ.update(
+        AWS_ENDPOINT_URL=server.start(), AWS_ACCESS_KEY_ID="testing", AWS_SECRET_ACCESS_KEY="testing",
+        AWS_DEFAULT_REGION=REGION, AWS_EC2_METADATA_DISABLED="true",
+    )  # fmt: skip
+    comm.create_comm = lambda *a, **k: comm.DummyComm(*a, **k)
+    calls: collections.Counter = collections.Counter()
+    original = botocore.client.BaseClient._make_api_call
+
+    def counting(client, operation, params):
+        calls[threading.current_thread().name] += 1
+        return original(client, operation, params)
+
+    botocore.client.BaseClient._make_api_call = counting
+    sm, logs = boto3.client("sagemaker"), boto3.client("logs")
+    logs.create_log_group(logGroupName="/aws/sagemaker/TrainingJobs")
+    for name in ("ours-job", "sdk-job"):
+        sm.create_training_job(
+            TrainingJobName=name, RoleArn="arn:aws:iam::123456789012:role/R",
+            AlgorithmSpecification={"TrainingImage": "img", "TrainingInputMode": "File"},
+            OutputDataConfig={"S3OutputPath": "s3://b/out"},
+            ResourceConfig={"InstanceType": "ml.m5.large", "InstanceCount": 2, "VolumeSizeInGB": 10},
+            StoppingCondition={"MaxRuntimeInSeconds": 3600},
+        )  # fmt: skip
+        server.set_status(name, "InProgress", "Training")
+        for host in ("algo-1", "algo-2"):
+            logs.create_log_stream(logGroupName="/aws/sagemaker/TrainingJobs", logStreamName=f"{name}/{host}")
+    JobStore(home).create(JobRecord(name="ours", backend="sagemaker", status=Status.RUNNING,
+                                    runtime={"training_job_name": "ours-job", "region": REGION, "mode": "remote"}))  # fmt: skip
+    expected = []
+
+    def writer():
+        start, step = time.time(), 0
+        while time.time() - start < seconds:
+            stamp = int(time.time() * 1000)
+            for offset, host in enumerate(("algo-1", "algo-2")):
+                message = f"{host} step {step} loss: {1 / (step + 1):.4f}"
+                expected.append(message)
+                for name in ("ours-job", "sdk-job"):
+                    logs.put_log_events(logGroupName="/aws/sagemaker/TrainingJobs", logStreamName=f"{name}/{host}",
+                                        logEvents=[{"timestamp": stamp + offset, "message": message}])  # fmt: skip
+            step += 1
+            time.sleep(0.5)
+        for name in ("ours-job", "sdk-job"):
+            server.set_status(name, "Completed", training_end_time=dt.datetime.now(dt.timezone.utc))
+
+    sdk_output = io.StringIO()
+
+    def sdk():
+        with quiet_sdk():
+            import sagemaker
+
+            session = sagemaker.Session(boto_session=boto3.Session(), sagemaker_config=TELEMETRY_OFF)
+            session.logs_for_job("sdk-job", wait=True, poll=10)
+
+    def ours():
+        view = JobWidget(Job.load("ours"))
+        while view.poll(time.monotonic()):
+            time.sleep(0.25)
+
+    threads = [threading.Thread(target=target, name=target.__name__) for target in (writer, sdk, ours)]
+    started = time.monotonic()
+    with contextlib.redirect_stdout(sdk_output):
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+    minutes = (time.monotonic() - started) / 60
+    botocore.client.BaseClient._make_api_call = original
+    ours_lines = Job.load("ours").logs().splitlines()
+    server.stop()
+    sdk_lines = [line for line in sdk_output.getvalue().splitlines() if " step " in line]
+    ours_ok = ours_lines == expected
+    sdk_ok = len(sdk_lines) == len(expected)
+    label = f"SageMaker follow: API calls/min vs logs_for_job (lines exact: ours {ours_ok}, SDK {sdk_ok})"
+    return [Comparison(label, calls["ours"] / minutes, calls["sdk"] / minutes, "<= 1.0x, no line lost", 1.0, unit="calls/min")]
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--rounds", type=int, default=15)
     parser.add_argument("--log-size", type=int, default=1 << 30, help="bytes in the big log (default 1 GiB)")
     parser.add_argument("--lines", type=int, default=10_000_000, help="lines the memory benchmark's job prints")
-    parser.add_argument("--only", nargs="*", default=["submit", "logs", "load", "cell", "memory"])
+    parser.add_argument("--sagemaker-seconds", type=float, default=60, help="how long the followed jobs print")
+    parser.add_argument("--only", nargs="*", default=["submit", "logs", "load", "cell", "memory", "sagemaker"])
     args = parser.parse_args()
     results: list[Comparison] = []
     if "load" in args.only:
@@ -287,6 +391,8 @@ def main() -> int:
         results += bench_cell_while_watching(max(5, args.rounds // 3))
     if "memory" in args.only:
         results.append(bench_memory(args.lines))
+    if "sagemaker" in args.only:
+        results += bench_sagemaker_follow(args.sagemaker_seconds)
     print(table(results))
     return 0
 

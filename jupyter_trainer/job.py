@@ -92,13 +92,13 @@ class Job:
             time.sleep(interval)
 
     def log_source(self) -> LogSource:
-        return self._backend().log_source(self.record, self.run_dir)
+        return self.backend_impl().log_source(self.record, self.run_dir)
 
     # -- what users do -----------------------------------------------------
 
     def stop(self, container: bool = False) -> "Job":
         """Stop the job's whole process group (and its container with container=True)."""
-        backend = self._backend()
+        backend = self.backend_impl()
         if container and not backend.has_containers:
             raise InvalidOption(f"job {self.name!r} does not run in a container", "drop --container")
         self.refresh()
@@ -166,11 +166,12 @@ class Job:
                 return Observation(alive=False, why_gone="the submission was interrupted before the job started")
             return Observation(alive=True, started=False)
         try:
-            return self._backend().observe(self.record, self.run_dir)
+            return self.backend_impl().observe(self.record, self.run_dir)
         except BackendUnavailable as error:
             return Observation(alive=None, why_gone=str(error))
 
-    def _backend(self) -> Backend:
+    def backend_impl(self) -> Backend:
+        """The backend object that runs this job (`backend` is its name)."""
         try:
             return get_backend(self.backend)
         except ValueError:

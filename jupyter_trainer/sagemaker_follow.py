@@ -23,7 +23,8 @@ from .store import flocked, write_private_file
 LOG_GROUP = "/aws/sagemaker/TrainingJobs"
 STATE_FILE = "cloudwatch.json"
 LOCK_FILE = "cloudwatch.lock"
-SYNC_INTERVAL = 5.0  # seconds between two log fetches of one job, as the SDK's own log follower
+SYNC_INTERVAL = 10.0  # seconds between two log fetches of one job: the SDK's own follower polls as often
+PAGE = 10_000  # events asked for per GetLogEvents call (the API's most); a shorter page is the stream's end
 
 
 def aws_session(region: str | None = None):
@@ -163,7 +164,7 @@ class CloudWatchLogSync:
         events: list[dict] = []
         token = state.tokens.get(stream)
         while True:
-            kwargs = {"logGroupName": LOG_GROUP, "logStreamName": stream, "startFromHead": True}
+            kwargs = {"logGroupName": LOG_GROUP, "logStreamName": stream, "startFromHead": True, "limit": PAGE}
             if token:
                 kwargs["nextToken"] = token
             self.api_calls += 1
@@ -173,7 +174,7 @@ class CloudWatchLogSync:
             if not next_token or next_token == token:  # the same token again: the end of the stream for now
                 break
             token = next_token
-            if not page.get("events"):
+            if len(page.get("events", [])) < PAGE:  # a short page is the end: no call just to confirm it
                 break
         if token:
             state.tokens[stream] = token

@@ -17,7 +17,6 @@ from .monitor import BAR_STYLES, JobMonitor
 
 PUSH_INTERVAL = 0.25  # seconds between two updates of one widget: at most 4 a second
 POLL_INTERVAL = 0.25  # seconds between two reads of the logs
-STATUS_INTERVAL = 2.0  # seconds between two status checks (they may cost engine or API calls)
 
 
 class JobWidget:
@@ -26,6 +25,7 @@ class JobWidget:
 
         self.clock = clock
         self.monitor = JobMonitor(job, log_lines)
+        self.status_interval = job.backend_impl().status_interval
         self.monitor.refresh_status()
         self.monitor.start()
         self.header = widgets.HTML()
@@ -56,10 +56,10 @@ class JobWidget:
 
     # -- driven by the poller ------------------------------------------------
 
-    def poll(self, now: float, status_interval: float = STATUS_INTERVAL) -> bool:
+    def poll(self, now: float) -> bool:
         """Catch up with the job; push to the frontend when due. False once nothing can change."""
         try:
-            if now - self.last_status_check >= status_interval:
+            if now - self.last_status_check >= self.status_interval:
                 self.last_status_check = now
                 self._dirty |= self.monitor.refresh_status()
             self._dirty |= self.monitor.read_log()

@@ -36,6 +36,7 @@ STOP_GRACE_SECONDS = 10
 class Backend(Protocol):
     name: str
     has_containers: bool  # whether `stop(container=True)` means something
+    status_interval: float  # seconds between two status checks by a widget (a check may cost API calls)
 
     def preflight(self, spec) -> None:
         """Raise a TrainerError if the runtime cannot take the job (checked before anything is written)."""

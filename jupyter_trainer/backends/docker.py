@@ -76,6 +76,7 @@ def _unreachable() -> BackendUnavailable:
 
 class DockerBackend:
     name = "docker"
+    status_interval = 2.0  # seconds between two status checks by a widget
     has_containers = True
 
     def __init__(self):

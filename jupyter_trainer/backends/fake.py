@@ -11,6 +11,7 @@ from .base import LOG_FILE, FileLogSource
 
 class FakeBackend:
     name = "fake"
+    status_interval = 2.0  # seconds between two status checks by a widget
     has_containers = True
 
     def __init__(self):

@@ -59,6 +59,7 @@ def start_supervised(run_dir: Path, command: list[str], cwd: str, env: dict[str,
 
 class HostBackend:
     name = "host"
+    status_interval = 2.0  # seconds between two status checks by a widget
     has_containers = False
 
     def preflight(self, spec: DetachedSpec) -> None:

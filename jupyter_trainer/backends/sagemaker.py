@@ -35,6 +35,7 @@ CODE_DIR = "code"
 
 class SageMakerBackend:
     name = "sagemaker"
+    status_interval = 10.0  # seconds between two status checks by a widget
     has_containers = False
 
     def __init__(self):
