@@ -10,8 +10,9 @@ import pytest
 
 from conftest import IN_CI, TEST_IMAGE, run_python, wait_for
 
-sagemaker = pytest.importorskip("sagemaker") if not IN_CI else __import__("sagemaker")
-pytest.importorskip("moto")
+# outside CI a machine without the SDK or moto skips these; in CI their absence is a failure
+for module in ("sagemaker", "moto"):
+    __import__(module) if IN_CI else pytest.importorskip(module)
 
 from moto_sagemaker import REGION, MotoSageMaker  # noqa: E402
 
