@@ -46,10 +46,15 @@ def timed(function: Callable[[], object]) -> Callable[[], float]:
     return run
 
 
+def _format(value: float, unit: str) -> str:
+    return f"{value * 1000:.2f} ms" if unit == "s" else f"{value:.3g} {unit}"
+
+
 def table(results: list[Comparison]) -> str:
     rows = [("benchmark", "ours", "baseline", "ratio", "target", "met")]
     for r in results:
-        fmt = (lambda v: f"{v * 1000:.2f} ms") if r.unit == "s" else (lambda v: f"{v:.3g} {r.unit}")
-        rows.append((r.name, fmt(r.candidate), fmt(r.baseline), f"{r.ratio:.3f}x", r.target, "yes" if r.met else "NO"))
+        rows.append(
+            (r.name, _format(r.candidate, r.unit), _format(r.baseline, r.unit), f"{r.ratio:.3f}x", r.target, "yes" if r.met else "NO")
+        )
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     return "\n".join("  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in rows)

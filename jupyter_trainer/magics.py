@@ -230,14 +230,14 @@ class TrainerMagics(Magics):
         `fresh`: the job was launched a moment ago, so its record is already current."""
         from .widget import JobWidget, poller, widgets_supported
 
-        if not fresh:
-            job.refresh()
         if widget and widgets_supported(self.shell):
-            view = JobWidget(job, log_lines=self.log_lines)
+            view = JobWidget(job, log_lines=self.log_lines)  # it asks for the status itself
             display(view)
             if not view.monitor.finished:
                 poller().watch(view)
             return
+        if not fresh:
+            job.refresh()
         if detailed:
             from .monitor import JobMonitor
 

@@ -1,6 +1,5 @@
 """The widget in a real JupyterLab, driven through headless Chromium by Playwright."""
 
-import json
 import os
 import secrets
 import shutil
@@ -9,7 +8,6 @@ import subprocess
 import sys
 import time
 import urllib.request
-from pathlib import Path
 
 import nbformat
 import pytest
@@ -57,7 +55,7 @@ def lab(tmp_path_factory):
     server = subprocess.Popen(
         [
             sys.executable, "-m", "jupyterlab", "--no-browser", "--allow-root",
-            f"--ServerApp.ip=127.0.0.1", f"--ServerApp.port={port}", f"--IdentityProvider.token={token}",
+            "--ServerApp.ip=127.0.0.1", f"--ServerApp.port={port}", f"--IdentityProvider.token={token}",
             f"--ServerApp.root_dir={root}", "--LabApp.expose_app_in_browser=True",
             "--ServerApp.disable_check_xsrf=True",
         ],  # fmt: skip

@@ -5,9 +5,7 @@ import signal
 import subprocess
 import sys
 import textwrap
-import time
 
-import pytest
 
 from conftest import ipython_submitting, placement_flags, run_python, wait_for
 from jupyter_trainer.job import Job, get_job, list_jobs

@@ -1,6 +1,5 @@
 """The magics in a real IPython shell, on the --host backend."""
 
-import os
 
 import pytest
 from IPython.core.interactiveshell import InteractiveShell

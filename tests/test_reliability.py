@@ -13,7 +13,7 @@ import time
 
 import pytest
 
-from conftest import IN_CI, TEST_IMAGE, ipython_submitting, placement_flags, run_python, wait_for
+from conftest import IN_CI, ipython_submitting, placement_flags, run_python, wait_for
 from jupyter_trainer.job import Job, get_job, list_jobs
 from jupyter_trainer.jobs import Status
 from jupyter_trainer.spec import build_spec

@@ -260,7 +260,7 @@ def store_snapshot(home):
     ],
 )
 def test_bad_sagemaker_input_is_one_line(aws, shell, capsys, monkeypatch, home, line, env, words):
-    for key, value in env.items():
+    for key in env:
         monkeypatch.delenv(key, raising=False)
     before = store_snapshot(home)
     result, out = fit(shell, capsys, line)

@@ -121,5 +121,5 @@ def test_a_stop_asked_while_launching_is_carried_out(store, fake_backend):
         return original(record, run_dir, spec)
 
     fake_backend.launch = slow_launch
-    job = submit_detached(fake_spec(), name="exp", store=store).job
+    submit_detached(fake_spec(), name="exp", store=store)
     assert fake_backend.stopped == [("exp", False)] and get_job("exp", store).status is Status.STOPPED

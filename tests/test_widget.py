@@ -7,8 +7,6 @@ import pytest
 from comm.base_comm import BaseComm
 
 from conftest import wait_for
-from jupyter_trainer.job import Job
-from jupyter_trainer.jobs import Status
 from jupyter_trainer.plot import MetricSeries
 from jupyter_trainer.spec import DetachedSpec
 from jupyter_trainer.submit import submit_detached

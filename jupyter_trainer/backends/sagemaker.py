@@ -14,7 +14,6 @@ import sys
 import time
 from pathlib import Path
 
-from ..errors import InvalidOption, TrainerError
 from ..jobs import JobRecord, Observation
 from ..sagemaker_follow import (
     CloudWatchLogSync,
