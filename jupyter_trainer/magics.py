@@ -8,9 +8,9 @@ import shlex
 import time
 
 from IPython.core.error import UsageError
-from IPython.display import display
 from IPython.core.magic import Magics, cell_magic, line_magic, magics_class
 from IPython.core.magic_arguments import argument, magic_arguments
+from IPython.display import display
 from traitlets import Bool, Int, Unicode
 
 from . import summary

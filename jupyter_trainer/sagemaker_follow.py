@@ -15,9 +15,9 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from .backends.base import FileLogSource
 from .errors import BackendUnavailable, TrainerError
 from .jobs import Observation, Status
-from .backends.base import FileLogSource
 from .store import flocked, write_private_file
 
 LOG_GROUP = "/aws/sagemaker/TrainingJobs"

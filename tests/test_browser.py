@@ -11,7 +11,6 @@ import urllib.request
 
 import nbformat
 import pytest
-
 from conftest import IN_CI, REPO
 
 CHROMIUM = os.environ.get("JUPYTER_TRAINER_CHROMIUM", "/usr/bin/chromium")

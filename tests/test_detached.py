@@ -6,8 +6,8 @@ import subprocess
 import sys
 import textwrap
 
-
 from conftest import ipython_submitting, placement_flags, run_python, wait_for
+
 from jupyter_trainer.job import Job, get_job, list_jobs
 from jupyter_trainer.jobs import Status
 from jupyter_trainer.spec import build_spec

@@ -3,10 +3,15 @@
 import contextlib
 
 import pytest
-
 from conftest import wait_for
+
 from jupyter_trainer.backends.docker import default_container_name
-from jupyter_trainer.errors import BackendUnavailable, ImageNotFound, InvalidOption, TrainerError
+from jupyter_trainer.errors import (
+    BackendUnavailable,
+    ImageNotFound,
+    InvalidOption,
+    TrainerError,
+)
 from jupyter_trainer.job import Job, get_job
 from jupyter_trainer.jobs import Status
 from jupyter_trainer.spec import build_spec

@@ -1,7 +1,14 @@
 import pytest
 
 from jupyter_trainer.errors import InvalidName
-from jupyter_trainer.jobs import JobRecord, Observation, Status, describe_exit_code, resolve, validate_name
+from jupyter_trainer.jobs import (
+    JobRecord,
+    Observation,
+    Status,
+    describe_exit_code,
+    resolve,
+    validate_name,
+)
 
 
 @pytest.mark.parametrize("name", ["a", "exp1", "A-b_c.d", "9" * 63, "run.2026-11-29"])

@@ -2,9 +2,9 @@
 
 
 import pytest
+from conftest import wait_for
 from IPython.core.interactiveshell import InteractiveShell
 
-from conftest import wait_for
 from jupyter_trainer.job import get_job
 from jupyter_trainer.jobs import Status
 

@@ -4,9 +4,8 @@ import shutil
 
 import nbformat
 import pytest
-from nbclient import NotebookClient
-
 from conftest import IN_CI, REPO, TEST_IMAGE
+from nbclient import NotebookClient
 
 
 def execute(name, cwd):

@@ -12,8 +12,8 @@ import textwrap
 import time
 
 import pytest
-
 from conftest import IN_CI, ipython_submitting, placement_flags, run_python, wait_for
+
 from jupyter_trainer.job import Job, get_job, list_jobs
 from jupyter_trainer.jobs import Status
 from jupyter_trainer.spec import build_spec

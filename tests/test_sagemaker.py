@@ -7,7 +7,6 @@ import sys
 import time
 
 import pytest
-
 from conftest import IN_CI, TEST_IMAGE, run_python, wait_for
 
 # outside CI a machine without the SDK or moto skips these; in CI their absence is a failure

@@ -1,7 +1,13 @@
 import pytest
 
 from jupyter_trainer.errors import InvalidOption
-from jupyter_trainer.spec import build_spec, parse_env, parse_gpus, parse_interpreter, parse_metrics
+from jupyter_trainer.spec import (
+    build_spec,
+    parse_env,
+    parse_gpus,
+    parse_interpreter,
+    parse_metrics,
+)
 
 KEY = b"k" * 32
 
