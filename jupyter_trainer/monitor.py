@@ -14,7 +14,7 @@ from collections import deque
 
 from .job import Job
 from .jobs import Status, describe_exit_code
-from .logs import ANSI_ESCAPE, LogCursor, MetricParser, clean_line, tail_lines
+from .logs import LogCursor, MetricParser, clean_line, last_lines, tail_lines
 from .plot import MetricSeries, charts_html
 from .spec import Metric
 from .summary import format_duration, where
@@ -73,38 +73,43 @@ class JobMonitor:
         """Read what the log gained, up to the budget; True if anything shown changed."""
         source = self.job.log_source()
         budget = self.read_budget
-        changed = False
+        points_before = sum(self.metrics.counts.values())
+        pending_before = self.cursor.pending
+        shown: list[bytes] = []  # the last lines of each read after the history, decoded once at the end
         while budget > 0:
             in_history = self.cursor.offset < self.history_end
             limit = min(budget, self.cursor.chunk_size)
             if in_history:  # never read across the point where the shown tail ends
                 limit = min(limit, self.history_end - self.cursor.offset)
             before = self.cursor.offset
-            pending_before = self.cursor.pending if not in_history else None
-            lines = self.cursor.read(source, limit=limit)
-            read = self.cursor.offset - before
-            if read == 0:
-                self.caught_up = True
-                return changed
-            budget -= read
-            points_before = sum(self.metrics.counts.values())
-            self._take(lines, show=not in_history)
-            shown = not in_history and (bool(lines) or self.cursor.pending != pending_before)
-            changed = changed or shown or sum(self.metrics.counts.values()) != points_before
+            data = self.cursor.read_bytes(source, limit=limit)
+            if self.cursor.offset == before:
+                break
+            budget -= self.cursor.offset - before
+            for name, values in self.parser.scan(data):
+                if values:
+                    self.metrics.extend(name, values)
+            if not in_history and data:  # a copy: the cursor reuses its buffer
+                shown.append(bytes(last_lines(data, self.lines.maxlen or 0)))
+        self._show(shown)
         self.caught_up = source.size() <= self.cursor.offset
-        return changed
+        showing_new = self.cursor.offset >= self.history_end
+        pending_changed = showing_new and self.cursor.pending != pending_before
+        return bool(shown) or pending_changed or sum(self.metrics.counts.values()) != points_before
 
-    def _take(self, lines: list[str], show: bool) -> None:
-        if not lines:
-            return
-        text = "\n".join(lines)
-        if "\x1b" in text:
-            text = ANSI_ESCAPE.sub("", text)
-        for name, value in self.parser.parse(text):
-            self.metrics.add(name, value)
-        if show:
-            keep = lines[-self.lines.maxlen :] if self.lines.maxlen else []
-            self.lines.extend(clean_line(line) for line in keep)
+    def _show(self, chunks: list[bytes]) -> None:
+        """Keep the last lines of what was read: only those are decoded."""
+        wanted = self.lines.maxlen or 0
+        parts: list[bytes] = []
+        for data in reversed(chunks):
+            if wanted <= 0:
+                break
+            part = last_lines(data, wanted)
+            parts.append(part)
+            wanted -= part.count(b"\n")
+        for part in reversed(parts):
+            text = part.decode("utf-8", errors="replace")
+            self.lines.extend(clean_line(line) for line in text[:-1].split("\n"))
 
     # -- rendering ---------------------------------------------------------
 

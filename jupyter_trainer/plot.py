@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import html
 import math
+from typing import Sequence
 
 PALETTE = ("#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b")
 MAX_POINTS = 1000
@@ -17,30 +18,65 @@ MAX_POINTS = 1000
 class MetricSeries:
     def __init__(self, max_points: int = MAX_POINTS):
         self.max_points = max_points
-        self.points: dict[str, list[tuple[int, float]]] = {}
+        self.points: dict[str, list[tuple[int, float]]] = {}  # the kept points: match numbers that are multiples of the stride
         self.counts: dict[str, int] = {}
+        self.latest: dict[str, tuple[int, float]] = {}
         self._stride: dict[str, int] = {}
 
     def add(self, name: str, value: float) -> None:
-        if not math.isfinite(value):
-            return
+        self.extend(name, [value])
+
+    def extend(self, name: str, values: Sequence[float | bytes | str]) -> None:
+        """Append a metric's next values, in log order. Only the values the bound keeps are converted
+        to floats, so a backlog of millions of matches costs a slice, not a loop over each one.
+        A value's x is its match number: one that is not a finite number leaves a gap, not a shift."""
         index = self.counts.get(name, 0)
-        self.counts[name] = index + 1
+        self.counts[name] = index + len(values)
+        self._note_latest(name, index, values)
+        points = self.points.get(name, [])
         stride = self._stride.get(name, 1)
-        if index % stride:
-            return
-        points = self.points.setdefault(name, [])
-        points.append((index, value))
-        if len(points) > self.max_points:
-            del points[1::2]
-            self._stride[name] = stride * 2
+        position = -index % stride  # the first value whose match number is a multiple of the stride
+        while position < len(values):
+            value = _number(values[position])
+            if value is not None:
+                points.append((index + position, value))
+            if len(points) > self.max_points:
+                stride *= 2
+                points[:] = [point for point in points if point[0] % stride == 0]
+                self._stride[name] = stride
+            position += stride - (index + position) % stride
+        if points:
+            self.points[name] = points
+
+    def _note_latest(self, name: str, index: int, values: Sequence[float | bytes | str]) -> None:
+        for position in range(len(values) - 1, -1, -1):
+            value = _number(values[position])
+            if value is not None:
+                self.latest[name] = (index + position, value)
+                return
+
+    def curve(self, name: str) -> list[tuple[int, float]]:
+        """The kept points, ending at the latest value even when the stride skipped it."""
+        points = self.points.get(name, [])
+        latest = self.latest.get(name)
+        if latest is not None and (not points or latest[0] > points[-1][0]):
+            return points + [latest]
+        return points
 
     def last(self, name: str) -> float | None:
-        points = self.points.get(name)
-        return points[-1][1] if points else None
+        latest = self.latest.get(name)
+        return latest[1] if latest else None
 
     def __bool__(self) -> bool:
         return bool(self.points)
+
+
+def _number(value: float | bytes | str) -> float | None:
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        return None
+    return number if math.isfinite(number) else None
 
 
 def _format(value: float) -> str:
@@ -89,7 +125,7 @@ def charts_html(series: MetricSeries) -> str:
     if not series:
         return ""
     charts = [
-        chart_svg(name, points, PALETTE[index % len(PALETTE)])
-        for index, (name, points) in enumerate(series.points.items())
+        chart_svg(name, series.curve(name), PALETTE[index % len(PALETTE)])
+        for index, name in enumerate(series.points)
     ]
     return '<div style="display:flex;flex-wrap:wrap;gap:8px">' + "".join(charts) + "</div>"

@@ -1,7 +1,15 @@
+import re
+
 import pytest
 
 from jupyter_trainer.backends.base import FileLogSource
-from jupyter_trainer.logs import LogCursor, MetricParser, clean_line, tail_lines
+from jupyter_trainer.logs import (
+    LogCursor,
+    MetricParser,
+    clean_line,
+    literal_first,
+    tail_lines,
+)
 from jupyter_trainer.spec import Metric
 
 
@@ -75,11 +83,34 @@ def test_multibyte_characters_split_across_reads(log):
 
 def test_metrics():
     parser = MetricParser([Metric("loss", r"loss=([0-9.]+)"), Metric("acc", r"acc=([0-9.]+)")])
-    assert parser.parse("epoch 1 loss=0.5 acc=0.9") == [("loss", 0.5), ("acc", 0.9)]
-    assert parser.parse("nothing") == []
+    assert parser.scan(b"epoch 1 loss=0.5 acc=0.9\nepoch 2 loss=0.4\n") == [("loss", [b"0.5", b"0.4"]), ("acc", [b"0.9"])]
+    assert parser.scan(b"nothing\n") == [("loss", []), ("acc", [])]
 
 
 def test_default_metric_is_loss():
     parser = MetricParser()
-    assert parser.parse("step 10 loss: 1.5e-3") == [("loss", 0.0015)]
-    assert parser.parse("train_loss=2") == []  # "loss" as a word only
+    assert parser.scan(b"step 10 loss: 1.5e-3\n") == [("loss", [b"1.5e-3"])]
+    assert parser.scan(b"train_loss=2 loss_scale=8\n") == [("loss", [])]  # "loss" as a word only
+    coloured = b"\x1b[1mloss\x1b[0m: \x1b[32m0.25\x1b[0m\n"
+    assert parser.scan(coloured) == [("loss", [b"0.25"])]
+
+
+def test_metrics_that_cannot_match_bytes_match_the_decoded_text():
+    parser = MetricParser([Metric("verlust", r"Verlust·(\d+\.\d+)"), Metric("acc", r"(?u)acc=(\w+)")])
+    line = "Verlust·0.75 acc=ü9\n".encode()
+    assert parser.scan(line) == [("verlust", ["0.75"]), ("acc", ["ü9"])]
+
+
+def test_a_leading_word_boundary_is_moved_behind_the_word_with_the_same_matches():
+    cases = {
+        r"\bloss\b\s*[:=]?\s*([\d.]+)": r"loss(?<=\bloss)\b\s*[:=]?\s*([\d.]+)",
+        r"\blos{2}=([\d.]+)": r"lo(?<=\blo)s{2}=([\d.]+)",
+        r"\bl?oss=([\d.]+)": r"\bl?oss=([\d.]+)",  # nothing to move
+        r"val_loss=([\d.]+)": r"val_loss=([\d.]+)",
+        r"\bacc|\bf1=([\d.]+)": r"acc(?<=\bacc)|\bf1=([\d.]+)",
+    }
+    lines = ["loss=1", "train_loss=2", "(loss: 3)", "loss_scale: 4", "xloss 5", "lossy=6", "acc f1=7", "los=8", "lo=9"]
+    for original, rewritten in cases.items():
+        assert literal_first(original) == rewritten
+        for line in lines:
+            assert re.findall(rewritten, line) == re.findall(original, line), (original, line)

@@ -5,8 +5,8 @@ import os
 import comm
 import pytest
 from comm.base_comm import BaseComm
-
 from conftest import wait_for
+
 from jupyter_trainer.plot import MetricSeries
 from jupyter_trainer.spec import DetachedSpec
 from jupyter_trainer.submit import submit_detached
@@ -104,6 +104,43 @@ def test_memory_stays_bounded(store, fake_backend):
     assert len(points) <= 1000 and points[-1][1] >= 199_000 - 1024
 
 
+def test_catching_up_on_a_backlog_misses_no_rare_metric_and_numbers_every_match(store, fake_backend):
+    from jupyter_trainer.monitor import JobMonitor
+    from jupyter_trainer.spec import Metric
+
+    metrics = [Metric("loss", r"\bloss\b\s*[:=]?\s*([-+]?\d*\.?\d+)"), Metric("val_loss", r"val_loss=([\d.]+)")]
+    job = fake_job(store, metrics=metrics)
+    lines = []
+    for step in range(120_000):
+        lines.append(f"step {step} \x1b[1mloss\x1b[0m: {step}\n" if step % 7 else f"step {step} loss_scale: 4\n")
+        if step % 40_000 == 39_999:
+            lines.append(f"epoch done val_loss={step}\n")
+    append(job, "".join(lines))
+    monitor = JobMonitor(job, read_budget=100_000)  # many small reads: chunk edges everywhere
+    monitor.history_end = 0
+    while not monitor.caught_up:
+        monitor.read_log()
+    assert monitor.metrics.points["val_loss"] == [(0, 39_999.0), (1, 79_999.0), (2, 119_999.0)]
+    expected = [step for step in range(120_000) if step % 7]  # loss_scale is not a loss
+    assert monitor.metrics.counts["loss"] == len(expected)
+    points = monitor.metrics.points["loss"]
+    assert 500 <= len(points) <= 1000 and all(value == expected[x] for x, value in points)
+    assert monitor.metrics.last("loss") == expected[-1]
+
+
+def test_one_poll_over_many_reads_shows_exactly_the_last_lines(store, fake_backend):
+    from jupyter_trainer.monitor import JobMonitor
+
+    job = fake_job(store)
+    monitor = JobMonitor(job, log_lines=50)
+    monitor.start()
+    monitor.cursor.chunk_size = 100  # 30 reads in one poll, each of a few lines
+    append(job, "".join(f"line {i:03}\n" for i in range(300)) + "half a li")
+    assert monitor.read_log() and monitor.caught_up
+    assert list(monitor.lines) == [f"line {i:03}" for i in range(250, 300)]
+    assert monitor.log_text().endswith("line 299\nhalf a li")
+
+
 def test_an_unended_progress_bar_does_not_grow_memory(store, fake_backend):
     job = fake_job(store)
     view = JobWidget(job, clock=Clock())
@@ -154,8 +191,25 @@ def test_metric_series_is_bounded_and_keeps_its_shape():
     points = series.points["loss"]
     assert len(points) <= 100 and points[0] == (0, 1.0) and series.counts["loss"] == 10_000
     assert all(a[0] < b[0] and a[1] > b[1] for a, b in zip(points, points[1:]))
-    series.add("loss", float("nan"))
-    assert series.counts["loss"] == 10_000
+    series.add("loss", float("nan"))  # a gap: counted, not drawn, not the latest value
+    assert series.counts["loss"] == 10_001 and series.last("loss") == 1 / 10_000
+
+
+def test_metric_series_in_bulk_keeps_the_same_points_as_one_by_one():
+    values = [str(1 / (i + 1)).encode() for i in range(25_000)]
+    values[7] = b"nan"
+    values[24_999] = b"oops"
+    one_by_one, in_bulk = MetricSeries(max_points=100), MetricSeries(max_points=100)
+    for value in values:
+        one_by_one.extend("loss", [value])
+    for start in range(0, len(values), 997):  # chunks that do not line up with any stride
+        in_bulk.extend("loss", values[start : start + 997])
+    assert in_bulk.points == one_by_one.points and in_bulk.counts == one_by_one.counts == {"loss": 25_000}
+    points = in_bulk.points["loss"]
+    stride = points[1][0] - points[0][0]
+    assert len(points) <= 100 and all(x % stride == 0 for x, _ in points)
+    # the chart ends at the latest value even though the stride skipped it
+    assert in_bulk.curve("loss")[-1] == (24_998, 1 / 24_999) and in_bulk.last("loss") == 1 / 24_999
 
 
 def test_text_summary_without_a_widget_frontend(store, fake_backend):
