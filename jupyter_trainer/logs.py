@@ -108,8 +108,8 @@ class LogCursor:
 
     def read_bytes(self, source: LogSource, limit: int | None = None) -> bytearray:
         """Like `read`, undecoded: the complete new lines as they are in the log, each ending in a
-        newline. The buffer is the cursor's own and is reused by its next read (a fresh megabyte
-        per read costs more in page faults than scanning it does)."""
+        newline. The buffer is the cursor's own and its next read overwrites it: cutting the unended
+        last line off in place, instead of slicing a copy, more than doubles a backlog's read speed."""
         data = source.read(self.offset, limit or self.chunk_size)
         buffer = self._buffer
         del buffer[:]
