@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import html
 import re
+import time
 from collections import deque
 
 from .job import Job
@@ -30,17 +31,23 @@ STATUS_COLOURS = {
 # What the view's final colour is, in ipywidgets' bar_style words.
 BAR_STYLES = {Status.COMPLETED: "success", Status.FAILED: "danger", Status.STOPPED: "warning", Status.LOST: "danger"}
 
-READ_BUDGET = 8 << 20  # log bytes read per poll: a fast writer is caught up over a few polls
+# A poll reads until either budget is spent, so that a backlog never holds the kernel for long:
+# on a 2-core machine a log full of metric lines is read at about 8 MB a poll, one with a few at 50.
+READ_BUDGET = 64 << 20  # bytes
+READ_SECONDS = 0.02
 
 
 class JobMonitor:
-    def __init__(self, job: Job, log_lines: int = 200, read_budget: int = READ_BUDGET):
+    def __init__(
+        self, job: Job, log_lines: int = 200, read_budget: int = READ_BUDGET, read_seconds: float = READ_SECONDS
+    ):
         self.job = job
         self.lines: deque[str] = deque(maxlen=log_lines)
         self.metrics = MetricSeries()
         self.parser = MetricParser(Metric(name, regex) for name, regex in job.record.options.get("metrics", []))
         self.cursor = LogCursor(chunk_size=1 << 20)
         self.read_budget = read_budget
+        self.read_seconds = read_seconds
         self.caught_up = False
         self.history_end = 0  # log bytes that existed when the view opened (shown as a tail)
 
@@ -76,6 +83,7 @@ class JobMonitor:
         points_before = sum(self.metrics.counts.values())
         pending_before = self.cursor.pending
         shown: list[bytes] = []  # the last lines of each read after the history, decoded once at the end
+        deadline = time.perf_counter() + self.read_seconds
         while budget > 0:
             in_history = self.cursor.offset < self.history_end
             limit = min(budget, self.cursor.chunk_size)
@@ -91,6 +99,8 @@ class JobMonitor:
                     self.metrics.extend(name, values)
             if not in_history and data:  # a copy: the cursor reuses its buffer
                 shown.append(bytes(last_lines(data, self.lines.maxlen or 0)))
+            if time.perf_counter() >= deadline:
+                break
         self._show(shown)
         self.caught_up = source.size() <= self.cursor.offset
         showing_new = self.cursor.offset >= self.history_end
