@@ -16,6 +16,7 @@ from conftest import IN_CI, ipython_submitting, placement_flags, run_python, wai
 
 from jupyter_trainer.job import Job, get_job, list_jobs
 from jupyter_trainer.jobs import Status
+from jupyter_trainer.proc import session_id
 from jupyter_trainer.spec import build_spec
 from jupyter_trainer.submit import submit_detached
 
@@ -60,6 +61,43 @@ def test_reboot_leaves_no_job_running(where, workdir, home, request):
     result = run_python("import jupyter_trainer as jt; j = jt.get_job('before-reboot'); print(j.status); print(j.reason)")
     status, reason = result.stdout.splitlines()
     assert status == "lost" and expected in reason, result.stderr
+
+
+def _kill_supervisor(job):
+    wait_for(lambda: job.status is Status.RUNNING and "up" in job.logs(), what="the job to run")
+    supervisor_pid, job_pid = map(int, (job.run_dir / "pid").read_text().split())
+    os.kill(supervisor_pid, 9)
+    wait_for(lambda: session_id(supervisor_pid) is None, what="the supervisor to end")
+    return job_pid
+
+
+def test_a_job_outlives_its_killed_supervisor_and_can_still_be_stopped(workdir, home):
+    job = submit(SLEEPER, {"host": True, "image": None}, workdir, "orphan")
+    job_pid = _kill_supervisor(job)
+    assert get_job("orphan").status is Status.RUNNING
+    get_job("orphan").stop()
+    wait_for(lambda: session_id(job_pid) is None, what="the job to end")
+    ended = get_job("orphan")
+    assert ended.status is Status.STOPPED
+
+
+def test_a_pid_taken_over_by_a_later_process_is_not_the_job(workdir, home):
+    job = submit(SLEEPER, {"host": True, "image": None}, workdir, "impostor")
+    job_pid = _kill_supervisor(job)
+    try:
+        # as if this process had got the job's pid an hour after the job began: move the
+        # supervisor's recorded start an hour back
+        path = job.run_dir / "record.json"
+        record = json.loads(path.read_text())
+        record["runtime"]["supervisor"]["start_time"] -= 3600 * os.sysconf("SC_CLK_TCK")
+        path.write_text(json.dumps(record))
+        seen = get_job("impostor")
+        assert seen.status is Status.LOST and "supervisor" in seen.reason
+        seen.stop()  # must not signal a process that is not the job
+        time.sleep(0.5)
+        assert session_id(job_pid) == job_pid
+    finally:
+        os.killpg(job_pid, 9)
 
 
 def test_engine_restart_mid_job(docker_image, workdir, home):

@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 
 from ..jobs import JobRecord, Observation
-from ..proc import ProcessIdentity, boot_id, session_id
+from ..proc import ProcessIdentity, boot_id, session_id, start_time
 from ..spec import DetachedSpec
 from .base import (
     LOG_FILE,
@@ -24,6 +24,8 @@ from .base import (
 
 # Variables a Jupyter kernel sets for itself that would mislead a plain script.
 _KERNEL_ONLY_VARIABLES = ("JPY_PARENT_PID", "JPY_SESSION_NAME", "JPY_INTERRUPT_EVENT")
+
+JOB_START_WINDOW = 60  # seconds: the supervisor starts the job at once, even on a loaded machine
 
 # Supervisors this process started: polled so they are reaped, not left as zombies.
 _children: list[subprocess.Popen] = []
@@ -57,6 +59,18 @@ def start_supervised(run_dir: Path, command: list[str], cwd: str, env: dict[str,
     return {"supervisor": ProcessIdentity.of(child.pid).to_dict()}
 
 
+def _is_the_job(job_pid: int | None, supervisor: ProcessIdentity) -> bool:
+    """Whether `job_pid` is still the job its (now gone) supervisor started. The job leads a
+    session of its own and started within moments of its supervisor; a process that got the pid
+    after the job ended started long after (pids are reused only once the counter wraps)."""
+    if job_pid is None or session_id(job_pid) != job_pid or supervisor.boot_id != boot_id():
+        return False
+    started = start_time(job_pid)
+    if started is None or supervisor.start_time is None:
+        return True  # no start times to compare on this system: the session is all we have
+    return 0 <= started - supervisor.start_time <= JOB_START_WINDOW * os.sysconf("SC_CLK_TCK")
+
+
 class HostBackend:
     name = "host"
     status_interval = 2.0  # seconds between two status checks by a widget
@@ -78,7 +92,7 @@ class HostBackend:
             return Observation(exit_code=facts.exit_code, alive=False, started=True)
         if supervisor_alive:
             return Observation(alive=True, started=facts.job_pid is not None)
-        if facts.job_pid is not None and session_id(facts.job_pid) == facts.job_pid and supervisor.boot_id == boot_id():
+        if _is_the_job(facts.job_pid, supervisor):
             # the supervisor was killed but the job goes on; it can no longer record its exit code
             return Observation(alive=True, started=True)
         if supervisor.boot_id and supervisor.boot_id != boot_id():
@@ -99,7 +113,7 @@ class HostBackend:
                 os.kill(supervisor.pid, signal.SIGTERM)
                 return
             facts = read_supervisor_facts(run_dir)
-            if facts.job_pid is not None and session_id(facts.job_pid) == facts.job_pid:
+            if _is_the_job(facts.job_pid, supervisor):
                 # no supervisor left to do it: TERM the group, then KILL what is left after the grace period
                 os.killpg(facts.job_pid, signal.SIGTERM)
                 deadline = time.monotonic() + STOP_GRACE_SECONDS
