@@ -297,7 +297,7 @@ class DockerBackend:
                 return Observation(alive=False, why_gone=f"container {label} was removed while the job ran")
             state = container.attrs["State"]
             restarted = state.get("StartedAt") != runtime["container_started_at"]
-            running = state.get("Running") and not restarted and self._exec_running(runtime["exec_id"])
+            running = state.get("Running") and not restarted and self._supervisor_running(container, runtime)
             facts = self._facts(container, record, run_dir)  # read after the liveness check: no race
         except TrainerError:
             raise
@@ -327,13 +327,19 @@ class DockerBackend:
             return " (was it killed?)"
         return f" (it exited with code {code}: can the container's user read and write the store's files?)"
 
-    def _exec_running(self, exec_id: str) -> bool:
+    def _supervisor_running(self, container, runtime: dict) -> bool:
         import docker
 
         try:
-            return bool(self.client.api.exec_inspect(exec_id).get("Running"))
-        except docker.errors.NotFound:  # the engine restarted and forgot its execs
-            return False
+            return bool(self.client.api.exec_inspect(runtime["exec_id"]).get("Running"))
+        except docker.errors.NotFound:
+            # The engine restarted and forgot its execs. With live-restore the container and the
+            # processes in it lived on: look for the supervisor among them.
+            try:
+                listing = container.top(ps_args="-ww -eo pid,args")  # whole command lines, whatever dockerd's COLUMNS
+            except docker.errors.APIError:  # an engine whose ps takes no such options
+                listing = container.top()
+            return _runs_supervisor(listing, runtime["run_dir"])
 
     def _facts(self, container, record: JobRecord, run_dir: Path) -> SupervisorFacts:
         if record.runtime["mounted"]:
@@ -369,7 +375,6 @@ class DockerBackend:
 
     def _stop_job(self, target, record: JobRecord, run_dir: Path) -> None:
         """Signal the supervisor and wait until the job has ended (TERM, then KILL after the grace period)."""
-        exec_id = record.runtime["exec_id"]
         facts = self._facts(target, record, run_dir)
         deadline = time.monotonic() + 5
         while facts.supervisor_pid is None and facts.exit_code is None and time.monotonic() < deadline:
@@ -377,14 +382,24 @@ class DockerBackend:
             facts = self._facts(target, record, run_dir)
         if facts.exit_code is not None:
             return
-        if facts.supervisor_pid is not None and self._exec_running(exec_id):
+        if facts.supervisor_pid is not None and self._supervisor_running(target, record.runtime):
             _run_in(target, 'kill -TERM "$1"', str(facts.supervisor_pid))
             # wait for it, so that stopping the container next never cuts the job's grace period short
             deadline = time.monotonic() + STOP_GRACE_SECONDS + 5
-            while self._exec_running(exec_id) and time.monotonic() < deadline:
+            while self._supervisor_running(target, record.runtime) and time.monotonic() < deadline:
                 time.sleep(0.2)
         elif facts.job_pid is not None:
             _run_in(target, 'kill -TERM -"$1" 2>/dev/null; sleep "$2"; kill -KILL -"$1" 2>/dev/null', str(facts.job_pid), str(STOP_GRACE_SECONDS))
+
+def _runs_supervisor(top: dict, run_dir: str) -> bool:
+    """Whether a `docker top` listing has this run's supervisor (its command line names the run)."""
+    titles = top.get("Titles") or []
+    column = next((titles.index(title) for title in ("CMD", "COMMAND") if title in titles), None)
+    if column is None:
+        return False
+    supervisor = ["sh", f"{run_dir}/{SUPERVISOR_FILE}", run_dir]
+    return any(row[column].split()[:3] == supervisor for row in top.get("Processes") or [])
+
 
 def _run_in(container, script: str, *args: str) -> bytes:
     """Run a fixed sh snippet in the container; values go in as arguments, never into the script."""
