@@ -63,6 +63,39 @@ def test_stop_container_when_done_waits_for_other_jobs(docker_client, docker_ima
     assert long.wait(timeout=60) is Status.COMPLETED
 
 
+TERM_HANDLING_MAIN = "import signal, time\nsignal.signal(signal.SIGTERM, lambda *_: exit(0))\ntime.sleep(10**6)\n"
+
+
+@pytest.mark.parametrize(
+    "main, init",
+    [(["sleep", "infinity"], True), (["python3", "-c", TERM_HANDLING_MAIN], False)],
+    ids=["with an init", "a main process that handles TERM"],
+)
+def test_stop_container_when_done_in_a_container_it_did_not_create(docker_client, docker_image, workdir, home, main, init):
+    foreign = docker_client.containers.run(docker_image, main, detach=True, init=init)
+    try:
+        spec = docker_spec("print('trained')\n", workdir, container=foreign.name, stop_container_when_done=True)
+        job = submit_detached(spec, name="guest").job
+        assert job.wait(timeout=60) is Status.COMPLETED
+        wait_for(lambda: foreign.reload() or foreign.status == "exited", timeout=30, what="the container to stop")
+        assert Job.load("guest").logs() == "trained\n"
+    finally:
+        foreign.remove(force=True)
+
+
+def test_stop_container_when_done_is_refused_where_the_container_cannot_stop_itself(docker_client, docker_image, workdir, store):
+    foreign = docker_client.containers.run(docker_image, ["sleep", "infinity"], detach=True)  # PID 1 ignores TERM
+    try:
+        spec = docker_spec("print(1)\n", workdir, container=foreign.name, stop_container_when_done=True)
+        with pytest.raises(InvalidOption) as info:
+            submit_detached(spec, name="x")
+        assert "cannot stop itself" in str(info.value) and "--init" in str(info.value) and "\n" not in str(info.value)
+        assert store.names() == []
+        submit_detached(docker_spec("print(1)\n", workdir, container=foreign.name), name="x")  # without it, fine
+    finally:
+        foreign.remove(force=True)
+
+
 def test_stop_with_container(docker_client, docker_image, workdir, home):
     job = submit_detached(docker_spec("import time\ntime.sleep(600)\n", workdir, docker_image), name="sleeper").job
     wait_for(lambda: job.status is Status.RUNNING, what="the job to run")

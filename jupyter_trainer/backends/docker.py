@@ -13,6 +13,7 @@ import hashlib
 import io
 import os
 import re
+import signal
 import tarfile
 import time
 from pathlib import Path, PurePosixPath
@@ -184,7 +185,24 @@ class DockerBackend:
                 )
             container.start()
             container.reload()
+        if spec.stop_container_when_done:
+            self._check_stops_on_term(container)
         return container
+
+    def _check_stops_on_term(self, container) -> None:
+        """The supervisor stops the container from inside, with TERM to its PID 1. A PID 1 without a
+        TERM handler never gets it (the kernel shields a namespace's init), so refuse at once
+        rather than leave the GPUs held after the job."""
+        if container.labels.get(LABEL) == "1" or container.attrs["HostConfig"].get("Init"):
+            return  # an init forwards TERM to the main process
+        status = container.exec_run(["cat", "/proc/1/status"], stdout=True, stderr=False).output or b""
+        caught = next((line.split()[1] for line in status.decode(errors="replace").splitlines() if line.startswith("SigCgt:")), "")
+        if not caught or int(caught, 16) & (1 << (signal.SIGTERM - 1)):
+            return  # handled, or no way to tell
+        raise InvalidOption(
+            f"--stop-container-when-done: container {container.name!r} cannot stop itself, its main process ignores TERM",
+            f"start it with docker run --init, or drop the option and stop it afterwards with docker stop {container.name}",
+        )
 
     def _check_reusable(self, container, spec: DetachedSpec) -> None:
         """An existing container is reused as it is; only GPUs it lacks cannot be given to it afterwards."""
