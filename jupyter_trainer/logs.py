@@ -139,8 +139,10 @@ class MetricParser:
     def __init__(self, metrics: Iterable[Metric] = ()):
         metrics = tuple(metrics) or DEFAULT_METRICS
         self.patterns = [(metric.name, re.compile(literal_first(metric.regex))) for metric in metrics]
-        # Matching the log's bytes directly saves decoding it; a pattern that cannot be a bytes
-        # pattern (non-ASCII, or an inline (?u)) is matched against the decoded text instead.
+        # Matching the log's bytes directly saves decoding it. Over ASCII bytes a bytes pattern
+        # matches as its text pattern does (but for \s, which leaves out \x1c-\x1f); text with other
+        # characters, and a pattern that cannot be a bytes pattern (non-ASCII, an inline (?u)),
+        # are matched as decoded text.
         self._byte_patterns = [(name, _as_bytes_pattern(pattern)) for name, pattern in self.patterns]
 
     def scan(self, data: bytes) -> list[tuple[str, list[bytes] | list[str]]]:
@@ -150,10 +152,11 @@ class MetricParser:
             data = ANSI_ESCAPE_BYTES.sub(b"", data)
         text = None
         found = []
+        ascii_only = data.isascii()
         for (name, pattern), (_, byte_pattern) in zip(self.patterns, self._byte_patterns):
             if pattern.groups != 1:
                 continue
-            if byte_pattern is not None:
+            if byte_pattern is not None and ascii_only:
                 values = byte_pattern.findall(data)
             else:
                 if text is None:
@@ -168,7 +171,7 @@ def literal_first(regex: str) -> str:
     literal lets the engine jump from one occurrence to the next instead of trying every position
     (three times faster on a log where every line has a loss, fifteen where none has)."""
     leading = LEADING_WORD.match(regex)
-    if leading is None:
+    if leading is None or _flags(regex) & re.VERBOSE:  # verbose: a quantifier may follow after spaces
         return regex
     word, rest = leading.group(1), regex[leading.end() :]
     if rest[:1] in ("?", "*", "+", "{"):  # the quantifier is the last letter's, not the word's
@@ -176,11 +179,17 @@ def literal_first(regex: str) -> str:
     return f"{word}(?<=\\b{word}){rest}" if word else regex
 
 
+def _flags(regex: str) -> int:
+    try:
+        return re.compile(regex).flags
+    except re.error:
+        return 0
+
+
 def _as_bytes_pattern(pattern: re.Pattern[str]) -> re.Pattern[bytes] | None:
     if not pattern.pattern.isascii():
         return None
     try:
-        # ASCII is what the log's numbers are written in; \d, \w, \s and \b keep their meaning there
         return re.compile(pattern.pattern.encode("ascii"), pattern.flags & ~re.UNICODE)
     except re.error:
         return None

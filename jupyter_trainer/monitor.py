@@ -81,7 +81,7 @@ class JobMonitor:
         source = self.job.log_source()
         budget = self.read_budget
         points_before = sum(self.metrics.counts.values())
-        pending_before = self.cursor.pending
+        pending_before = self._shown_pending()
         shown: list[bytes] = []  # the last lines of each read after the history, decoded once at the end
         deadline = time.perf_counter() + self.read_seconds
         while budget > 0:
@@ -103,9 +103,12 @@ class JobMonitor:
                 break
         self._show(shown)
         self.caught_up = source.size() <= self.cursor.offset
-        showing_new = self.cursor.offset >= self.history_end
-        pending_changed = showing_new and self.cursor.pending != pending_before
-        return bool(shown) or pending_changed or sum(self.metrics.counts.values()) != points_before
+        changed_pending = self._shown_pending() != pending_before
+        return bool(shown) or changed_pending or sum(self.metrics.counts.values()) != points_before
+
+    def _shown_pending(self) -> str | None:
+        """The unended last line as the view shows it (None while the cursor is in the history)."""
+        return self.cursor.pending if self.cursor.offset >= self.history_end else None
 
     def _show(self, chunks: list[bytes]) -> None:
         """Keep the last lines of what was read: only those are decoded."""
@@ -148,10 +151,9 @@ class JobMonitor:
 
     def log_text(self) -> str:
         lines = list(self.lines)
-        showing_new = self.cursor.offset >= self.history_end
-        pending = clean_line(self.cursor.pending) if self.cursor.pending and showing_new else ""
-        if pending:
-            lines.append(pending)
+        pending = self._shown_pending()
+        if pending and clean_line(pending):
+            lines.append(clean_line(pending))
         return "\n".join(lines)
 
     def log_html(self) -> str:

@@ -18,7 +18,7 @@ MAX_POINTS = 1000
 class MetricSeries:
     def __init__(self, max_points: int = MAX_POINTS):
         self.max_points = max_points
-        self.points: dict[str, list[tuple[int, float]]] = {}  # the kept points: match numbers that are multiples of the stride
+        self.points: dict[str, list[tuple[int, float]]] = {}  # the kept points, by match number
         self.counts: dict[str, int] = {}
         self.latest: dict[str, tuple[int, float]] = {}
         self._stride: dict[str, int] = {}
@@ -27,24 +27,30 @@ class MetricSeries:
         self.extend(name, [value])
 
     def extend(self, name: str, values: Sequence[float | bytes | str]) -> None:
-        """Append a metric's next values, in log order. Only the values the bound keeps are converted
-        to floats, so a backlog of millions of matches costs a slice, not a loop over each one.
-        A value's x is its match number: one that is not a finite number leaves a gap, not a shift."""
+        """Append a metric's next values, in log order. A value's x is its match number, and the
+        series keeps the first number in each window of `stride` matches (the stride doubles
+        whenever the bound is passed). Only the values looked at are converted to floats, so a
+        backlog of millions of matches costs about one conversion per kept point."""
         index = self.counts.get(name, 0)
         self.counts[name] = index + len(values)
         self._note_latest(name, index, values)
         points = self.points.get(name, [])
         stride = self._stride.get(name, 1)
-        position = -index % stride  # the first value whose match number is a multiple of the stride
+        position = 0
         while position < len(values):
+            window = (index + position) // stride
+            if points and points[-1][0] // stride == window:  # this window has its point: go to the next
+                position = (window + 1) * stride - index
+                continue
             value = _number(values[position])
-            if value is not None:
-                points.append((index + position, value))
+            if value is None:  # not a number: the window's point is the next one that is
+                position += 1
+                continue
+            points.append((index + position, value))
             if len(points) > self.max_points:
                 stride *= 2
-                points[:] = [point for point in points if point[0] % stride == 0]
+                points[:] = _first_in_each_window(points, stride)
                 self._stride[name] = stride
-            position += stride - (index + position) % stride
         if points:
             self.points[name] = points
 
@@ -69,6 +75,14 @@ class MetricSeries:
 
     def __bool__(self) -> bool:
         return bool(self.points)
+
+
+def _first_in_each_window(points: list[tuple[int, float]], stride: int) -> list[tuple[int, float]]:
+    kept: list[tuple[int, float]] = []
+    for point in points:
+        if not kept or kept[-1][0] // stride != point[0] // stride:
+            kept.append(point)
+    return kept
 
 
 def _number(value: float | bytes | str) -> float | None:

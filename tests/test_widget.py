@@ -132,13 +132,47 @@ def test_one_poll_over_many_reads_shows_exactly_the_last_lines(store, fake_backe
     from jupyter_trainer.monitor import JobMonitor
 
     job = fake_job(store)
-    monitor = JobMonitor(job, log_lines=50)
+    monitor = JobMonitor(job, log_lines=50, read_seconds=60)
     monitor.start()
     monitor.cursor.chunk_size = 100  # 30 reads in one poll, each of a few lines
     append(job, "".join(f"line {i:03}\n" for i in range(300)) + "half a li")
     assert monitor.read_log() and monitor.caught_up
     assert list(monitor.lines) == [f"line {i:03}" for i in range(250, 300)]
     assert monitor.log_text().endswith("line 299\nhalf a li")
+
+
+def test_a_poll_that_only_grows_the_unended_line_reports_a_change(store, fake_backend):
+    from jupyter_trainer.monitor import JobMonitor
+
+    job = fake_job(store)
+    append(job, "epoch 1\n10%")
+    monitor = JobMonitor(job)
+    monitor.start()
+    assert monitor.log_text() == "epoch 1"  # the unended line is shown once the cursor reaches it
+    assert monitor.read_log() and monitor.log_text() == "epoch 1\n10%"
+    assert not monitor.read_log()
+    append(job, "\r20%")
+    assert monitor.read_log() and monitor.log_text() == "epoch 1\n20%"
+    # the same unended line, read first inside the shown history and then at its end
+    other = fake_job(store, name="other")
+    append(other, "\nb\nb")
+    monitor = JobMonitor(other, read_budget=2)
+    monitor.start()
+    assert monitor.log_text() == "\nb"  # the tail, without its unended line
+    monitor.read_log()  # still inside the history, "b" unended
+    assert monitor.read_log() and monitor.log_text() == "\nb\nb"
+
+
+def test_metrics_in_lines_with_other_characters_match_as_in_text(store, fake_backend):
+    from jupyter_trainer.monitor import JobMonitor
+    from jupyter_trainer.spec import Metric
+
+    job = fake_job(store, metrics=[Metric("loss", r"\bloss\b\s*[:=]?\s*([-+]?\d*\.?\d+)"), Metric("acc", r"acc=(\d+)")])
+    append(job, "训练loss: 9\nÉloss=9\nloss:\xa00.5 █\nacc=１２\nloss=0.25\n")
+    monitor = JobMonitor(job)
+    monitor.history_end = 0
+    monitor.read_log()
+    assert monitor.metrics.points == {"loss": [(0, 0.5), (1, 0.25)], "acc": [(0, 12.0)]}
 
 
 def test_an_unended_progress_bar_does_not_grow_memory(store, fake_backend):
@@ -195,21 +229,38 @@ def test_metric_series_is_bounded_and_keeps_its_shape():
     assert series.counts["loss"] == 10_001 and series.last("loss") == 1 / 10_000
 
 
-def test_metric_series_in_bulk_keeps_the_same_points_as_one_by_one():
+def _first_valid_in_each_window(values, stride):
+    reference = {}
+    for x, value in enumerate(values):
+        try:
+            number = float(value)
+        except ValueError:
+            continue
+        if number == number and abs(number) != float("inf"):
+            reference.setdefault(x // stride, (x, number))
+    return list(reference.values())
+
+
+@pytest.mark.parametrize("chunk", [1, 7, 997, 25_000])
+def test_metric_series_keeps_the_first_number_of_each_window_however_values_arrive(chunk):
     values = [str(1 / (i + 1)).encode() for i in range(25_000)]
-    values[7] = b"nan"
-    values[24_999] = b"oops"
-    one_by_one, in_bulk = MetricSeries(max_points=100), MetricSeries(max_points=100)
-    for value in values:
-        one_by_one.extend("loss", [value])
-    for start in range(0, len(values), 997):  # chunks that do not line up with any stride
-        in_bulk.extend("loss", values[start : start + 997])
-    assert in_bulk.points == one_by_one.points and in_bulk.counts == one_by_one.counts == {"loss": 25_000}
-    points = in_bulk.points["loss"]
-    stride = points[1][0] - points[0][0]
-    assert len(points) <= 100 and all(x % stride == 0 for x, _ in points)
-    # the chart ends at the latest value even though the stride skipped it
-    assert in_bulk.curve("loss")[-1] == (24_998, 1 / 24_999) and in_bulk.last("loss") == 1 / 24_999
+    for bad in (7, 8, 24_999):
+        values[bad] = b"oops"
+    values[3_000:3_200] = [b"nan"] * 200  # whole windows without a number leave gaps
+    series = MetricSeries(max_points=100)
+    for start in range(0, len(values), chunk):  # chunks that do not line up with any stride
+        series.extend("loss", values[start : start + chunk])
+    stride = series._stride["loss"]
+    assert series.counts == {"loss": 25_000} and 50 <= len(series.points["loss"]) <= 100
+    assert series.points["loss"] == _first_valid_in_each_window(values, stride)
+    # the chart ends at the latest number even though the stride skipped it
+    assert series.curve("loss")[-1] == (24_998, 1 / 24_999) and series.last("loss") == 1 / 24_999
+
+
+def test_metric_series_whose_numbers_all_fall_between_kept_match_numbers_still_has_points():
+    series = MetricSeries(max_points=10)
+    series.extend("loss", [b"n/a" if i % 2 == 0 else b"0.5" for i in range(2002)])
+    assert 5 <= len(series.points["loss"]) <= 10 and all(x % 2 == 1 for x, _ in series.points["loss"])
 
 
 def test_text_summary_without_a_widget_frontend(store, fake_backend):
