@@ -37,14 +37,20 @@ def default_home() -> Path:
 
 
 def make_private_dir(path: Path) -> None:
-    """Create `path` readable by the owner only; a directory that exists already is left as it is."""
-    try:
-        path.mkdir(mode=0o700, parents=True)
-    except FileExistsError:
-        if not path.is_dir():
-            raise
-        return
-    os.chmod(path, 0o700)  # mkdir's mode passes through the umask
+    """Create `path`, and the parents it lacks, readable by the owner only; a directory that exists
+    already is left as it is."""
+    missing = []
+    while not path.is_dir():
+        missing.append(path)
+        path = path.parent
+    for directory in reversed(missing):
+        try:
+            directory.mkdir(mode=0o700)
+        except FileExistsError:  # made by another process meanwhile
+            if not directory.is_dir():
+                raise
+            continue
+        os.chmod(directory, 0o700)  # mkdir's mode passes through the umask
 
 
 @contextlib.contextmanager

@@ -31,11 +31,50 @@ def test_container_is_created_once_persistent_and_labelled(docker_client, docker
     container = docker_client.containers.get(first.record.runtime["container_id"])
     assert container.name == default_container_name(docker_image, str(workdir))
     assert container.labels["jupyter_trainer"] == "1" and container.attrs["HostConfig"]["Init"] is True
-    assert {m["Destination"] for m in container.attrs["Mounts"]} == {"/workspace", "/jupyter_trainer/jobs"}
+    assert {m["Destination"]: m["Source"] for m in container.attrs["Mounts"]} == {
+        "/workspace": str(workdir),
+        "/jupyter_trainer/jobs": str(home / "containers" / container.name),  # its own directory, not the store
+    }
     for job in (first, second):
         assert job.wait(timeout=60) is Status.COMPLETED
     container.reload()
     assert container.status == "running"  # it outlives its jobs
+
+
+def test_a_job_sees_its_containers_jobs_only_and_its_files_are_the_stores(docker_image, workdir, home, tmp_path):
+    from jupyter_trainer.spec import build_spec as spec_of
+
+    host_job = submit_detached(
+        spec_of("print('host secret')\n", host=True, image=None, container=None, workdir=str(workdir), gpus=None), name="elsewhere"
+    ).job
+    assert host_job.wait(timeout=60) is Status.COMPLETED
+    script = "import os, time\nprint(sorted(os.listdir('/jupyter_trainer/jobs')), flush=True)\ntime.sleep(2)\nraise SystemExit(4)\n"
+    job = submit_detached(docker_spec(script, workdir, docker_image), name="inside").job
+    links = home / "containers" / job.record.runtime["container_name"] / "inside" / "1"
+    assert (links / "output.log").stat().st_ino == (job.run_dir / "output.log").stat().st_ino  # one file, two names
+    assert job.wait(timeout=60) is Status.FAILED and job.exit_code == 4
+    assert job.logs() == "['inside']\n"  # not the host job, nor anything else of the store
+    assert not links.exists() and not links.parent.exists()  # released once the job ended
+    assert (job.run_dir / "output.log").read_text() == "['inside']\n"
+
+
+def test_a_container_that_mounts_the_whole_store_is_still_used(docker_client, docker_image, workdir, home):
+    # containers created before each had a directory of its own mount the store's jobs directory
+    (home / "jobs").mkdir(parents=True, exist_ok=True)
+    name = default_container_name(docker_image, str(workdir))
+    docker_client.containers.run(
+        docker_image,
+        ["tail", "-f", "/dev/null"],
+        name=name,
+        detach=True,
+        init=True,
+        labels={"jupyter_trainer": "1", "jupyter_trainer.jobs_dir": str(home / "jobs")},
+        volumes={str(workdir): {"bind": "/workspace"}, str(home / "jobs"): {"bind": "/jupyter_trainer/jobs"}},
+    )
+    job = submit_detached(docker_spec("print('old mount')\n", workdir, docker_image), name="old").job
+    assert job.record.runtime["mounted"] is True and job.record.runtime["links"] is None
+    assert job.wait(timeout=60) is Status.COMPLETED and job.logs() == "old mount\n"
+    assert job.run_dir.joinpath("script.py").exists()  # the run's own files are never released
 
 
 def test_stop_container_when_done_frees_the_container(docker_client, docker_image, workdir, home):

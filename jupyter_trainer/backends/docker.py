@@ -1,9 +1,11 @@
 """The Docker backend: the job's supervisor runs in a persistent container through a detached exec.
 
-Containers that jupyter_trainer creates mount the store's jobs directory, so
-the script, the log and the exit code live on this machine and outlive the
-container. A container the user created is used as it is: the run's files are
-copied into it and read back through the engine.
+Each container that jupyter_trainer creates mounts a directory of its own in
+the store, where each of its runs' files (script, log, exit code) is a hard
+link to the run's files in the store: they live on this machine and outlive the
+container, and a job sees its container's jobs only, not the whole store. A
+container the user created is used as it is: the run's files are copied into it
+and read back through the engine.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from pathlib import Path, PurePosixPath
 from ..errors import BackendUnavailable, ImageNotFound, InvalidOption, TrainerError
 from ..jobs import JobRecord, Observation
 from ..spec import DetachedSpec
+from ..store import make_private_dir
 from .base import (
     EXIT_CODE_FILE,
     LOG_FILE,
@@ -34,7 +37,9 @@ from .base import (
     read_supervisor_facts,
 )
 
-MOUNTED_JOBS_DIR = "/jupyter_trainer/jobs"  # the store's jobs directory, in containers we create
+MOUNTED_JOBS_DIR = "/jupyter_trainer/jobs"  # where containers we create see their runs' files
+CONTAINERS_DIR = "containers"  # in the store: the directory each container we create mounts
+RUN_FILES = (SCRIPT_FILE, SUPERVISOR_FILE, LOG_FILE, PID_FILE, EXIT_CODE_FILE)
 SHIPPED_JOBS_DIR = "/tmp/jupyter_trainer/jobs"  # run files copied into containers we did not create
 WORKSPACE = "/workspace"
 LABEL = "jupyter_trainer"
@@ -125,24 +130,33 @@ class DockerBackend:
     def launch(self, record: JobRecord, run_dir: Path, spec: DetachedSpec) -> dict:
         import docker
 
-        jobs_dir = run_dir.parent.parent
         try:
-            container = self._ensure_container(spec, jobs_dir)
-            mounted = self._mounts_jobs_dir(container, jobs_dir)
-            relative = f"{record.name}/{record.run}"
-            if mounted:
-                inner_run_dir = f"{MOUNTED_JOBS_DIR}/{relative}"
-            else:
-                # several stores (users, JUPYTER_TRAINER_HOMEs) may share a container: one directory each
-                store_id = hashlib.sha256(str(jobs_dir).encode()).hexdigest()[:12]
-                inner_run_dir = f"{SHIPPED_JOBS_DIR}/{store_id}/{relative}"
-                self._ship(container, run_dir, inner_run_dir)
-            ours = container.labels.get(LABEL) == "1"
-            command = [
-                "sh", f"{inner_run_dir}/{SUPERVISOR_FILE}", inner_run_dir, str(STOP_GRACE_SECONDS),
-                "1" if spec.stop_container_when_done else "0",
-                *spec.interpreter, f"{inner_run_dir}/{SCRIPT_FILE}",
-            ]  # fmt: skip
+            return self._start(record, run_dir, spec)
+        except TrainerError:
+            raise
+        except (docker.errors.DockerException, OSError) as exc:
+            raise self._engine_error(exc, "start the job") from exc
+
+    def _start(self, record: JobRecord, run_dir: Path, spec: DetachedSpec) -> dict:
+        jobs_dir = run_dir.parent.parent
+        container = self._ensure_container(spec, jobs_dir)
+        relative = f"{record.name}/{record.run}"
+        shared = self._link_into_mount(container, jobs_dir, run_dir, relative)
+        links = shared if shared not in (None, run_dir) else None
+        if shared is not None:
+            inner_run_dir = f"{MOUNTED_JOBS_DIR}/{relative}"
+        else:
+            # several stores (users, JUPYTER_TRAINER_HOMEs) may share a container: one directory each
+            store_id = hashlib.sha256(str(jobs_dir).encode()).hexdigest()[:12]
+            inner_run_dir = f"{SHIPPED_JOBS_DIR}/{store_id}/{relative}"
+            self._ship(container, run_dir, inner_run_dir)
+        ours = container.labels.get(LABEL) == "1"
+        command = [
+            "sh", f"{inner_run_dir}/{SUPERVISOR_FILE}", inner_run_dir, str(STOP_GRACE_SECONDS),
+            "1" if spec.stop_container_when_done else "0",
+            *spec.interpreter, f"{inner_run_dir}/{SCRIPT_FILE}",
+        ]  # fmt: skip
+        try:
             exec_id = self.client.api.exec_create(
                 container.id,
                 command,
@@ -152,17 +166,18 @@ class DockerBackend:
                 workdir=WORKSPACE if ours else None,
             )["Id"]
             self.client.api.exec_start(exec_id, detach=True)
-        except TrainerError:
+        except BaseException:
+            if links is not None:
+                _remove_links(links)  # the store discards the run: leave nothing of it behind
             raise
-        except (docker.errors.DockerException, OSError) as exc:
-            raise self._engine_error(exc, "start the job") from exc
         return {
             "container_id": container.id,
             "container_name": container.name,
             "container_started_at": container.attrs["State"]["StartedAt"],
             "exec_id": exec_id,
             "run_dir": inner_run_dir,
-            "mounted": mounted,
+            "mounted": shared is not None,
+            "links": str(links) if links is not None else None,
         }
 
     def _ensure_container(self, spec: DetachedSpec, jobs_dir: Path):
@@ -217,6 +232,8 @@ class DockerBackend:
         import docker
 
         self._ensure_image(spec.image)
+        own_dir = jobs_dir.parent / CONTAINERS_DIR / name
+        make_private_dir(own_dir)
         try:
             return self.client.containers.run(
                 spec.image,
@@ -227,7 +244,7 @@ class DockerBackend:
                 working_dir=WORKSPACE,
                 volumes={
                     spec.workdir: {"bind": WORKSPACE, "mode": "rw"},
-                    str(jobs_dir): {"bind": MOUNTED_JOBS_DIR, "mode": "rw"},
+                    str(own_dir): {"bind": MOUNTED_JOBS_DIR, "mode": "rw"},
                 },
                 labels={
                     LABEL: "1",
@@ -278,12 +295,30 @@ class DockerBackend:
                 "build or pull it first, or check the name",
             ) from exc
 
-    def _mounts_jobs_dir(self, container, jobs_dir: Path) -> bool:
-        wanted = os.path.realpath(jobs_dir)
-        return any(
-            mount.get("Destination") == MOUNTED_JOBS_DIR and os.path.realpath(mount.get("Source", "")) == wanted
-            for mount in container.attrs.get("Mounts", [])
+    def _link_into_mount(self, container, jobs_dir: Path, run_dir: Path, relative: str) -> Path | None:
+        """Make the run's files visible in the container through what it mounts from this store;
+        the directory they are in on this machine, or None where the container mounts none of it."""
+        source = next(
+            (mount.get("Source", "") for mount in container.attrs.get("Mounts", []) if mount.get("Destination") == MOUNTED_JOBS_DIR),
+            None,
         )
+        if source is None:
+            return None
+        source = Path(os.path.realpath(source))
+        if source == Path(os.path.realpath(jobs_dir)):
+            return run_dir  # a container created before containers had directories of their own
+        if source.parent != Path(os.path.realpath(jobs_dir.parent / CONTAINERS_DIR)):
+            return None  # another store's container
+        links = source / relative
+        _remove_links(links)  # left by a submission killed halfway, whose run number is being reused
+        try:
+            make_private_dir(links)
+            for name in RUN_FILES:
+                os.link(run_dir / name, links / name)
+        except OSError:  # a file system without hard links: copy the files in instead
+            _remove_links(links)
+            return None
+        return links
 
     def _ship(self, container, run_dir: Path, inner_run_dir: str) -> None:
         """Copy the run's files into a container that does not mount the store."""
@@ -294,7 +329,7 @@ class DockerBackend:
                 info = tarfile.TarInfo("/".join(parts[:depth]))
                 info.type, info.mode = tarfile.DIRTYPE, 0o700
                 tar.addfile(info)
-            for name in (SCRIPT_FILE, SUPERVISOR_FILE, LOG_FILE, PID_FILE, EXIT_CODE_FILE):
+            for name in RUN_FILES:
                 tar.add(run_dir / name, arcname="/".join((*parts, name)))
         container.put_archive("/", archive.getvalue())
 
@@ -310,6 +345,7 @@ class DockerBackend:
                 container = self.client.containers.get(runtime["container_id"])
             except docker.errors.NotFound:
                 facts = read_supervisor_facts(run_dir) if runtime["mounted"] else SupervisorFacts()
+                self._release(record, run_dir)
                 if facts.exit_code is not None:
                     return Observation(exit_code=facts.exit_code, alive=False, started=True)
                 return Observation(alive=False, why_gone=f"container {label} was removed while the job ran")
@@ -322,9 +358,11 @@ class DockerBackend:
         except (docker.errors.DockerException, OSError) as exc:
             raise BackendUnavailable(f"cannot reach the Docker engine at {_engine_location()}") from exc
         if facts.exit_code is not None:
+            self._release(record, run_dir)
             return Observation(exit_code=facts.exit_code, alive=False, started=True)
         if running:
             return Observation(alive=True, started=facts.job_pid is not None)
+        self._release(record, run_dir)
         if not state.get("Running"):
             why = f"container {label} stopped (exit code {state.get('ExitCode')}) while the job ran"
         elif restarted:
@@ -332,6 +370,13 @@ class DockerBackend:
         else:
             why = "the job's supervisor process ended without recording an exit code" + self._exec_outcome(runtime["exec_id"])
         return Observation(alive=False, why_gone=why)
+
+    def _release(self, record: JobRecord, run_dir: Path) -> None:
+        """The job has ended: its files need no longer be in its container's directory."""
+        links = record.runtime.get("links")
+        store_containers = Path(os.path.realpath(run_dir.parent.parent.parent / CONTAINERS_DIR))
+        if links and Path(links).parent.parent.parent == store_containers:  # never anything else
+            _remove_links(Path(links))
 
     def _exec_outcome(self, exec_id: str) -> str:
         """How the supervisor's exec ended, in words, when the engine still knows."""
@@ -408,6 +453,16 @@ class DockerBackend:
                 time.sleep(0.2)
         elif facts.job_pid is not None:
             _run_in(target, 'kill -TERM -"$1" 2>/dev/null; sleep "$2"; kill -KILL -"$1" 2>/dev/null', str(facts.job_pid), str(STOP_GRACE_SECONDS))
+
+def _remove_links(links: Path) -> None:
+    """Remove a run's links from its container's directory (the run's own files stay in the store)."""
+    for name in RUN_FILES:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(links / name)
+    for directory in (links, links.parent):  # the job's directory too, once it holds no run
+        with contextlib.suppress(OSError):
+            directory.rmdir()
+
 
 def _runs_supervisor(top: dict, run_dir: str) -> bool:
     """Whether a `docker top` listing has this run's supervisor (its command line names the run)."""
