@@ -14,7 +14,7 @@ class Comparison:
     candidate: float  # median seconds (or other unit) of what we ship
     baseline: float  # median of what we compare against
     target: str  # e.g. "<= 1.0x"
-    limit: float  # the ratio the target allows
+    limit: float | None  # the ratio the target allows; None for a comparison given for scale only
     unit: str = "s"
     higher_is_better: bool = False
 
@@ -23,7 +23,9 @@ class Comparison:
         return self.candidate / self.baseline if self.baseline else float("inf")
 
     @property
-    def met(self) -> bool:
+    def met(self) -> bool | None:
+        if self.limit is None:
+            return None
         return self.ratio >= self.limit if self.higher_is_better else self.ratio <= self.limit
 
 
@@ -54,7 +56,7 @@ def table(results: list[Comparison]) -> str:
     rows = [("benchmark", "ours", "baseline", "ratio", "target", "met")]
     for r in results:
         rows.append(
-            (r.name, _format(r.candidate, r.unit), _format(r.baseline, r.unit), f"{r.ratio:.3f}x", r.target, "yes" if r.met else "NO")
+            (r.name, _format(r.candidate, r.unit), _format(r.baseline, r.unit), f"{r.ratio:.3f}x", r.target, {True: "yes", False: "NO", None: "-"}[r.met])
         )
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     return "\n".join("  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in rows)
