@@ -9,6 +9,7 @@ working files live in a private temporary directory removed at the end.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -16,6 +17,7 @@ import shutil
 import signal
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 from .errors import TrainerError
@@ -45,13 +47,25 @@ def session_for(spec: SageMakerSpec):
     return boto3.Session(region_name=region)
 
 
-def remove_containers(project: str) -> None:
+def remove_containers(project: str, timeout: float = 8.0) -> None:
+    """Remove the training containers of a compose project. Stopping the job stops docker-compose
+    too, which may be removing the same containers: wait until every one is gone, within the
+    supervisor's grace period."""
     try:
         import docker
 
         client = docker.from_env()
-        for container in client.containers.list(all=True, filters={"label": f"com.docker.compose.project={project}"}):
-            container.remove(force=True)
+        deadline = time.monotonic() + timeout
+        while True:
+            left = client.containers.list(all=True, filters={"label": f"com.docker.compose.project={project}"})
+            if not left:
+                return
+            for container in left:
+                with contextlib.suppress(docker.errors.NotFound, docker.errors.APIError):  # being removed already
+                    container.remove(force=True)
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"{', '.join(c.name for c in left)} still there after {timeout:.0f} s")
+            time.sleep(0.2)
     except Exception as exc:  # cleaning up must not change the job's result
         print(f"jupyter_trainer: could not remove the local-mode containers: {exc}", flush=True)
 
