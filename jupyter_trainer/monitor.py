@@ -35,6 +35,7 @@ BAR_STYLES = {Status.COMPLETED: "success", Status.FAILED: "danger", Status.STOPP
 # on a 2-core machine a log full of metric lines is read at about 8 MB a poll, one with a few at 50.
 READ_BUDGET = 64 << 20  # bytes
 READ_SECONDS = 0.02
+NOTE_HISTORY_FROM = 64 << 20  # bytes of history from which the view says it is still reading it
 
 
 class JobMonitor:
@@ -82,6 +83,7 @@ class JobMonitor:
         budget = self.read_budget
         points_before = sum(self.metrics.counts.values())
         pending_before = self._shown_pending()
+        note_before = self._reading_note()
         shown: list[bytes] = []  # the last lines of each read after the history, decoded once at the end
         deadline = time.perf_counter() + self.read_seconds
         while budget > 0:
@@ -103,8 +105,8 @@ class JobMonitor:
                 break
         self._show(shown)
         self.caught_up = source.size() <= self.cursor.offset
-        changed_pending = self._shown_pending() != pending_before
-        return bool(shown) or changed_pending or sum(self.metrics.counts.values()) != points_before
+        changed_note = self._shown_pending() != pending_before or self._reading_note() != note_before
+        return bool(shown) or changed_note or sum(self.metrics.counts.values()) != points_before
 
     def _shown_pending(self) -> str | None:
         """The unended last line as the view shows it (None while the cursor is in the history)."""
@@ -167,7 +169,14 @@ class JobMonitor:
         )
 
     def plot_html(self) -> str:
-        return charts_html(self.metrics)
+        return self._reading_note() + charts_html(self.metrics)
+
+    def _reading_note(self) -> str:
+        """A long history takes a while to read: say that the curves are still growing."""
+        if self.cursor.offset >= self.history_end or self.history_end < NOTE_HISTORY_FROM:
+            return ""
+        done = self.cursor.offset / self.history_end
+        return f'<div class="jt-reading" style="color:#666;font-size:11px">reading the log for metrics: {done:.0%}</div>'
 
     def summary_text(self, now: float) -> str:
         """The same information as text, for frontends without widgets."""

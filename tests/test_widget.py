@@ -197,6 +197,22 @@ def test_opening_a_big_log_shows_its_tail_at_once(store, fake_backend):
     assert view.monitor.caught_up and view.log.value.count("new line") == 1
 
 
+def test_a_long_history_says_how_far_its_metrics_are_read(store, fake_backend, monkeypatch):
+    from jupyter_trainer import monitor
+
+    monkeypatch.setattr(monitor, "NOTE_HISTORY_FROM", 1000)
+    job = fake_job(store)
+    append(job, "".join(f"step {i}\n" for i in range(500)) + "".join(f"loss: {i}\n" for i in range(1000)))
+    view = monitor.JobMonitor(job, read_budget=3000)  # 3000 of 14280 bytes a poll
+    view.start()
+    assert "reading the log for metrics: 0%" in view.plot_html()
+    assert view.read_log() and "reading the log for metrics: 21%" in view.plot_html()  # no metric yet
+    assert "<svg" not in view.plot_html()
+    while view.read_log():
+        pass
+    assert view.caught_up and "reading the log" not in view.plot_html() and view.metrics.counts == {"loss": 1000}
+
+
 def test_stop_button(store, fake_backend):
     job = fake_job(store)
     view = JobWidget(job, clock=Clock())
