@@ -24,7 +24,7 @@ else
     echo "== no Docker engine reachable: training on this machine (--host)"
 fi
 
-workdir="$repo/demo_run"
+workdir=${JUPYTER_TRAINER_DEMO_DIR:-$repo/demo_run}
 mkdir -p "$workdir"
 name="demo-$(date +%Y%m%d-%H%M%S)"
 echo "== submitting job $name ($placement) from an IPython kernel, which then exits"

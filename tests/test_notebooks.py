@@ -1,6 +1,8 @@
-"""The example notebooks run top to bottom in a real kernel."""
+"""The example notebooks run top to bottom in a real kernel, and the README's demo runs."""
 
+import os
 import shutil
+import subprocess
 
 import nbformat
 import pytest
@@ -32,3 +34,15 @@ def test_sagemaker_fit_notebook(docker_client, docker_image, tmp_path, home, mon
     outputs = execute("sagemaker_fit.ipynb", tmp_path)
     assert "completed 0" in outputs and "epoch 29 loss" in outputs
     assert "'w': 2.9" in outputs or "'w': 3.0" in outputs, outputs[-2000:]
+
+
+def test_readme_demo_trains_in_a_container(docker_client, docker_image, tmp_path, home):
+    env = {**os.environ, "JUPYTER_TRAINER_IMAGE": TEST_IMAGE, "JUPYTER_TRAINER_DEMO_DIR": str(tmp_path)}
+    result = subprocess.run(
+        ["bash", str(REPO / "example_notebooks" / "run_demo.sh")], env=env, capture_output=True, text=True, timeout=600
+    )
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
+    assert f"(--image {TEST_IMAGE}) from an IPython kernel, which then exits" in result.stdout
+    assert "epoch  40 loss" in result.stdout and "saved model.json" in result.stdout
+    assert "backend    docker" in result.stdout and "status     completed" in result.stdout
+    assert (tmp_path / "model.json").exists()
