@@ -5,6 +5,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import time
 
 from conftest import ipython_submitting, placement_flags, run_python, wait_for
 
@@ -58,6 +59,15 @@ def test_exit_code_and_traceback_are_recorded(where, workdir, home):
     crash = submit("raise ValueError('bad batch')\n", where, workdir, "crash")
     assert crash.wait(timeout=60) is Status.FAILED and crash.exit_code == 1
     assert "ValueError: bad batch" in crash.logs()
+
+
+def test_a_job_ends_when_it_ended_not_when_somebody_looked(where, workdir, home):
+    job = submit("print('quick')\n", where, workdir, "quick")
+    wait_for(lambda: (job.run_dir / "exit_code").read_text().strip(), timeout=60, what="the exit code")
+    time.sleep(3)  # nobody looks for a while
+    ended = get_job("quick")
+    assert ended.status is Status.COMPLETED
+    assert ended.record.ended_at - ended.record.started_at < 2.5, ended.record
 
 
 def test_environment_and_unbuffered_output(where, workdir, home):

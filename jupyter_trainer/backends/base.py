@@ -8,6 +8,7 @@ shared and lives outside the backends.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import os
 from dataclasses import dataclass
@@ -58,6 +59,7 @@ class SupervisorFacts:
     supervisor_pid: int | None = None
     job_pid: int | None = None
     exit_code: int | None = None
+    ended_at: float | None = None  # when the exit code was written, where the file's time is known
 
     @classmethod
     def parse(cls, pid_text: str, exit_code_text: str) -> "SupervisorFacts":
@@ -77,7 +79,14 @@ def read_supervisor_facts(run_dir: Path) -> SupervisorFacts:
         except FileNotFoundError:
             return ""
 
-    return SupervisorFacts.parse(read(PID_FILE), read(EXIT_CODE_FILE))
+    facts = SupervisorFacts.parse(read(PID_FILE), read(EXIT_CODE_FILE))
+    if facts.exit_code is None:
+        return facts
+    try:  # the job ended when its exit code was written, not when somebody looked
+        ended_at = os.stat(run_dir / EXIT_CODE_FILE).st_mtime
+    except FileNotFoundError:
+        return facts
+    return dataclasses.replace(facts, ended_at=ended_at)
 
 
 @functools.lru_cache(maxsize=1)

@@ -11,6 +11,7 @@ and read back through the engine.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import hashlib
 import io
 import os
@@ -347,7 +348,7 @@ class DockerBackend:
                 facts = read_supervisor_facts(run_dir) if runtime["mounted"] else SupervisorFacts()
                 self._release(record, run_dir)
                 if facts.exit_code is not None:
-                    return Observation(exit_code=facts.exit_code, alive=False, started=True)
+                    return Observation(exit_code=facts.exit_code, alive=False, started=True, ended_at=facts.ended_at)
                 return Observation(alive=False, why_gone=f"container {label} was removed while the job ran")
             state = container.attrs["State"]
             restarted = state.get("StartedAt") != runtime["container_started_at"]
@@ -359,7 +360,7 @@ class DockerBackend:
             raise BackendUnavailable(f"cannot reach the Docker engine at {_engine_location()}") from exc
         if facts.exit_code is not None:
             self._release(record, run_dir)
-            return Observation(exit_code=facts.exit_code, alive=False, started=True)
+            return Observation(exit_code=facts.exit_code, alive=False, started=True, ended_at=facts.ended_at)
         if running:
             return Observation(alive=True, started=facts.job_pid is not None)
         self._release(record, run_dir)
@@ -408,10 +409,11 @@ class DockerBackend:
         if record.runtime["mounted"]:
             return read_supervisor_facts(run_dir)
         inner = record.runtime["run_dir"]
-        return SupervisorFacts.parse(
-            _read_container_file(container, f"{inner}/{PID_FILE}").decode(errors="replace"),
-            _read_container_file(container, f"{inner}/{EXIT_CODE_FILE}").decode(errors="replace"),
+        exit_code, written_at = _container_file(container, f"{inner}/{EXIT_CODE_FILE}")
+        facts = SupervisorFacts.parse(
+            _read_container_file(container, f"{inner}/{PID_FILE}").decode(errors="replace"), exit_code.decode(errors="replace")
         )
+        return dataclasses.replace(facts, ended_at=written_at) if facts.exit_code is not None else facts
 
     def log_source(self, record: JobRecord, run_dir: Path):
         if record.runtime.get("mounted", True):
@@ -482,17 +484,22 @@ def _run_in(container, script: str, *args: str) -> bytes:
 
 def _read_container_file(container, path: str) -> bytes:
     """A file of the container, read from its file system (works on a stopped container too)."""
+    return _container_file(container, path)[0]
+
+
+def _container_file(container, path: str) -> tuple[bytes, float | None]:
+    """A file of the container and when it was last written (None if it does not exist)."""
     import docker
 
     try:
         stream, _ = container.get_archive(path)
         data = b"".join(stream)
     except docker.errors.NotFound:
-        return b""
+        return b"", None
     with tarfile.open(fileobj=io.BytesIO(data)) as tar:
         member = tar.next()
         handle = tar.extractfile(member) if member else None
-        return handle.read() if handle else b""
+        return (handle.read(), float(member.mtime)) if handle else (b"", None)
 
 
 class ContainerLogSource:

@@ -89,7 +89,7 @@ class HostBackend:
         supervisor_alive = supervisor.is_alive()
         facts = read_supervisor_facts(run_dir)  # read after the liveness check: no race
         if facts.exit_code is not None:
-            return Observation(exit_code=facts.exit_code, alive=False, started=True)
+            return Observation(exit_code=facts.exit_code, alive=False, started=True, ended_at=facts.ended_at)
         if supervisor_alive:
             return Observation(alive=True, started=facts.job_pid is not None)
         if _is_the_job(facts.job_pid, supervisor):
