@@ -97,6 +97,12 @@ class LogCursor:
         self._buffer = bytearray()
 
     @property
+    def line_start(self) -> int:
+        """Where the unended last line starts in the log: reading again from here misses nothing
+        (but for a progress bar so long that its older redraws were let go)."""
+        return self.offset - len(self._partial)
+
+    @property
     def pending(self) -> str:
         """The last line so far, not yet ended by a newline (a progress bar, say)."""
         return self._partial.decode("utf-8", errors="replace")

@@ -13,6 +13,7 @@ import re
 import time
 from collections import deque
 
+from . import metrics_cache
 from .job import Job
 from .jobs import Status, describe_exit_code
 from .logs import LogCursor, MetricParser, clean_line, last_lines, tail_lines
@@ -35,6 +36,8 @@ BAR_STYLES = {Status.COMPLETED: "success", Status.FAILED: "danger", Status.STOPP
 # on a 2-core machine a log full of metric lines is read at about 8 MB a poll, one with a few at 50.
 READ_BUDGET = 64 << 20  # bytes
 READ_SECONDS = 0.02
+SAVE_BYTES = 64 << 20  # the metrics are saved after this much more of the log is read...
+SAVE_SECONDS = 10.0  # ...or, once caught up, this long after the last save (at once when the job has ended)
 NOTE_HISTORY_FROM = 64 << 20  # bytes of history from which the view says it is still reading it
 
 
@@ -45,12 +48,14 @@ class JobMonitor:
         self.job = job
         self.lines: deque[str] = deque(maxlen=log_lines)
         self.metrics = MetricSeries()
-        self.parser = MetricParser(Metric(name, regex) for name, regex in job.record.options.get("metrics", []))
+        self.metric_options = [[name, regex] for name, regex in job.record.options.get("metrics", [])]
+        self.parser = MetricParser(Metric(name, regex) for name, regex in self.metric_options)
         self.cursor = LogCursor(chunk_size=1 << 20)
         self.read_budget = read_budget
         self.read_seconds = read_seconds
         self.caught_up = False
         self.history_end = 0  # log bytes that existed when the view opened (shown as a tail)
+        self._saved = (0, time.monotonic())  # where the metrics cache stands, and since when
 
     @property
     def record(self):
@@ -76,6 +81,10 @@ class JobMonitor:
         if tail and self.history_end and source.read(self.history_end - 1, 1) != b"\n":
             tail.pop()  # an unfinished last line: the cursor will show it as it grows
         self.lines.extend(tail)
+        cached = metrics_cache.load(self.job.run_dir, self.metric_options, source, self.history_end)
+        if cached is not None:
+            self.cursor.offset, self.metrics = cached
+            self._saved = (self.cursor.offset, time.monotonic())
 
     def read_log(self) -> bool:
         """Read what the log gained, up to the budget; True if anything shown changed."""
@@ -105,12 +114,22 @@ class JobMonitor:
                 break
         self._show(shown)
         self.caught_up = source.size() <= self.cursor.offset
+        self._keep_metrics(source)
         changed_note = self._shown_pending() != pending_before or self._reading_note() != note_before
         return bool(shown) or changed_note or sum(self.metrics.counts.values()) != points_before
 
     def _shown_pending(self) -> str | None:
         """The unended last line as the view shows it (None while the cursor is in the history)."""
         return self.cursor.pending if self.cursor.offset >= self.history_end else None
+
+    def _keep_metrics(self, source) -> None:
+        """Save the series now and then, so that the next view of this job need not read it all again."""
+        offset, saved_at = self._saved
+        read = self.cursor.line_start - offset
+        quiet = self.caught_up and (self.record.status.is_final or time.monotonic() - saved_at >= SAVE_SECONDS)
+        if read >= SAVE_BYTES or (read > 0 and quiet):
+            metrics_cache.save(self.job.run_dir, self.metric_options, self.cursor.line_start, source, self.metrics)
+            self._saved = (self.cursor.line_start, time.monotonic())
 
     def _show(self, chunks: list[bytes]) -> None:
         """Keep the last lines of what was read: only those are decoded."""

@@ -21,7 +21,7 @@ class MetricSeries:
         self.points: dict[str, list[tuple[int, float]]] = {}  # the kept points, by match number
         self.counts: dict[str, int] = {}
         self.latest: dict[str, tuple[int, float]] = {}
-        self._stride: dict[str, int] = {}
+        self.stride: dict[str, int] = {}  # per metric: the window of matches that gives one point
 
     def add(self, name: str, value: float) -> None:
         self.extend(name, [value])
@@ -35,7 +35,7 @@ class MetricSeries:
         self.counts[name] = index + len(values)
         self._note_latest(name, index, values)
         points = self.points.get(name, [])
-        stride = self._stride.get(name, 1)
+        stride = self.stride.get(name, 1)
         position = 0
         while position < len(values):
             window = (index + position) // stride
@@ -50,7 +50,7 @@ class MetricSeries:
             if len(points) > self.max_points:
                 stride *= 2
                 points[:] = _first_in_each_window(points, stride)
-                self._stride[name] = stride
+                self.stride[name] = stride
         if points:
             self.points[name] = points
 

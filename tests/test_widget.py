@@ -213,6 +213,65 @@ def test_a_long_history_says_how_far_its_metrics_are_read(store, fake_backend, m
     assert view.caught_up and "reading the log" not in view.plot_html() and view.metrics.counts == {"loss": 1000}
 
 
+def _read_through(view):
+    while not view.caught_up:
+        view.read_log()
+    return view
+
+
+def test_a_new_view_of_a_long_job_starts_from_the_saved_metrics(store, fake_backend):
+    from jupyter_trainer.monitor import JobMonitor
+
+    job = fake_job(store)
+    append(job, "".join(f"step {i} loss: {i}\n" for i in range(50_000)) + "half a li")
+    first = JobMonitor(job)
+    first.start()
+    _read_through(first)
+    fake_backend.finish("w", 0)
+    first.refresh_status()
+    first.read_log()  # the job has ended and the log is read: the series is saved
+    assert (job.run_dir / "metrics.json").exists()
+
+    class Counting(type(job.log_source())):
+        read_bytes = 0
+
+        def read(self, offset, limit):
+            data = super().read(offset, limit)
+            Counting.read_bytes += len(data)
+            return data
+
+    source = Counting(job.log_source().path)
+    job.log_source = lambda: source
+    again = JobMonitor(job)
+    again.start()  # the tail and the saved series: a few kilobytes, not the whole log again
+    assert Counting.read_bytes < 64 * 1024
+    assert again.metrics.points == first.metrics.points and again.metrics.counts == {"loss": 50_000}
+    assert again.cursor.offset == first.cursor.line_start  # the unended line is read again
+    append(job, "ne\nstep 50000 loss: 7\n")
+    _read_through(again)
+    fresh = _read_through(JobMonitor(job, read_budget=1 << 30))
+    assert again.metrics.counts == fresh.metrics.counts == {"loss": 50_001}
+    assert again.metrics.points == fresh.metrics.points and again.metrics.last("loss") == 7.0
+
+
+def test_saved_metrics_are_not_used_for_a_rewritten_log_or_other_metrics(store, fake_backend):
+    from jupyter_trainer import metrics_cache
+    from jupyter_trainer.monitor import JobMonitor
+
+    job = fake_job(store)
+    append(job, "".join(f"loss: {i}\n" for i in range(1000)))
+    first = JobMonitor(job)
+    first.start()
+    _read_through(first)
+    metrics_cache.save(job.run_dir, first.metric_options, first.cursor.line_start, job.log_source(), first.metrics)
+    log = job.run_dir / "output.log"
+    log.write_text(log.read_text().replace("loss: 999", "loss: 111"))  # refetched, say, with other content
+    rewritten = JobMonitor(job)
+    rewritten.start()
+    assert rewritten.metrics.counts == {} and rewritten.cursor.offset == 0
+    assert metrics_cache.load(job.run_dir, [["acc", r"acc=(\d+)"]], job.log_source(), log.stat().st_size) is None
+
+
 def test_stop_button(store, fake_backend):
     job = fake_job(store)
     view = JobWidget(job, clock=Clock())
@@ -266,7 +325,7 @@ def test_metric_series_keeps_the_first_number_of_each_window_however_values_arri
     series = MetricSeries(max_points=100)
     for start in range(0, len(values), chunk):  # chunks that do not line up with any stride
         series.extend("loss", values[start : start + chunk])
-    stride = series._stride["loss"]
+    stride = series.stride["loss"]
     assert series.counts == {"loss": 25_000} and 50 <= len(series.points["loss"]) <= 100
     assert series.points["loss"] == _first_valid_in_each_window(values, stride)
     # the chart ends at the latest number even though the stride skipped it
