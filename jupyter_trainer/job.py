@@ -150,7 +150,7 @@ class Job:
             if disk_full and latest.status is Status.FAILED:
                 record.reason += f"; the disk holding its log ({self.run_dir}) is full"
             if latest.status.is_final and record.ended_at is None:
-                record.ended_at = seen.ended_at or time.time()
+                record.ended_at = _end_time(record, seen.ended_at)
 
         try:
             self.record = self.store.update(self.name, self.run, apply)
@@ -176,6 +176,15 @@ class Job:
             return get_backend(self.backend)
         except ValueError:
             raise InvalidOption(f"job {self.name!r} uses the unknown backend {self.backend!r}") from None
+
+
+def _end_time(record: JobRecord, reported: float | None) -> float:
+    """When the job ended: as reported (a file's time, whole seconds where it was read through the
+    engine, or another clock), kept between its start and now; now if unknown."""
+    now = time.time()
+    if reported is None:
+        return now
+    return min(max(reported, record.started_at or reported), now)
 
 
 def _disk_full(path: Path) -> bool:

@@ -72,7 +72,7 @@ def test_a_container_that_mounts_the_whole_store_is_still_used(docker_client, do
         volumes={str(workdir): {"bind": "/workspace"}, str(home / "jobs"): {"bind": "/jupyter_trainer/jobs"}},
     )
     job = submit_detached(docker_spec("print('old mount')\n", workdir, docker_image), name="old").job
-    assert job.record.runtime["mounted"] is True and job.record.runtime["links"] is None
+    assert job.record.runtime["mounted"] is True and job.record.runtime["shared_dir"] is None
     assert job.wait(timeout=60) is Status.COMPLETED and job.logs() == "old mount\n"
     assert job.run_dir.joinpath("script.py").exists()  # the run's own files are never released
 

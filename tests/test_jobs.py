@@ -1,3 +1,5 @@
+import time
+
 import pytest
 
 from jupyter_trainer.errors import InvalidName
@@ -70,3 +72,13 @@ def test_record_round_trip():
     original = JobRecord(name="j", backend="docker", status=Status.FAILED, exit_code=1, options={"a": 1})
     copy = JobRecord.from_dict(original.to_dict())
     assert copy == original and copy.status is Status.FAILED
+
+
+def test_a_reported_end_time_is_kept_between_the_start_and_now():
+    from jupyter_trainer.job import _end_time
+
+    record = JobRecord(name="t", backend="host", started_at=1000.5)
+    assert _end_time(record, 1003.0) == 1003.0
+    assert _end_time(record, 1000.0) == 1000.5  # a file time cut to whole seconds
+    assert _end_time(record, time.time() + 3600) <= time.time()  # another machine's clock
+    assert abs(_end_time(record, None) - time.time()) < 5

@@ -223,7 +223,7 @@ def test_a_new_view_of_a_long_job_starts_from_the_saved_metrics(store, fake_back
     from jupyter_trainer.monitor import JobMonitor
 
     job = fake_job(store)
-    append(job, "".join(f"step {i} loss: {i}\n" for i in range(50_000)) + "half a li")
+    append(job, "".join(f"step {i} loss: {i}\n" for i in range(50_000)) + "step 50000 loss: 3")  # unended
     first = JobMonitor(job)
     first.start()
     _read_through(first)
@@ -247,10 +247,10 @@ def test_a_new_view_of_a_long_job_starts_from_the_saved_metrics(store, fake_back
     assert Counting.read_bytes < 64 * 1024
     assert again.metrics.points == first.metrics.points and again.metrics.counts == {"loss": 50_000}
     assert again.cursor.offset == first.cursor.line_start  # the unended line is read again
-    append(job, "ne\nstep 50000 loss: 7\n")
+    append(job, ".5\nstep 50001 loss: 7\n")
     _read_through(again)
     fresh = _read_through(JobMonitor(job, read_budget=1 << 30))
-    assert again.metrics.counts == fresh.metrics.counts == {"loss": 50_001}
+    assert again.metrics.counts == fresh.metrics.counts == {"loss": 50_002}  # the once unended line counted once
     assert again.metrics.points == fresh.metrics.points and again.metrics.last("loss") == 7.0
 
 

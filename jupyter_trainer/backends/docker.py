@@ -37,9 +37,11 @@ from .base import (
     job_environment,
     read_supervisor_facts,
 )
+from .links import link_run, unlink_run
 
 MOUNTED_JOBS_DIR = "/jupyter_trainer/jobs"  # where containers we create see their runs' files
 CONTAINERS_DIR = "containers"  # in the store: the directory each container we create mounts
+CONTAINER_DIR_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")  # as Docker names containers
 RUN_FILES = (SCRIPT_FILE, SUPERVISOR_FILE, LOG_FILE, PID_FILE, EXIT_CODE_FILE)
 SHIPPED_JOBS_DIR = "/tmp/jupyter_trainer/jobs"  # run files copied into containers we did not create
 WORKSPACE = "/workspace"
@@ -142,9 +144,11 @@ class DockerBackend:
         jobs_dir = run_dir.parent.parent
         container = self._ensure_container(spec, jobs_dir)
         relative = f"{record.name}/{record.run}"
-        shared = self._link_into_mount(container, jobs_dir, run_dir, relative)
-        links = shared if shared not in (None, run_dir) else None
-        if shared is not None:
+        mount = self._store_mount(container, jobs_dir)
+        shared_dir = mount if mount is not None and mount != jobs_dir else None
+        if shared_dir is not None and not link_run(shared_dir, record.name, record.run, run_dir, RUN_FILES):
+            mount = shared_dir = None  # no hard links here: copy the files in instead
+        if mount is not None:
             inner_run_dir = f"{MOUNTED_JOBS_DIR}/{relative}"
         else:
             # several stores (users, JUPYTER_TRAINER_HOMEs) may share a container: one directory each
@@ -168,8 +172,8 @@ class DockerBackend:
             )["Id"]
             self.client.api.exec_start(exec_id, detach=True)
         except BaseException:
-            if links is not None:
-                _remove_links(links)  # the store discards the run: leave nothing of it behind
+            if shared_dir is not None:
+                unlink_run(shared_dir, record.name, record.run, RUN_FILES)  # the store discards the run
             raise
         return {
             "container_id": container.id,
@@ -177,8 +181,8 @@ class DockerBackend:
             "container_started_at": container.attrs["State"]["StartedAt"],
             "exec_id": exec_id,
             "run_dir": inner_run_dir,
-            "mounted": shared is not None,
-            "links": str(links) if links is not None else None,
+            "mounted": mount is not None,
+            "shared_dir": shared_dir.name if shared_dir is not None else None,
         }
 
     def _ensure_container(self, spec: DetachedSpec, jobs_dir: Path):
@@ -212,9 +216,8 @@ class DockerBackend:
         if container.labels.get(LABEL) == "1" or container.attrs["HostConfig"].get("Init"):
             return  # an init forwards TERM to the main process
         status = container.exec_run(["cat", "/proc/1/status"], stdout=True, stderr=False).output or b""
-        caught = next((line.split()[1] for line in status.decode(errors="replace").splitlines() if line.startswith("SigCgt:")), "")
-        if not caught or int(caught, 16) & (1 << (signal.SIGTERM - 1)):
-            return  # handled, or no way to tell
+        if stops_on_term(status.decode(errors="replace")):
+            return
         raise InvalidOption(
             f"--stop-container-when-done: container {container.name!r} cannot stop itself, its main process ignores TERM",
             f"start it with docker run --init, or drop the option and stop it afterwards with docker stop {container.name}",
@@ -296,9 +299,9 @@ class DockerBackend:
                 "build or pull it first, or check the name",
             ) from exc
 
-    def _link_into_mount(self, container, jobs_dir: Path, run_dir: Path, relative: str) -> Path | None:
-        """Make the run's files visible in the container through what it mounts from this store;
-        the directory they are in on this machine, or None where the container mounts none of it."""
+    def _store_mount(self, container, jobs_dir: Path) -> Path | None:
+        """What the container mounts of this store: its own directory, or (made before containers had
+        one) the whole jobs directory; None for a container that mounts nothing of this store."""
         source = next(
             (mount.get("Source", "") for mount in container.attrs.get("Mounts", []) if mount.get("Destination") == MOUNTED_JOBS_DIR),
             None,
@@ -307,19 +310,10 @@ class DockerBackend:
             return None
         source = Path(os.path.realpath(source))
         if source == Path(os.path.realpath(jobs_dir)):
-            return run_dir  # a container created before containers had directories of their own
-        if source.parent != Path(os.path.realpath(jobs_dir.parent / CONTAINERS_DIR)):
-            return None  # another store's container
-        links = source / relative
-        _remove_links(links)  # left by a submission killed halfway, whose run number is being reused
-        try:
-            make_private_dir(links)
-            for name in RUN_FILES:
-                os.link(run_dir / name, links / name)
-        except OSError:  # a file system without hard links: copy the files in instead
-            _remove_links(links)
-            return None
-        return links
+            return jobs_dir
+        if source.parent == Path(os.path.realpath(jobs_dir.parent / CONTAINERS_DIR)):
+            return source
+        return None  # another store's container
 
     def _ship(self, container, run_dir: Path, inner_run_dir: str) -> None:
         """Copy the run's files into a container that does not mount the store."""
@@ -374,10 +368,9 @@ class DockerBackend:
 
     def _release(self, record: JobRecord, run_dir: Path) -> None:
         """The job has ended: its files need no longer be in its container's directory."""
-        links = record.runtime.get("links")
-        store_containers = Path(os.path.realpath(run_dir.parent.parent.parent / CONTAINERS_DIR))
-        if links and Path(links).parent.parent.parent == store_containers:  # never anything else
-            _remove_links(Path(links))
+        shared = record.runtime.get("shared_dir")
+        if shared and CONTAINER_DIR_NAME.fullmatch(shared):  # a name in this store's containers/, nothing else
+            unlink_run(run_dir.parent.parent.parent / CONTAINERS_DIR / shared, record.name, record.run, RUN_FILES)
 
     def _exec_outcome(self, exec_id: str) -> str:
         """How the supervisor's exec ended, in words, when the engine still knows."""
@@ -456,14 +449,22 @@ class DockerBackend:
         elif facts.job_pid is not None:
             _run_in(target, 'kill -TERM -"$1" 2>/dev/null; sleep "$2"; kill -KILL -"$1" 2>/dev/null', str(facts.job_pid), str(STOP_GRACE_SECONDS))
 
-def _remove_links(links: Path) -> None:
-    """Remove a run's links from its container's directory (the run's own files stay in the store)."""
-    for name in RUN_FILES:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(links / name)
-    for directory in (links, links.parent):  # the job's directory too, once it holds no run
-        with contextlib.suppress(OSError):
-            directory.rmdir()
+# Inits that wait for signals (sigtimedwait) rather than handle them: TERM reaches them, and
+# /proc shows no handler for it.
+SIGNAL_WAITING_INITS = {"tini", "docker-init", "dumb-init", "catatonit"}
+
+
+def stops_on_term(proc_status: str) -> bool:
+    """Whether a PID 1, by its /proc/1/status, gets TERM: it is an init, or has a TERM handler.
+    True when the status cannot tell."""
+    fields = dict(line.split(":", 1) for line in proc_status.splitlines() if ":" in line)
+    if fields.get("Name", "").strip() in SIGNAL_WAITING_INITS:
+        return True
+    caught = fields.get("SigCgt", "").strip()
+    try:
+        return not caught or bool(int(caught, 16) & (1 << (signal.SIGTERM - 1)))
+    except ValueError:
+        return True
 
 
 def _runs_supervisor(top: dict, run_dir: str) -> bool:
