@@ -135,6 +135,21 @@ def test_stop_container_when_done_is_refused_where_the_container_cannot_stop_its
         foreign.remove(force=True)
 
 
+def test_stop_container_when_done_waits_for_other_stores_jobs(docker_client, docker_image, workdir, home, tmp_path):
+    from jupyter_trainer.store import JobStore
+
+    long = submit_detached(docker_spec("import time\ntime.sleep(6)\n", workdir, docker_image), name="long").job
+    wait_for(lambda: long.status is Status.RUNNING, what="the long job to run")
+    other_store = JobStore(tmp_path / "another-home")  # another user's, say, with the same image and directory
+    spec = docker_spec("print(1)\n", workdir, container=long.record.runtime["container_name"], stop_container_when_done=True)
+    short = submit_detached(spec, name="short", store=other_store).job
+    assert short.record.runtime["mounted"] is False  # its files are copied in: the container mounts the first store
+    assert short.wait(timeout=60) is Status.COMPLETED
+    container = docker_client.containers.get(long.record.runtime["container_id"])
+    assert container.status == "running" and long.status is Status.RUNNING
+    assert long.wait(timeout=60) is Status.COMPLETED
+
+
 def test_stop_with_container(docker_client, docker_image, workdir, home):
     job = submit_detached(docker_spec("import time\ntime.sleep(600)\n", workdir, docker_image), name="sleeper").job
     wait_for(lambda: job.status is Status.RUNNING, what="the job to run")

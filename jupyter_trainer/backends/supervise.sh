@@ -66,13 +66,12 @@ fi
 printf '%s\n' "$code" 1<>"$run_dir/exit_code"
 
 # Stop the container (its init forwards TERM to the keep-alive process) unless
-# another jupyter_trainer job still runs in it.
+# another jupyter_trainer job still runs in it, from any store: every run's files
+# are under a .../jupyter_trainer/jobs/ directory in a container.
 if [ "$stop_container" = 1 ]; then
-    jobs_root=${run_dir%/*}
-    jobs_root=${jobs_root%/*}
     for cmdline in /proc/[0-9]*/cmdline; do
         [ "$cmdline" = "/proc/$$/cmdline" ] && continue
-        if grep -q -F "$jobs_root/" "$cmdline" 2>/dev/null; then
+        if grep -q -F "/jupyter_trainer/jobs/" "$cmdline" 2>/dev/null; then
             exit 0
         fi
     done
