@@ -1,4 +1,4 @@
-"""Run files shared with a container: links the container may plant are never followed."""
+"""Docker backend logic that needs no engine: run files shared through links that are never followed, which main processes stop on TERM, finding a supervisor in a `docker top` listing."""
 
 import os
 
@@ -78,3 +78,19 @@ def test_which_main_processes_stop_on_term():
     assert stops_on_term(proc_status("tini", "0000000000000000"))  # waits for signals instead
     assert stops_on_term(proc_status("docker-init", "0000000000000000"))
     assert stops_on_term("")  # cannot tell: let it be
+
+
+def test_the_supervisor_is_found_in_a_docker_top_listing_by_its_run():
+    from jupyter_trainer.backends.docker import _runs_supervisor
+
+    def listing(*commands, titles=("PID", "COMMAND")):
+        return {"Titles": list(titles), "Processes": [["7", command] for command in commands]}
+
+    run = "/jupyter_trainer/jobs/train/2"
+    ours = f"sh {run}/supervise.sh {run} 10 0 python3 {run}/script.py"
+    other = ours.replace("/train/2", "/train/1")
+    assert _runs_supervisor(listing("tail -f /dev/null", ours), run)
+    assert not _runs_supervisor(listing("tail -f /dev/null", other, f"python3 {run}/script.py"), run)
+    assert not _runs_supervisor(listing(ours[:32]), run)  # a listing cut at 32 columns names no run
+    assert _runs_supervisor(listing(ours, titles=("UID", "PID", "PPID", "CMD")) | {"Processes": [["0", "7", "1", ours]]}, run)
+    assert not _runs_supervisor({}, run)
