@@ -172,9 +172,9 @@ class JobMonitor:
 
     def log_text(self) -> str:
         lines = list(self.lines)
-        pending = self._shown_pending()
-        if pending and clean_line(pending):
-            lines.append(clean_line(pending))
+        pending = clean_line(self._shown_pending() or "")
+        if pending:
+            lines.append(pending)
         return "\n".join(lines)
 
     def log_html(self) -> str:

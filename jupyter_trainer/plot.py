@@ -23,9 +23,6 @@ class MetricSeries:
         self.latest: dict[str, tuple[int, float]] = {}
         self.stride: dict[str, int] = {}  # per metric: the window of matches that gives one point
 
-    def add(self, name: str, value: float) -> None:
-        self.extend(name, [value])
-
     def extend(self, name: str, values: Sequence[float | bytes | str]) -> None:
         """Append a metric's next values, in log order. A value's x is its match number, and the
         series keeps the first number in each window of `stride` matches (the stride doubles

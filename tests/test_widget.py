@@ -296,11 +296,11 @@ def test_poller_thread_serves_widgets_and_ends(store, fake_backend):
 def test_metric_series_is_bounded_and_keeps_its_shape():
     series = MetricSeries(max_points=100)
     for i in range(10_000):
-        series.add("loss", 1 / (i + 1))
+        series.extend("loss", [1 / (i + 1)])
     points = series.points["loss"]
     assert len(points) <= 100 and points[0] == (0, 1.0) and series.counts["loss"] == 10_000
     assert all(a[0] < b[0] and a[1] > b[1] for a, b in zip(points, points[1:]))
-    series.add("loss", float("nan"))  # a gap: counted, not drawn, not the latest value
+    series.extend("loss", [float("nan")])  # a gap: counted, not drawn, not the latest value
     assert series.counts["loss"] == 10_001 and series.last("loss") == 1 / 10_000
 
 
