@@ -135,15 +135,43 @@ class JobStore:
         try:
             self._write(path, record)
         except StoreError:
-            self.discard(record.name, record.run)
+            shutil.rmtree(path, ignore_errors=True)
             raise
         return path
 
     def discard(self, name: str, run: int) -> None:
         """Remove a run that never started, and its job directory if it was the first."""
-        shutil.rmtree(self.run_dir(name, run), ignore_errors=True)
-        with contextlib.suppress(OSError):
-            self.job_dir(name).rmdir()  # only if no other run is there
+        with self.claiming(name):
+            shutil.rmtree(self.run_dir(name, run), ignore_errors=True)
+
+    @contextlib.contextmanager
+    def claiming(self, name: str) -> Iterator[None]:
+        """Hold the job's name for the block: every process that looks at a name's runs and then
+        creates the next one does it under this lock, so two kernels submitting one name at the
+        same moment see each other (one launches, the other attaches or is refused). The lock is
+        the job directory itself, so claiming leaves no file behind; a job directory left empty
+        is removed on the way out."""
+        job_dir = self.job_dir(name)
+        while True:
+            with self.writing():
+                make_private_dir(job_dir)
+                fd = os.open(job_dir, os.O_RDONLY | os.O_DIRECTORY)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX)
+                try:
+                    current = os.stat(job_dir).st_ino == os.fstat(fd).st_ino
+                except FileNotFoundError:
+                    current = False
+                if not current:
+                    continue  # removed (and perhaps made again) while we waited: claim the new one
+                try:
+                    yield
+                finally:
+                    with contextlib.suppress(OSError):
+                        job_dir.rmdir()  # only if no run is there
+                return
+            finally:
+                os.close(fd)
 
     @contextlib.contextmanager
     def writing(self) -> Iterator[None]:

@@ -51,38 +51,23 @@ def submit_detached(
         name = f"{GENERATED_NAME_PREFIX}-{fingerprint[:10]}"
     validate_name(name)
 
-    latest = store.latest_run(name)
-    run = max(store.runs(name), default=0) + 1  # past any run directory abandoned half-created
-    if latest is not None:
-        existing = Job(store.load(name, latest), store).refresh()
-        if existing.record.fingerprint == fingerprint:
-            return Submission(existing, attached=True)
-        status = existing.record.status
-        if not status.is_final:
-            raise NameInUse(
-                f"job {name!r} is {status.value} with a different cell",
-                f"choose another --name, or stop it first with %train_stop {name}",
-            )
-        if not rerun:
-            raise NameInUse(
-                f"job {name!r} already ran ({status.value}) with a different cell",
-                "pass --rerun to train again under this name (the old run is kept), or choose another --name",
-            )
-
-    record = JobRecord(
-        name=name,
-        backend=spec.backend,
-        run=run,
-        fingerprint=fingerprint,
-        options=spec.public_options(),
-        submitter=ProcessIdentity.current().to_dict(),
-    )
-    try:
+    with store.claiming(name):  # looking for the name's runs and creating the next is one step
+        latest = store.latest_run(name)
+        run = max(store.runs(name), default=0) + 1  # past any run directory abandoned half-created
+        if latest is not None:
+            existing = Job(store.load(name, latest), store).refresh()
+            if existing.record.fingerprint == fingerprint:
+                return Submission(existing, attached=True)
+            _refuse_other_cell(name, existing.record.status, rerun)
+        record = JobRecord(
+            name=name,
+            backend=spec.backend,
+            run=run,
+            fingerprint=fingerprint,
+            options=spec.public_options(),
+            submitter=ProcessIdentity.current().to_dict(),
+        )
         run_dir = store.create(record)
-    except FileExistsError:
-        raise NameInUse(
-            f"job {name!r} was just submitted by another process", "see %train_jobs, or choose another --name"
-        ) from None
     try:
         with store.writing():
             prepare_run_dir(run_dir, spec.script)
@@ -99,3 +84,17 @@ def submit_detached(
     if job.record.stop_requested:  # stopped from elsewhere while it was being launched
         backend.stop(job.record, run_dir)
     return Submission(job, attached=False)
+
+
+def _refuse_other_cell(name: str, status, rerun: bool) -> None:
+    """A different cell under a taken name: an error unless it re-runs a finished job."""
+    if not status.is_final:
+        raise NameInUse(
+            f"job {name!r} is {status.value} with a different cell",
+            f"choose another --name, or stop it first with %train_stop {name}",
+        )
+    if not rerun:
+        raise NameInUse(
+            f"job {name!r} already ran ({status.value}) with a different cell",
+            "pass --rerun to train again under this name (the old run is kept), or choose another --name",
+        )
