@@ -52,3 +52,7 @@ class CorruptRecord(TrainerError):
 
 class StoreError(TrainerError):
     """The job store cannot be written (a full disk, a read-only directory)."""
+
+
+class RunFileError(TrainerError):
+    """A job's own file (its log, say) cannot be read: the job may have replaced it."""

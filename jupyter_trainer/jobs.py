@@ -102,6 +102,7 @@ class Observation:
     started: bool = False  # the supervisor has recorded the job's pid
     why_gone: str = ""  # when not alive: what the backend saw
     ended_at: float | None = None  # when the exit code was written, if known
+    stopped: bool | None = None  # with exit_code: whether the supervisor stopped the job (None: unknown)
     final: "Status | None" = None  # a runtime that reports its own final status (SageMaker)
     reason: str = ""  # with `final`: the runtime's words for it
     details: dict | None = None  # facts the runtime reports, kept in the record's runtime (SageMaker)
@@ -122,7 +123,8 @@ def resolve(record: JobRecord, seen: Observation) -> Resolution:
         reason = "stopped by the user" if seen.final is Status.STOPPED and record.stop_requested else seen.reason
         return Resolution(seen.final, seen.exit_code, reason)
     if seen.exit_code is not None:
-        if record.stop_requested:
+        # a job that ended on its own just before a stop reached it keeps its own outcome
+        if record.stop_requested and seen.stopped is not False:
             return Resolution(Status.STOPPED, seen.exit_code, "stopped by the user")
         if seen.exit_code == 0:
             return Resolution(Status.COMPLETED, 0)

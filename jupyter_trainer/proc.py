@@ -54,30 +54,34 @@ class ProcessIdentity:
         return asdict(self)
 
     @classmethod
-    def from_dict(cls, data: dict) -> "ProcessIdentity":
-        return cls(int(data["pid"]), data.get("start_time"), data.get("boot_id", ""))
+    def from_dict(cls, data) -> "ProcessIdentity":
+        """The identity a record keeps; one that is malformed matches no process (and so is never signalled)."""
+        try:
+            pid, started, boot = data["pid"], data.get("start_time"), data.get("boot_id", "")
+        except (TypeError, KeyError, AttributeError):
+            return UNKNOWN_PROCESS
+        if not _is_int(pid) or pid <= 1 or not (started is None or _is_int(started)) or not isinstance(boot, str):
+            return UNKNOWN_PROCESS
+        return cls(pid, started, boot)
 
     def is_alive(self) -> bool:
+        """Whether this very process still runs. Without a start time to compare, a pid could be
+        anybody's, so it is not taken for ours."""
+        if self.start_time is None or self.pid <= 1:
+            return False
         if self.boot_id and boot_id() and self.boot_id != boot_id():
             return False
         fields = _stat_fields(self.pid)
-        if fields is None:
-            if _PROC.is_dir():
-                return False
-            return _signal_zero(self.pid)
-        if fields[0] in ("Z", "X"):  # ended, waiting to be reaped
+        if fields is None or fields[0] in ("Z", "X"):  # gone, or ended and waiting to be reaped
             return False
-        return self.start_time is None or int(fields[19]) == self.start_time
+        return int(fields[19]) == self.start_time
 
 
-def _signal_zero(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
+def _is_int(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+UNKNOWN_PROCESS = ProcessIdentity(0, None, "")
 
 
 def session_id(pid: int) -> int | None:

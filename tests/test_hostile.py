@@ -64,3 +64,105 @@ def test_two_kernels_submitting_one_name_at_once_launch_it_once(same_cell, workd
             assert "error" in other and "different cell" in other["error"], outcomes
         assert sorted(os.listdir(home / "jobs" / name)) == ["1"]
         assert get_job(name).wait(timeout=30) is Status.COMPLETED
+
+
+# -- a job that attacks its own run files ---------------------------------------------
+
+SCRIBBLER = """
+import os, time
+time.sleep(1)  # seen running first
+run_dir = os.path.dirname(os.path.abspath(__file__))
+with open(os.path.join(run_dir, {file!r}), "w") as handle:
+    handle.write({content!r})
+print("scribbled", flush=True)
+time.sleep(600)
+"""
+
+
+def cli(*words):
+    return subprocess.run([sys.executable, "-m", "jupyter_trainer.cli", *words], capture_output=True, text=True, timeout=120)
+
+
+@pytest.mark.parametrize(
+    "file, content", [("pid", "x y"), ("pid", "<img src=x onerror=alert(1)>"), ("exit_code", "9" * 5000 + "\n")],
+    ids=["words-in-pid", "html-in-pid", "5000-digit-exit-code"],
+)
+def test_a_job_that_scribbles_on_its_run_files_breaks_only_itself(where, workdir, home, file, content):
+    bystander = submit("import time\ntime.sleep(600)\n", where, workdir, "bystander")
+    job = submit(SCRIBBLER.format(file=file, content=content), where, workdir, "scribbler")
+    wait_for(lambda: job.status is Status.RUNNING, what="the job to run")
+    wait_for(lambda: "scribbled" in job.logs(), what="the job to scribble")
+    listing = cli("list", "--json")
+    assert listing.returncode == 0, listing.stderr
+    shown = {row["name"]: row for row in json.loads(listing.stdout)}
+    assert shown["bystander"]["status"] == "running"
+    assert shown["scribbler"]["status"] == "running" and "state unknown" in shown["scribbler"]["reason"]
+    assert content[:20] not in listing.stdout  # what the job wrote is never echoed
+    status = cli("status", "scribbler")
+    assert status.returncode == 0 and "state unknown" in status.stdout and "Traceback" not in status.stderr
+    stopped = cli("stop", "scribbler")
+    assert stopped.returncode == 0, stopped.stderr
+    assert get_job("scribbler").wait(timeout=60) is Status.STOPPED
+    assert get_job("bystander").status is Status.RUNNING
+    bystander.stop()
+
+
+def test_a_fifo_in_place_of_a_run_file_blocks_nobody(workdir, home):
+    script = """
+    import os, time
+    run_dir = os.path.dirname(os.path.abspath(__file__))
+    for name in ("pid", "output.log"):
+        os.remove(os.path.join(run_dir, name))
+        os.mkfifo(os.path.join(run_dir, name))
+    print("done", flush=True)
+    time.sleep(600)
+    """
+    job = submit(script, {"host": True, "image": None}, workdir, "fifo")
+    wait_for(lambda: (job.run_dir / "output.log").is_fifo(), what="the job to plant its FIFOs")
+    listing = cli("list")  # an open() that waited on the FIFO would never return
+    assert listing.returncode == 0 and "fifo" in listing.stdout
+    logs = cli("logs", "fifo")
+    assert logs.returncode == 1 and "output.log" in logs.stderr and len(logs.stderr.splitlines()) == 1
+    assert cli("stop", "fifo").returncode == 0
+    assert get_job("fifo").wait(timeout=60) is Status.STOPPED
+
+
+def test_a_job_that_ends_as_it_is_stopped_keeps_its_outcome(where, workdir, home, store):
+    job = submit("print('finished on its own')\n", where, workdir, "race")
+    wait_for(lambda: (job.run_dir / "exit_code").read_bytes().strip(), what="the exit code to be written")
+    # the stop is asked between a look that still saw it running and the end being recorded
+    store.update("race", 1, lambda record: setattr(record, "stop_requested", True))
+    get_job("race").stop()
+    assert get_job("race").status is Status.COMPLETED and get_job("race").exit_code == 0
+
+
+def test_an_unreadable_run_file_is_not_an_unreachable_engine(where, workdir, home):
+    job = submit("import time\nprint('up', flush=True)\ntime.sleep(3)\n", where, workdir, "unreadable")
+    wait_for(lambda: job.status is Status.RUNNING, what="the job to run")
+    exit_code = job.run_dir / "exit_code"
+    exit_code.rename(job.run_dir / "exit_code.moved")
+    exit_code.mkdir()  # reading it fails as a permission error would
+    seen = get_job("unreadable")
+    assert seen.status is Status.RUNNING and "exit_code file cannot be read" in seen.reason
+    assert "Docker engine" not in seen.reason
+    wait_for(lambda: get_job("unreadable").status.is_final, timeout=60, what="the job to end")
+    ended = get_job("unreadable")
+    assert ended.status is Status.LOST and "outcome is unknown" in ended.reason
+
+
+# -- Docker: a killed supervisor ----------------------------------------------------------
+
+
+def test_a_job_whose_supervisor_was_killed_in_its_container_is_followed_and_stopped(docker_client, docker_image, workdir, home):
+    job = submit("import time\nprint('up', flush=True)\ntime.sleep(600)\n", {"host": False, "image": docker_image}, workdir, "orphan")
+    wait_for(lambda: "up" in job.logs(), what="the job to run")
+    container = docker_client.containers.get(job.record.runtime["container_id"])
+    supervisor, job_pid = (job.run_dir / "pid").read_text().split()
+    container.exec_run(["sh", "-c", 'kill -KILL "$1"', "sh", supervisor])
+    wait_for(lambda: not docker_client.api.exec_inspect(job.record.runtime["exec_id"])["Running"], what="the supervisor to die")
+    seen = get_job("orphan")
+    assert seen.status is Status.RUNNING, seen.reason
+    seen.stop()
+    assert get_job("orphan").status is Status.STOPPED
+    alive = container.exec_run(["sh", "-c", f"kill -0 {job_pid} 2>/dev/null && echo alive || echo gone"]).output
+    assert alive.strip() == b"gone"

@@ -8,14 +8,18 @@ shared and lives outside the backends.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import os
+import re
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 from typing import Protocol
 
+from .. import _fs
+from ..errors import RunFileError
 from ..jobs import JobRecord, Observation
 from ..logs import LogSource
 from ..spec import DetachedSpec
@@ -52,38 +56,78 @@ class Backend(Protocol):
     def stop(self, record: JobRecord, run_dir: Path, container: bool = False) -> None: ...
 
 
+# What the supervisor writes, and nothing else: a job can write into these files too, so anything
+# that does not match exactly is a run file we cannot trust.
+PID_LINE = re.compile(rb"(\d{1,10}) (\d{1,10})\n *")
+EXIT_CODE_LINE = re.compile(rb"(\d{1,3})(?: (stopped|exited))?\n *")
+EXIT_CODE_BEING_WRITTEN = re.compile(rb"\d{1,3}(?: [a-z]{0,7})?")
+RUN_FILE_LIMIT = len(RESERVED) + 1  # the supervisor's files never grow past the space reserved for them
+
+
 @dataclass(frozen=True)
 class SupervisorFacts:
-    """What the supervisor wrote: its pid, the job's pid, and the exit code."""
+    """What the supervisor wrote: its pid, the job's pid, the exit code and whether it stopped the job."""
 
     supervisor_pid: int | None = None
     job_pid: int | None = None
     exit_code: int | None = None
     ended_at: float | None = None  # when the exit code was written, where the file's time is known
+    stopped: bool | None = None  # the supervisor signalled the job (None: a supervisor too old to say)
+    problem: str = ""  # a run file that could not be read or holds what no supervisor writes
 
     @classmethod
-    def parse(cls, pid_text: str, exit_code_text: str) -> "SupervisorFacts":
-        pids = pid_text.split()
-        supervisor_pid = int(pids[0]) if len(pids) >= 2 else None
-        job_pid = int(pids[1]) if len(pids) >= 2 else None
-        # the line is complete only once its newline is written
-        line = exit_code_text.split("\n")[0] if "\n" in exit_code_text else ""
-        exit_code = int(line) if line.strip().lstrip("-").isdigit() else None
-        return cls(supervisor_pid, job_pid, exit_code)
+    def parse(cls, pid_data: bytes, exit_code_data: bytes) -> "SupervisorFacts":
+        problems = []
+        supervisor_pid = job_pid = exit_code = stopped = None
+        if pid_data.strip(b" "):  # only the reserved spaces: the job has not started yet
+            match = PID_LINE.fullmatch(pid_data)
+            if match:
+                supervisor_pid, job_pid = int(match.group(1)), int(match.group(2))
+            else:
+                problems.append(f"its {PID_FILE} file holds what no supervisor writes")
+        if exit_code_data.strip(b" "):
+            match = EXIT_CODE_LINE.fullmatch(exit_code_data)
+            if match:
+                exit_code = int(match.group(1))
+                stopped = None if match.group(2) is None else match.group(2) == b"stopped"
+            elif EXIT_CODE_BEING_WRITTEN.fullmatch(exit_code_data.rstrip(b" ")):
+                pass  # being written this instant: complete once its newline is there
+            else:
+                problems.append(f"its {EXIT_CODE_FILE} file holds what no supervisor writes")
+        return cls(supervisor_pid, job_pid, exit_code, stopped=stopped, problem="; ".join(problems))
+
+    def ended(self) -> Observation:
+        """What these facts show of a job whose exit code is written."""
+        return Observation(exit_code=self.exit_code, alive=False, started=True, ended_at=self.ended_at, stopped=self.stopped)
+
+    def unknown(self, supervisor_alive: bool) -> Observation:
+        """What a run file we cannot read leaves us to say: while the supervisor runs, the job's
+        state is unknown (it can still be stopped through the supervisor); once it is gone, the
+        outcome is lost."""
+        if supervisor_alive:
+            return Observation(alive=None, why_gone=f"state unknown: {self.problem}")
+        return Observation(alive=False, why_gone=f"the job ended, but its outcome is unknown: {self.problem}")
 
 
 def read_supervisor_facts(run_dir: Path) -> SupervisorFacts:
-    def read(name: str) -> str:
+    problems = []
+
+    def read(name: str) -> bytes:
         try:
-            return (run_dir / name).read_text(errors="replace")
+            return _fs.read_small(run_dir / name, RUN_FILE_LIMIT)
         except FileNotFoundError:
-            return ""
+            return b""
+        except OSError as exc:  # unreadable (permissions, a link the job put there): say so, never guess
+            problems.append(f"its {name} file cannot be read ({exc.strerror or exc})")
+            return b""
 
     facts = SupervisorFacts.parse(read(PID_FILE), read(EXIT_CODE_FILE))
+    if problems:
+        facts = dataclasses.replace(facts, problem="; ".join(filter(None, [*problems, facts.problem])))
     if facts.exit_code is None:
         return facts
     try:  # the job ended when its exit code was written, not when somebody looked
-        ended_at = os.stat(run_dir / EXIT_CODE_FILE).st_mtime
+        ended_at = os.stat(run_dir / EXIT_CODE_FILE, follow_symlinks=False).st_mtime
     except FileNotFoundError:
         return facts
     return dataclasses.replace(facts, ended_at=ended_at)
@@ -111,18 +155,19 @@ class FileLogSource:
         self.path = path
 
     def size(self) -> int:
-        try:
-            return os.stat(self.path).st_size
-        except FileNotFoundError:
-            return 0
+        with self._reading():
+            return _fs.regular_size(self.path)
 
     def read(self, offset: int, limit: int) -> bytes:
+        with self._reading():
+            return _fs.read_range(self.path, offset, limit)
+
+    @contextlib.contextmanager
+    def _reading(self):
         try:
-            with open(self.path, "rb") as handle:
-                handle.seek(offset)
-                return handle.read(limit)
-        except FileNotFoundError:
-            return b""
+            yield
+        except OSError as exc:
+            raise RunFileError(f"cannot read the job's log {self.path} ({exc.strerror or exc})") from None
 
 
 def job_environment(spec: DetachedSpec) -> dict[str, str]:

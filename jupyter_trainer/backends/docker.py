@@ -29,6 +29,7 @@ from .base import (
     EXIT_CODE_FILE,
     LOG_FILE,
     PID_FILE,
+    RUN_FILE_LIMIT,
     SCRIPT_FILE,
     STOP_GRACE_SECONDS,
     SUPERVISOR_FILE,
@@ -342,20 +343,31 @@ class DockerBackend:
                 facts = read_supervisor_facts(run_dir) if runtime["mounted"] else SupervisorFacts()
                 self._release(record, run_dir)
                 if facts.exit_code is not None:
-                    return Observation(exit_code=facts.exit_code, alive=False, started=True, ended_at=facts.ended_at)
+                    return facts.ended()
                 return Observation(alive=False, why_gone=f"container {label} was removed while the job ran")
             state = container.attrs["State"]
             restarted = state.get("StartedAt") != runtime["container_started_at"]
-            running = state.get("Running") and not restarted and self._supervisor_running(container, runtime)
+            supervised = state.get("Running") and not restarted and self._supervisor_running(container, runtime)
             facts = self._facts(container, record, run_dir)  # read after the liveness check: no race
+            orphaned = (
+                state.get("Running") and not restarted and not supervised and facts.exit_code is None
+                and bool(_job_processes(container, runtime["run_dir"])["job"])
+            )  # fmt: skip
         except TrainerError:
             raise
         except (docker.errors.DockerException, OSError) as exc:
             raise BackendUnavailable(f"cannot reach the Docker engine at {_engine_location()}") from exc
         if facts.exit_code is not None:
             self._release(record, run_dir)
-            return Observation(exit_code=facts.exit_code, alive=False, started=True, ended_at=facts.ended_at)
-        if running:
+            return facts.ended()
+        if orphaned:
+            # the supervisor was killed but the job goes on; it can no longer record its exit code
+            return Observation(alive=True, started=True)
+        if facts.problem:
+            if not supervised:
+                self._release(record, run_dir)
+            return facts.unknown(bool(supervised))
+        if supervised:
             return Observation(alive=True, started=facts.job_pid is not None)
         self._release(record, run_dir)
         if not state.get("Running"):
@@ -402,10 +414,8 @@ class DockerBackend:
         if record.runtime["mounted"]:
             return read_supervisor_facts(run_dir)
         inner = record.runtime["run_dir"]
-        exit_code, written_at = _container_file(container, f"{inner}/{EXIT_CODE_FILE}")
-        facts = SupervisorFacts.parse(
-            _read_container_file(container, f"{inner}/{PID_FILE}").decode(errors="replace"), exit_code.decode(errors="replace")
-        )
+        exit_code, written_at = _container_file(container, f"{inner}/{EXIT_CODE_FILE}", limit=RUN_FILE_LIMIT)
+        facts = SupervisorFacts.parse(_read_container_file(container, f"{inner}/{PID_FILE}", limit=RUN_FILE_LIMIT), exit_code)
         return dataclasses.replace(facts, ended_at=written_at) if facts.exit_code is not None else facts
 
     def log_source(self, record: JobRecord, run_dir: Path):
@@ -432,22 +442,67 @@ class DockerBackend:
             raise self._engine_error(exc, "stop the job") from exc
 
     def _stop_job(self, target, record: JobRecord, run_dir: Path) -> None:
-        """Signal the supervisor and wait until the job has ended (TERM, then KILL after the grace period)."""
-        facts = self._facts(target, record, run_dir)
+        """Signal the supervisor and wait until the job has ended (TERM, then KILL after the grace period).
+        Processes are found by what they run, in the container itself: the pid file is the job's to
+        write, so it is never what decides whom to signal."""
+        inner = record.runtime["run_dir"]
+        found = _job_processes(target, inner)
         deadline = time.monotonic() + 5
-        while facts.supervisor_pid is None and facts.exit_code is None and time.monotonic() < deadline:
-            time.sleep(0.1)  # submitted a moment ago: the supervisor has not written its pid yet
-            facts = self._facts(target, record, run_dir)
-        if facts.exit_code is not None:
-            return
-        if facts.supervisor_pid is not None and self._supervisor_running(target, record.runtime):
-            _run_in(target, 'kill -TERM "$1"', str(facts.supervisor_pid))
+        while not found["supervisor"] and not found["job"] and time.monotonic() < deadline:
+            if self._facts(target, record, run_dir).exit_code is not None:
+                return  # it has ended
+            time.sleep(0.1)  # submitted a moment ago: the supervisor may not run yet
+            found = _job_processes(target, inner)
+        if found["supervisor"]:
+            _run_in(target, 'for pid in "$@"; do kill -TERM "$pid"; done', *found["supervisor"])
             # wait for it, so that stopping the container next never cuts the job's grace period short
             deadline = time.monotonic() + STOP_GRACE_SECONDS + 5
             while self._supervisor_running(target, record.runtime) and time.monotonic() < deadline:
                 time.sleep(0.2)
-        elif facts.job_pid is not None:
-            _run_in(target, 'kill -TERM -"$1" 2>/dev/null; sleep "$2"; kill -KILL -"$1" 2>/dev/null', str(facts.job_pid), str(STOP_GRACE_SECONDS))
+        elif found["job"]:
+            # no supervisor left to do it: the job's own process group, TERM then KILL
+            _run_in(target, STOP_GROUPS, str(STOP_GRACE_SECONDS), *found["job"])
+
+
+# Finds a run's processes in its container by their command lines: the supervisor
+# (sh RUN_DIR/supervise.sh RUN_DIR ...) and the job, which runs RUN_DIR/script.py and leads a
+# session of its own (the supervisor starts it with setsid). Prints "supervisor PID" / "job PID".
+FIND_RUN_PROCESSES = r"""
+run_dir=$1
+for dir in /proc/[0-9]*; do
+    pid=${dir#/proc/}
+    [ "$pid" = "$$" ] && continue
+    args=$(tr '\000' '\n' < "$dir/cmdline" 2>/dev/null) || continue
+    case "$args" in
+        *"
+$run_dir/supervise.sh
+$run_dir
+"*) echo "supervisor $pid"; continue ;;
+        *"
+$run_dir/script.py"|*"
+$run_dir/script.py
+"*) ;;
+        *) continue ;;
+    esac
+    stat=$(cat "$dir/stat" 2>/dev/null) || continue
+    set -- ${stat##*) }
+    [ "$4" = "$pid" ] && echo "job $pid"
+done
+"""
+
+# TERM to each process group named, KILL to what is left after the grace period ($1).
+STOP_GROUPS = 'grace=$1; shift; for g in "$@"; do kill -TERM -"$g" 2>/dev/null; done; sleep "$grace"; for g in "$@"; do kill -KILL -"$g" 2>/dev/null; done; true'
+
+
+def _job_processes(container, inner_run_dir: str) -> dict[str, list[str]]:
+    """The run's supervisor and job processes now running in the container (pids in its namespace)."""
+    found: dict[str, list[str]] = {"supervisor": [], "job": []}
+    for line in _run_in(container, FIND_RUN_PROCESSES, inner_run_dir).decode(errors="replace").splitlines():
+        kind, _, pid = line.partition(" ")
+        if kind in found and pid.isdigit() and pid.isascii():
+            found[kind].append(pid)
+    return found
+
 
 # Inits that wait for signals (sigtimedwait) rather than handle them: TERM reaches them, and
 # /proc shows no handler for it.
@@ -483,24 +538,67 @@ def _run_in(container, script: str, *args: str) -> bytes:
     return result.output or b""
 
 
-def _read_container_file(container, path: str) -> bytes:
+def _read_container_file(container, path: str, offset: int = 0, limit: int | None = None) -> bytes:
     """A file of the container, read from its file system (works on a stopped container too)."""
-    return _container_file(container, path)[0]
+    return _container_file(container, path, offset, limit)[0]
 
 
-def _container_file(container, path: str) -> tuple[bytes, float | None]:
-    """A file of the container and when it was last written (None if it does not exist)."""
+def _container_file(container, path: str, offset: int = 0, limit: int | None = None) -> tuple[bytes, float | None]:
+    """Up to `limit` bytes of a regular file of the container from `offset`, and when it was last
+    written (None if there is no such regular file: a link the job put there is not followed).
+    The archive is streamed, so a file the job made huge is never held in memory."""
     import docker
 
     try:
         stream, _ = container.get_archive(path)
-        data = b"".join(stream)
     except docker.errors.NotFound:
         return b"", None
-    with tarfile.open(fileobj=io.BytesIO(data)) as tar:
+    with tarfile.open(fileobj=_ChunkReader(stream), mode="r|") as tar:
         member = tar.next()
-        handle = tar.extractfile(member) if member else None
-        return (handle.read(), float(member.mtime)) if handle else (b"", None)
+        if member is None or not member.isreg():
+            return b"", None
+        handle = tar.extractfile(member)
+        while offset > 0:
+            skipped = len(handle.read(min(offset, 1 << 20)))
+            if not skipped:
+                break
+            offset -= skipped
+        return handle.read(-1 if limit is None else limit), float(member.mtime)
+
+
+def _container_file_size(container, path: str) -> int:
+    """The size of a regular file of the container, from the archive's header alone."""
+    import docker
+
+    try:
+        stream, stat = container.get_archive(path)
+    except docker.errors.NotFound:
+        return 0
+    if hasattr(stream, "close"):
+        stream.close()
+    return int(stat.get("size", 0)) if stat.get("linkTarget", "") == "" else 0
+
+
+class _ChunkReader(io.RawIOBase):
+    """A file-like view of the engine's archive stream (an iterator of byte chunks)."""
+
+    def __init__(self, chunks):
+        self._chunks = iter(chunks)
+        self._rest = b""
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer) -> int:
+        while not self._rest:
+            self._rest = next(self._chunks, None)
+            if self._rest is None:
+                self._rest = b""
+                return 0
+        size = min(len(buffer), len(self._rest))
+        buffer[:size] = self._rest[:size]
+        self._rest = self._rest[size:]
+        return size
 
 
 class ContainerLogSource:
@@ -526,12 +624,12 @@ class ContainerLogSource:
     def size(self) -> int:
         with self._container() as container:
             if container.status != "running":
-                return len(_read_container_file(container, self.path))
+                return _container_file_size(container, self.path)
             text = _run_in(container, 'wc -c < "$1"', self.path).strip()
             return int(text) if text.isdigit() else 0
 
     def read(self, offset: int, limit: int) -> bytes:
         with self._container() as container:
             if container.status != "running":
-                return _read_container_file(container, self.path)[offset : offset + limit]
+                return _read_container_file(container, self.path, offset, limit)
             return _run_in(container, 'tail -c +"$1" "$2" | head -c "$3"', str(offset + 1), self.path, str(limit))

@@ -63,11 +63,11 @@ def _is_the_job(job_pid: int | None, supervisor: ProcessIdentity) -> bool:
     """Whether `job_pid` is still the job its (now gone) supervisor started. The job leads a
     session of its own and started within moments of its supervisor; a process that got the pid
     after the job ended started long after (pids are reused only once the counter wraps)."""
-    if job_pid is None or session_id(job_pid) != job_pid or supervisor.boot_id != boot_id():
+    if job_pid is None or job_pid <= 1 or session_id(job_pid) != job_pid or supervisor.boot_id != boot_id():
         return False
     started = start_time(job_pid)
     if started is None or supervisor.start_time is None:
-        return True  # no start times to compare on this system: the session is all we have
+        return False  # no start times to compare: nothing shows the process is the job
     return 0 <= started - supervisor.start_time <= JOB_START_WINDOW * os.sysconf("SC_CLK_TCK")
 
 
@@ -89,7 +89,9 @@ class HostBackend:
         supervisor_alive = supervisor.is_alive()
         facts = read_supervisor_facts(run_dir)  # read after the liveness check: no race
         if facts.exit_code is not None:
-            return Observation(exit_code=facts.exit_code, alive=False, started=True, ended_at=facts.ended_at)
+            return facts.ended()
+        if facts.problem:
+            return facts.unknown(supervisor_alive)
         if supervisor_alive:
             return Observation(alive=True, started=facts.job_pid is not None)
         if _is_the_job(facts.job_pid, supervisor):

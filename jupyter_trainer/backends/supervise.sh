@@ -3,7 +3,8 @@
 # Starts CMD (the interpreter and the script's path; the script itself never
 # passes through this shell) under nohup in its own session and process group,
 # with stdout and stderr appended to RUN_DIR/output.log, then waits for it and
-# appends its exit code to RUN_DIR/exit_code. SIGTERM or SIGINT to this
+# writes its exit code to RUN_DIR/exit_code, with "stopped" when it stopped the
+# job and "exited" when the job ended on its own. SIGTERM or SIGINT to this
 # supervisor stops the job's whole process group: TERM first, KILL after GRACE
 # seconds. The files are created beforehand by the submitter and only written
 # into here, so they keep their owner and mode even when a container's root
@@ -20,10 +21,14 @@ trap '' HUP
 child=
 killer=
 stopping=
+how=exited
 stop_job() {
     stopping=1
     [ -n "$child" ] || return 0
-    kill -TERM -"$child" 2>/dev/null || kill -TERM "$child" 2>/dev/null
+    # "stopped" only when the signal reached the job: one that had ended on its own keeps its outcome
+    if kill -TERM -"$child" 2>/dev/null || kill -TERM "$child" 2>/dev/null; then
+        how=stopped
+    fi
     (sleep "$grace"; kill -KILL -"$child" 2>/dev/null) &
     killer=$!
 }
@@ -63,7 +68,7 @@ if [ -n "$stopping" ]; then
     while kill -0 -"$child" 2>/dev/null; do sleep 1; done
 fi
 [ -z "$killer" ] || { kill "$killer" 2>/dev/null; wait "$killer" 2>/dev/null; }
-printf '%s\n' "$code" 1<>"$run_dir/exit_code"
+printf '%s %s\n' "$code" "$how" 1<>"$run_dir/exit_code"
 
 # Stop the container (its init forwards TERM to the keep-alive process) unless
 # another jupyter_trainer job still runs in it, from any store: every run's files
