@@ -10,6 +10,8 @@ import pytest
 from jupyter_trainer.backends import _instances, register_backend
 from jupyter_trainer.backends.fake import FakeBackend
 from jupyter_trainer.store import JobStore
+from private_engine import PrivateEngine
+from private_engine import missing as private_engine_missing
 
 IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
 TEST_IMAGE = os.environ.get("JUPYTER_TRAINER_TEST_IMAGE", "jupyter-trainer-test:bookworm-pip")
@@ -88,6 +90,51 @@ def docker_image(docker_client, home):
     for container in docker_client.containers.list(all=True, filters={"label": "jupyter_trainer"}):
         if container.labels.get("jupyter_trainer.jobs_dir") == jobs_dir:
             container.remove(force=True)
+
+
+@pytest.fixture(scope="module")
+def private_engine(docker_client):
+    """A Docker engine of this module's own, holding the test image, for tests that stop or restart an
+    engine: the machine's engine may be a user's and is never touched. Tests use it through
+    `private_docker`."""
+    problem = private_engine_missing()
+    if problem:
+        if IN_CI:
+            pytest.fail(f"Docker engine tests must run in CI: {problem}")
+        pytest.skip(f"cannot run a private Docker engine: {problem}")
+    engine = PrivateEngine()
+    try:
+        try:
+            engine.start()
+            engine.load_image(docker_client, TEST_IMAGE)
+        except Exception as exc:
+            pytest.fail(f"the private Docker engine did not start: {exc}")
+        yield engine
+    finally:
+        engine.close()
+
+
+@pytest.fixture
+def private_docker(private_engine, monkeypatch):
+    """The private engine, where this test's Docker jobs run and which it may stop and restart.
+
+    Afterwards the engine runs again as it started, without containers, and the docker backend talks
+    to the machine's engine again."""
+    monkeypatch.setenv("DOCKER_HOST", private_engine.url)
+    monkeypatch.delenv("DOCKER_TLS_VERIFY", raising=False)
+    monkeypatch.delenv("DOCKER_CERT_PATH", raising=False)
+    saved = _instances.pop("docker", None)  # a cached backend keeps its client of the machine's engine
+    try:
+        yield private_engine
+    finally:
+        _instances.pop("docker", None)
+        if saved is not None:
+            _instances["docker"] = saved
+        if not private_engine.running:
+            private_engine.start()
+        private_engine.remove_containers()
+        if private_engine.args:
+            private_engine.restart()  # without the test's --live-restore and such
 
 
 def run_python(code, env=None, **kwargs):

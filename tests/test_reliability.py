@@ -12,7 +12,7 @@ import textwrap
 import time
 
 import pytest
-from conftest import IN_CI, ipython_submitting, placement_flags, run_python, wait_for
+from conftest import IN_CI, TEST_IMAGE, ipython_submitting, placement_flags, run_python, wait_for
 
 from jupyter_trainer.job import Job, get_job, list_jobs
 from jupyter_trainer.jobs import Status
@@ -100,54 +100,45 @@ def test_a_pid_taken_over_by_a_later_process_is_not_the_job(workdir, home):
         os.killpg(job_pid, 9)
 
 
-@pytest.fixture
-def engine():
-    """Stops and starts the Docker engine: `engine("stop")`, `engine("start", DOCKERD-ARGUMENT...)`."""
-    control = os.environ.get("JUPYTER_TRAINER_TEST_DOCKERD")
-    if not control:
-        if IN_CI:
-            pytest.fail("CI must let this test restart the Docker engine (JUPYTER_TRAINER_TEST_DOCKERD)")
-        pytest.skip("set JUPYTER_TRAINER_TEST_DOCKERD to a start|stop|restart script for the engine")
-    return lambda *arguments: subprocess.run(["bash", control, *arguments], check=True, timeout=120)
+# These tests stop and restart an engine: a private one (conftest's `private_docker`), never the machine's.
 
 
-def test_engine_restart_mid_job(docker_image, workdir, home, engine):
-    job = submit(SLEEPER, {"host": False, "image": docker_image}, workdir, "engine")
+def test_engine_restart_mid_job(private_docker, workdir, home):
+    engine, placement = private_docker, {"host": False, "image": TEST_IMAGE}
+    job = submit(SLEEPER, placement, workdir, "engine")
     wait_for(lambda: job.status is Status.RUNNING, what="the job to run")
-    engine("stop")
+    engine.stop()
     try:
         down = get_job("engine")
         assert down.status is Status.RUNNING and "cannot reach the Docker engine" in down.reason
     finally:
-        engine("start")
+        engine.start()
     back = get_job("engine")
     assert back.status is Status.LOST and "stopped" in back.reason
-    again = submit("print('after the restart')\n", {"host": False, "image": docker_image}, workdir, "after")
+    again = submit("print('after the restart')\n", placement, workdir, "after")
     assert again.wait(timeout=60) is Status.COMPLETED and again.logs() == "after the restart\n"
 
 
-def test_engine_restart_with_live_restore_keeps_the_job(docker_image, workdir, home, engine):
+def test_engine_restart_with_live_restore_keeps_the_job(private_docker, workdir, home):
     # with live-restore the containers, and the jobs in them, outlive the engine
+    engine, placement = private_docker, {"host": False, "image": TEST_IMAGE}
     script = "import time\nfor i in range(30):\n    print('tick', i, flush=True)\n    time.sleep(0.5)\nraise SystemExit(3)\n"
-    engine("restart", "--live-restore")
+    engine.restart("--live-restore")  # private_docker restarts it plain afterwards
+    job = submit(script, placement, workdir, "live")
+    stopped = submit(SLEEPER, placement, workdir, "live-stopped")
+    wait_for(lambda: "tick 1" in job.logs() and "up" in stopped.logs(), what="the jobs to print")
+    assert job.status is Status.RUNNING and stopped.status is Status.RUNNING
+    engine.stop()
     try:
-        job = submit(script, {"host": False, "image": docker_image}, workdir, "live")
-        stopped = submit(SLEEPER, {"host": False, "image": docker_image}, workdir, "live-stopped")
-        wait_for(lambda: "tick 1" in job.logs() and "up" in stopped.logs(), what="the jobs to print")
-        assert job.status is Status.RUNNING and stopped.status is Status.RUNNING
-        engine("stop")
-        try:
-            assert get_job("live").status is Status.RUNNING
-        finally:
-            engine("start", "--live-restore")
-        back = get_job("live")
-        assert back.status is Status.RUNNING and not back.reason  # the engine forgot the exec, not the job
-        assert back.wait(timeout=60) is Status.FAILED and back.exit_code == 3
-        assert back.logs() == "".join(f"tick {i}\n" for i in range(30))
-        get_job("live-stopped").stop()  # its supervisor is found without the exec the engine forgot
-        assert get_job("live-stopped").status is Status.STOPPED
+        assert get_job("live").status is Status.RUNNING
     finally:
-        engine("restart")
+        engine.start("--live-restore")
+    back = get_job("live")
+    assert back.status is Status.RUNNING and not back.reason  # the engine forgot the exec, not the job
+    assert back.wait(timeout=60) is Status.FAILED and back.exit_code == 3
+    assert back.logs() == "".join(f"tick {i}\n" for i in range(30))
+    get_job("live-stopped").stop()  # its supervisor is found without the exec the engine forgot
+    assert get_job("live-stopped").status is Status.STOPPED
 
 
 def test_out_of_memory_is_diagnosed(docker_client, docker_image, workdir, home):
