@@ -58,8 +58,9 @@ def test_a_job_sees_its_containers_jobs_only_and_its_files_are_the_stores(docker
     assert (job.run_dir / "output.log").read_text() == "['inside']\n"
 
 
-def test_a_container_that_mounts_the_whole_store_is_still_used(docker_client, docker_image, workdir, home):
-    # containers created before each had a directory of its own mount the store's jobs directory
+def test_a_container_that_mounts_the_whole_store_is_refused(docker_client, docker_image, workdir, home):
+    # containers created before each had a directory of its own mount the store's jobs directory:
+    # a job in one could read and change every other job's files
     (home / "jobs").mkdir(parents=True, exist_ok=True)
     name = default_container_name(docker_image, str(workdir))
     docker_client.containers.run(
@@ -71,10 +72,12 @@ def test_a_container_that_mounts_the_whole_store_is_still_used(docker_client, do
         labels={"jupyter_trainer": "1", "jupyter_trainer.jobs_dir": str(home / "jobs")},
         volumes={str(workdir): {"bind": "/workspace"}, str(home / "jobs"): {"bind": "/jupyter_trainer/jobs"}},
     )
-    job = submit_detached(docker_spec("print('old mount')\n", workdir, docker_image), name="old").job
-    assert job.record.runtime["mounted"] is True and job.record.runtime["shared_dir"] is None
-    assert job.wait(timeout=60) is Status.COMPLETED and job.logs() == "old mount\n"
-    assert job.run_dir.joinpath("script.py").exists()  # the run's own files are never released
+    with pytest.raises(TrainerError, match=f"can reach the job store.*docker rm -f {name}"):
+        submit_detached(docker_spec("print('old mount')\n", workdir, docker_image), name="old")
+    assert not (home / "jobs" / "old").exists()
+    docker_client.containers.get(name).remove(force=True)
+    job = submit_detached(docker_spec("print('new mount')\n", workdir, docker_image), name="old").job
+    assert job.wait(timeout=60) is Status.COMPLETED and job.logs() == "new mount\n"
 
 
 def test_stop_container_when_done_frees_the_container(docker_client, docker_image, workdir, home):

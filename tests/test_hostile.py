@@ -13,6 +13,7 @@ import textwrap
 import pytest
 from conftest import wait_for
 
+from jupyter_trainer.errors import TrainerError
 from jupyter_trainer.job import get_job
 from jupyter_trainer.jobs import Status
 from jupyter_trainer.spec import build_spec
@@ -166,3 +167,71 @@ def test_a_job_whose_supervisor_was_killed_in_its_container_is_followed_and_stop
     assert get_job("orphan").status is Status.STOPPED
     alive = container.exec_run(["sh", "-c", f"kill -0 {job_pid} 2>/dev/null && echo alive || echo gone"]).output
     assert alive.strip() == b"gone"
+
+
+# -- the store, out of every container's reach ----------------------------------------------
+
+PEEKER = """
+import os
+store = "/workspace/home"
+print("listing:", sorted(os.listdir(store)) if os.path.isdir(store) else "none")
+for path in (store + "/fingerprint.key", store + "/jobs/bystander/1/record.json"):
+    try:
+        open(path, "rb").read()
+        print("read", path)
+    except OSError as exc:
+        print("cannot read", path, exc.__class__.__name__)
+try:
+    open(store + "/planted", "w").write("x")
+    print("wrote into the store")
+except OSError as exc:
+    print("cannot write", exc.__class__.__name__)
+"""
+
+
+def test_a_container_job_cannot_see_the_store_in_its_workspace(docker_image, home, tmp_path):
+    # the notebook's directory (the default workdir) holds the store, as ~ holds ~/.jupyter_trainer
+    bystander = submit("import time\ntime.sleep(600)\n", {"host": True, "image": None}, tmp_path, "bystander")
+    job = submit(PEEKER, {"host": False, "image": docker_image}, tmp_path, "peeker")
+    assert job.wait(timeout=60) is Status.COMPLETED, job.logs()
+    output = job.logs()
+    assert "listing: []" in output and "cannot write" in output and "\nread /" not in output, output
+    assert not (home / "planted").exists()
+    assert get_job("bystander").status is Status.RUNNING
+    bystander.stop()
+
+
+def test_a_container_that_can_reach_the_store_is_refused(docker_client, docker_image, home, tmp_path, store):
+    (home / "jobs").mkdir(parents=True)
+    store.fingerprint_key()  # made at the first submission, whatever its outcome
+    exposed = docker_client.containers.run(
+        docker_image, ["sleep", "infinity"], detach=True, init=True, volumes={str(tmp_path): {"bind": "/data"}}
+    )
+    try:
+        before = sorted(os.walk(home))
+        spec = build_spec("print(1)\n", host=False, image=None, container=exposed.name, workdir=str(tmp_path), gpus=None)
+        with pytest.raises(TrainerError) as refused:
+            submit_detached(spec, name="exposed")
+        assert "can reach the job store" in str(refused.value) and "\n" not in str(refused.value)
+        assert sorted(os.walk(home)) == before
+    finally:
+        exposed.remove(force=True)
+
+
+def test_a_forged_record_never_gets_an_unrelated_process_signalled(workdir, home, store):
+    job = submit("import time\ntime.sleep(600)\n", {"host": True, "image": None}, workdir, "forged")
+    wait_for(lambda: job.status is Status.RUNNING, what="the job to run")
+    real_supervisor = job.record.runtime["supervisor"]["pid"]
+    bystander = subprocess.Popen(["sleep", "600"])
+    try:
+
+        def forge(record):  # what a job able to write its record could do
+            record.runtime["supervisor"] = {"pid": bystander.pid, "start_time": None, "boot_id": record.runtime["supervisor"]["boot_id"]}
+
+        store.update("forged", 1, forge)
+        assert cli("stop", "forged").returncode == 0
+        assert bystander.poll() is None  # never signalled
+        assert get_job("forged").status is not Status.RUNNING
+    finally:
+        bystander.kill()
+        os.kill(real_supervisor, 15)

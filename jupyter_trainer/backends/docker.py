@@ -38,6 +38,7 @@ from .base import (
     job_environment,
     read_supervisor_facts,
 )
+from . import store_mounts
 from .links import link_run, unlink_run
 
 MOUNTED_JOBS_DIR = "/jupyter_trainer/jobs"  # where containers we create see their runs' files
@@ -145,11 +146,10 @@ class DockerBackend:
         jobs_dir = run_dir.parent.parent
         container = self._ensure_container(spec, jobs_dir)
         relative = f"{record.name}/{record.run}"
-        mount = self._store_mount(container, jobs_dir)
-        shared_dir = mount if mount is not None and mount != jobs_dir else None
+        shared_dir = self._store_mount(container, jobs_dir)
         if shared_dir is not None and not link_run(shared_dir, record.name, record.run, run_dir, RUN_FILES):
-            mount = shared_dir = None  # no hard links here: copy the files in instead
-        if mount is not None:
+            shared_dir = None  # no hard links here: copy the files in instead
+        if shared_dir is not None:
             inner_run_dir = f"{MOUNTED_JOBS_DIR}/{relative}"
         else:
             # several stores (users, JUPYTER_TRAINER_HOMEs) may share a container: one directory each
@@ -182,7 +182,7 @@ class DockerBackend:
             "container_started_at": container.attrs["State"]["StartedAt"],
             "exec_id": exec_id,
             "run_dir": inner_run_dir,
-            "mounted": mount is not None,
+            "mounted": shared_dir is not None,
             "shared_dir": shared_dir.name if shared_dir is not None else None,
         }
 
@@ -198,7 +198,7 @@ class DockerBackend:
                     f"no container named {name!r}", "pass --image IMAGE to create it, or name a running container"
                 ) from None
             container = self._create_container(name, spec, jobs_dir)
-        self._check_reusable(container, spec)
+        self._check_reusable(container, spec, jobs_dir)
         if container.status != "running":
             if container.labels.get(LABEL) != "1":
                 raise InvalidOption(
@@ -224,8 +224,25 @@ class DockerBackend:
             f"start it with docker run --init, or drop the option and stop it afterwards with docker stop {container.name}",
         )
 
-    def _check_reusable(self, container, spec: DetachedSpec) -> None:
-        """An existing container is reused as it is; only GPUs it lacks cannot be given to it afterwards."""
+    def _check_reusable(self, container, spec: DetachedSpec, jobs_dir: Path) -> None:
+        """An existing container is reused as it is, unless it can reach the job store (see
+        store_mounts) or lacks GPUs, which cannot be given to it afterwards."""
+        home = jobs_dir.parent
+        attrs = container.attrs
+        mounts = [
+            store_mounts.Mount(mount["Source"], mount["Destination"])
+            for mount in attrs.get("Mounts") or []
+            if mount.get("Source") and mount.get("Destination")
+        ]
+        covered = {mount.destination for mount in mounts} | set((attrs.get("HostConfig") or {}).get("Tmpfs") or {})
+        own_dir = str(home / CONTAINERS_DIR / container.name) if container.labels.get(LABEL) == "1" else None
+        source = store_mounts.exposure(mounts, covered, str(home), own_dir)
+        if source is not None:
+            raise InvalidOption(
+                f"container {container.name!r} can reach the job store through its mount of {source}, "
+                "so a job in it could read or change every job's files",
+                f"remove it (docker rm -f {container.name}) and the next job creates a safe one, or use a container that does not mount {home}",
+            )
         labels = container.labels
         if spec.gpus and labels.get(LABEL) == "1" and labels.get(LABEL_GPUS, "") != spec.gpus:
             raise InvalidOption(
@@ -236,9 +253,16 @@ class DockerBackend:
     def _create_container(self, name: str, spec: DetachedSpec, jobs_dir: Path):
         import docker
 
+        home = jobs_dir.parent
+        if store_mounts.is_inside(spec.workdir, str(home)):
+            raise InvalidOption(
+                f"--workdir {spec.workdir} is inside the job store ({home})", "choose a directory outside it"
+            )
         self._ensure_image(spec.image)
-        own_dir = jobs_dir.parent / CONTAINERS_DIR / name
+        own_dir = home / CONTAINERS_DIR / name
         make_private_dir(own_dir)
+        # the store may lie inside the workspace (a notebook in ~): cover it with an empty, read-only file system
+        covers = store_mounts.covers_for([store_mounts.Mount(spec.workdir, WORKSPACE)], str(home))
         try:
             return self.client.containers.run(
                 spec.image,
@@ -257,6 +281,7 @@ class DockerBackend:
                     LABEL_WORKDIR: spec.workdir,
                     LABEL_GPUS: spec.gpus or "",
                 },
+                tmpfs={place: "ro,size=4k,mode=0500" for place in covers},
                 device_requests=gpu_requests(spec.gpus),
             )
         except docker.errors.APIError as exc:
@@ -301,8 +326,8 @@ class DockerBackend:
             ) from exc
 
     def _store_mount(self, container, jobs_dir: Path) -> Path | None:
-        """What the container mounts of this store: its own directory, or (made before containers had
-        one) the whole jobs directory; None for a container that mounts nothing of this store."""
+        """The container's own directory in this store, where it sees its runs' files; None for a
+        container that mounts nothing of this store."""
         source = next(
             (mount.get("Source", "") for mount in container.attrs.get("Mounts", []) if mount.get("Destination") == MOUNTED_JOBS_DIR),
             None,
@@ -310,8 +335,6 @@ class DockerBackend:
         if source is None:
             return None
         source = Path(os.path.realpath(source))
-        if source == Path(os.path.realpath(jobs_dir)):
-            return jobs_dir
         if source.parent == Path(os.path.realpath(jobs_dir.parent / CONTAINERS_DIR)):
             return source
         return None  # another store's container
