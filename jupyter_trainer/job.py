@@ -77,15 +77,20 @@ class Job:
             size = source.size()
             yield from tail_lines(source, tail)
             cursor = LogCursor(offset=size)
-        while True:
+        def read() -> list[str]:
             lines = cursor.read(source)
+            truncation = cursor.take_truncation()  # said once, before what follows it
+            return ([truncation] if truncation else []) + [clean_line(line) for line in lines]
+
+        while True:
+            lines = read()
             if lines:
-                yield from (clean_line(line) for line in lines)
+                yield from lines
                 continue
             if self.status.is_final:
                 # the exit code is written after the job's output is closed: one more read drains it
-                while lines := cursor.read(source):
-                    yield from (clean_line(line) for line in lines)
+                while lines := read():
+                    yield from lines
                 if cursor.pending:
                     yield clean_line(cursor.pending)
                 return

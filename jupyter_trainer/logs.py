@@ -10,6 +10,8 @@ from __future__ import annotations
 import re
 from typing import Iterable, Iterator, Protocol
 
+import regex
+
 from .spec import Metric
 
 ANSI_ESCAPE = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(\x07|\x1b\\)")
@@ -18,8 +20,20 @@ BLOCK_SIZE = 4 * 1024  # the largest first block read from the end; later ones d
 TYPICAL_LINE = 128  # bytes: the first block is sized for this many a line
 MAX_BLOCK_SIZE = 1 << 20
 MAX_PENDING = 64 * 1024  # an unended line kept beyond this is cut at its last redraw (\r)
+TAIL_BYTES_PER_LINE = 8 * 1024  # a tail reads at most this much a line asked for...
+TAIL_MIN_BYTES = 1 << 20  # ...and at least this much: a log of one endless line costs no more
+MAX_SHOWN_LINE = 16 * 1024  # a longer line is shown by its end
+CHECK_BYTES = 64  # log bytes before the read offset that must be unchanged: else the log was truncated
 LEADING_WORD = re.compile(r"\\b([A-Za-z0-9_]+)")  # a regex source that starts with \b and a word
-DEFAULT_METRICS = (Metric("loss", r"\bloss\b\s*[:=]?\s*([-+]?\d*\.?\d+(?:[eE][-+]?\d+)?)"),)
+# Linear: after "loss", no two parts can match the same blanks, so a line of "loss" and
+# endless spaces costs one pass, not one pass per space.
+DEFAULT_METRICS = (Metric("loss", r"\bloss\b(?:\s*[:=])?\s*([-+]?\d*\.?\d+(?:[eE][-+]?\d+)?)"),)
+# Matching one chunk of the log with one metric's pattern: past this, the chunk is matched again
+# line by line, each line capped, and a line still too slow is skipped. Matching releases the GIL,
+# so the kernel answers meanwhile whatever a pattern does.
+SCAN_TIMEOUT = 0.05  # seconds
+LINE_SCAN_TIMEOUT = 0.002  # seconds
+MAX_MATCHED_LINE = 4096  # bytes of a line a pattern looks at once a chunk was too slow
 
 
 class LogSource(Protocol):
@@ -33,20 +47,25 @@ def clean_line(line: str, strip_ansi: bool = True) -> str:
     line = line.rstrip("\r\n")
     if "\r" in line:
         line = line[line.rindex("\r") + 1 :]
+    if len(line) > MAX_SHOWN_LINE:
+        line = "…" + line[-MAX_SHOWN_LINE:]
     return ANSI_ESCAPE.sub("", line) if strip_ansi else line
 
 
 def tail_lines(source: LogSource, count: int, strip_ansi: bool = True) -> list[str]:
-    """The last `count` lines, read from the end in blocks: cost grows with `count`, not the log."""
+    """The last `count` lines, read from the end in blocks: cost grows with `count`, not the log.
+    The bytes read are bounded too, so a log of one endless line (progress-bar redraws) costs no
+    more: its last line is shown by its last redraw, or by its end."""
     if count <= 0:
         return []
     end = source.size()
     chunks: list[bytes] = []
     newlines = 0
     position = end
+    floor = max(0, end - max(TAIL_MIN_BYTES, count * TAIL_BYTES_PER_LINE))
     block_size = min(BLOCK_SIZE, count * TYPICAL_LINE)
-    while position > 0 and newlines <= count:
-        start = max(0, position - block_size)
+    while position > floor and newlines <= count:
+        start = max(floor, position - block_size)
         block = source.read(start, position - start)
         if not block:
             break
@@ -58,7 +77,7 @@ def tail_lines(source: LogSource, count: int, strip_ansi: bool = True) -> list[s
     lines = data.split(b"\n")
     if lines[-1] == b"":
         lines.pop()
-    if position > 0:  # the first line is probably cut
+    if position > 0 and len(lines) > 1:  # the first line is probably cut
         lines = lines[1:]
     if not lines:
         return []
@@ -80,6 +99,9 @@ def read_all_lines(source: LogSource, strip_ansi: bool = True) -> Iterator[str]:
     cursor = LogCursor()
     while True:
         lines = cursor.read(source)
+        note = cursor.take_truncation()
+        if note:
+            yield note
         if not lines:
             break
         yield from (clean_line(line, strip_ansi) for line in lines)
@@ -88,12 +110,24 @@ def read_all_lines(source: LogSource, strip_ansi: bool = True) -> Iterator[str]:
 
 
 class LogCursor:
-    """Reads what a log gained since the last read, in whole lines."""
+    """Reads what a log gained since the last read, in whole lines; and hands every byte to the
+    metric parser exactly once, as soon as its line or its redraw (\r) is complete, so values
+    inside a progress bar that redraws for an hour are read while it runs.
+
+    A log can also shrink: a job that truncates its stdout, a copytruncate rotation, a log
+    fetched again. The bytes just before the offset are checked at every read; when they are
+    gone or changed, the cursor says so once (`take_truncation`) and follows from the new start.
+    """
 
     def __init__(self, offset: int = 0, chunk_size: int = 1 << 20):
         self.offset = offset
         self.chunk_size = chunk_size
         self._partial = b""
+        self._scanned = 0  # bytes at the start of the unended line already handed to metrics
+        self._skip = 0  # of the last read's complete lines, the bytes already handed to metrics
+        self._redraws: list[bytes] = []  # of the last read, completed redraws not yet handed out
+        self._check = b""  # the log's bytes just before `offset`, as they were read
+        self._truncated_at: int | None = None
         self._buffer = bytearray()
 
     @property
@@ -101,6 +135,11 @@ class LogCursor:
         """Where the unended last line starts in the log: reading again from here misses nothing
         (but for a progress bar so long that its older redraws were let go)."""
         return self.offset - len(self._partial)
+
+    @property
+    def scanned_to(self) -> int:
+        """Up to where metrics have been handed out: reading again from here counts nothing twice."""
+        return self.line_start + self._scanned
 
     @property
     def pending(self) -> str:
@@ -112,44 +151,88 @@ class LogCursor:
         data = self.read_bytes(source, limit)
         return data[:-1].decode("utf-8", errors="replace").split("\n") if data else []
 
+    def take_truncation(self) -> str | None:
+        """Once per truncation seen: a line saying that the log was cut and is followed from its new start."""
+        at, self._truncated_at = self._truncated_at, None
+        if at is None:
+            return None
+        return f"[jupyter_trainer: the log was truncated (it had {at} bytes); following it from its new start]"
+
     def read_bytes(self, source: LogSource, limit: int | None = None) -> bytearray:
         """Like `read`, undecoded: the complete new lines as they are in the log, each ending in a
         newline. The buffer is the cursor's own and its next read overwrites it: cutting the unended
         last line off in place, instead of slicing a copy, more than doubles a backlog's read speed."""
-        data = source.read(self.offset, limit or self.chunk_size)
+        limit = limit or self.chunk_size
         buffer = self._buffer
         del buffer[:]
-        if not data:
+        self._skip, self._redraws = 0, []
+        known = min(CHECK_BYTES, self.offset)
+        data = source.read(self.offset - known, limit + known)
+        if len(data) < known or (self._check and data[:known] != self._check):
+            self._restart()
+            known, data = 0, source.read(0, limit)
+        if len(data) == known:
+            self._check = bytes(data)  # a cursor that started at an offset learns what precedes it
             return buffer
-        self.offset += len(data)
+        view = memoryview(data)[known:]
+        self.offset += len(view)
+        self._check = bytes(data[-CHECK_BYTES:])
         buffer += self._partial
-        buffer += data
+        buffer += view
         cut = buffer.rfind(b"\n")
-        self._partial = self._bounded(bytes(buffer[cut + 1 :]))
+        if cut >= 0:
+            self._skip, scanned = self._scanned, 0
+        else:
+            scanned = self._scanned  # still the same unended line
+        self._partial, self._scanned = self._bounded(bytes(buffer[cut + 1 :]), scanned)
         del buffer[cut + 1 :]
         return buffer
 
-    @staticmethod
-    def _bounded(partial: bytes) -> bytes:
-        """A progress bar redraws with \r and never ends its line: keep its last state only."""
+    def metric_chunks(self, data: bytearray) -> list:
+        """What of the last read (`data`, from `read_bytes`) is new to metrics: its complete lines,
+        less what was handed out of the first while it was unended, and the redraws since."""
+        chunks = [data if not self._skip else bytes(data[self._skip :])] if len(data) > self._skip else []
+        return chunks + self._redraws
+
+    def _bounded(self, partial: bytes, scanned: int) -> tuple[bytes, int]:
+        """Hand out the unended line's completed redraws, and keep the line bounded: a progress bar
+        redraws with \r and may never end its line, so only its last state is kept."""
+        redraw_end = partial.rfind(b"\r") + 1
+        if redraw_end > scanned:
+            self._redraws.append(partial[scanned:redraw_end])
+            scanned = redraw_end
         if len(partial) <= MAX_PENDING:
-            return partial
+            return partial, scanned
         redraw = partial.rfind(b"\r", 0, len(partial) - 1)
-        return partial[redraw + 1 :] if redraw >= 0 else partial[-MAX_PENDING:]
+        drop = redraw + 1 if redraw >= 0 else len(partial) - MAX_PENDING
+        if drop > scanned:  # one endless line without redraws: what is let go is still read for metrics
+            self._redraws.append(partial[scanned:drop])
+            scanned = drop
+        return partial[drop:], scanned - drop
+
+    def _restart(self) -> None:
+        self._truncated_at = self.offset
+        self.offset, self._partial, self._scanned, self._check = 0, b"", 0, b""
 
 
 class MetricParser:
     """Pulls metric values out of log text, SageMaker metric-definition style: every match of each
-    definition's regex, whose one capture group is the value."""
+    definition's regex, whose one capture group is the value.
+
+    No log may stall a poll: a pattern that takes too long on a chunk (a user's regex that
+    backtracks over a line of spaces, say) is tried again line by line, on each line's last
+    MAX_MATCHED_LINE bytes only, and a line still too slow is skipped; the lines read in part
+    or not at all are counted in `skipped`."""
 
     def __init__(self, metrics: Iterable[Metric] = ()):
         metrics = tuple(metrics) or DEFAULT_METRICS
-        self.patterns = [(metric.name, re.compile(literal_first(metric.regex))) for metric in metrics]
+        self.patterns = [(metric.name, _compile(literal_first(metric.regex))) for metric in metrics]
         # Matching the log's bytes directly saves decoding it. Over ASCII bytes a bytes pattern
         # matches as its text pattern does (but for \s, which leaves out \x1c-\x1f); text with other
         # characters, and a pattern that cannot be a bytes pattern (non-ASCII, an inline (?u)),
         # are matched as decoded text.
         self._byte_patterns = [(name, _as_bytes_pattern(pattern)) for name, pattern in self.patterns]
+        self.skipped: dict[str, int] = {}  # per metric: lines given up on as too slow to match
 
     def scan(self, data: bytes) -> list[tuple[str, list[bytes] | list[str]]]:
         """Each metric's captured values in `data` (raw log bytes), in log order and unconverted:
@@ -163,39 +246,62 @@ class MetricParser:
             if pattern.groups != 1:
                 continue
             if byte_pattern is not None and ascii_only:
-                values = byte_pattern.findall(data)
+                values = self._findall(name, byte_pattern, data, b"\n")
             else:
                 if text is None:
                     text = data.decode("utf-8", errors="replace")
-                values = pattern.findall(text)
+                values = self._findall(name, pattern, text, "\n")
             found.append((name, values))
         return found
 
+    def _findall(self, name: str, pattern, subject, newline) -> list:
+        try:
+            return pattern.findall(subject, concurrent=True, timeout=SCAN_TIMEOUT)
+        except TimeoutError:
+            pass
+        values: list = []
+        for line in subject.split(newline):
+            try:
+                # the end of a line is where a progress bar's latest state is
+                values += pattern.findall(line[-MAX_MATCHED_LINE:], concurrent=True, timeout=LINE_SCAN_TIMEOUT)
+                if len(line) <= MAX_MATCHED_LINE:
+                    continue
+            except TimeoutError:
+                pass
+            self.skipped[name] = self.skipped.get(name, 0) + 1  # read in part, or not at all
+        return values
 
-def literal_first(regex: str) -> str:
+
+def _compile(source: str):
+    """A metric pattern, compiled by `regex` (re's syntax and matches, plus a timeout and a
+    matcher that releases the GIL)."""
+    return regex.compile(source, regex.VERSION0)
+
+
+def literal_first(source: str) -> str:
     """`\\bword…` rewritten as `word(?<=\\bword)…`: the same matches, but a regex that starts with a
     literal lets the engine jump from one occurrence to the next instead of trying every position
     (three times faster on a log where every line has a loss, fifteen where none has)."""
-    leading = LEADING_WORD.match(regex)
-    if leading is None or _flags(regex) & re.VERBOSE:  # verbose: a quantifier may follow after spaces
-        return regex
-    word, rest = leading.group(1), regex[leading.end() :]
+    leading = LEADING_WORD.match(source)
+    if leading is None or _flags(source) & re.VERBOSE:  # verbose: a quantifier may follow after spaces
+        return source
+    word, rest = leading.group(1), source[leading.end() :]
     if rest[:1] in ("?", "*", "+", "{"):  # the quantifier is the last letter's, not the word's
         word, rest = word[:-1], word[-1] + rest
-    return f"{word}(?<=\\b{word}){rest}" if word else regex
+    return f"{word}(?<=\\b{word}){rest}" if word else source
 
 
-def _flags(regex: str) -> int:
+def _flags(source: str) -> int:
     try:
-        return re.compile(regex).flags
+        return re.compile(source).flags
     except re.error:
         return 0
 
 
-def _as_bytes_pattern(pattern: re.Pattern[str]) -> re.Pattern[bytes] | None:
+def _as_bytes_pattern(pattern):
     if not pattern.pattern.isascii():
         return None
     try:
-        return re.compile(pattern.pattern.encode("ascii"), pattern.flags & ~re.UNICODE)
-    except re.error:
+        return regex.compile(pattern.pattern.encode("ascii"), (pattern.flags & ~regex.UNICODE) | regex.VERSION0)
+    except (regex.error, ValueError):  # an inline (?u), say
         return None

@@ -102,12 +102,21 @@ class JobMonitor:
                 limit = min(limit, self.history_end - self.cursor.offset)
             before = self.cursor.offset
             data = self.cursor.read_bytes(source, limit=limit)
-            if self.cursor.offset == before:
+            truncation = self.cursor.take_truncation()
+            if truncation:  # everything from the log's new start is news
+                self._show(shown)
+                shown = []
+                self.lines.append(truncation)
+                self.history_end = 0
+                self._saved = (0, time.monotonic())
+                in_history = False
+            elif self.cursor.offset == before:
                 break
-            budget -= self.cursor.offset - before
-            for name, values in self.parser.scan(data):
-                if values:
-                    self.metrics.extend(name, values)
+            budget -= max(1, self.cursor.offset - before if not truncation else self.cursor.offset)
+            for chunk in self.cursor.metric_chunks(data):
+                for name, values in self.parser.scan(chunk):
+                    if values:
+                        self.metrics.extend(name, values)
             if not in_history and data:  # a copy: the cursor reuses its buffer
                 shown.append(bytes(last_lines(data, self.lines.maxlen or 0)))
             if time.perf_counter() >= deadline:
@@ -125,11 +134,12 @@ class JobMonitor:
     def _keep_metrics(self, source) -> None:
         """Save the series now and then, so that the next view of this job need not read it all again."""
         offset, saved_at = self._saved
-        read = self.cursor.line_start - offset
+        scanned_to = self.cursor.scanned_to  # from there on, a next view counts nothing twice
+        read = scanned_to - offset
         quiet = self.caught_up and (self.record.status.is_final or time.monotonic() - saved_at >= SAVE_SECONDS)
         if read >= SAVE_BYTES or (read > 0 and quiet):
-            metrics_cache.save(self.job.run_dir, self.metric_options, self.cursor.line_start, source, self.metrics)
-            self._saved = (self.cursor.line_start, time.monotonic())
+            metrics_cache.save(self.job.run_dir, self.metric_options, scanned_to, source, self.metrics)
+            self._saved = (scanned_to, time.monotonic())
 
     def _show(self, chunks: list[bytes]) -> None:
         """Keep the last lines of what was read: only those are decoded."""

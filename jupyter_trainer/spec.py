@@ -18,6 +18,8 @@ import shlex
 from dataclasses import dataclass, field
 from typing import Iterable
 
+import regex as _regex
+
 from .errors import InvalidOption
 from .jobs import validate_name
 
@@ -114,7 +116,8 @@ def parse_metrics(items: Iterable[str]) -> tuple[Metric, ...]:
             raise InvalidOption(f"--metric expects NAME=REGEX, got {item[:60]!r}", r"for example --metric 'loss=loss: ([0-9.]+)'")
         try:
             groups = re.compile(regex).groups
-        except re.error as exc:
+            _regex.compile(regex, _regex.VERSION0)  # what the log is matched with
+        except (re.error, _regex.error) as exc:
             raise InvalidOption(f"--metric {name}: bad regular expression ({exc})") from None
         if groups != 1:
             raise InvalidOption(f"--metric {name}: the regular expression needs exactly one capture group, it has {groups}")

@@ -4,19 +4,23 @@ Each test here stands for an attack or an unlucky moment that once broke a
 promise; it runs on the backend where the defect lived.
 """
 
+import contextlib
 import json
 import os
 import subprocess
 import sys
 import textwrap
+import time
 
 import pytest
 from conftest import wait_for
 
+from jupyter_trainer.backends.base import FileLogSource
 from jupyter_trainer.errors import TrainerError
 from jupyter_trainer.job import get_job
 from jupyter_trainer.jobs import Status
-from jupyter_trainer.spec import build_spec
+from jupyter_trainer.logs import MetricParser, tail_lines
+from jupyter_trainer.spec import Metric, build_spec
 from jupyter_trainer.submit import submit_detached
 
 
@@ -29,6 +33,7 @@ def submit(script, where, workdir, name, **options):
 
 SUBMITTER = r"""
 import json, os, sys, time
+from jupyter_trainer.backends.base import FileLogSource
 from jupyter_trainer.errors import TrainerError
 from jupyter_trainer.spec import build_spec
 from jupyter_trainer.submit import submit_detached
@@ -235,3 +240,145 @@ def test_a_forged_record_never_gets_an_unrelated_process_signalled(workdir, home
     finally:
         bystander.kill()
         os.kill(real_supervisor, 15)
+
+
+# -- hostile logs --------------------------------------------------------------------------------
+
+
+class CountingSource(FileLogSource):
+    def __init__(self, path):
+        super().__init__(path)
+        self.bytes_read = 0
+
+    def read(self, offset, limit):
+        data = super().read(offset, limit)
+        self.bytes_read += len(data)
+        return data
+
+
+def test_the_default_metric_is_linear_and_any_pattern_is_bounded(tmp_path):
+    hostile = b"epoch 1 loss" + b" " * 20_000 + b"\n"
+    fair = b"epoch 2 loss" + b" " * 300 + b"0.25\nloss: 0.5 loss=0.75\n"
+    default = MetricParser()
+    # the old default took 17.5 s on this line with the GIL held; linear, it takes about 2 ms
+    assert default.scan(hostile + fair) == [("loss", [b"0.25", b"0.5", b"0.75"])]
+    assert default.skipped == {}
+    # any amount of it is bounded: too slow a chunk is matched again by each line's end
+    assert default.scan(hostile * 200 + fair) == [("loss", [b"0.25", b"0.5", b"0.75"])]
+    quadratic = MetricParser([Metric("slow", r"loss\s*[:=]?\s*(\d+\.\d+)")])
+    assert quadratic.scan(hostile * 20 + fair) == [("slow", [b"0.25", b"0.5", b"0.75"])]
+    assert quadratic.skipped == {"slow": 20}  # the lines it could read only in part, said, not hidden
+
+
+def test_a_kernel_keeps_answering_while_its_widget_reads_a_hostile_log(workdir, home):
+    from jupyter_client.manager import start_new_kernel
+
+    script = "print('epoch 1 loss' + ' ' * 20000 + ' nothing', flush=True)\n" * 30 + "import time\ntime.sleep(60)\n"
+    manager, client = start_new_kernel(kernel_name="python3", env={**os.environ})
+    try:
+        cell = f"%load_ext jupyter_trainer\n%%train_detached --host --name hostile-log --workdir {workdir} --metric 'slow=loss\\s*[:=]?\\s*(\\d+)'\n{script}"
+        client.execute_interactive("%load_ext jupyter_trainer", timeout=60)
+        reply = client.execute_interactive(cell.split("\n", 1)[1], timeout=60)
+        assert reply["content"]["status"] == "ok", reply
+        wait_for(lambda: get_job("hostile-log").logs(tail=1).endswith("nothing\n"), what="the job to print")
+        # the poller thread reads the log meanwhile; a match never holds the GIL for long
+        probe = "from jupyter_trainer.widget import poller; print(sum(w.monitor.cursor.offset for w in poller().widgets))"
+        read = 0
+        for _ in range(40):
+            output = []
+            reply = client.execute_interactive(probe, timeout=10, output_hook=output.append)
+            assert reply["content"]["status"] == "ok"
+            read = max([read] + [int(m["content"]["text"]) for m in output if m["msg_type"] == "stream"])
+            time.sleep(0.25)
+        assert read > 30 * 20000  # the widget did read the whole hostile log
+    finally:
+        with contextlib.suppress(Exception):
+            get_job("hostile-log").stop()
+        client.stop_channels()
+        manager.shutdown_kernel(now=True)
+
+
+TRUNCATOR = """
+import os, time
+for i in range(5):
+    print("before", i, flush=True)
+while not os.path.exists({go!r}):
+    time.sleep(0.05)
+{truncate}
+for i in range(3):
+    print("after", i, flush=True)
+"""
+
+TRUNCATIONS = {
+    "ftruncate": "os.ftruncate(1, 0)",
+    "reopened": "import sys\nsys.stdout = open('/dev/stdout', 'w')",  # reopening truncates (O_TRUNC)
+    "copytruncate": "import shutil\nshutil.copy(os.path.join(os.path.dirname(os.path.abspath(__file__)), 'output.log'), {rotated!r})\nos.truncate(os.path.join(os.path.dirname(os.path.abspath(__file__)), 'output.log'), 0)",
+}
+
+
+@pytest.mark.parametrize("how", TRUNCATIONS)
+def test_a_truncated_log_is_followed_from_its_new_start(how, workdir, home, tmp_path, store, fake_backend):
+    go = tmp_path / "go"
+    truncate = TRUNCATIONS[how].format(rotated=str(tmp_path / "rotated.log"))
+    job = submit(TRUNCATOR.format(go=str(go), truncate=truncate), {"host": True, "image": None}, workdir, "truncated")
+    follower = subprocess.Popen([sys.executable, "-m", "jupyter_trainer.cli", "logs", "truncated", "-f"], stdout=subprocess.PIPE, text=True)
+    from jupyter_trainer.monitor import JobMonitor
+
+    monitor = JobMonitor(get_job("truncated"))
+    monitor.start()
+    follow = get_job("truncated").follow(interval=0.1)
+    seen = [next(follow) for _ in range(5)]
+    assert seen == [f"before {i}" for i in range(5)]
+    monitor.read_log()
+    printed = [follower.stdout.readline().rstrip("\n") for _ in range(5)]
+    go.touch()
+    assert job.wait(timeout=60) is Status.COMPLETED
+    rest = list(follow)
+    assert rest[0].startswith("[jupyter_trainer: the log was truncated") and rest[1:] == [f"after {i}" for i in range(3)]
+    printed += follower.communicate(timeout=60)[0].splitlines()
+    assert printed[:5] == seen and "truncated" in printed[5] and printed[6:] == rest[1:]
+    monitor.read_log()
+    assert list(monitor.lines)[-4:] == rest
+
+
+def test_a_log_of_one_endless_redraw_line_is_tailed_by_its_end(workdir, home, tmp_path):
+    redraw = "".join(f"\r{i:>9}/10000000 [{'#' * 40}] loss={i / 1e7:.6f}" for i in range(1_000_000))
+    script = f"import sys\nsys.stdout.write({redraw[-200:]!r} * 0)\nwith open('/dev/null') as _: pass\n"
+    job = submit(script, {"host": True, "image": None}, workdir, "endless")
+    assert job.wait(timeout=60) is Status.COMPLETED
+    (job.run_dir / "output.log").write_text(redraw)  # ~70 MB of one line, as tqdm writes it without a newline
+    source = CountingSource(job.run_dir / "output.log")
+    assert tail_lines(source, 5) == [redraw[redraw.rindex("\r") + 1 :]]
+    assert source.bytes_read <= 2 << 20
+    assert get_job("endless").logs(tail=5) == redraw[redraw.rindex("\r") + 1 :] + "\n"
+    endless = b"x" * (50 << 20)  # no redraw at all: shown by its end
+    (job.run_dir / "output.log").write_bytes(endless)
+    (line,) = tail_lines(FileLogSource(job.run_dir / "output.log"), 5)
+    assert line.startswith("…") and len(line) <= 16 * 1024 + 1
+
+
+def test_metrics_inside_an_unended_redraw_line_count_as_they_come(workdir, home, tmp_path):
+    go = tmp_path / "go"
+    script = f"""
+import os, sys, time
+for i in range(2000):
+    sys.stdout.write(f"\\r{{i}}/2000 loss={{i / 1000:.3f}}")
+    sys.stdout.flush()
+    if i == 999:
+        while not os.path.exists({str(go)!r}):
+            time.sleep(0.05)
+print()
+"""
+    job = submit(script, {"host": True, "image": None}, workdir, "redraws")
+    from jupyter_trainer.monitor import JobMonitor
+
+    monitor = JobMonitor(get_job("redraws"), read_budget=4096)  # small reads: redraws cut anywhere
+    monitor.start()
+    wait_for(lambda: monitor.read_log() or monitor.metrics.counts.get("loss", 0) >= 999, what="the first half of the epoch")
+    assert get_job("redraws").status is Status.RUNNING  # read while the line is still being redrawn
+    go.touch()
+    assert job.wait(timeout=60) is Status.COMPLETED
+    while monitor.read_log():
+        pass
+    assert monitor.metrics.counts["loss"] == 2000  # every redraw once, none lost, none twice
+    assert monitor.metrics.last("loss") == 1.999
