@@ -98,36 +98,75 @@ def _format(value: float) -> str:
     return f"{value:.4g}"
 
 
+def _finite(value: float) -> bool:
+    try:
+        return math.isfinite(value)
+    except (OverflowError, TypeError):  # an int too large for a float, or not a number at all
+        return False
+
+
+def _fraction(value: float, low: float, high: float) -> float:
+    """Where `value` lies from `low` (0) to `high` (1); the middle when they are equal. Computed
+    so that no finite input overflows (1e308 - -1e308 is inf) or divides by zero."""
+    if not high > low:
+        return 0.5
+    span = high - low
+    if _finite(span):
+        fraction = (value - low) / span
+    else:  # halves cannot overflow, and for numbers this large they are exact
+        fraction = (value / 2 - low / 2) / (high / 2 - low / 2)
+    return min(1.0, max(0.0, fraction))
+
+
+def _value_range(ys: list[float]) -> tuple[float, float]:
+    """The values the chart's bottom and top stand for."""
+    low, high = min(ys), max(ys)
+    if low == high:  # a flat line: a band around it, where the floats have room for one
+        pad = max(abs(low) * 0.05, 0.5)  # relative: low - 0.5 == low once low is about 1e16
+        if _finite(low - pad) and _finite(high + pad):
+            return low - pad, high + pad
+    return low, high  # at the largest floats a flat line is drawn across the middle
+
+
 def chart_svg(name: str, points: list[tuple[int, float]], colour: str, width: int = 320, height: int = 140) -> str:
-    """One metric: its curve, its range and its latest value."""
+    """One metric: its curve, its range and its latest value. Any numbers give coordinates inside
+    the chart: values that are not finite (which a metrics cache on disk could hold) are left out."""
     left, right, top, bottom = 56, 10, 22, 20
     plot_w, plot_h = width - left - right, height - top - bottom
+    label, colour = html.escape(name), html.escape(colour)
+    points = [(x, y) for x, y in points if _finite(x) and _finite(y)]
+    head = (
+        f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
+        f'viewBox="0 0 {width} {height}" role="img" aria-label="{label}" class="jt-chart">'
+    )
+    if not points:
+        return (
+            head + f'<text x="{left}" y="14" font-size="12" font-family="sans-serif" fill="#333">'
+            f'<tspan font-weight="bold">{label}</tspan> no finite value</text>'
+            f'<rect x="{left}" y="{top}" width="{plot_w}" height="{plot_h}" fill="#fafafa" stroke="#ddd"/></svg>'
+        )
     xs = [x for x, _ in points]
     ys = [y for _, y in points]
     x0, x1 = min(xs), max(xs)
-    y0, y1 = min(ys), max(ys)
-    if y0 == y1:
-        y0, y1 = y0 - 0.5, y1 + 0.5
-    span_x = (x1 - x0) or 1
+    y0, y1 = _value_range(ys)
 
-    def project(x: float, y: float) -> str:
-        px = left + (x - x0) / span_x * plot_w
-        py = top + (1 - (y - y0) / (y1 - y0)) * plot_h
-        return f"{px:.1f},{py:.1f}"
+    def position(x: float, y: float) -> tuple[float, float]:
+        return left + _fraction(x, x0, x1) * plot_w, top + (1 - _fraction(y, y0, y1)) * plot_h
 
-    path = " ".join(project(x, y) for x, y in points)
-    label = html.escape(name)
+    path = " ".join(f"{px:.1f},{py:.1f}" for px, py in (position(x, y) for x, y in points))
+    dot = ""
+    if len(points) == 1:  # a one-point line draws nothing: show the point
+        px, py = position(*points[0])
+        dot = f'<circle cx="{px:.1f}" cy="{py:.1f}" r="2.5" fill="{colour}"/>'
     return (
-        f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
-        f'viewBox="0 0 {width} {height}" role="img" aria-label="{label}" class="jt-chart">'
-        f'<text x="{left}" y="14" font-size="12" font-family="sans-serif" fill="#333">'
+        head + f'<text x="{left}" y="14" font-size="12" font-family="sans-serif" fill="#333">'
         f'<tspan font-weight="bold">{label}</tspan> {_format(ys[-1])}</text>'
         f'<rect x="{left}" y="{top}" width="{plot_w}" height="{plot_h}" fill="#fafafa" stroke="#ddd"/>'
         f'<text x="{left - 4}" y="{top + 9}" font-size="10" text-anchor="end" fill="#666">{_format(y1)}</text>'
         f'<text x="{left - 4}" y="{top + plot_h}" font-size="10" text-anchor="end" fill="#666">{_format(y0)}</text>'
         f'<text x="{left}" y="{height - 5}" font-size="10" fill="#666">{x0 + 1}</text>'
         f'<text x="{left + plot_w}" y="{height - 5}" font-size="10" text-anchor="end" fill="#666">{x1 + 1}</text>'
-        f'<polyline fill="none" stroke="{colour}" stroke-width="1.5" points="{path}"/>'
+        f'<polyline fill="none" stroke="{colour}" stroke-width="1.5" points="{path}"/>{dot}'
         "</svg>"
     )
 

@@ -3,20 +3,40 @@
 The widget is built and displayed in the kernel's main thread. The poller
 thread only reads logs and statuses and sets trait values, at most a few times
 a second per widget however fast the job prints, and forgets a widget once its
-job has ended and its log is read.
+job has ended and its log is read, or once the job was removed from the store.
+
+Whatever fails while a widget is polled or drawn is shown in that widget, as
+one line of escaped text, and never stops the thread: the other widgets of the
+kernel go on.
 """
 
 from __future__ import annotations
 
+import html
 import threading
 import time
 from typing import Callable
 
 from .job import Job
 from .monitor import BAR_STYLES, JobMonitor
+from .store import RECORD_FILE
 
 PUSH_INTERVAL = 0.25  # seconds between two updates of one widget: at most 4 a second
 POLL_INTERVAL = 0.25  # seconds between two reads of the logs
+ERROR_CHARS = 300  # an error line is cut to this many characters
+
+
+def describe(exc: BaseException) -> str:
+    return f"{exc.__class__.__name__}: {exc}"
+
+
+def error_html(text: str) -> str:
+    """One line of error under the header. The text may quote what a job wrote (its record, its
+    run files, a runtime's message about it), so it is escaped: shown, never interpreted."""
+    line = " ".join(text.split())
+    if len(line) > ERROR_CHARS:
+        line = line[: ERROR_CHARS - 1] + "…"
+    return f'<div class="jt-error" style="color:#b00">{html.escape(line)}</div>'
 
 
 class JobWidget:
@@ -40,7 +60,9 @@ class JobWidget:
             layout={"border": "1px solid #d0d7de", "padding": "6px", "width": "100%"},
         )
         self.box.add_class("jupyter-trainer-job")
-        self.error = ""
+        self.error = ""  # the last failure, shown under the header until the step that failed succeeds
+        self._error_step: str | None = None  # that step: "status", "log", "stop" or "poll"
+        self.removed = False  # the job's record is gone from the store: nothing more to follow
         self.last_push = float("-inf")
         self.last_status_check = float("-inf")
         self._dirty = True
@@ -58,15 +80,26 @@ class JobWidget:
 
     def poll(self, now: float) -> bool:
         """Catch up with the job; push to the frontend when due. False once nothing can change."""
+        if self.removed:
+            return False
+        checking = now - self.last_status_check >= self.status_interval
+        step = "status"
         try:
-            if now - self.last_status_check >= self.status_interval:
+            if checking:
                 self.last_status_check = now
                 self._dirty |= self.monitor.refresh_status()
+            step = "log"
             self._dirty |= self.monitor.read_log()
-            self.error = ""
         except Exception as exc:  # the view must survive a passing engine or disk error
-            self.error = f"{exc.__class__.__name__}: {exc}"
-            self._dirty = True
+            if self._record_gone():
+                self._show_removed()
+                return False
+            self._set_error(step, describe(exc))
+        else:
+            # a failed status check stays shown until the next check succeeds, not only until the
+            # next log read a moment later (it would flash for a quarter of a second)
+            if self._error_step != "status" or checking:
+                self._set_error(None, "")
         finished = self.monitor.finished
         ticking = int(self.clock()) != self._shown_second  # the elapsed time moves on
         due = now - self.last_push >= PUSH_INTERVAL
@@ -76,28 +109,60 @@ class JobWidget:
         return not finished
 
     def push(self) -> None:
-        """Project the monitor's state onto the widgets' traits."""
+        """Project the monitor's state onto the widgets' traits. A part that cannot be drawn keeps
+        what it showed and says why under the header; the other parts are still updated."""
         monitor = self.monitor
         now = self.clock()
         self._shown_second = int(now)
-        header = monitor.header_html(now)
-        if self.error:
-            header += f'<div style="color:#b00">{self.error}</div>'
-        self.header.value = header
-        plot = monitor.plot_html()
-        if plot != self.plot.value:
+        errors = [self.error] if self.error else []
+        header = _render(lambda: monitor.header_html(now), "the header", errors)
+        plot = _render(monitor.plot_html, "the chart", errors)
+        log = _render(monitor.log_html, "the log", errors)
+        if header is None:
+            header = f"<b>{html.escape(self.job.name)}</b>"
+        self.header.value = header + "".join(error_html(error) for error in errors)
+        if plot is not None and plot != self.plot.value:
             self.plot.value = plot
-        log = monitor.log_html()
-        if log != self.log.value:
+        if log is not None and log != self.log.value:
             self.log.value = log
         status = monitor.record.status
-        if status.is_final:
+        if self.removed:
+            with self.stop_button.hold_sync():
+                self.stop_button.disabled = True
+                self.stop_button.description = "removed"
+                self.stop_button.icon = "trash"
+                self.stop_button.button_style = ""
+        elif status.is_final:
             with self.stop_button.hold_sync():
                 self.stop_button.disabled = True
                 self.stop_button.description = status.value
                 self.stop_button.icon = "check" if status.value == "completed" else "times"
                 self.stop_button.button_style = BAR_STYLES.get(status, "")
         self._dirty = False
+
+    def show_failure(self, exc: BaseException) -> None:
+        """Show a failure the poller caught in this widget's own code."""
+        self._set_error("poll", describe(exc))
+        self.push()
+
+    def _set_error(self, step: str | None, text: str) -> None:
+        if text != self.error:
+            self._dirty = True
+        self.error, self._error_step = text, step
+
+    def _record_gone(self) -> bool:
+        """Whether the job was removed from the store (its record, its run or its whole directory)."""
+        try:
+            return not (self.job.run_dir / RECORD_FILE).exists()
+        except (OSError, ValueError):  # the store cannot be looked at: that says nothing of the job
+            return False
+
+    def _show_removed(self) -> None:
+        """Say once that the job is gone; the poller then drops this widget."""
+        self.removed = True
+        where = self.job.run_dir
+        self._set_error("removed", f"job {self.job.name} was removed: its record in {where} is gone, so this view no longer follows it")
+        self.push()
 
     def _stop_clicked(self, _button) -> None:
         with self.stop_button.hold_sync():
@@ -106,7 +171,10 @@ class JobWidget:
         try:
             self.job.stop()
         except Exception as exc:  # shown in the widget, and the button offered again
-            self.error = f"could not stop the job: {exc}"
+            if self._record_gone():
+                self._show_removed()
+                return
+            self._set_error("stop", f"could not stop the job: {exc}")
             with self.stop_button.hold_sync():
                 self.stop_button.disabled = False
                 self.stop_button.description = "Stop"
@@ -128,7 +196,9 @@ class Poller:
     def watch(self, *widgets: JobWidget) -> None:
         with self._lock:
             self.widgets.extend(widget for widget in widgets if widget not in self.widgets)
-            if self._thread is None and self.widgets:
+            # a thread that died somehow would leave every widget frozen: start another
+            alive = self._thread is not None and self._thread.is_alive()
+            if not alive and self.widgets:
                 self._thread = threading.Thread(target=self._run, name="jupyter_trainer-poller", daemon=True)
                 self._thread.start()
 
@@ -136,7 +206,13 @@ class Poller:
         now = self.clock()
         with self._lock:
             widgets = list(self.widgets)
-        finished = [widget for widget in widgets if not widget.poll(now)]
+        finished = []
+        for widget in widgets:
+            try:
+                if not widget.poll(now):
+                    finished.append(widget)
+            except Exception as exc:  # a bug in one widget is shown in it; the others are still served
+                _report(widget, exc)
         if finished:
             with self._lock:
                 self.widgets = [widget for widget in self.widgets if widget not in finished]
@@ -145,10 +221,30 @@ class Poller:
         while True:
             with self._lock:
                 if not self.widgets:
-                    self._thread = None
+                    if self._thread is threading.current_thread():
+                        self._thread = None
                     return
-            self.tick()
+            try:
+                self.tick()
+            except Exception:  # nothing of a widget's (tick catches those): try again at the next tick
+                pass
             time.sleep(self.interval)
+
+
+def _render(render: Callable[[], str], what: str, errors: list[str]) -> str | None:
+    """`render()`, or None with the reason added to `errors`."""
+    try:
+        return render()
+    except Exception as exc:
+        errors.append(f"cannot show {what}: {describe(exc)}")
+        return None
+
+
+def _report(widget, exc: Exception) -> None:
+    try:
+        widget.show_failure(exc)
+    except Exception:
+        pass  # the widget cannot even show it: the poller still goes on with the others
 
 
 _poller: Poller | None = None

@@ -24,6 +24,35 @@ for step in range(40):
 print("training done")
 """
 
+# A job that puts markup where the widget shows its text: in its log, and in its record, where it
+# names a backend that does not exist (the status check's error quotes the name). It waits to be
+# released, then puts its record back and ends.
+HOSTILE_CELL = """%%train_detached --host --name hostile-job
+import json, os, time
+print('epoch 1 <img src=x onerror="window.__jt_pwned=1">', flush=True)
+print("</pre><script>window.__jt_pwned=1</script>", flush=True)
+time.sleep(3)
+record = os.path.join(os.path.dirname(os.path.abspath(__file__)), "record.json")
+
+def replace(text):  # whole, as the store writes it
+    with open(record + ".new", "w") as handle:
+        handle.write(text)
+    os.replace(record + ".new", record)
+
+with open(record) as handle:
+    original = handle.read()
+print("rewriting the record", flush=True)
+time.sleep(1)
+payload = '<img src=x onerror="window.__jt_pwned=1"><script>window.__jt_pwned=1</script>'
+replace(json.dumps({**json.loads(original), "backend": payload}))
+for _ in range(600):
+    if os.path.exists("release-hostile-job"):
+        break
+    time.sleep(0.1)
+replace(original)
+print("released", flush=True)
+"""
+
 
 def _free_port():
     with socket.socket() as sock:
@@ -105,7 +134,12 @@ def _open_notebook(browser, lab, name):
     page = browser.new_page(viewport={"width": 1280, "height": 1000})
     page.set_default_timeout(60_000)
     page.goto(f"{lab['base']}/lab/tree/{name}?token={lab['token']}")
-    page.wait_for_function("window.jupyterapp && window.jupyterapp.shell.currentWidget && window.jupyterapp.shell.currentWidget.sessionContext")
+    # the lab reopens the notebooks of earlier pages too: wait until this one is the current tab
+    page.wait_for_function(
+        "([name]) => window.jupyterapp?.shell.currentWidget?.context?.path === name"
+        " && window.jupyterapp.shell.currentWidget.sessionContext",
+        arg=[name],
+    )
     page.wait_for_function(
         "(() => { const w = window.jupyterapp.shell.currentWidget; const k = w.sessionContext.session?.kernel;"
         " return k && k.status === 'idle'; })()"
@@ -186,3 +220,52 @@ def test_widget_in_jupyterlab(lab, browser):
     assert attached.locator("svg.jt-chart polyline").count() == 1
     attached.screenshot(path=str(ARTIFACTS / "widget-attached-after-restart.png"))
     page.close()
+
+
+def test_text_from_a_job_is_never_markup_in_jupyterlab(lab, browser):
+    notebook = nbformat.v4.new_notebook()
+    notebook.cells = [nbformat.v4.new_code_cell("%load_ext jupyter_trainer"), nbformat.v4.new_code_cell(HOSTILE_CELL)]
+    notebook.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    nbformat.write(notebook, lab["root"] / "hostile.ipynb")
+    ARTIFACTS.mkdir(exist_ok=True)
+    release = lab["root"] / "release-hostile-job"
+
+    page = _open_notebook(browser, lab, "hostile.ipynb")
+    # the lab may show the other test's notebook too, in a hidden tab: look in this one only
+    panel = "document.getElementById(window.jupyterapp.shell.currentWidget.id)"
+    try:
+        _run_cell(page, 0)
+        _run_cell(page, 1)
+        widget = page.locator(f"#{page.evaluate('window.jupyterapp.shell.currentWidget.id')} .jupyter-trainer-job")
+        widget.wait_for()
+        page.wait_for_function(
+            f"{panel}.querySelector('.jupyter-trainer-job .jt-log')?.textContent.includes('rewriting the record')"
+        )
+        # the status check fails on the rewritten record: its error is shown (or, unescaped, run)
+        page.wait_for_function(
+            f"window.__jt_pwned !== undefined || [...{panel}.querySelectorAll('.jupyter-trainer-job .jt-error')]"
+            ".some(line => line.textContent.includes('unknown backend'))",
+            timeout=30_000,
+        )
+        widget.screenshot(path=str(ARTIFACTS / "widget-hostile-text.png"))
+        assert page.evaluate("window.__jt_pwned") is None, "markup from the job ran in the page"
+        assert widget.locator("img, script").count() == 0
+        log_text = widget.locator(".jt-log").inner_text()
+        assert '<img src=x onerror="window.__jt_pwned=1">' in log_text
+        assert "</pre><script>window.__jt_pwned=1</script>" in log_text
+        payload = '<img src=x onerror="window.__jt_pwned=1"><script>window.__jt_pwned=1</script>'
+        error = widget.locator(".jt-error").inner_text()
+        assert f"job 'hostile-job' uses the unknown backend '{payload}'" in error
+        assert payload in widget.locator(".jt-header").inner_text()  # the backend's name, shown as it is
+        assert widget.locator(".jt-status").inner_text() == "running"  # the widget goes on
+
+        release.touch()  # the record is put back: the job ends, the error line goes
+        page.wait_for_function(
+            f"{panel}.querySelector('.jupyter-trainer-job .jt-status')?.textContent === 'completed'", timeout=60_000
+        )
+        assert widget.locator(".jt-error").count() == 0 and "released" in widget.locator(".jt-log").inner_text()
+        assert page.evaluate("window.__jt_pwned") is None
+        widget.screenshot(path=str(ARTIFACTS / "widget-hostile-completed.png"))
+    finally:
+        release.touch()
+        page.close()

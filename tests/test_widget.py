@@ -1,6 +1,11 @@
 """The widget's logic with a recording comm and an injected clock: no frontend, no sleeping."""
 
+import json
+import math
 import os
+import re
+import shutil
+from html.parser import HTMLParser
 
 import comm
 import pytest
@@ -345,3 +350,248 @@ def test_text_summary_without_a_widget_frontend(store, fake_backend):
     view.poll(now=1.0)
     text = view.monitor.summary_text(now=1000.0)
     assert text.splitlines()[0].startswith("w running fake") and "loss 0.5" in text
+
+
+# -- text a job controls is shown as text ------------------------------------------
+
+# A job can put any text where the widget shows it: in its log, in its run files (its record is
+# one: an error message quotes what it read there), in the reason a runtime gives. None of it may
+# become markup.
+PAYLOAD = '<img src=x onerror="window.__jt_pwned=1"><script>window.__jt_pwned=1</script>'
+OWN_TAGS = {"div", "span", "b", "pre", "svg", "text", "tspan", "rect", "polyline", "circle"}
+
+
+class _Markup(HTMLParser):
+    def __init__(self, value):
+        super().__init__(convert_charrefs=True)
+        self.tags, self.text = [], []
+        self.feed(value)
+        self.close()
+
+    def handle_starttag(self, tag, attrs):
+        self.tags.append((tag, dict(attrs)))
+
+    handle_startendtag = handle_starttag
+
+    def handle_data(self, data):
+        self.text.append(data)
+
+
+def shown_text(value):
+    """The text `value` shows, after checking that it holds only the widget's own markup."""
+    markup = _Markup(value)
+    for tag, attrs in markup.tags:
+        assert tag in OWN_TAGS and not any(name.startswith("on") for name in attrs), (tag, attrs, value)
+    return "".join(markup.text)
+
+
+def rewrite_record(job, **fields):
+    """What a job can do to the record in its run directory."""
+    path = job.run_dir / "record.json"
+    path.write_text(json.dumps({**json.loads(path.read_text()), **fields}))
+
+
+def test_text_a_job_controls_is_shown_as_text_never_as_markup(store, fake_backend, monkeypatch):
+    job = fake_job(store)
+    append(job, f"epoch 1 {PAYLOAD}\n</pre><script>window.__jt_pwned=1</script>\n")
+    view = JobWidget(job, clock=Clock())
+    assert PAYLOAD in shown_text(view.log.value)
+    # the job names a backend in its record: the status check fails with an error that quotes it
+    original = (job.run_dir / "record.json").read_text()
+    rewrite_record(job, backend=PAYLOAD)
+    view.poll(now=5.0)
+    text = shown_text(view.header.value)
+    assert f"InvalidOption: job 'w' uses the unknown backend '{PAYLOAD}'" in text, text
+    (job.run_dir / "record.json").write_text(original)
+    view.poll(now=10.0)
+    assert PAYLOAD not in view.header.value and "jt-error" not in view.header.value
+
+    def failing_observe(record, run_dir):
+        raise RuntimeError(PAYLOAD)
+
+    monkeypatch.setattr(fake_backend, "observe", failing_observe)
+    view.poll(now=15.0)
+    assert f"RuntimeError: {PAYLOAD}" in shown_text(view.header.value)
+    view.poll(now=15.5)  # no status check is due and the log reads well: the failure is still shown
+    assert PAYLOAD in shown_text(view.header.value)
+    monkeypatch.delattr(fake_backend, "observe")  # the class's own again
+    view.poll(now=20.0)  # the next check succeeds: the line goes
+    assert "jt-error" not in view.header.value
+
+    def failing_stop(record, run_dir, container=False):
+        raise RuntimeError(PAYLOAD)
+
+    monkeypatch.setattr(fake_backend, "stop", failing_stop)
+    view.stop_button.click()
+    assert f"could not stop the job: {PAYLOAD}" in shown_text(view.header.value) and not view.stop_button.disabled
+
+    # the reason a runtime gives for the end of a job
+    gone = fake_job(store, name="gone")
+    other = JobWidget(gone, clock=Clock())
+    fake_backend.vanish("gone", PAYLOAD)
+    assert other.poll(now=5.0) is False
+    assert "lost" in other.header.value and PAYLOAD in shown_text(other.header.value)
+
+
+def test_names_places_and_reasons_are_escaped_by_the_model(store):
+    from jupyter_trainer.job import Job
+    from jupyter_trainer.jobs import JobRecord, Status
+    from jupyter_trainer.monitor import JobMonitor
+    from jupyter_trainer.plot import charts_html
+
+    records = [
+        JobRecord(name="d", backend="docker", status=Status.LOST, reason=PAYLOAD, runtime={"container_name": PAYLOAD}),
+        JobRecord(
+            name="s", backend="sagemaker", status=Status.FAILED, reason=PAYLOAD,  # SageMaker's FailureReason
+            options={"instance_type": PAYLOAD, "instance_count": 2}, runtime={"training_job_name": PAYLOAD},
+        ),  # fmt: skip
+        JobRecord(
+            name="h", backend="host", status=Status.STOPPED, reason=PAYLOAD, runtime={"supervisor": {"pid": PAYLOAD}}
+        ),
+    ]
+    for record in records:
+        monitor = JobMonitor(Job(record, store))
+        text = shown_text(monitor.header_html(now=0.0))
+        assert text.count(PAYLOAD) >= 2, text  # where it runs, and why it ended
+        assert PAYLOAD in monitor.summary_text(now=0.0)  # plain text: shown as it is
+        monitor.lines.append(PAYLOAD)
+        assert PAYLOAD in shown_text(monitor.log_html())
+    # a metric's name (from a record or a metrics cache a job could rewrite), also inside an attribute
+    series = MetricSeries()
+    series.extend(PAYLOAD, [1.0, 2.0])
+    chart = charts_html(series)
+    assert PAYLOAD in shown_text(chart)
+    assert [attrs["aria-label"] for tag, attrs in _Markup(chart).tags if tag == "svg"] == [PAYLOAD]
+
+
+# -- any metric value, any failure: the widget and the poller carry on ---------------------
+
+EXTREME_SERIES = {
+    "flat huge": [1e20, 1e20, 1e20],
+    "one point": [1e20],
+    "huge both ways": [1e300, -1e300, 1e300],
+    "the largest floats": [1.7976931348623157e308, -1.7976931348623157e308],
+    "flat at the largest float": [1.7976931348623157e308] * 2,
+    "tiny": [5e-324, 0.0, 1e-320],
+    "flat tiny": [1e-300, 1e-300],
+    "flat zero": [0.0, 0.0],
+    "equal once rounded": [1.0, 1.0000000000000002],
+    "not finite": [float("nan"), 1.0, float("inf"), 2.0, float("-inf")],
+    "nothing finite": [float("nan"), float("inf")],
+}
+
+
+@pytest.mark.parametrize("values", EXTREME_SERIES.values(), ids=EXTREME_SERIES.keys())
+def test_a_chart_of_any_series_has_finite_coordinates_inside_its_box(values):
+    from jupyter_trainer.plot import chart_svg
+
+    width, height = 320, 140
+    svg = chart_svg("loss", list(enumerate(values)), "#1f77b4", width=width, height=height)
+    coordinates = [
+        float(number)
+        for points in re.findall(r'points="([^"]*)"', svg)
+        for pair in points.split()
+        for number in pair.split(",")
+    ] + [float(value) for value in re.findall(r'\b(?:x|y|cx|cy)="([^"]*)"', svg)]
+    assert coordinates and all(math.isfinite(value) and -1 <= value <= width + 1 for value in coordinates), svg
+    assert all(0 <= float(y) <= height for y in re.findall(r'\b(?:y|cy)="([^"]*)"', svg))
+    finite = [value for value in values if math.isfinite(value)]
+    drawn = re.search(r'points="([^"]*)"', svg)
+    assert len(drawn.group(1).split()) == len(finite) if finite else drawn is None
+
+
+def test_a_huge_or_flat_metric_neither_breaks_its_widget_nor_the_poller(store, fake_backend):
+    flat, other = fake_job(store, name="flat"), fake_job(store, name="other")
+    views = JobWidget(flat, clock=Clock()), JobWidget(other, clock=Clock())
+    poller = Poller(interval=0.01)
+    poller.watch(*views)
+    append(flat, "loss: 1e20\nloss: 1e20\n")  # a flat line at 1e20: once a division by zero
+    append(other, "first\n")
+    wait_for(lambda: "<svg" in views[0].plot.value and "first" in views[1].log.value, timeout=10, what="both widgets")
+    assert "jt-error" not in views[0].header.value and "1.000e+20" in views[0].plot.value
+    append(flat, "loss: 1e300\nloss: -1e300\nloss: 1e400\n")
+    append(other, "second\n")
+    wait_for(lambda: "second" in views[1].log.value and "1e300" in views[0].log.value, timeout=10, what="more lines")
+    assert "jt-error" not in views[0].header.value and "-1.000e+300" in views[0].plot.value
+    fake_backend.finish("flat", 0)
+    fake_backend.finish("other", 0)
+    wait_for(lambda: poller._thread is None, timeout=10, what="the poller to end")
+
+
+def test_one_widgets_failure_stays_in_that_widget(store, fake_backend, monkeypatch):
+    broken, healthy, raising = (fake_job(store, name=name) for name in ("broken", "healthy", "raising"))
+    views = [JobWidget(job, clock=Clock()) for job in (broken, healthy, raising)]
+
+    def failing_chart():
+        raise RuntimeError("<b>no chart</b>\nsecond line")
+
+    bug = {"on": True}
+    monkeypatch.setattr(views[0].monitor, "plot_html", failing_chart)  # a rendering bug
+    monkeypatch.setattr(views[2], "poll", lambda now: 1 / 0 if bug["on"] else False)  # a bug anywhere in a poll
+    poller = Poller(interval=0.01)
+    poller.watch(*views)
+    for job in (broken, healthy):
+        append(job, "step 1\n")
+    wait_for(lambda: all("step 1" in view.log.value for view in views[:2]), timeout=10, what="the lines")
+    error = shown_text(views[0].header.value)
+    assert "RuntimeError: <b>no chart</b> second line" in error  # one line, as text
+    assert "ZeroDivisionError" in shown_text(views[2].header.value)  # reported by the poller
+    append(healthy, "step 2\n")
+    wait_for(lambda: "step 2" in views[1].log.value, timeout=10, what="the healthy widget to go on")
+    assert poller._thread.is_alive() and "jt-error" not in views[1].header.value
+    fake_backend.finish("broken", 1)
+    wait_for(lambda: "failed" in views[0].header.value, timeout=10, what="the final status despite the chart")
+    assert views[0].stop_button.disabled and views[0] not in poller.widgets
+    bug["on"] = False
+    fake_backend.finish("healthy", 0)
+    wait_for(lambda: poller._thread is None, timeout=10, what="the poller to end")
+
+
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnhandledThreadExceptionWarning")  # the death is the point
+def test_watch_restarts_a_poller_thread_that_died(store, fake_backend):
+    class Fatal:
+        """Ends the thread that polls it, once (SystemExit ends a thread whatever it catches)."""
+
+        polls = 0
+
+        def poll(self, now):
+            Fatal.polls += 1
+            if Fatal.polls == 1:
+                raise SystemExit
+            return False
+
+    poller = Poller(interval=0.01)
+    poller.watch(Fatal())
+    wait_for(lambda: Fatal.polls and not poller._thread.is_alive(), timeout=10, what="the thread to die")
+    job = fake_job(store)
+    view = JobWidget(job, clock=Clock())
+    poller.watch(view)
+    append(job, "served again\n")
+    wait_for(lambda: "served again" in view.log.value, timeout=10, what="a new poller thread")
+    fake_backend.finish("w", 0)
+    wait_for(lambda: poller._thread is None, timeout=10, what="the poller to end")
+
+
+# -- a job removed while its widget is open -----------------------------------------
+
+
+@pytest.mark.parametrize("removed", ["job directory", "run directory", "record"])
+def test_a_removed_job_says_so_once_and_is_dropped(store, fake_backend, recording_comm, removed):
+    job = fake_job(store)
+    append(job, "step 1\n")
+    view = JobWidget(job, clock=Clock())
+    poller = Poller(interval=0.01)
+    poller.watch(view)
+    if removed == "record":
+        (job.run_dir / "record.json").unlink()
+    else:
+        shutil.rmtree(store.job_dir("w") if removed == "job directory" else job.run_dir)
+    view.last_status_check = float("-inf")  # the check is due at once
+    wait_for(lambda: poller._thread is None, timeout=10, what="the poller to drop the widget")
+    assert poller.widgets == []
+    text = shown_text(view.header.value)
+    assert view.header.value.count("jt-error") == 1 and "job w was removed" in text, text
+    assert view.stop_button.disabled and view.stop_button.description == "removed"
+    assert "step 1" in view.log.value  # what was read stays
+    shown = len(updates_of(recording_comm, view.header))
+    assert view.poll(now=100.0) is False and len(updates_of(recording_comm, view.header)) == shown
