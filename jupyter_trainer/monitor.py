@@ -201,11 +201,15 @@ class JobMonitor:
         return self._reading_note() + charts_html(self.metrics)
 
     def _reading_note(self) -> str:
-        """A long history takes a while to read: say that the curves are still growing."""
-        if self.cursor.offset >= self.history_end or self.history_end < NOTE_HISTORY_FROM:
-            return ""
-        done = self.cursor.offset / self.history_end
-        return f'<div class="jt-reading" style="color:#666;font-size:11px">reading the log for metrics: {done:.0%}</div>'
+        """A long history takes a while to read: say that the curves are still growing. And say which
+        metrics could not read every line (a pattern too slow on this log), rather than hide it."""
+        notes = [
+            f"--metric {name}: {count} line{'s' * (count != 1)} too long or too slow for its pattern, read in part"
+            for name, count in self.parser.skipped.items()
+        ]
+        if self.cursor.offset < self.history_end and self.history_end >= NOTE_HISTORY_FROM:
+            notes.insert(0, f"reading the log for metrics: {self.cursor.offset / self.history_end:.0%}")
+        return "".join(f'<div class="jt-reading" style="color:#666;font-size:11px">{html.escape(note)}</div>' for note in notes)
 
     def summary_text(self, now: float) -> str:
         """The same information as text, for frontends without widgets."""

@@ -595,3 +595,16 @@ def test_a_removed_job_says_so_once_and_is_dropped(store, fake_backend, recordin
     assert "step 1" in view.log.value  # what was read stays
     shown = len(updates_of(recording_comm, view.header))
     assert view.poll(now=100.0) is False and len(updates_of(recording_comm, view.header)) == shown
+
+
+def test_a_metric_pattern_too_slow_for_the_log_says_so_in_the_view(store, fake_backend):
+    from jupyter_trainer.monitor import JobMonitor
+    from jupyter_trainer.spec import Metric
+
+    job = fake_job(store, metrics=[Metric("slow", r"loss\s*[:=]?\s*(\d+)")])
+    append(job, ("epoch 1 loss" + " " * 20_000 + " nothing\n") * 5 + "loss: 3\n")
+    monitor = JobMonitor(job)
+    monitor.start()
+    monitor.read_log()
+    assert monitor.metrics.last("slow") == 3.0
+    assert "--metric slow: 5 lines too long or too slow for its pattern, read in part" in monitor.plot_html()
