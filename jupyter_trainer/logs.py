@@ -226,7 +226,11 @@ class MetricParser:
 
     def __init__(self, metrics: Iterable[Metric] = ()):
         metrics = tuple(metrics) or DEFAULT_METRICS
-        self.patterns = [(metric.name, _compile(literal_first(metric.regex))) for metric in metrics]
+        # our own patterns are linear and run at re's full speed; a user's pattern may backtrack
+        # without end, so it runs under `regex`'s timeout (three times slower on a dense log)
+        self.patterns = [
+            (metric.name, _compile(literal_first(metric.regex), bounded=metric not in DEFAULT_METRICS)) for metric in metrics
+        ]
         # Matching the log's bytes directly saves decoding it. Over ASCII bytes a bytes pattern
         # matches as its text pattern does (but for \s, which leaves out \x1c-\x1f); text with other
         # characters, and a pattern that cannot be a bytes pattern (non-ASCII, an inline (?u)),
@@ -255,6 +259,8 @@ class MetricParser:
         return found
 
     def _findall(self, name: str, pattern, subject, newline) -> list:
+        if not isinstance(pattern, regex.Pattern):
+            return pattern.findall(subject)  # one of ours: linear
         try:
             return pattern.findall(subject, concurrent=True, timeout=SCAN_TIMEOUT)
         except TimeoutError:
@@ -272,10 +278,10 @@ class MetricParser:
         return values
 
 
-def _compile(source: str):
-    """A metric pattern, compiled by `regex` (re's syntax and matches, plus a timeout and a
-    matcher that releases the GIL)."""
-    return regex.compile(source, regex.VERSION0)
+def _compile(source: str, bounded: bool):
+    """A metric pattern; `bounded`: compiled by `regex` (re's syntax and matches, plus a timeout
+    and a matcher that releases the GIL)."""
+    return regex.compile(source, regex.VERSION0) if bounded else re.compile(source)
 
 
 def literal_first(source: str) -> str:
@@ -301,7 +307,10 @@ def _flags(source: str) -> int:
 def _as_bytes_pattern(pattern):
     if not pattern.pattern.isascii():
         return None
+    source = pattern.pattern.encode("ascii")
     try:
-        return regex.compile(pattern.pattern.encode("ascii"), (pattern.flags & ~regex.UNICODE) | regex.VERSION0)
-    except (regex.error, ValueError):  # an inline (?u), say
+        if isinstance(pattern, regex.Pattern):
+            return regex.compile(source, (pattern.flags & ~regex.UNICODE) | regex.VERSION0)
+        return re.compile(source, pattern.flags & ~re.UNICODE)
+    except (re.error, regex.error, ValueError):  # an inline (?u), say
         return None
