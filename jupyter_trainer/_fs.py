@@ -1,18 +1,76 @@
-"""Reading files that a job can write to.
+"""File-system primitives: private files and directories, atomic writes, locks, and safe reads.
 
-A job owns its run's files (its log, its pid and exit-code files) and may put
-anything there: a symbolic link to /dev/zero, a FIFO that blocks a reader
-forever, a file of gigabytes. Opened here, a file is never followed through a
-link, never waited on, and must be a regular file; small files are read up to
-a cap.
+Everything the store writes is readable by its owner only, and replaced
+atomically so that no reader sees half a file. A job owns its run's files (its
+log, its pid and exit-code files) and may put anything there: a symbolic link
+to /dev/zero, a FIFO that blocks a reader forever, a file of gigabytes. Read
+here, such a file is never followed through a link, never waited on, and must
+be a regular file; small files are read up to a cap.
 """
 
 from __future__ import annotations
 
+import contextlib
 import errno
+import fcntl
 import os
+import secrets
 import stat
 from pathlib import Path
+from typing import Iterator
+
+
+def make_private_dir(path: Path) -> None:
+    """Create `path`, and the parents it lacks, readable by the owner only; a directory that exists
+    already is left as it is."""
+    missing = []
+    while not path.is_dir():
+        missing.append(path)
+        path = path.parent
+    for directory in reversed(missing):
+        try:
+            directory.mkdir(mode=0o700)
+        except FileExistsError:  # made by another process meanwhile
+            if not directory.is_dir():
+                raise
+            continue
+        os.chmod(directory, 0o700)  # mkdir's mode passes through the umask
+
+
+@contextlib.contextmanager
+def flocked(path: Path) -> Iterator[None]:
+    """An exclusive advisory lock on `path` (created if missing), held for the block."""
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
+
+
+def write_private_file(path: Path, data: bytes, durable: bool = True) -> None:
+    """Write `data` to `path` atomically, readable by the owner only (and synced to disk if durable)."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+            if durable:
+                handle.flush()
+                os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
+
+
+def create_private_file(path: Path, data: bytes = b"") -> None:
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "wb") as handle:
+        handle.write(data)
+
+
 
 _OPEN_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)
 

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from .logs import LogSource
 from .plot import MetricSeries
-from .store import write_private_file
+from ._fs import write_private_file
 
 CACHE_FILE = "metrics.json"
 VERSION = 1

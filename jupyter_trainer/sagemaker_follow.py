@@ -18,7 +18,7 @@ from pathlib import Path
 from .backends.base import FileLogSource
 from .errors import BackendUnavailable, TrainerError
 from .jobs import Observation, Status
-from .store import flocked, write_private_file
+from ._fs import flocked, write_private_file
 
 LOG_GROUP = "/aws/sagemaker/TrainingJobs"
 STATE_FILE = "cloudwatch.json"

@@ -23,6 +23,7 @@ import shutil
 from pathlib import Path
 from typing import Callable, Iterator
 
+from ._fs import create_private_file, flocked, make_private_dir, write_private_file
 from .errors import CorruptRecord, StoreError, UnknownJob
 from .jobs import NAME_PATTERN, JobRecord, validate_name
 
@@ -34,57 +35,6 @@ KEY_FILE = "fingerprint.key"
 def default_home() -> Path:
     configured = os.environ.get("JUPYTER_TRAINER_HOME")
     return Path(configured).expanduser() if configured else Path.home() / ".jupyter_trainer"
-
-
-def make_private_dir(path: Path) -> None:
-    """Create `path`, and the parents it lacks, readable by the owner only; a directory that exists
-    already is left as it is."""
-    missing = []
-    while not path.is_dir():
-        missing.append(path)
-        path = path.parent
-    for directory in reversed(missing):
-        try:
-            directory.mkdir(mode=0o700)
-        except FileExistsError:  # made by another process meanwhile
-            if not directory.is_dir():
-                raise
-            continue
-        os.chmod(directory, 0o700)  # mkdir's mode passes through the umask
-
-
-@contextlib.contextmanager
-def flocked(path: Path) -> Iterator[None]:
-    """An exclusive advisory lock on `path` (created if missing), held for the block."""
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
-        yield
-    finally:
-        os.close(fd)
-
-
-def write_private_file(path: Path, data: bytes, durable: bool = True) -> None:
-    """Write `data` to `path` atomically, readable by the owner only (and synced to disk if durable)."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
-            if durable:
-                handle.flush()
-                os.fsync(handle.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
-        raise
-
-
-def create_private_file(path: Path, data: bytes = b"") -> None:
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    with os.fdopen(fd, "wb") as handle:
-        handle.write(data)
 
 
 class JobStore:

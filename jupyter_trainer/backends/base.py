@@ -23,7 +23,7 @@ from ..errors import RunFileError
 from ..jobs import JobRecord, Observation
 from ..logs import LogSource
 from ..spec import DetachedSpec
-from ..store import create_private_file, write_private_file
+from .._fs import create_private_file, write_private_file
 
 SCRIPT_FILE = "script.py"
 LOG_FILE = "output.log"

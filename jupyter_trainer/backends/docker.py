@@ -24,7 +24,7 @@ from pathlib import Path, PurePosixPath
 from ..errors import BackendUnavailable, ImageNotFound, InvalidOption, TrainerError
 from ..jobs import JobRecord, Observation
 from ..spec import DetachedSpec
-from ..store import make_private_dir
+from .._fs import make_private_dir
 from .base import (
     EXIT_CODE_FILE,
     LOG_FILE,

@@ -24,7 +24,7 @@ from ..sagemaker_follow import (
     observe_training_job,
 )
 from ..sagemaker_spec import SCRIPT_NAME, SageMakerSpec, training_job_name
-from ..store import write_private_file
+from .._fs import write_private_file
 from .base import LOG_FILE, SCRIPT_FILE, FileLogSource
 from .host import HostBackend, start_supervised
 
