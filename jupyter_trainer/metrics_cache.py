@@ -16,8 +16,8 @@ from pathlib import Path
 from .logs import LogSource
 from .plot import MetricSeries
 from ._fs import write_private_file
+from .store import METRICS_FILE as CACHE_FILE
 
-CACHE_FILE = "metrics.json"
 VERSION = 1
 CHECK_BYTES = 64  # log bytes before the cached offset that must be unchanged
 

@@ -19,10 +19,10 @@ from .backends.base import FileLogSource
 from .errors import BackendUnavailable, TrainerError
 from .jobs import Observation, Status
 from ._fs import flocked, write_private_file
+from .store import CLOUDWATCH_LOCK_FILE as LOCK_FILE
+from .store import CLOUDWATCH_STATE_FILE as STATE_FILE
 
 LOG_GROUP = "/aws/sagemaker/TrainingJobs"
-STATE_FILE = "cloudwatch.json"
-LOCK_FILE = "cloudwatch.lock"
 SYNC_INTERVAL = 10.0  # seconds between two log fetches of one job: the SDK's own follower polls as often
 PAGE = 10_000  # events asked for per GetLogEvents call (the API's most); a shorter page is the stream's end
 

@@ -27,9 +27,23 @@ from ._fs import create_private_file, flocked, make_private_dir, write_private_f
 from .errors import CorruptRecord, StoreError, UnknownJob
 from .jobs import NAME_PATTERN, JobRecord, validate_name
 
-RECORD_FILE = "record.json"
-LOCK_FILE = "record.lock"
-KEY_FILE = "fingerprint.key"
+# Every file of a run, named here and nowhere else. The supervisor (backends/supervise.sh) writes
+# LOG_FILE, PID_FILE and EXIT_CODE_FILE under these names; tests/test_store.py checks that it does.
+RECORD_FILE = "record.json"  # the JobRecord
+LOCK_FILE = "record.lock"  # held while the record is read, changed and saved
+SCRIPT_FILE = "script.py"  # the cell body
+SUPERVISOR_FILE = "supervise.sh"  # the supervisor, copied into the run
+LOG_FILE = "output.log"  # the job's stdout and stderr
+PID_FILE = "pid"  # "SUPERVISOR_PID JOB_PID", written by the supervisor
+EXIT_CODE_FILE = "exit_code"  # "CODE stopped|exited", written by the supervisor
+METRICS_FILE = "metrics.json"  # the metric series read so far (a cache)
+CLOUDWATCH_STATE_FILE = "cloudwatch.json"  # SageMaker: how far each log stream was fetched
+CLOUDWATCH_LOCK_FILE = "cloudwatch.lock"  # SageMaker: held while fetching
+SAGEMAKER_SPEC_FILE = "sagemaker.json"  # SageMaker local mode: the spec, without secrets
+CODE_DIR = "code"  # SageMaker: the script and --source-dir, shipped with the job
+
+KEY_FILE = "fingerprint.key"  # in the store's home: the key of the fingerprints' HMAC
+CONTAINERS_DIR = "containers"  # in the store's home: the directory each container we create mounts
 
 
 def default_home() -> Path:
@@ -43,6 +57,19 @@ class JobStore:
         self.jobs_dir = self.home / "jobs"
 
     # -- layout ---------------------------------------------------------
+
+    @classmethod
+    def of_run(cls, run_dir: Path) -> "JobStore":
+        """The store a run directory belongs to (HOME/jobs/NAME/RUN)."""
+        return cls(run_dir.parent.parent.parent)
+
+    @property
+    def containers_dir(self) -> Path:
+        return self.home / CONTAINERS_DIR
+
+    def container_dir(self, container_name: str) -> Path:
+        """The directory of this store that a container we created mounts (its runs' files)."""
+        return self.containers_dir / validate_name(container_name, "container name")
 
     def job_dir(self, name: str) -> Path:
         return self.jobs_dir / validate_name(name)

@@ -91,3 +91,14 @@ def test_a_half_created_run_hides_nothing(store):
     store.run_dir("a", 2).mkdir()  # a process died between claiming run 2 and writing its record
     assert store.latest_run("a") == 1 and store.load("a").run == 1
     assert [r.name for r in store.records()] == ["a"]
+
+
+def test_the_supervisor_writes_the_run_files_the_store_names():
+    import re
+    from importlib import resources
+
+    from jupyter_trainer import store
+
+    source = resources.files("jupyter_trainer.backends").joinpath(store.SUPERVISOR_FILE).read_text()
+    written = set(re.findall(r'"\$run_dir/([^"]+)"', source))
+    assert written == {store.LOG_FILE, store.PID_FILE, store.EXIT_CODE_FILE}

@@ -24,12 +24,8 @@ from ..jobs import JobRecord, Observation
 from ..logs import LogSource
 from ..spec import DetachedSpec
 from .._fs import create_private_file, write_private_file
+from ..store import EXIT_CODE_FILE, LOG_FILE, PID_FILE, SCRIPT_FILE, SUPERVISOR_FILE
 
-SCRIPT_FILE = "script.py"
-LOG_FILE = "output.log"
-PID_FILE = "pid"
-EXIT_CODE_FILE = "exit_code"
-SUPERVISOR_FILE = "supervise.sh"
 
 # pid and exit_code are overwritten in place by the supervisor: room reserved beforehand.
 RESERVED = b" " * 64

@@ -22,9 +22,10 @@ import time
 from pathlib import Path, PurePosixPath
 
 from ..errors import BackendUnavailable, ImageNotFound, InvalidOption, TrainerError
-from ..jobs import JobRecord, Observation
+from ..jobs import NAME_PATTERN, JobRecord, Observation
 from ..spec import DetachedSpec
 from .._fs import make_private_dir
+from ..store import JobStore
 from .base import (
     EXIT_CODE_FILE,
     LOG_FILE,
@@ -42,8 +43,6 @@ from . import store_mounts
 from .links import link_run, unlink_run
 
 MOUNTED_JOBS_DIR = "/jupyter_trainer/jobs"  # where containers we create see their runs' files
-CONTAINERS_DIR = "containers"  # in the store: the directory each container we create mounts
-CONTAINER_DIR_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")  # as Docker names containers
 RUN_FILES = (SCRIPT_FILE, SUPERVISOR_FILE, LOG_FILE, PID_FILE, EXIT_CODE_FILE)
 SHIPPED_JOBS_DIR = "/tmp/jupyter_trainer/jobs"  # run files copied into containers we did not create
 WORKSPACE = "/workspace"
@@ -235,7 +234,7 @@ class DockerBackend:
             if mount.get("Source") and mount.get("Destination")
         ]
         covered = {mount.destination for mount in mounts} | set((attrs.get("HostConfig") or {}).get("Tmpfs") or {})
-        own_dir = str(home / CONTAINERS_DIR / container.name) if container.labels.get(LABEL) == "1" else None
+        own_dir = str(JobStore(home).container_dir(container.name)) if container.labels.get(LABEL) == "1" else None
         source = store_mounts.exposure(mounts, covered, str(home), own_dir)
         if source is not None:
             raise InvalidOption(
@@ -259,7 +258,7 @@ class DockerBackend:
                 f"--workdir {spec.workdir} is inside the job store ({home})", "choose a directory outside it"
             )
         self._ensure_image(spec.image)
-        own_dir = home / CONTAINERS_DIR / name
+        own_dir = JobStore(home).container_dir(name)
         make_private_dir(own_dir)
         # the store may lie inside the workspace (a notebook in ~): cover it with an empty, read-only file system
         covers = store_mounts.covers_for([store_mounts.Mount(spec.workdir, WORKSPACE)], str(home))
@@ -335,7 +334,7 @@ class DockerBackend:
         if source is None:
             return None
         source = Path(os.path.realpath(source))
-        if source.parent == Path(os.path.realpath(jobs_dir.parent / CONTAINERS_DIR)):
+        if source.parent == Path(os.path.realpath(JobStore(jobs_dir.parent).containers_dir)):
             return source
         return None  # another store's container
 
@@ -404,8 +403,8 @@ class DockerBackend:
     def _release(self, record: JobRecord, run_dir: Path) -> None:
         """The job has ended: its files need no longer be in its container's directory."""
         shared = record.runtime.get("shared_dir")
-        if shared and CONTAINER_DIR_NAME.fullmatch(shared):  # a name in this store's containers/, nothing else
-            unlink_run(run_dir.parent.parent.parent / CONTAINERS_DIR / shared, record.name, record.run, RUN_FILES)
+        if isinstance(shared, str) and NAME_PATTERN.fullmatch(shared):  # a name in this store's containers/, nothing else
+            unlink_run(JobStore.of_run(run_dir).container_dir(shared), record.name, record.run, RUN_FILES)
 
     def _exec_outcome(self, exec_id: str) -> str:
         """How the supervisor's exec ended, in words, when the engine still knows."""

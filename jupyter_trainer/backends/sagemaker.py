@@ -25,11 +25,11 @@ from ..sagemaker_follow import (
 )
 from ..sagemaker_spec import SCRIPT_NAME, SageMakerSpec, training_job_name
 from .._fs import write_private_file
+from ..store import CODE_DIR
+from ..store import SAGEMAKER_SPEC_FILE as SPEC_FILE
 from .base import LOG_FILE, SCRIPT_FILE, FileLogSource
 from .host import HostBackend, start_supervised
 
-SPEC_FILE = "sagemaker.json"  # the spec, for the local-mode runner (no secrets in it)
-CODE_DIR = "code"
 
 
 class SageMakerBackend:
