@@ -93,18 +93,18 @@ def write_log(path: Path, size: int, lines: bytes = DENSE) -> None:
 
 
 def fake_job(home: Path, name: str, log_size: int, lines: bytes = DENSE):
-    from jupyter_trainer.backends import register_backend
+    from jupyter_trainer.backends import Backends
     from jupyter_trainer.backends.fake import FakeBackend
     from jupyter_trainer.job import Job
     from jupyter_trainer.spec import DetachedSpec
     from jupyter_trainer.store import JobStore
     from jupyter_trainer.submit import submit_detached
 
-    register_backend("fake", FakeBackend())
+    backends = Backends(fake=FakeBackend())
     store = JobStore(home)
-    job = submit_detached(DetachedSpec(script="x", backend="fake", workdir="/"), name=name, store=store).job
+    job = submit_detached(DetachedSpec(script="x", backend="fake", workdir="/"), name=name, store=store, backends=backends).job
     write_log(job.run_dir / "output.log", log_size, lines)
-    return Job.load(name, store)
+    return Job.load(name, store, backends)
 
 
 def bench_logs(rounds: int, big: int) -> list[Comparison]:

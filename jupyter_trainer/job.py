@@ -7,7 +7,7 @@ import time
 from pathlib import Path
 from typing import Iterator
 
-from .backends import get_backend
+from . import backends as _backends
 from .backends.base import Backend
 from .errors import BackendUnavailable, InvalidOption, StoreError, TrainerError
 from .jobs import JobRecord, Observation, Status, resolve
@@ -19,14 +19,15 @@ from .store import JobStore
 class Job:
     """A handle on a job. Attributes reflect the last `refresh()`; status-reading calls refresh first."""
 
-    def __init__(self, record: JobRecord, store: JobStore):
+    def __init__(self, record: JobRecord, store: JobStore, backends: _backends.Backends | None = None):
         self.record = record
         self.store = store
+        self.backends = backends or _backends.DEFAULT  # where its backend is found by name
 
     @classmethod
-    def load(cls, name: str, store: JobStore | None = None) -> "Job":
+    def load(cls, name: str, store: JobStore | None = None, backends: _backends.Backends | None = None) -> "Job":
         store = store or JobStore()
-        return cls(store.load(name), store)
+        return cls(store.load(name), store, backends)
 
     def __repr__(self) -> str:
         return f"<Job {self.name!r} {self.backend} {self.record.status.value}>"
@@ -178,8 +179,8 @@ class Job:
     def backend_impl(self) -> Backend:
         """The backend object that runs this job (`backend` is its name)."""
         try:
-            return get_backend(self.backend)
-        except ValueError:
+            return self.backends.get(self.backend)
+        except _backends.UnknownBackend:
             raise InvalidOption(f"job {self.name!r} uses the unknown backend {self.backend!r}") from None
 
 
@@ -200,12 +201,14 @@ def _disk_full(path: Path) -> bool:
     return stats.f_bavail == 0 or stats.f_bfree == 0
 
 
-def get_job(name: str, store: JobStore | None = None) -> Job:
+def get_job(name: str, store: JobStore | None = None, backends: _backends.Backends | None = None) -> Job:
     """The latest run of the job called `name`, refreshed."""
-    return Job.load(name, store).refresh()
+    return Job.load(name, store, backends).refresh()
 
 
-def refreshed_records(store: JobStore | None = None, all_runs: bool = False) -> list[JobRecord | TrainerError]:
+def refreshed_records(
+    store: JobStore | None = None, all_runs: bool = False, backends: _backends.Backends | None = None
+) -> list[JobRecord | TrainerError]:
     """Every job's latest run (every run with all_runs), brought up to date, oldest first.
     A record that cannot be read is kept in the list as its error, after the others."""
     store = store or JobStore()
@@ -217,14 +220,15 @@ def refreshed_records(store: JobStore | None = None, all_runs: bool = False) -> 
             continue
         if not item.status.is_final:
             try:
-                item = Job(item, store).refresh().record
+                item = Job(item, store, backends).refresh().record
             except TrainerError:
                 pass  # shown as last recorded
         records.append(item)
     return [*sorted(records, key=lambda record: record.created_at), *problems]
 
 
-def list_jobs(store: JobStore | None = None, all_runs: bool = False) -> list[Job]:
+def list_jobs(store: JobStore | None = None, all_runs: bool = False, backends: _backends.Backends | None = None) -> list[Job]:
     """Every job's latest run (every run with all_runs), oldest first, refreshed."""
     store = store or JobStore()
-    return [Job(item, store) for item in refreshed_records(store, all_runs) if isinstance(item, JobRecord)]
+    items = refreshed_records(store, all_runs, backends)
+    return [Job(item, store, backends) for item in items if isinstance(item, JobRecord)]

@@ -12,7 +12,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
-from .backends import get_backend
+from . import backends as _backends
 from .backends.base import prepare_run_dir
 from .errors import NameInUse
 from .job import Job
@@ -40,10 +40,15 @@ class Submission:
 
 
 def submit_detached(
-    spec: DetachedSpec, name: str | None = None, rerun: bool = False, store: JobStore | None = None
+    spec: DetachedSpec,
+    name: str | None = None,
+    rerun: bool = False,
+    store: JobStore | None = None,
+    backends: _backends.Backends | None = None,
 ) -> Submission:
     store = store or JobStore()
-    backend = get_backend(spec.backend)
+    backends = backends or _backends.DEFAULT
+    backend = backends.get(spec.backend)
     backend.preflight(spec)  # an unreachable runtime is one line before the store is touched
     fingerprint = spec.fingerprint(store.fingerprint_key(), rerun)
     if name is None:
@@ -55,7 +60,7 @@ def submit_detached(
         latest = store.latest_run(name)
         run = max(store.runs(name), default=0) + 1  # past any run directory abandoned half-created
         if latest is not None:
-            existing = Job(store.load(name, latest), store).refresh()
+            existing = Job(store.load(name, latest), store, backends).refresh()
             if existing.record.fingerprint == fingerprint:
                 return Submission(existing, attached=True)
             _refuse_other_cell(name, existing.record.status, rerun)
@@ -80,7 +85,7 @@ def submit_detached(
         record.runtime = runtime
         record.started_at = time.time()
 
-    job = Job(store.update(name, run, launched), store)
+    job = Job(store.update(name, run, launched), store, backends)
     if job.record.stop_requested:  # stopped from elsewhere while it was being launched
         backend.stop(job.record, run_dir)
     return Submission(job, attached=False)

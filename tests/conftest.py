@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from jupyter_trainer.backends import _instances, register_backend
+from jupyter_trainer.backends import Backends
 from jupyter_trainer.backends.fake import FakeBackend
 from jupyter_trainer.store import JobStore
 from private_engine import PrivateEngine
@@ -39,10 +39,13 @@ def workdir(tmp_path):
 
 @pytest.fixture
 def fake_backend():
-    backend = FakeBackend()
-    register_backend("fake", backend)
-    yield backend
-    _instances.pop("fake", None)
+    return FakeBackend()
+
+
+@pytest.fixture
+def backends(fake_backend):
+    """The backends a test resolves jobs with: the real ones, and `fake_backend` under its name."""
+    return Backends(fake=fake_backend)
 
 
 def wait_for(predicate, timeout=30.0, interval=0.1, what="condition"):
@@ -120,16 +123,12 @@ def private_docker(private_engine, monkeypatch):
 
     Afterwards the engine runs again as it started, without containers, and the docker backend talks
     to the machine's engine again."""
-    monkeypatch.setenv("DOCKER_HOST", private_engine.url)
+    monkeypatch.setenv("DOCKER_HOST", private_engine.url)  # the docker backend reads it at each use
     monkeypatch.delenv("DOCKER_TLS_VERIFY", raising=False)
     monkeypatch.delenv("DOCKER_CERT_PATH", raising=False)
-    saved = _instances.pop("docker", None)  # a cached backend keeps its client of the machine's engine
     try:
         yield private_engine
     finally:
-        _instances.pop("docker", None)
-        if saved is not None:
-            _instances["docker"] = saved
         if not private_engine.running:
             private_engine.start()
         private_engine.remove_containers()

@@ -214,13 +214,7 @@ def test_gpus_without_a_gpu_runtime(docker_client, docker_image, workdir, store)
 
 
 def test_unreachable_engine(workdir, store, monkeypatch):
-    from jupyter_trainer.backends import _instances
-
     monkeypatch.setenv("DOCKER_HOST", "unix:///nonexistent/docker.sock")
-    monkeypatch.delitem(_instances, "docker", raising=False)
-    try:
-        with pytest.raises(BackendUnavailable, match="no Docker engine reachable at unix:///nonexistent"):
-            submit_detached(docker_spec("print(1)\n", workdir, "python:3.11-slim"), name="x")
-    finally:
-        _instances.pop("docker", None)
+    with pytest.raises(BackendUnavailable, match="no Docker engine reachable at unix:///nonexistent"):
+        submit_detached(docker_spec("print(1)\n", workdir, "python:3.11-slim"), name="x")
     assert store.names() == []

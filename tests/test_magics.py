@@ -102,13 +102,7 @@ def test_config_sets_defaults_and_flags_win(ip, capsys):
 
 
 def test_an_explicit_image_overrides_a_configured_host(ip, capsys, monkeypatch):
-    from jupyter_trainer.backends import _instances
-
     monkeypatch.setenv("DOCKER_HOST", "unix:///nonexistent/docker.sock")
-    monkeypatch.delitem(_instances, "docker", raising=False)
     run(ip, capsys, "%config TrainerMagics.host = True")
-    try:
-        result, out = run(ip, capsys, "%%train_detached --image python:3.11-slim --no-widget\nprint(1)\n")
-    finally:
-        _instances.pop("docker", None)
+    result, out = run(ip, capsys, "%%train_detached --image python:3.11-slim --no-widget\nprint(1)\n")
     assert not result.success and "no Docker engine reachable" in out  # the Docker path, not a --host refusal

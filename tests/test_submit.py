@@ -24,102 +24,102 @@ def snapshot(store):
     return files
 
 
-def test_same_cell_attaches_and_starts_nothing(store, fake_backend):
-    first = submit_detached(fake_spec(), name="exp", store=store)
+def test_same_cell_attaches_and_starts_nothing(store, fake_backend, backends):
+    first = submit_detached(fake_spec(), name="exp", store=store, backends=backends)
     assert not first.attached and fake_backend.launched == ["exp"]
-    again = submit_detached(fake_spec(), name="exp", store=store)
+    again = submit_detached(fake_spec(), name="exp", store=store, backends=backends)
     assert again.attached and "attached" in again.message and fake_backend.launched == ["exp"]
     fake_backend.finish("exp", 0)
-    assert submit_detached(fake_spec(), name="exp", store=store).attached  # finished: still attaches
+    assert submit_detached(fake_spec(), name="exp", store=store, backends=backends).attached  # finished: still attaches
     assert fake_backend.launched == ["exp"]
 
 
-def test_different_cell_under_a_running_name_is_refused(store, fake_backend):
-    submit_detached(fake_spec(), name="exp", store=store)
-    get_job("exp", store)  # settle the observed status, which a refresh records
+def test_different_cell_under_a_running_name_is_refused(store, fake_backend, backends):
+    submit_detached(fake_spec(), name="exp", store=store, backends=backends)
+    get_job("exp", store, backends)  # settle the observed status, which a refresh records
     before = snapshot(store)
     with pytest.raises(NameInUse, match="running with a different cell"):
-        submit_detached(fake_spec("print(2)"), name="exp", store=store)
+        submit_detached(fake_spec("print(2)"), name="exp", store=store, backends=backends)
     with pytest.raises(NameInUse):  # --rerun does not replace a running job
-        submit_detached(fake_spec("print(2)"), name="exp", store=store, rerun=True)
+        submit_detached(fake_spec("print(2)"), name="exp", store=store, rerun=True, backends=backends)
     assert snapshot(store) == before
 
 
-def test_different_cell_under_a_finished_name_needs_rerun(store, fake_backend):
-    submit_detached(fake_spec(), name="exp", store=store)
+def test_different_cell_under_a_finished_name_needs_rerun(store, fake_backend, backends):
+    submit_detached(fake_spec(), name="exp", store=store, backends=backends)
     fake_backend.finish("exp", 1)
-    get_job("exp", store)
+    get_job("exp", store, backends)
     before = snapshot(store)
     with pytest.raises(NameInUse, match="--rerun"):
-        submit_detached(fake_spec("print(2)"), name="exp", store=store)
+        submit_detached(fake_spec("print(2)"), name="exp", store=store, backends=backends)
     assert snapshot(store) == before
-    rerun = submit_detached(fake_spec("print(2)"), name="exp", store=store, rerun=True)
+    rerun = submit_detached(fake_spec("print(2)"), name="exp", store=store, rerun=True, backends=backends)
     assert rerun.job.run == 2 and not rerun.attached
     assert store.runs("exp") == [1, 2] and store.load("exp", 1).status is Status.FAILED  # history kept
-    assert submit_detached(fake_spec("print(2)"), name="exp", store=store, rerun=True).attached
+    assert submit_detached(fake_spec("print(2)"), name="exp", store=store, rerun=True, backends=backends).attached
 
 
-def test_env_value_is_part_of_the_cell_but_never_stored(store, fake_backend):
-    submit_detached(fake_spec(env={"TOKEN": "hunter2"}), name="exp", store=store)
+def test_env_value_is_part_of_the_cell_but_never_stored(store, fake_backend, backends):
+    submit_detached(fake_spec(env={"TOKEN": "hunter2"}), name="exp", store=store, backends=backends)
     with pytest.raises(NameInUse):
-        submit_detached(fake_spec(env={"TOKEN": "other"}), name="exp", store=store)
+        submit_detached(fake_spec(env={"TOKEN": "other"}), name="exp", store=store, backends=backends)
     assert not any(b"hunter2" in content for content in snapshot(store).values())
 
 
-def test_unnamed_cells_get_a_name_per_cell(store, fake_backend):
-    a = submit_detached(fake_spec(), store=store)
-    assert submit_detached(fake_spec(), store=store).job.name == a.job.name
-    b = submit_detached(fake_spec("print(2)"), store=store)
+def test_unnamed_cells_get_a_name_per_cell(store, fake_backend, backends):
+    a = submit_detached(fake_spec(), store=store, backends=backends)
+    assert submit_detached(fake_spec(), store=store, backends=backends).job.name == a.job.name
+    b = submit_detached(fake_spec("print(2)"), store=store, backends=backends)
     assert b.job.name != a.job.name and fake_backend.launched == [a.job.name, b.job.name]
 
 
-def test_failed_launch_leaves_the_store_as_it_was(store, fake_backend):
-    submit_detached(fake_spec(), name="other", store=store)
+def test_failed_launch_leaves_the_store_as_it_was(store, fake_backend, backends):
+    submit_detached(fake_spec(), name="other", store=store, backends=backends)
     before = snapshot(store)
     fake_backend.fail_launch = TrainerError("image 'x' is not on this machine")
     with pytest.raises(TrainerError):
-        submit_detached(fake_spec(), name="exp", store=store)
+        submit_detached(fake_spec(), name="exp", store=store, backends=backends)
     assert snapshot(store) == before and store.names() == ["other"]
 
 
-def test_stop_marks_the_job_stopped(store, fake_backend):
-    job = submit_detached(fake_spec(), name="exp", store=store).job
+def test_stop_marks_the_job_stopped(store, fake_backend, backends):
+    job = submit_detached(fake_spec(), name="exp", store=store, backends=backends).job
     assert job.status is Status.RUNNING
     job.stop()
     assert fake_backend.stopped == [("exp", False)]
-    assert get_job("exp", store).status is Status.STOPPED and job.exit_code == 143
+    assert get_job("exp", store, backends).status is Status.STOPPED and job.exit_code == 143
 
 
-def test_vanished_process_is_lost_with_its_reason(store, fake_backend):
-    submit_detached(fake_spec(), name="exp", store=store)
+def test_vanished_process_is_lost_with_its_reason(store, fake_backend, backends):
+    submit_detached(fake_spec(), name="exp", store=store, backends=backends)
     fake_backend.vanish("exp", "container c was removed while the job ran")
-    job = get_job("exp", store)
+    job = get_job("exp", store, backends)
     assert job.status is Status.LOST and job.reason == "container c was removed while the job ran"
     fake_backend.finish("exp", 0)  # final states stay final
-    assert Job.load("exp", store).status is Status.LOST
+    assert Job.load("exp", store, backends).status is Status.LOST
 
 
-def test_list_jobs(store, fake_backend):
+def test_list_jobs(store, fake_backend, backends):
     for name in ("b", "a"):
-        submit_detached(fake_spec(name), name=name, store=store)
-    assert [job.name for job in list_jobs(store)] == ["b", "a"]
+        submit_detached(fake_spec(name), name=name, store=store, backends=backends)
+    assert [job.name for job in list_jobs(store, backends=backends)] == ["b", "a"]
 
 
-def test_rerun_skips_a_run_abandoned_half_created(store, fake_backend):
-    submit_detached(fake_spec(), name="exp", store=store)
+def test_rerun_skips_a_run_abandoned_half_created(store, fake_backend, backends):
+    submit_detached(fake_spec(), name="exp", store=store, backends=backends)
     fake_backend.finish("exp", 0)
     store.run_dir("exp", 2).mkdir()  # claimed, never recorded
-    assert get_job("exp", store).run == 1
-    assert submit_detached(fake_spec("print(2)"), name="exp", store=store, rerun=True).job.run == 3
+    assert get_job("exp", store, backends).run == 1
+    assert submit_detached(fake_spec("print(2)"), name="exp", store=store, rerun=True, backends=backends).job.run == 3
 
 
-def test_a_stop_asked_while_launching_is_carried_out(store, fake_backend):
+def test_a_stop_asked_while_launching_is_carried_out(store, fake_backend, backends):
     original = fake_backend.launch
 
     def slow_launch(record, run_dir, spec):
-        Job.load(record.name, store).stop()  # another kernel stops it before the launch is recorded
+        Job.load(record.name, store, backends).stop()  # another kernel stops it before the launch is recorded
         return original(record, run_dir, spec)
 
     fake_backend.launch = slow_launch
-    submit_detached(fake_spec(), name="exp", store=store)
-    assert fake_backend.stopped == [("exp", False)] and get_job("exp", store).status is Status.STOPPED
+    submit_detached(fake_spec(), name="exp", store=store, backends=backends)
+    assert fake_backend.stopped == [("exp", False)] and get_job("exp", store, backends).status is Status.STOPPED

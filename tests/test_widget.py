@@ -40,9 +40,9 @@ class Clock:
         return self.now
 
 
-def fake_job(store, name="w", metrics=()):
+def fake_job(store, backends, name="w", metrics=()):
     spec = DetachedSpec(script="x", backend="fake", workdir=os.getcwd(), metrics=tuple(metrics))
-    return submit_detached(spec, name=name, store=store).job
+    return submit_detached(spec, name=name, store=store, backends=backends).job
 
 
 def append(job, text):
@@ -54,10 +54,10 @@ def updates_of(sent, widget):
     return [data for comm_id, kind, data in sent if comm_id == widget.model_id and data and data.get("method") == "update"]
 
 
-def test_widget_follows_log_metrics_and_final_status(store, fake_backend):
+def test_widget_follows_log_metrics_and_final_status(store, fake_backend, backends):
     from jupyter_trainer.spec import Metric
 
-    job = fake_job(store, metrics=[Metric("acc", r"acc=([0-9.]+)")])
+    job = fake_job(store, backends, metrics=[Metric("acc", r"acc=([0-9.]+)")])
     clock = Clock()
     view = JobWidget(job, log_lines=3, clock=clock)
     assert "no output yet" in view.log.value and "running" in view.header.value
@@ -73,8 +73,8 @@ def test_widget_follows_log_metrics_and_final_status(store, fake_backend):
     assert view.stop_button.disabled and view.stop_button.button_style == "danger"
 
 
-def test_progress_bars_and_colours_are_cleaned(store, fake_backend):
-    job = fake_job(store)
+def test_progress_bars_and_colours_are_cleaned(store, fake_backend, backends):
+    job = fake_job(store, backends)
     view = JobWidget(job, clock=Clock())
     append(job, "epoch 1\n\x1b[32m 10%|#         |\r 50%|#####     |\r")
     view.poll(now=1.0)
@@ -84,8 +84,8 @@ def test_progress_bars_and_colours_are_cleaned(store, fake_backend):
     assert "100%|##########|" in view.log.value and "50%" not in view.log.value
 
 
-def test_updates_are_rate_limited_whatever_the_print_rate(store, fake_backend, recording_comm):
-    job = fake_job(store)
+def test_updates_are_rate_limited_whatever_the_print_rate(store, fake_backend, backends, recording_comm):
+    job = fake_job(store, backends)
     view = JobWidget(job, clock=Clock())
     before = len(updates_of(recording_comm, view.log))
     for tick in range(40):  # 40 polls over 2 seconds, each with 1000 new lines
@@ -97,8 +97,8 @@ def test_updates_are_rate_limited_whatever_the_print_rate(store, fake_backend, r
     assert "tick 39 line 999" in view.log.value
 
 
-def test_memory_stays_bounded(store, fake_backend):
-    job = fake_job(store)
+def test_memory_stays_bounded(store, fake_backend, backends):
+    job = fake_job(store, backends)
     view = JobWidget(job, log_lines=50, clock=Clock())
     append(job, "".join(f"loss: {i}\n" for i in range(200_000)))
     now = 0.0
@@ -109,12 +109,12 @@ def test_memory_stays_bounded(store, fake_backend):
     assert len(points) <= 1000 and points[-1][1] >= 199_000 - 1024
 
 
-def test_catching_up_on_a_backlog_misses_no_rare_metric_and_numbers_every_match(store, fake_backend):
+def test_catching_up_on_a_backlog_misses_no_rare_metric_and_numbers_every_match(store, fake_backend, backends):
     from jupyter_trainer.monitor import JobMonitor
     from jupyter_trainer.spec import Metric
 
     metrics = [Metric("loss", r"\bloss\b\s*[:=]?\s*([-+]?\d*\.?\d+)"), Metric("val_loss", r"val_loss=([\d.]+)")]
-    job = fake_job(store, metrics=metrics)
+    job = fake_job(store, backends, metrics=metrics)
     lines = []
     for step in range(120_000):
         lines.append(f"step {step} \x1b[1mloss\x1b[0m: {step}\n" if step % 7 else f"step {step} loss_scale: 4\n")
@@ -133,10 +133,10 @@ def test_catching_up_on_a_backlog_misses_no_rare_metric_and_numbers_every_match(
     assert monitor.metrics.last("loss") == expected[-1]
 
 
-def test_one_poll_over_many_reads_shows_exactly_the_last_lines(store, fake_backend):
+def test_one_poll_over_many_reads_shows_exactly_the_last_lines(store, fake_backend, backends):
     from jupyter_trainer.monitor import JobMonitor
 
-    job = fake_job(store)
+    job = fake_job(store, backends)
     monitor = JobMonitor(job, log_lines=50, read_seconds=60)
     monitor.start()
     monitor.cursor.chunk_size = 100  # 30 reads in one poll, each of a few lines
@@ -146,10 +146,10 @@ def test_one_poll_over_many_reads_shows_exactly_the_last_lines(store, fake_backe
     assert monitor.log_text().endswith("line 299\nhalf a li")
 
 
-def test_a_poll_that_only_grows_the_unended_line_reports_a_change(store, fake_backend):
+def test_a_poll_that_only_grows_the_unended_line_reports_a_change(store, fake_backend, backends):
     from jupyter_trainer.monitor import JobMonitor
 
-    job = fake_job(store)
+    job = fake_job(store, backends)
     append(job, "epoch 1\n10%")
     monitor = JobMonitor(job)
     monitor.start()
@@ -159,7 +159,7 @@ def test_a_poll_that_only_grows_the_unended_line_reports_a_change(store, fake_ba
     append(job, "\r20%")
     assert monitor.read_log() and monitor.log_text() == "epoch 1\n20%"
     # the same unended line, read first inside the shown history and then at its end
-    other = fake_job(store, name="other")
+    other = fake_job(store, backends, name="other")
     append(other, "\nb\nb")
     monitor = JobMonitor(other, read_budget=2)
     monitor.start()
@@ -168,11 +168,11 @@ def test_a_poll_that_only_grows_the_unended_line_reports_a_change(store, fake_ba
     assert monitor.read_log() and monitor.log_text() == "\nb\nb"
 
 
-def test_metrics_in_lines_with_other_characters_match_as_in_text(store, fake_backend):
+def test_metrics_in_lines_with_other_characters_match_as_in_text(store, fake_backend, backends):
     from jupyter_trainer.monitor import JobMonitor
     from jupyter_trainer.spec import Metric
 
-    job = fake_job(store, metrics=[Metric("loss", r"\bloss\b\s*[:=]?\s*([-+]?\d*\.?\d+)"), Metric("acc", r"acc=(\d+)")])
+    job = fake_job(store, backends, metrics=[Metric("loss", r"\bloss\b\s*[:=]?\s*([-+]?\d*\.?\d+)"), Metric("acc", r"acc=(\d+)")])
     append(job, "训练loss: 9\nÉloss=9\nloss:\xa00.5 █\nacc=１２\nloss=0.25\n")
     monitor = JobMonitor(job)
     monitor.history_end = 0
@@ -180,8 +180,8 @@ def test_metrics_in_lines_with_other_characters_match_as_in_text(store, fake_bac
     assert monitor.metrics.points == {"loss": [(0, 0.5), (1, 0.25)], "acc": [(0, 12.0)]}
 
 
-def test_an_unended_progress_bar_does_not_grow_memory(store, fake_backend):
-    job = fake_job(store)
+def test_an_unended_progress_bar_does_not_grow_memory(store, fake_backend, backends):
+    job = fake_job(store, backends)
     view = JobWidget(job, clock=Clock())
     append(job, "".join(f"\r{i:>10}/1000000 it" for i in range(200_000)))
     view.poll(now=1.0)
@@ -190,8 +190,8 @@ def test_an_unended_progress_bar_does_not_grow_memory(store, fake_backend):
     assert view.monitor.log_text().endswith("199999/1000000 it")
 
 
-def test_opening_a_big_log_shows_its_tail_at_once(store, fake_backend):
-    job = fake_job(store)
+def test_opening_a_big_log_shows_its_tail_at_once(store, fake_backend, backends):
+    job = fake_job(store, backends)
     append(job, "".join(f"old line {i}\n" for i in range(300_000)))
     view = JobWidget(job, log_lines=5, clock=Clock())
     assert "old line 299999" in view.log.value and "old line 299994" not in view.log.value
@@ -202,11 +202,11 @@ def test_opening_a_big_log_shows_its_tail_at_once(store, fake_backend):
     assert view.monitor.caught_up and view.log.value.count("new line") == 1
 
 
-def test_a_long_history_says_how_far_its_metrics_are_read(store, fake_backend, monkeypatch):
+def test_a_long_history_says_how_far_its_metrics_are_read(store, fake_backend, backends, monkeypatch):
     from jupyter_trainer import monitor
 
     monkeypatch.setattr(monitor, "NOTE_HISTORY_FROM", 1000)
-    job = fake_job(store)
+    job = fake_job(store, backends)
     append(job, "".join(f"step {i}\n" for i in range(500)) + "".join(f"loss: {i}\n" for i in range(1000)))
     view = monitor.JobMonitor(job, read_budget=3000)  # 3000 of 14280 bytes a poll
     view.start()
@@ -224,10 +224,10 @@ def _read_through(view):
     return view
 
 
-def test_a_new_view_of_a_long_job_starts_from_the_saved_metrics(store, fake_backend):
+def test_a_new_view_of_a_long_job_starts_from_the_saved_metrics(store, fake_backend, backends):
     from jupyter_trainer.monitor import JobMonitor
 
-    job = fake_job(store)
+    job = fake_job(store, backends)
     append(job, "".join(f"step {i} loss: {i}\n" for i in range(50_000)) + "step 50000 loss: 3")  # unended
     first = JobMonitor(job)
     first.start()
@@ -259,11 +259,11 @@ def test_a_new_view_of_a_long_job_starts_from_the_saved_metrics(store, fake_back
     assert again.metrics.points == fresh.metrics.points and again.metrics.last("loss") == 7.0
 
 
-def test_saved_metrics_are_not_used_for_a_rewritten_log_or_other_metrics(store, fake_backend):
+def test_saved_metrics_are_not_used_for_a_rewritten_log_or_other_metrics(store, fake_backend, backends):
     from jupyter_trainer import metrics_cache
     from jupyter_trainer.monitor import JobMonitor
 
-    job = fake_job(store)
+    job = fake_job(store, backends)
     append(job, "".join(f"loss: {i}\n" for i in range(1000)))
     first = JobMonitor(job)
     first.start()
@@ -277,8 +277,8 @@ def test_saved_metrics_are_not_used_for_a_rewritten_log_or_other_metrics(store, 
     assert metrics_cache.load(job.run_dir, [["acc", r"acc=(\d+)"]], job.log_source(), log.stat().st_size) is None
 
 
-def test_stop_button(store, fake_backend):
-    job = fake_job(store)
+def test_stop_button(store, fake_backend, backends):
+    job = fake_job(store, backends)
     view = JobWidget(job, clock=Clock())
     view.stop_button.click()
     assert fake_backend.stopped == [("w", False)]
@@ -286,8 +286,8 @@ def test_stop_button(store, fake_backend):
     assert "stopped" in view.header.value and view.stop_button.description == "stopped"
 
 
-def test_poller_thread_serves_widgets_and_ends(store, fake_backend):
-    job = fake_job(store)
+def test_poller_thread_serves_widgets_and_ends(store, fake_backend, backends):
+    job = fake_job(store, backends)
     view = JobWidget(job, clock=Clock())
     poller = Poller(interval=0.01)
     poller.watch(view)
@@ -343,8 +343,8 @@ def test_metric_series_whose_numbers_all_fall_between_kept_match_numbers_still_h
     assert 5 <= len(series.points["loss"]) <= 10 and all(x % 2 == 1 for x, _ in series.points["loss"])
 
 
-def test_text_summary_without_a_widget_frontend(store, fake_backend):
-    job = fake_job(store)
+def test_text_summary_without_a_widget_frontend(store, fake_backend, backends):
+    job = fake_job(store, backends)
     append(job, "epoch 1 loss: 0.5\n")
     view = JobWidget(job, clock=Clock())
     view.poll(now=1.0)
@@ -391,8 +391,8 @@ def rewrite_record(job, **fields):
     path.write_text(json.dumps({**json.loads(path.read_text()), **fields}))
 
 
-def test_text_a_job_controls_is_shown_as_text_never_as_markup(store, fake_backend, monkeypatch):
-    job = fake_job(store)
+def test_text_a_job_controls_is_shown_as_text_never_as_markup(store, fake_backend, backends, monkeypatch):
+    job = fake_job(store, backends)
     append(job, f"epoch 1 {PAYLOAD}\n</pre><script>window.__jt_pwned=1</script>\n")
     view = JobWidget(job, clock=Clock())
     assert PAYLOAD in shown_text(view.log.value)
@@ -426,14 +426,14 @@ def test_text_a_job_controls_is_shown_as_text_never_as_markup(store, fake_backen
     assert f"could not stop the job: {PAYLOAD}" in shown_text(view.header.value) and not view.stop_button.disabled
 
     # the reason a runtime gives for the end of a job
-    gone = fake_job(store, name="gone")
+    gone = fake_job(store, backends, name="gone")
     other = JobWidget(gone, clock=Clock())
     fake_backend.vanish("gone", PAYLOAD)
     assert other.poll(now=5.0) is False
     assert "lost" in other.header.value and PAYLOAD in shown_text(other.header.value)
 
 
-def test_names_places_and_reasons_are_escaped_by_the_model(store):
+def test_names_places_and_reasons_are_escaped_by_the_model(store, backends):
     from jupyter_trainer.job import Job
     from jupyter_trainer.jobs import JobRecord, Status
     from jupyter_trainer.monitor import JobMonitor
@@ -450,7 +450,7 @@ def test_names_places_and_reasons_are_escaped_by_the_model(store):
         ),
     ]
     for record in records:
-        monitor = JobMonitor(Job(record, store))
+        monitor = JobMonitor(Job(record, store, backends))
         text = shown_text(monitor.header_html(now=0.0))
         assert text.count(PAYLOAD) >= 2, text  # where it runs, and why it ended
         assert PAYLOAD in monitor.summary_text(now=0.0)  # plain text: shown as it is
@@ -500,8 +500,8 @@ def test_a_chart_of_any_series_has_finite_coordinates_inside_its_box(values):
     assert len(drawn.group(1).split()) == len(finite) if finite else drawn is None
 
 
-def test_a_huge_or_flat_metric_neither_breaks_its_widget_nor_the_poller(store, fake_backend):
-    flat, other = fake_job(store, name="flat"), fake_job(store, name="other")
+def test_a_huge_or_flat_metric_neither_breaks_its_widget_nor_the_poller(store, fake_backend, backends):
+    flat, other = fake_job(store, backends, name="flat"), fake_job(store, backends, name="other")
     views = JobWidget(flat, clock=Clock()), JobWidget(other, clock=Clock())
     poller = Poller(interval=0.01)
     poller.watch(*views)
@@ -518,8 +518,8 @@ def test_a_huge_or_flat_metric_neither_breaks_its_widget_nor_the_poller(store, f
     wait_for(lambda: poller._thread is None, timeout=10, what="the poller to end")
 
 
-def test_one_widgets_failure_stays_in_that_widget(store, fake_backend, monkeypatch):
-    broken, healthy, raising = (fake_job(store, name=name) for name in ("broken", "healthy", "raising"))
+def test_one_widgets_failure_stays_in_that_widget(store, fake_backend, backends, monkeypatch):
+    broken, healthy, raising = (fake_job(store, backends, name=name) for name in ("broken", "healthy", "raising"))
     views = [JobWidget(job, clock=Clock()) for job in (broken, healthy, raising)]
 
     def failing_chart():
@@ -548,7 +548,7 @@ def test_one_widgets_failure_stays_in_that_widget(store, fake_backend, monkeypat
 
 
 @pytest.mark.filterwarnings("ignore::pytest.PytestUnhandledThreadExceptionWarning")  # the death is the point
-def test_watch_restarts_a_poller_thread_that_died(store, fake_backend):
+def test_watch_restarts_a_poller_thread_that_died(store, fake_backend, backends):
     class Fatal:
         """Ends the thread that polls it, once (SystemExit ends a thread whatever it catches)."""
 
@@ -563,7 +563,7 @@ def test_watch_restarts_a_poller_thread_that_died(store, fake_backend):
     poller = Poller(interval=0.01)
     poller.watch(Fatal())
     wait_for(lambda: Fatal.polls and not poller._thread.is_alive(), timeout=10, what="the thread to die")
-    job = fake_job(store)
+    job = fake_job(store, backends)
     view = JobWidget(job, clock=Clock())
     poller.watch(view)
     append(job, "served again\n")
@@ -576,8 +576,8 @@ def test_watch_restarts_a_poller_thread_that_died(store, fake_backend):
 
 
 @pytest.mark.parametrize("removed", ["job directory", "run directory", "record"])
-def test_a_removed_job_says_so_once_and_is_dropped(store, fake_backend, recording_comm, removed):
-    job = fake_job(store)
+def test_a_removed_job_says_so_once_and_is_dropped(store, fake_backend, backends, recording_comm, removed):
+    job = fake_job(store, backends)
     append(job, "step 1\n")
     view = JobWidget(job, clock=Clock())
     poller = Poller(interval=0.01)
@@ -597,11 +597,11 @@ def test_a_removed_job_says_so_once_and_is_dropped(store, fake_backend, recordin
     assert view.poll(now=100.0) is False and len(updates_of(recording_comm, view.header)) == shown
 
 
-def test_a_metric_pattern_too_slow_for_the_log_says_so_in_the_view(store, fake_backend):
+def test_a_metric_pattern_too_slow_for_the_log_says_so_in_the_view(store, fake_backend, backends):
     from jupyter_trainer.monitor import JobMonitor
     from jupyter_trainer.spec import Metric
 
-    job = fake_job(store, metrics=[Metric("slow", r"loss\s*[:=]?\s*(\d+)")])
+    job = fake_job(store, backends, metrics=[Metric("slow", r"loss\s*[:=]?\s*(\d+)")])
     append(job, ("epoch 1 loss" + " " * 20_000 + " nothing\n") * 5 + "loss: 3\n")
     monitor = JobMonitor(job)
     monitor.start()

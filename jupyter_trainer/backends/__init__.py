@@ -1,38 +1,43 @@
-"""Where jobs run. Backends are created on first use, so loading the extension imports no runtime library."""
+"""Where jobs run, by name: `host`, `docker`, `sagemaker` and `fake`.
+
+A `Backends` registry creates each backend on first use, so loading the
+extension imports no runtime library. Everything that resolves a job's backend
+(submitting, following, stopping) takes a registry; `DEFAULT` serves the
+magics and the CLI, and tests pass one holding a fake instead.
+"""
 
 from __future__ import annotations
 
+import importlib
+
 from .base import Backend
 
-_instances: dict[str, Backend] = {}
+# name -> "module:Class", imported when the backend is first used
+KNOWN = {
+    "host": "jupyter_trainer.backends.host:HostBackend",
+    "docker": "jupyter_trainer.backends.docker:DockerBackend",
+    "sagemaker": "jupyter_trainer.backends.sagemaker:SageMakerBackend",
+    "fake": "jupyter_trainer.backends.fake:FakeBackend",
+}
 
 
-def get_backend(name: str) -> Backend:
-    if name not in _instances:
-        _instances[name] = _create(name)
-    return _instances[name]
+class UnknownBackend(ValueError):
+    pass
 
 
-def _create(name: str) -> Backend:
-    if name == "host":
-        from .host import HostBackend
+class Backends:
+    """Backends by name, each created once on first use; `given` ones are used as they are."""
 
-        return HostBackend()
-    if name == "docker":
-        from .docker import DockerBackend
+    def __init__(self, **given: Backend):
+        self._instances: dict[str, Backend] = dict(given)
 
-        return DockerBackend()
-    if name == "sagemaker":
-        from .sagemaker import SageMakerBackend
-
-        return SageMakerBackend()
-    if name == "fake":
-        from .fake import FakeBackend
-
-        return FakeBackend()
-    raise ValueError(f"unknown backend {name!r}")
+    def get(self, name: str) -> Backend:
+        if name not in self._instances:
+            if name not in KNOWN:
+                raise UnknownBackend(name)
+            module, _, cls = KNOWN[name].partition(":")
+            self._instances[name] = getattr(importlib.import_module(module), cls)()
+        return self._instances[name]
 
 
-def register_backend(name: str, backend: Backend) -> None:
-    """Use `backend` for jobs recorded under `name` (tests plug in fakes this way)."""
-    _instances[name] = backend
+DEFAULT = Backends()

@@ -90,21 +90,22 @@ class DockerBackend:
     has_containers = True
 
     def __init__(self):
-        self._client = None
-        self._last_ping = float("-inf")
+        self._clients: dict[str, object] = {}  # by engine location: DOCKER_HOST is read at each use, as the CLI does
+        self._pinged: dict[str, float] = {}
 
     # -- the engine --------------------------------------------------------
 
     @property
     def client(self):
-        if self._client is None:
+        location = _engine_location()
+        if location not in self._clients:
             import docker
 
             try:
-                self._client = docker.from_env()
+                self._clients[location] = docker.from_env()
             except docker.errors.DockerException as exc:
                 raise _unreachable() from exc
-        return self._client
+        return self._clients[location]
 
     def _engine_error(self, exc: Exception, doing: str) -> TrainerError:
         import docker
@@ -122,13 +123,14 @@ class DockerBackend:
     def preflight(self, spec: DetachedSpec) -> None:
         import docker
 
-        if time.monotonic() - self._last_ping < PING_VALID_SECONDS:
+        location = _engine_location()
+        if time.monotonic() - self._pinged.get(location, float("-inf")) < PING_VALID_SECONDS:
             return
         try:
             self.client.ping()
-            self._last_ping = time.monotonic()
+            self._pinged[location] = time.monotonic()
         except (docker.errors.DockerException, OSError) as exc:
-            self._client = None
+            self._clients.pop(location, None)
             raise _unreachable() from exc
 
     def launch(self, record: JobRecord, run_dir: Path, spec: DetachedSpec) -> dict:
