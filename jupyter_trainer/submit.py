@@ -13,7 +13,6 @@ import time
 from dataclasses import dataclass
 
 from . import backends as _backends
-from .backends.base import prepare_run_dir
 from .errors import NameInUse
 from .job import Job
 from .jobs import JobRecord, validate_name
@@ -75,8 +74,8 @@ def submit_detached(
         run_dir = store.create(record)
     try:
         with store.writing():
-            prepare_run_dir(run_dir, spec.script)
-        runtime = backend.launch(record, run_dir, spec)
+            backend.prepare(run_dir, spec)
+        runtime = backend.launch(record, run_dir, spec).to_dict()
     except BaseException:
         store.discard(name, run)
         raise

@@ -8,6 +8,7 @@ from __future__ import annotations
 import time
 from typing import Iterable
 
+from .backends import DEFAULT, Backends, UnknownBackend
 from .errors import TrainerError
 from .jobs import JobRecord, describe_exit_code
 
@@ -36,18 +37,12 @@ def format_time(timestamp: float | None) -> str:
     return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(timestamp))
 
 
-def where(record: JobRecord) -> str:
-    runtime = record.runtime
-    if record.backend == "docker":
-        return f"container {runtime.get('container_name') or record.options.get('container') or '?'}"
-    if record.backend == "sagemaker":
-        count = record.options.get("instance_count", 1)
-        size = f"{record.options.get('instance_type')}" + (f" x{count}" if count != 1 else "")
-        return f"SageMaker job {runtime.get('training_job_name', '?')} ({size})"
-    if record.backend == "host":
-        pid = runtime.get("supervisor", {}).get("pid")
-        return f"this machine (pid {pid})" if pid else "this machine"
-    return record.backend
+def where(record: JobRecord, backends: Backends | None = None) -> str:
+    """Where the job runs, in its backend's words."""
+    try:
+        return (backends or DEFAULT).get(record.backend).describe_where(record)
+    except UnknownBackend:
+        return record.backend
 
 
 def record_row(record: JobRecord) -> tuple[str, ...]:

@@ -2,8 +2,11 @@
 
 import os
 
+import pytest
+
 from jupyter_trainer.backends.docker import DockerBackend, stops_on_term
 from jupyter_trainer.backends.links import link_run, unlink_run
+from jupyter_trainer.errors import CorruptRecord
 from jupyter_trainer.jobs import JobRecord
 
 FILES = ("script.py", "output.log")
@@ -57,12 +60,17 @@ def test_a_released_run_is_found_by_name_never_by_a_path_in_the_record(tmp_path)
     victim = make_victim(tmp_path)
     assert link_run(shared, "train", 1, run_dir, FILES)
     record = JobRecord(name="train", backend="docker", run=1)
-    for tampered in ("../../victim", "/", "..", ""):
-        record.runtime = {"shared_dir": tampered}
-        DockerBackend()._release(record, run_dir)
+    runtime = {
+        "container_id": "c0ffee", "container_name": "jt-box", "container_started_at": "2026-01-01T00:00:00Z",
+        "exec_id": "e", "run_dir": "/jupyter_trainer/jobs/train/1", "mounted": True,
+    }  # fmt: skip
+    for tampered in ("../../victim", "/", "..", "", 7):
+        record.runtime = {**runtime, "shared_dir": tampered}
+        with pytest.raises(CorruptRecord):  # never taken for a directory to release
+            DockerBackend()._release(record, run_dir)
     assert sorted(os.listdir(victim / "1")) == sorted((*FILES, "keep.txt"))
     assert (shared / "train" / "1" / "script.py").exists()
-    record.runtime = {"shared_dir": "jt-box"}
+    record.runtime = {**runtime, "shared_dir": "jt-box"}
     DockerBackend()._release(record, run_dir)
     assert not (shared / "train").exists() and (run_dir / "script.py").read_text() == "script.py"
 

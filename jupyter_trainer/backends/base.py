@@ -19,13 +19,12 @@ from pathlib import Path
 from typing import Protocol
 
 from .. import _fs
-from ..errors import RunFileError
+from .._fs import create_private_file, write_private_file
+from ..errors import CorruptRecord, RunFileError
 from ..jobs import JobRecord, Observation
 from ..logs import LogSource
-from ..spec import DetachedSpec
-from .._fs import create_private_file, write_private_file
+from ..spec import DetachedSpec, Metric
 from ..store import EXIT_CODE_FILE, LOG_FILE, PID_FILE, SCRIPT_FILE, SUPERVISOR_FILE
-
 
 # pid and exit_code are overwritten in place by the supervisor: room reserved beforehand.
 RESERVED = b" " * 64
@@ -34,22 +33,65 @@ RESERVED = b" " * 64
 STOP_GRACE_SECONDS = 10
 
 
+class JobSpec(Protocol):
+    """What a cell asks for, whichever backend runs it (DetachedSpec, SageMakerSpec)."""
+
+    script: str
+    backend: str  # the name of the backend that runs it
+    metrics: tuple[Metric, ...]
+
+    def public_options(self) -> dict:
+        """The options as stored and shown: never a secret."""
+
+    def fingerprint(self, key: bytes, rerun: bool = False) -> str:
+        """Same cell, same fingerprint (keyed, so that it reveals nothing of the secrets in it)."""
+
+
+class Runtime(Protocol):
+    """What a backend keeps in a job's record about where the job runs (the record's `runtime`)."""
+
+    def to_dict(self) -> dict: ...
+
+
 class Backend(Protocol):
     name: str
     has_containers: bool  # whether `stop(container=True)` means something
     status_interval: float  # seconds between two status checks by a widget (a check may cost API calls)
 
-    def preflight(self, spec) -> None:
+    def preflight(self, spec: JobSpec) -> None:
         """Raise a TrainerError if the runtime cannot take the job (checked before anything is written)."""
 
-    def launch(self, record: JobRecord, run_dir: Path, spec: DetachedSpec) -> dict:
-        """Start the job; return the runtime facts to keep in the record."""
+    def prepare(self, run_dir: Path, spec: JobSpec) -> None:
+        """Write what the job needs into its new run directory (before `launch`)."""
+
+    def launch(self, record: JobRecord, run_dir: Path, spec: JobSpec) -> Runtime:
+        """Start the job; return what to keep in the record about where it runs."""
 
     def observe(self, record: JobRecord, run_dir: Path) -> Observation: ...
 
     def log_source(self, record: JobRecord, run_dir: Path) -> LogSource: ...
 
     def stop(self, record: JobRecord, run_dir: Path, container: bool = False) -> None: ...
+
+    def describe_where(self, record: JobRecord) -> str:
+        """Where the job runs, in a few words, for tables and headers."""
+
+
+def malformed_runtime(record: JobRecord, problem: str) -> CorruptRecord:
+    return CorruptRecord(
+        f"the record of job {record.name!r} (run {record.run}) says where it runs in a form that cannot be read ({problem})",
+        f"inspect or remove jobs/{record.name}/{record.run} in the job store",
+    )
+
+
+def require(data: dict, key: str, kind: type | tuple[type, ...], optional: bool = False):
+    """A field of a runtime read from a record, of the type it must have."""
+    value = data.get(key)
+    if value is None and optional:
+        return None
+    if not isinstance(value, kind) or isinstance(value, bool) and kind is int:
+        raise ValueError(f"{key} is {type(value).__name__}")
+    return value
 
 
 # What the supervisor writes, and nothing else: a job can write into these files too, so anything
@@ -134,12 +176,17 @@ def _supervisor_source() -> bytes:
     return resources.files("jupyter_trainer.backends").joinpath(SUPERVISOR_FILE).read_bytes()
 
 
-def prepare_run_dir(run_dir: Path, script: str) -> None:
-    """Write the script and the supervisor, and create the files it appends to."""
+def write_script(run_dir: Path, script: str) -> None:
+    """Write the cell's script, and create the log it will append to."""
     # the run is not recorded as launched before these are used, so they need no fsync of their own
     write_private_file(run_dir / SCRIPT_FILE, script.encode(), durable=False)
-    write_private_file(run_dir / SUPERVISOR_FILE, _supervisor_source(), durable=False)
     create_private_file(run_dir / LOG_FILE)
+
+
+def prepare_supervised_run(run_dir: Path, script: str) -> None:
+    """The script, the supervisor, and the files the supervisor writes into (see supervise.sh)."""
+    write_script(run_dir, script)
+    write_private_file(run_dir / SUPERVISOR_FILE, _supervisor_source(), durable=False)
     for name in (PID_FILE, EXIT_CODE_FILE):
         create_private_file(run_dir / name, RESERVED)
 

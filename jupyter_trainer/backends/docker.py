@@ -19,6 +19,7 @@ import re
 import signal
 import tarfile
 import time
+from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
 from ..errors import BackendUnavailable, ImageNotFound, InvalidOption, TrainerError
@@ -37,7 +38,10 @@ from .base import (
     FileLogSource,
     SupervisorFacts,
     job_environment,
+    malformed_runtime,
+    prepare_supervised_run,
     read_supervisor_facts,
+    require,
 )
 from . import store_mounts
 from .links import link_run, unlink_run
@@ -45,6 +49,10 @@ from .links import link_run, unlink_run
 MOUNTED_JOBS_DIR = "/jupyter_trainer/jobs"  # where containers we create see their runs' files
 RUN_FILES = (SCRIPT_FILE, SUPERVISOR_FILE, LOG_FILE, PID_FILE, EXIT_CODE_FILE)
 SHIPPED_JOBS_DIR = "/tmp/jupyter_trainer/jobs"  # run files copied into containers we did not create
+# A run's directory in a container: MOUNTED_JOBS_DIR/NAME/RUN or SHIPPED_JOBS_DIR/STORE_ID/NAME/RUN
+INNER_RUN_DIR = re.compile(
+    r"(?:/jupyter_trainer/jobs|/tmp/jupyter_trainer/jobs/[0-9a-f]{12})/[A-Za-z0-9][A-Za-z0-9_.-]{0,62}/[0-9]{1,9}"
+)
 WORKSPACE = "/workspace"
 LABEL = "jupyter_trainer"
 LABEL_JOBS_DIR = "jupyter_trainer.jobs_dir"
@@ -52,6 +60,44 @@ LABEL_WORKDIR = "jupyter_trainer.workdir"
 LABEL_GPUS = "jupyter_trainer.gpus"
 KEEP_ALIVE = ["tail", "-f", "/dev/null"]
 PING_VALID_SECONDS = 5.0  # an engine that answered this recently is not asked again before a submission
+
+
+@dataclass(frozen=True)
+class DockerRuntime:
+    """A job in a container: which container (and which start of it), the exec of its supervisor,
+    and where its run's files are in the container."""
+
+    container_id: str
+    container_name: str
+    container_started_at: str
+    exec_id: str
+    run_dir: str  # in the container
+    mounted: bool  # the run's files are the store's, through the container's own directory
+    shared_dir: str | None = None  # that directory's name in the store's containers/
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def of(cls, record: JobRecord) -> "DockerRuntime":
+        data = record.runtime
+        try:
+            runtime = cls(
+                container_id=require(data, "container_id", str),
+                container_name=require(data, "container_name", str),
+                container_started_at=require(data, "container_started_at", str),
+                exec_id=require(data, "exec_id", str),
+                run_dir=require(data, "run_dir", str),
+                mounted=require(data, "mounted", bool),
+                shared_dir=require(data, "shared_dir", str, optional=True),
+            )
+        except ValueError as exc:
+            raise malformed_runtime(record, str(exc)) from None
+        if not INNER_RUN_DIR.fullmatch(runtime.run_dir):
+            raise malformed_runtime(record, "run_dir is not a run's directory")
+        if runtime.shared_dir is not None and not NAME_PATTERN.fullmatch(runtime.shared_dir):
+            raise malformed_runtime(record, "shared_dir is not a container's name")
+        return runtime
 
 
 def default_container_name(image: str, workdir: str) -> str:
@@ -133,7 +179,10 @@ class DockerBackend:
             self._clients.pop(location, None)
             raise _unreachable() from exc
 
-    def launch(self, record: JobRecord, run_dir: Path, spec: DetachedSpec) -> dict:
+    def prepare(self, run_dir: Path, spec: DetachedSpec) -> None:
+        prepare_supervised_run(run_dir, spec.script)
+
+    def launch(self, record: JobRecord, run_dir: Path, spec: DetachedSpec) -> DockerRuntime:
         import docker
 
         try:
@@ -143,7 +192,7 @@ class DockerBackend:
         except (docker.errors.DockerException, OSError) as exc:
             raise self._engine_error(exc, "start the job") from exc
 
-    def _start(self, record: JobRecord, run_dir: Path, spec: DetachedSpec) -> dict:
+    def _start(self, record: JobRecord, run_dir: Path, spec: DetachedSpec) -> DockerRuntime:
         jobs_dir = run_dir.parent.parent
         container = self._ensure_container(spec, jobs_dir)
         relative = f"{record.name}/{record.run}"
@@ -177,15 +226,15 @@ class DockerBackend:
             if shared_dir is not None:
                 unlink_run(shared_dir, record.name, record.run, RUN_FILES)  # the store discards the run
             raise
-        return {
-            "container_id": container.id,
-            "container_name": container.name,
-            "container_started_at": container.attrs["State"]["StartedAt"],
-            "exec_id": exec_id,
-            "run_dir": inner_run_dir,
-            "mounted": shared_dir is not None,
-            "shared_dir": shared_dir.name if shared_dir is not None else None,
-        }
+        return DockerRuntime(
+            container_id=container.id,
+            container_name=container.name,
+            container_started_at=container.attrs["State"]["StartedAt"],
+            exec_id=exec_id,
+            run_dir=inner_run_dir,
+            mounted=shared_dir is not None,
+            shared_dir=shared_dir.name if shared_dir is not None else None,
+        )
 
     def _ensure_container(self, spec: DetachedSpec, jobs_dir: Path):
         import docker
@@ -358,24 +407,24 @@ class DockerBackend:
     def observe(self, record: JobRecord, run_dir: Path) -> Observation:
         import docker
 
-        runtime = record.runtime
-        label = runtime["container_name"]
+        runtime = DockerRuntime.of(record)
+        label = runtime.container_name
         try:
             try:
-                container = self.client.containers.get(runtime["container_id"])
+                container = self.client.containers.get(runtime.container_id)
             except docker.errors.NotFound:
-                facts = read_supervisor_facts(run_dir) if runtime["mounted"] else SupervisorFacts()
+                facts = read_supervisor_facts(run_dir) if runtime.mounted else SupervisorFacts()
                 self._release(record, run_dir)
                 if facts.exit_code is not None:
                     return facts.ended()
                 return Observation(alive=False, why_gone=f"container {label} was removed while the job ran")
             state = container.attrs["State"]
-            restarted = state.get("StartedAt") != runtime["container_started_at"]
+            restarted = state.get("StartedAt") != runtime.container_started_at
             supervised = state.get("Running") and not restarted and self._supervisor_running(container, runtime)
             facts = self._facts(container, record, run_dir)  # read after the liveness check: no race
             orphaned = (
                 state.get("Running") and not restarted and not supervised and facts.exit_code is None
-                and bool(_job_processes(container, runtime["run_dir"])["job"])
+                and bool(_job_processes(container, runtime.run_dir)["job"])
             )  # fmt: skip
         except TrainerError:
             raise
@@ -399,13 +448,13 @@ class DockerBackend:
         elif restarted:
             why = f"container {label} restarted while the job ran; its processes did not survive"
         else:
-            why = "the job's supervisor process ended without recording an exit code" + self._exec_outcome(runtime["exec_id"])
+            why = "the job's supervisor process ended without recording an exit code" + self._exec_outcome(runtime.exec_id)
         return Observation(alive=False, why_gone=why)
 
     def _release(self, record: JobRecord, run_dir: Path) -> None:
         """The job has ended: its files need no longer be in its container's directory."""
-        shared = record.runtime.get("shared_dir")
-        if isinstance(shared, str) and NAME_PATTERN.fullmatch(shared):  # a name in this store's containers/, nothing else
+        shared = DockerRuntime.of(record).shared_dir  # a name in this store's containers/, nothing else
+        if shared is not None:
             unlink_run(JobStore.of_run(run_dir).container_dir(shared), record.name, record.run, RUN_FILES)
 
     def _exec_outcome(self, exec_id: str) -> str:
@@ -420,11 +469,11 @@ class DockerBackend:
             return " (was it killed?)"
         return f" (it exited with code {code}: can the container's user read and write the store's files?)"
 
-    def _supervisor_running(self, container, runtime: dict) -> bool:
+    def _supervisor_running(self, container, runtime: DockerRuntime) -> bool:
         import docker
 
         try:
-            return bool(self.client.api.exec_inspect(runtime["exec_id"]).get("Running"))
+            return bool(self.client.api.exec_inspect(runtime.exec_id).get("Running"))
         except docker.errors.NotFound:
             # The engine restarted and forgot its execs. With live-restore the container and the
             # processes in it lived on: look for the supervisor among them.
@@ -432,30 +481,38 @@ class DockerBackend:
                 listing = container.top(ps_args="-ww -eo pid,args")  # whole command lines, whatever dockerd's COLUMNS
             except docker.errors.APIError:  # an engine whose ps takes no such options
                 listing = container.top()
-            return _runs_supervisor(listing, runtime["run_dir"])
+            return _runs_supervisor(listing, runtime.run_dir)
 
     def _facts(self, container, record: JobRecord, run_dir: Path) -> SupervisorFacts:
-        if record.runtime["mounted"]:
+        runtime = DockerRuntime.of(record)
+        if runtime.mounted:
             return read_supervisor_facts(run_dir)
-        inner = record.runtime["run_dir"]
+        inner = runtime.run_dir
         exit_code, written_at = _container_file(container, f"{inner}/{EXIT_CODE_FILE}", limit=RUN_FILE_LIMIT)
         facts = SupervisorFacts.parse(_read_container_file(container, f"{inner}/{PID_FILE}", limit=RUN_FILE_LIMIT), exit_code)
         return dataclasses.replace(facts, ended_at=written_at) if facts.exit_code is not None else facts
 
     def log_source(self, record: JobRecord, run_dir: Path):
-        if record.runtime.get("mounted", True):
+        if not record.runtime:  # not launched yet
             return FileLogSource(run_dir / LOG_FILE)
-        return ContainerLogSource(self, record.runtime["container_id"], f"{record.runtime['run_dir']}/{LOG_FILE}")
+        runtime = DockerRuntime.of(record)
+        if runtime.mounted:
+            return FileLogSource(run_dir / LOG_FILE)
+        return ContainerLogSource(self, runtime.container_id, f"{runtime.run_dir}/{LOG_FILE}")
+
+    def describe_where(self, record: JobRecord) -> str:
+        name = record.runtime.get("container_name") if isinstance(record.runtime.get("container_name"), str) else None
+        return f"container {name or record.options.get('container') or '?'}"
 
     # -- stopping ----------------------------------------------------------
 
     def stop(self, record: JobRecord, run_dir: Path, container: bool = False) -> None:
         import docker
 
-        runtime = record.runtime
+        runtime = DockerRuntime.of(record)
         try:
             try:
-                target = self.client.containers.get(runtime["container_id"])
+                target = self.client.containers.get(runtime.container_id)
             except docker.errors.NotFound:
                 return
             if target.status == "running" and not record.status.is_final:
@@ -469,7 +526,8 @@ class DockerBackend:
         """Signal the supervisor and wait until the job has ended (TERM, then KILL after the grace period).
         Processes are found by what they run, in the container itself: the pid file is the job's to
         write, so it is never what decides whom to signal."""
-        inner = record.runtime["run_dir"]
+        runtime = DockerRuntime.of(record)
+        inner = runtime.run_dir
         found = _job_processes(target, inner)
         deadline = time.monotonic() + 5
         while not found["supervisor"] and not found["job"] and time.monotonic() < deadline:
@@ -481,7 +539,7 @@ class DockerBackend:
             _run_in(target, 'for pid in "$@"; do kill -TERM "$pid"; done', *found["supervisor"])
             # wait for it, so that stopping the container next never cuts the job's grace period short
             deadline = time.monotonic() + STOP_GRACE_SECONDS + 5
-            while self._supervisor_running(target, record.runtime) and time.monotonic() < deadline:
+            while self._supervisor_running(target, runtime) and time.monotonic() < deadline:
                 time.sleep(0.2)
         elif found["job"]:
             # no supervisor left to do it: the job's own process group, TERM then KILL

@@ -6,7 +6,12 @@ from pathlib import Path
 
 from ..jobs import JobRecord, Observation
 from ..spec import DetachedSpec
-from .base import LOG_FILE, FileLogSource
+from .base import LOG_FILE, FileLogSource, write_script
+
+
+class FakeRuntime:
+    def to_dict(self) -> dict:
+        return {"fake": True}
 
 
 class FakeBackend:
@@ -23,17 +28,23 @@ class FakeBackend:
     def preflight(self, spec: DetachedSpec) -> None:
         pass
 
-    def launch(self, record: JobRecord, run_dir: Path, spec: DetachedSpec) -> dict:
+    def prepare(self, run_dir: Path, spec: DetachedSpec) -> None:
+        write_script(run_dir, spec.script)
+
+    def launch(self, record: JobRecord, run_dir: Path, spec: DetachedSpec) -> "FakeRuntime":
         if self.fail_launch is not None:
             raise self.fail_launch
         self.launched.append(record.name)
-        return {"fake": True}
+        return FakeRuntime()
 
     def observe(self, record: JobRecord, run_dir: Path) -> Observation:
         return self.observations.get(record.name, Observation(alive=True, started=True))
 
     def log_source(self, record: JobRecord, run_dir: Path) -> FileLogSource:
         return FileLogSource(run_dir / LOG_FILE)
+
+    def describe_where(self, record: JobRecord) -> str:
+        return "nowhere (a fake backend)"
 
     def stop(self, record: JobRecord, run_dir: Path, container: bool = False) -> None:
         self.stopped.append((record.name, container))

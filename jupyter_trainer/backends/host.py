@@ -7,6 +7,7 @@ import os
 import signal
 import subprocess
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 from ..jobs import JobRecord, Observation
@@ -19,6 +20,7 @@ from .base import (
     SUPERVISOR_FILE,
     FileLogSource,
     job_environment,
+    prepare_supervised_run,
     read_supervisor_facts,
 )
 
@@ -42,7 +44,22 @@ def _reap_children() -> None:
     _children[:] = [child for child in _children if child.poll() is None]
 
 
-def start_supervised(run_dir: Path, command: list[str], cwd: str, env: dict[str, str]) -> dict:
+@dataclass(frozen=True)
+class HostRuntime:
+    """A job supervised on this machine: its supervisor's identity."""
+
+    supervisor: ProcessIdentity
+
+    def to_dict(self) -> dict:
+        return {"supervisor": self.supervisor.to_dict()}
+
+    @classmethod
+    def of(cls, record: JobRecord) -> "HostRuntime":
+        # a malformed identity matches no process, so it is never signalled (see ProcessIdentity)
+        return cls(ProcessIdentity.from_dict(record.runtime.get("supervisor")))
+
+
+def start_supervised(run_dir: Path, command: list[str], cwd: str, env: dict[str, str]) -> HostRuntime:
     """Start `command` under the supervisor as a detached process of its own session; return its identity."""
     _reap_children()
     child = subprocess.Popen(
@@ -56,7 +73,7 @@ def start_supervised(run_dir: Path, command: list[str], cwd: str, env: dict[str,
         close_fds=True,
     )
     _children.append(child)
-    return {"supervisor": ProcessIdentity.of(child.pid).to_dict()}
+    return HostRuntime(ProcessIdentity.of(child.pid))
 
 
 def _is_the_job(job_pid: int | None, supervisor: ProcessIdentity) -> bool:
@@ -79,13 +96,16 @@ class HostBackend:
     def preflight(self, spec: DetachedSpec) -> None:
         pass
 
-    def launch(self, record: JobRecord, run_dir: Path, spec: DetachedSpec) -> dict:
+    def prepare(self, run_dir: Path, spec: DetachedSpec) -> None:
+        prepare_supervised_run(run_dir, spec.script)
+
+    def launch(self, record: JobRecord, run_dir: Path, spec: DetachedSpec) -> HostRuntime:
         command = [*spec.interpreter, str(run_dir / SCRIPT_FILE)]
         return start_supervised(run_dir, command, cwd=spec.workdir, env=job_environment(spec))
 
     def observe(self, record: JobRecord, run_dir: Path) -> Observation:
         _reap_children()
-        supervisor = ProcessIdentity.from_dict(record.runtime["supervisor"])
+        supervisor = HostRuntime.of(record).supervisor
         supervisor_alive = supervisor.is_alive()
         facts = read_supervisor_facts(run_dir)  # read after the liveness check: no race
         if facts.exit_code is not None:
@@ -107,8 +127,12 @@ class HostBackend:
     def log_source(self, record: JobRecord, run_dir: Path) -> FileLogSource:
         return FileLogSource(run_dir / LOG_FILE)
 
+    def describe_where(self, record: JobRecord) -> str:
+        pid = HostRuntime.of(record).supervisor.pid if record.runtime else 0
+        return f"this machine (pid {pid})" if pid else "this machine"
+
     def stop(self, record: JobRecord, run_dir: Path, container: bool = False) -> None:
-        supervisor = ProcessIdentity.from_dict(record.runtime["supervisor"])
+        supervisor = HostRuntime.of(record).supervisor
         with contextlib.suppress(ProcessLookupError):  # it may end on its own meanwhile
             if supervisor.is_alive():
                 # the supervisor stops the job's process group: TERM, then KILL after the grace period

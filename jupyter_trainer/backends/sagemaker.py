@@ -7,11 +7,13 @@ on this machine (supervised like a --host job), so it outlives the kernel too.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import secrets
 import shutil
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 from ..jobs import JobRecord, Observation
@@ -27,9 +29,48 @@ from ..sagemaker_spec import SCRIPT_NAME, SageMakerSpec, training_job_name
 from .._fs import write_private_file
 from ..store import CODE_DIR
 from ..store import SAGEMAKER_SPEC_FILE as SPEC_FILE
-from .base import LOG_FILE, SCRIPT_FILE, FileLogSource
+from .base import LOG_FILE, SCRIPT_FILE, FileLogSource, malformed_runtime, prepare_supervised_run, require, write_script
 from .host import HostBackend, start_supervised
 
+
+@dataclass(frozen=True)
+class SageMakerRuntime:
+    """A SageMaker training job: its name, and where it runs (a region, or local mode under a
+    supervisor on this machine); plus what DescribeTrainingJob last said of it."""
+
+    training_job_name: str
+    mode: str  # "remote" or "local"
+    sdk: int  # the sagemaker SDK's major version that submitted it
+    region: str | None = None  # remote
+    supervisor: dict | None = None  # local: the supervisor's identity (see HostRuntime)
+    secondary_status: str | None = None
+    failure_reason: str | None = None
+    billable_seconds: int | None = None
+    model_artifacts: str | None = None
+
+    def to_dict(self) -> dict:
+        return {key: value for key, value in dataclasses.asdict(self).items() if value is not None}
+
+    @classmethod
+    def of(cls, record: JobRecord) -> "SageMakerRuntime":
+        data = record.runtime
+        try:
+            runtime = cls(
+                training_job_name=require(data, "training_job_name", str),
+                mode=require(data, "mode", str),
+                sdk=require(data, "sdk", int),
+                region=require(data, "region", str, optional=True),
+                supervisor=require(data, "supervisor", dict, optional=True),
+                secondary_status=require(data, "secondary_status", str, optional=True),
+                failure_reason=require(data, "failure_reason", str, optional=True),
+                billable_seconds=require(data, "billable_seconds", int, optional=True),
+                model_artifacts=require(data, "model_artifacts", str, optional=True),
+            )
+        except ValueError as exc:
+            raise malformed_runtime(record, str(exc)) from None
+        if runtime.mode not in ("remote", "local") or (runtime.mode == "remote" and not runtime.region):
+            raise malformed_runtime(record, f"mode {runtime.mode!r}")
+        return runtime
 
 
 class SageMakerBackend:
@@ -51,7 +92,13 @@ class SageMakerBackend:
         if not spec.local:
             aws_session()
 
-    def launch(self, record: JobRecord, run_dir: Path, spec: SageMakerSpec) -> dict:
+    def prepare(self, run_dir: Path, spec: SageMakerSpec) -> None:
+        if spec.local:  # run on this machine under the supervisor
+            prepare_supervised_run(run_dir, spec.script)
+        else:
+            write_script(run_dir, spec.script)
+
+    def launch(self, record: JobRecord, run_dir: Path, spec: SageMakerSpec) -> SageMakerRuntime:
         from ..sagemaker_sdk import sdk_major
 
         sdk = sdk_major()
@@ -60,14 +107,14 @@ class SageMakerBackend:
         if spec.local:
             write_private_file(run_dir / SPEC_FILE, json.dumps({"job_name": job_name, **spec.public_options()}).encode())
             command = [sys.executable, "-m", "jupyter_trainer.sagemaker_local", str(run_dir)]
-            runtime = start_supervised(run_dir, command, cwd=str(run_dir), env={"PYTHONUNBUFFERED": "1"})
-            return {**runtime, "training_job_name": job_name, "mode": "local", "sdk": sdk}
+            supervised = start_supervised(run_dir, command, cwd=str(run_dir), env={"PYTHONUNBUFFERED": "1"})
+            return SageMakerRuntime(job_name, "local", sdk, supervisor=supervised.supervisor.to_dict())
         session = aws_session()
         code_uri = self._upload_code(session, code_dir, spec.output_path, job_name)
         from ..sagemaker_sdk import submit_remote
 
         submit_remote(spec, job_name, code_uri, session)
-        return {"training_job_name": job_name, "region": session.region_name, "mode": "remote", "sdk": sdk}
+        return SageMakerRuntime(job_name, "remote", sdk, region=session.region_name)
 
     def _stage_code(self, run_dir: Path, spec: SageMakerSpec) -> Path:
         """The code channel: the cell's script, and --source-dir's files beside it for its imports."""
@@ -94,24 +141,24 @@ class SageMakerBackend:
     # -- following ---------------------------------------------------------
 
     def observe(self, record: JobRecord, run_dir: Path) -> Observation:
-        runtime = record.runtime
-        if runtime.get("mode") == "local":
+        runtime = SageMakerRuntime.of(record)
+        if runtime.mode == "local":
             return self._host.observe(record, run_dir)
         try:
-            description = self._client(runtime["region"], "sagemaker").describe_training_job(
-                TrainingJobName=runtime["training_job_name"]
+            description = self._client(runtime.region, "sagemaker").describe_training_job(
+                TrainingJobName=runtime.training_job_name
             )
         except Exception as exc:
             raise aws_error(exc, "describe the training job") from exc
         return observe_training_job(description)
 
     def log_source(self, record: JobRecord, run_dir: Path):
-        runtime = record.runtime
-        if runtime.get("mode") != "remote":  # local mode, or not submitted yet: the log is the local file
+        if not record.runtime or SageMakerRuntime.of(record).mode != "remote":  # local, or not submitted yet
             return FileLogSource(run_dir / LOG_FILE)
+        runtime = SageMakerRuntime.of(record)
         if run_dir not in self._log_sources:
-            logs = self._client(runtime["region"], "logs")
-            syncer = CloudWatchLogSync(logs, runtime["training_job_name"], run_dir, run_dir / LOG_FILE)
+            logs = self._client(runtime.region, "logs")
+            syncer = CloudWatchLogSync(logs, runtime.training_job_name, run_dir, run_dir / LOG_FILE)
             self._log_sources[run_dir] = SyncedLogSource(syncer)
         return self._log_sources[run_dir]
 
@@ -123,14 +170,20 @@ class SageMakerBackend:
         return self._clients[key]
 
     def stop(self, record: JobRecord, run_dir: Path, container: bool = False) -> None:
-        runtime = record.runtime
-        if runtime.get("mode") == "local":
+        runtime = SageMakerRuntime.of(record)
+        if runtime.mode == "local":
             self._host.stop(record, run_dir)
             return
         try:
-            self._client(runtime["region"], "sagemaker").stop_training_job(TrainingJobName=runtime["training_job_name"])
+            self._client(runtime.region, "sagemaker").stop_training_job(TrainingJobName=runtime.training_job_name)
         except Exception as exc:
             error = aws_error(exc, "stop the training job")
             if "ValidationException" in str(error):  # it has already ended
                 return
             raise error from exc
+
+    def describe_where(self, record: JobRecord) -> str:
+        count = record.options.get("instance_count", 1)
+        size = f"{record.options.get('instance_type')}" + (f" x{count}" if count != 1 else "")
+        name = record.runtime.get("training_job_name") if isinstance(record.runtime.get("training_job_name"), str) else None
+        return f"SageMaker job {name or '?'} ({size})"
