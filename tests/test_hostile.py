@@ -382,3 +382,55 @@ print()
         pass
     assert monitor.metrics.counts["loss"] == 2000  # every redraw once, none lost, none twice
     assert monitor.metrics.last("loss") == 1.999
+
+
+MOVER = """
+import os
+for move in (("/workspace/sub", "/workspace/moved"), ("/workspace/sub/.jt", "/workspace/sub/jt2")):
+    try:
+        os.rename(*move)
+        print("moved", move[0])
+    except OSError as exc:
+        print("cannot move", move[0], exc.__class__.__name__)
+try:
+    os.makedirs("/workspace/sub/.jt/jobs", exist_ok=True)
+    print("planted")
+except OSError as exc:
+    print("cannot plant", exc.__class__.__name__)
+"""
+
+
+def test_a_container_job_can_neither_move_nor_replace_a_store_deep_in_its_workspace(docker_image, tmp_path, monkeypatch):
+    # the store two levels below the workspace: renaming the directory on the way would make this
+    # machine use a "store" of the job's making
+    home = tmp_path / "sub" / ".jt"
+    monkeypatch.setenv("JUPYTER_TRAINER_HOME", str(home))
+    job = submit(MOVER, {"host": False, "image": docker_image}, tmp_path, "mover")
+    try:
+        assert job.wait(timeout=60) is Status.COMPLETED, job.logs()
+        output = job.logs()
+        assert "moved" not in output.replace("cannot move", "") and "cannot plant" in output, output
+        assert (home / "fingerprint.key").exists() and not (tmp_path / "moved").exists()
+        (tmp_path / "sub" / "mine.txt").write_text("the workspace's own files are still there")
+        seer = submit("print(open('/workspace/sub/mine.txt').read())\n", {"host": False, "image": docker_image}, tmp_path, "seer")
+        assert seer.wait(timeout=60) is Status.COMPLETED and "still there" in seer.logs()
+    finally:
+        import docker
+
+        for container in docker.from_env().containers.list(all=True, filters={"label": "jupyter_trainer"}):
+            if container.labels.get("jupyter_trainer.jobs_dir") == str(home / "jobs"):
+                container.remove(force=True)
+
+
+def test_a_store_reached_through_a_link_in_the_workspace_is_refused(docker_image, tmp_path, monkeypatch):
+    real = tmp_path / "elsewhere" / "store"
+    real.mkdir(parents=True)
+    workspace = tmp_path / "notebooks"
+    workspace.mkdir()
+    (workspace / ".jupyter_trainer").symlink_to(real)  # a job could put a directory of its own there
+    monkeypatch.setenv("JUPYTER_TRAINER_HOME", str(workspace / ".jupyter_trainer"))
+    with pytest.raises(TrainerError) as refused:
+        submit("print(1)\n", {"host": False, "image": docker_image}, workspace, "linked")
+    message = str(refused.value)
+    assert "link inside --workdir" in message and f"JUPYTER_TRAINER_HOME={real}" in message and "\n" not in message
+    assert not (real / "jobs" / "linked").exists()

@@ -284,9 +284,9 @@ class DockerBackend:
             for mount in attrs.get("Mounts") or []
             if mount.get("Source") and mount.get("Destination")
         ]
-        covered = {mount.destination for mount in mounts} | set((attrs.get("HostConfig") or {}).get("Tmpfs") or {})
+        mounted_over = {mount.destination for mount in mounts} | set((attrs.get("HostConfig") or {}).get("Tmpfs") or {})
         own_dir = str(JobStore(home).container_dir(container.name)) if container.labels.get(LABEL) == "1" else None
-        source = store_mounts.exposure(mounts, covered, str(home), own_dir)
+        source = store_mounts.exposure(mounts, mounted_over, str(home), own_dir)
         if source is not None:
             raise InvalidOption(
                 f"container {container.name!r} can reach the job store through its mount of {source}, "
@@ -310,9 +310,18 @@ class DockerBackend:
             )
         self._ensure_image(spec.image)
         own_dir = JobStore(home).container_dir(name)
+        # the store may lie inside the workspace (a notebook in ~): cover it, and pin the way to it
+        try:
+            needed = store_mounts.protection(store_mounts.Mount(spec.workdir, WORKSPACE), str(home))
+        except store_mounts.LinkOnTheWay as link:
+            raise InvalidOption(
+                f"the job store's path goes through {link.link}, a link inside --workdir that a job could replace",
+                f"set JUPYTER_TRAINER_HOME={os.path.realpath(home)} (where it points)",
+            ) from None
+        volumes = {spec.workdir: {"bind": WORKSPACE, "mode": "rw"}}
+        volumes.update({pin.source: {"bind": pin.destination, "mode": "rw"} for pin in needed.pins} if needed else {})
+        volumes[str(own_dir)] = {"bind": MOUNTED_JOBS_DIR, "mode": "rw"}
         make_private_dir(own_dir)
-        # the store may lie inside the workspace (a notebook in ~): cover it with an empty, read-only file system
-        covers = store_mounts.covers_for([store_mounts.Mount(spec.workdir, WORKSPACE)], str(home))
         try:
             return self.client.containers.run(
                 spec.image,
@@ -321,17 +330,14 @@ class DockerBackend:
                 detach=True,
                 init=True,
                 working_dir=WORKSPACE,
-                volumes={
-                    spec.workdir: {"bind": WORKSPACE, "mode": "rw"},
-                    str(own_dir): {"bind": MOUNTED_JOBS_DIR, "mode": "rw"},
-                },
+                volumes=volumes,
                 labels={
                     LABEL: "1",
                     LABEL_JOBS_DIR: str(jobs_dir),
                     LABEL_WORKDIR: spec.workdir,
                     LABEL_GPUS: spec.gpus or "",
                 },
-                tmpfs={place: "ro,size=4k,mode=0500" for place in covers},
+                tmpfs={needed.cover: "ro,size=4k,mode=0500"} if needed else {},
                 device_requests=gpu_requests(spec.gpus),
             )
         except docker.errors.APIError as exc:
