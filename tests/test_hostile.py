@@ -434,3 +434,23 @@ def test_a_store_reached_through_a_link_in_the_workspace_is_refused(docker_image
     message = str(refused.value)
     assert "link inside --workdir" in message and f"JUPYTER_TRAINER_HOME={real}" in message and "\n" not in message
     assert not (real / "jobs" / "linked").exists()
+
+
+def test_a_job_that_forges_an_exit_code_still_runs_and_is_stopped(where, workdir, home):
+    job = submit(SCRIBBLER.format(file="exit_code", content="0 exited\n"), where, workdir, "forger")
+    wait_for(lambda: "scribbled" in job.logs(), what="the job to forge its exit code")
+    assert get_job("forger").status is Status.RUNNING  # its supervisor lives: the job is not done
+    assert cli("stop", "forger").returncode == 0
+    stopped = get_job("forger")
+    assert stopped.status is Status.STOPPED and stopped.exit_code != 0
+
+
+def test_a_job_cannot_end_a_neighbour_in_its_container(docker_image, workdir, home):
+    where = {"host": False, "image": docker_image}
+    victim = submit("import time\nprint('up', flush=True)\ntime.sleep(600)\n", where, workdir, "victim")
+    wait_for(lambda: "up" in victim.logs(), what="the victim to run")
+    forger = submit("open('/jupyter_trainer/jobs/victim/1/exit_code', 'w').write('0 exited\\n')\n", where, workdir, "neighbour")
+    assert forger.wait(timeout=60) is Status.COMPLETED
+    assert get_job("victim").status is Status.RUNNING
+    get_job("victim").stop()
+    assert get_job("victim").status is Status.STOPPED

@@ -436,7 +436,7 @@ class DockerBackend:
             raise
         except (docker.errors.DockerException, OSError) as exc:
             raise BackendUnavailable(f"cannot reach the Docker engine at {_engine_location()}") from exc
-        if facts.exit_code is not None:
+        if facts.exit_code is not None and not supervised:  # the job can write it too: it counts once the supervisor is gone
             self._release(record, run_dir)
             return facts.ended()
         if orphaned:

@@ -108,12 +108,16 @@ class HostBackend:
         supervisor = HostRuntime.of(record).supervisor
         supervisor_alive = supervisor.is_alive()
         facts = read_supervisor_facts(run_dir)  # read after the liveness check: no race
+        if supervisor_alive:
+            # the job can write its exit-code file too: an exit code counts only once its supervisor,
+            # which writes it last, is gone
+            if facts.problem:
+                return facts.unknown(True)
+            return Observation(alive=True, started=facts.job_pid is not None or facts.exit_code is not None)
         if facts.exit_code is not None:
             return facts.ended()
         if facts.problem:
-            return facts.unknown(supervisor_alive)
-        if supervisor_alive:
-            return Observation(alive=True, started=facts.job_pid is not None)
+            return facts.unknown(False)
         if _is_the_job(facts.job_pid, supervisor):
             # the supervisor was killed but the job goes on; it can no longer record its exit code
             return Observation(alive=True, started=True)
@@ -135,8 +139,13 @@ class HostBackend:
         supervisor = HostRuntime.of(record).supervisor
         with contextlib.suppress(ProcessLookupError):  # it may end on its own meanwhile
             if supervisor.is_alive():
-                # the supervisor stops the job's process group: TERM, then KILL after the grace period
+                # the supervisor stops the job's process group: TERM, then KILL after the grace
+                # period; wait for it, so that the stop is seen done as with every backend
                 os.kill(supervisor.pid, signal.SIGTERM)
+                deadline = time.monotonic() + STOP_GRACE_SECONDS + 5
+                while supervisor.is_alive() and time.monotonic() < deadline:
+                    time.sleep(0.05)
+                    _reap_children()
                 return
             facts = read_supervisor_facts(run_dir)
             if _is_the_job(facts.job_pid, supervisor):
