@@ -454,3 +454,31 @@ def test_a_job_cannot_end_a_neighbour_in_its_container(docker_image, workdir, ho
     assert get_job("victim").status is Status.RUNNING
     get_job("victim").stop()
     assert get_job("victim").status is Status.STOPPED
+
+
+def test_a_container_whose_tools_hang_never_hangs_us(docker_client, docker_image, workdir, home, monkeypatch):
+    monkeypatch.setattr("jupyter_trainer.backends.docker.EXEC_SECONDS", 2)
+    theirs = docker_client.containers.run(docker_image, ["sleep", "infinity"], detach=True, init=True)
+    try:
+        script = """
+import os, time
+run_dir = os.path.dirname(os.path.abspath(__file__))
+os.remove(os.path.join(run_dir, "output.log"))
+os.mkfifo(os.path.join(run_dir, "output.log"))  # wc -c < it waits forever
+os.remove("/bin/sh")
+with open("/bin/sh", "w") as fake:
+    fake.write("#!/bin/dash\\nexec sleep 1000\\n")
+os.chmod("/bin/sh", 0o755)
+time.sleep(600)
+"""
+        spec = build_spec(textwrap.dedent(script), host=False, image=None, container=theirs.name, workdir=str(workdir), gpus=None)
+        job = submit_detached(spec, name="hanger").job
+        wait_for(lambda: theirs.exec_run(["/bin/dash", "-c", "head -c 2 /bin/sh"]).output == b"#!", what="the job to replace sh")
+        with pytest.raises(TrainerError) as answered:
+            job.logs(tail=3)
+        assert "did not answer within 2 s" in str(answered.value) and "\n" not in str(answered.value)
+        with pytest.raises(TrainerError) as stopping:
+            get_job("hanger").stop()
+        assert "did not answer" in str(stopping.value)
+    finally:
+        theirs.remove(force=True)

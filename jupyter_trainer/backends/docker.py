@@ -16,13 +16,14 @@ import hashlib
 import io
 import os
 import re
+import select
 import signal
 import tarfile
 import time
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
-from ..errors import BackendUnavailable, ImageNotFound, InvalidOption, TrainerError
+from ..errors import BackendUnavailable, ImageNotFound, InvalidOption, RunFileError, TrainerError
 from ..jobs import NAME_PATTERN, JobRecord, Observation
 from ..spec import DetachedSpec
 from .._fs import make_private_dir
@@ -59,7 +60,9 @@ LABEL_JOBS_DIR = "jupyter_trainer.jobs_dir"
 LABEL_WORKDIR = "jupyter_trainer.workdir"
 LABEL_GPUS = "jupyter_trainer.gpus"
 KEEP_ALIVE = ["tail", "-f", "/dev/null"]
-PING_VALID_SECONDS = 5.0  # an engine that answered this recently is not asked again before a submission
+PING_VALID_SECONDS = 5.0
+EXEC_SECONDS = 30  # our snippets answer in well under a second, unless a job replaced the container's tools
+EXEC_OUTPUT_LIMIT = 1 << 20  # an engine that answered this recently is not asked again before a submission
 
 
 @dataclass(frozen=True)
@@ -266,7 +269,7 @@ class DockerBackend:
         rather than leave the GPUs held after the job."""
         if container.labels.get(LABEL) == "1" or container.attrs["HostConfig"].get("Init"):
             return  # an init forwards TERM to the main process
-        status = container.exec_run(["cat", "/proc/1/status"], stdout=True, stderr=False).output or b""
+        status = _run_in(container, "cat /proc/1/status", limit=1 << 16)
         if stops_on_term(status.decode(errors="replace")):
             return
         raise InvalidOption(
@@ -620,10 +623,44 @@ def _runs_supervisor(top: dict, run_dir: str) -> bool:
     return any(row[column].split()[:3] == supervisor for row in top.get("Processes") or [])
 
 
-def _run_in(container, script: str, *args: str) -> bytes:
-    """Run a fixed sh snippet in the container; values go in as arguments, never into the script."""
-    result = container.exec_run(["sh", "-c", script, "sh", *args], stdout=True, stderr=False)
-    return result.output or b""
+def _run_in(container, script: str, *args: str, limit: int = EXEC_OUTPUT_LIMIT) -> bytes:
+    """Run a fixed sh snippet in the container; values go in as arguments, never into the script.
+    A job can replace the container's tools (its sh, wc, tail): the answer is awaited for
+    EXEC_SECONDS at most and read up to `limit` bytes, so no container can hang us or fill our memory."""
+    from docker.utils.socket import read
+
+    api = container.client.api
+    exec_id = api.exec_create(container.id, ["sh", "-c", script, "sh", *args], stdout=True, stderr=False)["Id"]
+    stream = api.exec_start(exec_id, socket=True)
+    frames = bytearray()
+    deadline = time.monotonic() + EXEC_SECONDS
+    try:
+        while len(frames) < limit + 8 * (len(frames) // 4096 + 2):  # room for the frames' headers
+            left = deadline - time.monotonic()
+            if left <= 0 or not select.select([stream], [], [], left)[0]:
+                raise BackendUnavailable(
+                    f"container {container.name} did not answer within {EXEC_SECONDS} s",
+                    "a job may have replaced its tools; stop the container with jupyter-trainer stop --container",
+                )
+            chunk = read(stream, 65536)
+            if not chunk:
+                break
+            frames += chunk
+    finally:
+        stream.close()
+    return _stdout_of(bytes(frames))[:limit]
+
+
+def _stdout_of(frames: bytes) -> bytes:
+    """What an exec wrote to its stdout, from the engine's multiplexed stream (8-byte frame headers)."""
+    out = bytearray()
+    position = 0
+    while position + 8 <= len(frames):
+        kind, size = frames[position], int.from_bytes(frames[position + 4 : position + 8], "big")
+        if kind == 1:
+            out += frames[position + 8 : position + 8 + size]
+        position += 8 + size
+    return bytes(out)
 
 
 def _read_container_file(container, path: str, offset: int = 0, limit: int | None = None) -> bytes:
@@ -713,11 +750,13 @@ class ContainerLogSource:
         with self._container() as container:
             if container.status != "running":
                 return _container_file_size(container, self.path)
-            text = _run_in(container, 'wc -c < "$1"', self.path).strip()
-            return int(text) if text.isdigit() else 0
+            text = _run_in(container, 'wc -c < "$1"', self.path, limit=64).strip()
+            if not (text.isdigit() and len(text) <= 18):
+                raise RunFileError(f"cannot tell the size of the job's log in container {container.name}")
+            return int(text)
 
     def read(self, offset: int, limit: int) -> bytes:
         with self._container() as container:
             if container.status != "running":
                 return _read_container_file(container, self.path, offset, limit)
-            return _run_in(container, 'tail -c +"$1" "$2" | head -c "$3"', str(offset + 1), self.path, str(limit))
+            return _run_in(container, 'tail -c +"$1" "$2" | head -c "$3"', str(offset + 1), self.path, str(limit), limit=limit)
