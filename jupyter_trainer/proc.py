@@ -84,6 +84,15 @@ def _is_int(value) -> bool:
 UNKNOWN_PROCESS = ProcessIdentity(0, None, "")
 
 
+def command_line(pid: int) -> list[str] | None:
+    """The arguments a live process on this machine runs with (None if it is gone)."""
+    try:
+        data = (_PROC / str(pid) / "cmdline").read_bytes()
+    except OSError:
+        return None
+    return data.decode(errors="replace").split("\0")[:-1]
+
+
 def session_id(pid: int) -> int | None:
     """The session of a live process on this machine (None if it is gone)."""
     fields = _stat_fields(pid)

@@ -482,3 +482,26 @@ time.sleep(600)
         assert "did not answer" in str(stopping.value)
     finally:
         theirs.remove(force=True)
+
+
+def test_a_job_that_kills_its_supervisor_cannot_name_another_process_as_itself(workdir, home):
+    bystander = subprocess.Popen(["setsid", "sleep", "600"])  # leads its own session, started just now
+    script = f"""
+import os, signal, time
+run_dir = os.path.dirname(os.path.abspath(__file__))
+supervisor = int(open(os.path.join(run_dir, "pid")).read().split()[0])
+os.kill(supervisor, signal.SIGKILL)
+with open(os.path.join(run_dir, "pid"), "r+") as pid_file:
+    pid_file.write("{{}} {bystander.pid}\\n".format(supervisor))
+print("pretending", flush=True)
+time.sleep(600)
+"""
+    try:
+        job = submit(script, {"host": True, "image": None}, workdir, "pretender")
+        wait_for(lambda: "pretending" in job.logs(), what="the job to pretend")
+        assert cli("stop", "pretender").returncode == 0
+        time.sleep(0.5)
+        assert bystander.poll() is None  # never signalled
+    finally:
+        bystander.kill()
+        subprocess.run(["pkill", "-f", str(home / "jobs" / "pretender")])

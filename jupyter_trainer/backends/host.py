@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..jobs import JobRecord, Observation
-from ..proc import ProcessIdentity, boot_id, session_id, start_time
+from ..proc import ProcessIdentity, boot_id, command_line, session_id, start_time
 from ..spec import DetachedSpec
 from .base import (
     LOG_FILE,
@@ -76,11 +76,14 @@ def start_supervised(run_dir: Path, command: list[str], cwd: str, env: dict[str,
     return HostRuntime(ProcessIdentity.of(child.pid))
 
 
-def _is_the_job(job_pid: int | None, supervisor: ProcessIdentity) -> bool:
-    """Whether `job_pid` is still the job its (now gone) supervisor started. The job leads a
-    session of its own and started within moments of its supervisor; a process that got the pid
-    after the job ended started long after (pids are reused only once the counter wraps)."""
+def _is_the_job(job_pid: int | None, supervisor: ProcessIdentity, run_dir: Path) -> bool:
+    """Whether `job_pid` is still the job its (now gone) supervisor started. The pid comes from a
+    file the job can write, so the process must show itself to be the job: it leads a session of
+    its own, runs this run's script, and started within moments of its supervisor (a process that
+    got the pid after the job ended started long after: pids are reused only once the counter wraps)."""
     if job_pid is None or job_pid <= 1 or session_id(job_pid) != job_pid or supervisor.boot_id != boot_id():
+        return False
+    if str(run_dir / SCRIPT_FILE) not in (command_line(job_pid) or []):
         return False
     started = start_time(job_pid)
     if started is None or supervisor.start_time is None:
@@ -118,7 +121,7 @@ class HostBackend:
             return facts.ended()
         if facts.problem:
             return facts.unknown(False)
-        if _is_the_job(facts.job_pid, supervisor):
+        if _is_the_job(facts.job_pid, supervisor, run_dir):
             # the supervisor was killed but the job goes on; it can no longer record its exit code
             return Observation(alive=True, started=True)
         if supervisor.boot_id and supervisor.boot_id != boot_id():
@@ -148,7 +151,7 @@ class HostBackend:
                     _reap_children()
                 return
             facts = read_supervisor_facts(run_dir)
-            if _is_the_job(facts.job_pid, supervisor):
+            if _is_the_job(facts.job_pid, supervisor, run_dir):
                 # no supervisor left to do it: TERM the group, then KILL what is left after the grace period
                 os.killpg(facts.job_pid, signal.SIGTERM)
                 deadline = time.monotonic() + STOP_GRACE_SECONDS
