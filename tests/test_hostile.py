@@ -484,20 +484,26 @@ time.sleep(600)
         theirs.remove(force=True)
 
 
-def test_a_job_that_kills_its_supervisor_cannot_name_another_process_as_itself(workdir, home):
-    bystander = subprocess.Popen(["setsid", "sleep", "600"])  # leads its own session, started just now
+def test_a_job_that_kills_its_supervisor_cannot_name_another_process_as_itself(workdir, home, tmp_path):
+    told = tmp_path / "bystander.pid"
     script = f"""
 import os, signal, time
 run_dir = os.path.dirname(os.path.abspath(__file__))
+while not os.path.exists({str(told)!r}):
+    time.sleep(0.05)
+bystander = open({str(told)!r}).read().strip()
 supervisor = int(open(os.path.join(run_dir, "pid")).read().split()[0])
 os.kill(supervisor, signal.SIGKILL)
 with open(os.path.join(run_dir, "pid"), "r+") as pid_file:
-    pid_file.write("{{}} {bystander.pid}\\n".format(supervisor))
+    pid_file.write(f"{{supervisor}} {{bystander}}\\n")
 print("pretending", flush=True)
 time.sleep(600)
 """
+    job = submit(script, {"host": True, "image": None}, workdir, "pretender")
+    # another process, of its own session, started just after the job: within its start window
+    bystander = subprocess.Popen(["setsid", "sleep", "600"])
     try:
-        job = submit(script, {"host": True, "image": None}, workdir, "pretender")
+        told.write_text(str(bystander.pid))
         wait_for(lambda: "pretending" in job.logs(), what="the job to pretend")
         assert cli("stop", "pretender").returncode == 0
         time.sleep(0.5)
