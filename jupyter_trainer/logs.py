@@ -8,6 +8,7 @@ log: a `LogCursor` reads only the bytes added since its last read, and
 from __future__ import annotations
 
 import re
+import time
 from typing import Iterable, Iterator, Protocol
 
 import regex
@@ -33,6 +34,7 @@ DEFAULT_METRICS = (Metric("loss", r"\bloss\b(?:\s*[:=])?\s*([-+]?\d*\.?\d+(?:[eE
 # so the kernel answers meanwhile whatever a pattern does.
 SCAN_TIMEOUT = 0.05  # seconds
 LINE_SCAN_TIMEOUT = 0.002  # seconds
+FALLBACK_SECONDS = 0.1  # all of a chunk's lines together: past it, the chunk's other lines are skipped
 MAX_MATCHED_LINE = 4096  # bytes of a line a pattern looks at once a chunk was too slow
 
 
@@ -266,7 +268,12 @@ class MetricParser:
         except TimeoutError:
             pass
         values: list = []
-        for line in subject.split(newline):
+        lines = subject.split(newline)
+        deadline = time.monotonic() + FALLBACK_SECONDS
+        for index, line in enumerate(lines):
+            if time.monotonic() > deadline:  # the chunk's whole budget is spent: the rest is skipped
+                self.skipped[name] = self.skipped.get(name, 0) + len(lines) - index
+                break
             try:
                 # the end of a line is where a progress bar's latest state is
                 values += pattern.findall(line[-MAX_MATCHED_LINE:], concurrent=True, timeout=LINE_SCAN_TIMEOUT)

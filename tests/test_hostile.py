@@ -511,3 +511,15 @@ time.sleep(600)
     finally:
         bystander.kill()
         subprocess.run(["pkill", "-f", str(home / "jobs" / "pretender")])
+
+
+def test_any_pattern_costs_a_bounded_time_per_chunk():
+    # each line alone is slow for this pattern; there are enough of them to hold a poll for a minute
+    slow = MetricParser([Metric("val", r"val (?:a|aa)*b(\d)")])
+    chunk = ("val " + "a" * 40 + "c\n") * 20_000 + "val ab7\n"
+    started = time.process_time()
+    found = slow.scan(chunk.encode())
+    spent = time.process_time() - started
+    assert slow.skipped["val"] > 0  # what could not be read in time is said
+    assert spent < 5, spent  # the old matcher spent about a minute here (a bound, not a speed target)
+    assert found[0][0] == "val"
