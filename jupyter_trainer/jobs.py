@@ -80,8 +80,14 @@ class JobRecord:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "JobRecord":
-        known = {f.name for f in dataclasses.fields(cls)}
-        values = {key: value for key, value in data.items() if key in known}
+        """A record as stored; ValueError for one whose fields are not of their types."""
+        if not isinstance(data, dict):
+            raise ValueError(f"a record is an object, not {type(data).__name__}")
+        values = {key: value for key, value in data.items() if key in _FIELD_TYPES}
+        for key, value in values.items():
+            kinds = _FIELD_TYPES[key]
+            if not isinstance(value, kinds) or (isinstance(value, bool) and bool not in kinds):
+                raise ValueError(f"{key} is {type(value).__name__}")
         values["status"] = Status(values.get("status", "pending"))
         return cls(**values)
 
@@ -91,6 +97,15 @@ class JobRecord:
             return None
         end = self.ended_at if self.ended_at is not None else time.time()
         return max(0.0, end - self.started_at)
+
+
+_NUMBER = (int, float)
+_FIELD_TYPES: dict[str, tuple[type, ...]] = {
+    "name": (str,), "backend": (str,), "run": (int,), "status": (str,), "reason": (str,),
+    "exit_code": (int, type(None)), "created_at": _NUMBER, "started_at": (*_NUMBER, type(None)),
+    "ended_at": (*_NUMBER, type(None)), "fingerprint": (str,), "options": (dict,), "runtime": (dict,),
+    "submitter": (dict,), "stop_requested": (bool,),
+}  # fmt: skip
 
 
 @dataclass(frozen=True)

@@ -23,6 +23,7 @@ import shutil
 from pathlib import Path
 from typing import Callable, Iterator
 
+from . import _fs
 from ._fs import create_private_file, flocked, make_private_dir, write_private_file
 from .errors import CorruptRecord, StoreError, UnknownJob
 from .jobs import NAME_PATTERN, JobRecord, validate_name
@@ -42,6 +43,7 @@ CLOUDWATCH_LOCK_FILE = "cloudwatch.lock"  # SageMaker: held while fetching
 SAGEMAKER_SPEC_FILE = "sagemaker.json"  # SageMaker local mode: the spec, without secrets
 CODE_DIR = "code"  # SageMaker: the script and --source-dir, shipped with the job
 
+MAX_RECORD_BYTES = 1 << 20  # records are a few KB: a larger one was not written by us
 KEY_FILE = "fingerprint.key"  # in the store's home: the key of the fingerprints' HMAC
 CONTAINERS_DIR = "containers"  # in the store's home: the directory each container we create mounts
 
@@ -81,9 +83,9 @@ class JobStore:
         """Every run directory of the job, with or without its record yet."""
         try:
             entries = os.listdir(self.job_dir(name))
-        except FileNotFoundError:
+        except (FileNotFoundError, NotADirectoryError):  # a stray file where a job's directory would be
             return []
-        return sorted(int(entry) for entry in entries if entry.isdigit())
+        return sorted(int(entry) for entry in entries if entry.isdigit() and entry.isascii() and len(entry) <= 9)
 
     def latest_run(self, name: str) -> int | None:
         """The newest run that has a record (a run being created this instant, or abandoned
@@ -170,15 +172,20 @@ class JobStore:
                 raise UnknownJob(f"no job named {name!r}", "see %train_jobs or `jupyter-trainer list`")
         path = self.run_dir(name, run) / RECORD_FILE
         try:
-            data = json.loads(path.read_bytes())
-            return JobRecord.from_dict(data)
+            data = _fs.read_small(path, MAX_RECORD_BYTES + 1)
+            if len(data) > MAX_RECORD_BYTES:
+                raise ValueError("too large")
+            record = JobRecord.from_dict(json.loads(data))
         except FileNotFoundError:
             raise UnknownJob(f"no job named {name!r}", "see %train_jobs or `jupyter-trainer list`") from None
-        except (ValueError, TypeError, KeyError) as exc:
+        except (OSError, ValueError, TypeError, KeyError, RecursionError) as exc:  # a directory, a link, bad JSON...
             raise CorruptRecord(
                 f"the record of job {name!r} (run {run}) is unreadable ({exc.__class__.__name__})",
                 f"inspect or remove {path}",
-            ) from exc
+            ) from None
+        if (record.name, record.run) != (name, run):
+            raise CorruptRecord(f"the record in {path} is of another job ({record.name!r}, run {record.run})", f"remove {path}")
+        return record
 
     def save(self, record: JobRecord) -> None:
         self._write(self.run_dir(record.name, record.run), record)

@@ -523,3 +523,31 @@ def test_any_pattern_costs_a_bounded_time_per_chunk():
     assert slow.skipped["val"] > 0  # what could not be read in time is said
     assert spent < 5, spent  # the old matcher spent about a minute here (a bound, not a speed target)
     assert found[0][0] == "val"
+
+
+def test_one_bad_entry_in_the_store_never_breaks_the_listing(workdir, home, store):
+    good = submit("print('fine')\n", {"host": True, "image": None}, workdir, "good")
+    assert good.wait(timeout=30) is Status.COMPLETED
+    record = json.loads((good.run_dir / "record.json").read_text())
+    bad = {
+        "a-list": b"[]",
+        "deep": b"[" * 100_000 + b"]" * 100_000,
+        "text-start": json.dumps({**record, "name": "text-start", "started_at": "yesterday"}).encode(),
+        "null-runtime": json.dumps({**record, "name": "null-runtime", "runtime": None}).encode(),
+        "list-runtime": json.dumps({**record, "name": "list-runtime", "runtime": [1]}).encode(),
+        "string-supervisor": json.dumps({**record, "name": "string-supervisor", "status": "running", "runtime": {"supervisor": "x"}}).encode(),
+        "another-jobs": json.dumps(record).encode(),  # a record copied under another name
+    }
+    for name, content in bad.items():
+        (home / "jobs" / name / "1").mkdir(parents=True)
+        (home / "jobs" / name / "1" / "record.json").write_bytes(content)
+    (home / "jobs" / "as-dir" / "1" / "record.json").mkdir(parents=True)
+    (home / "jobs" / "notes").write_text("a stray file")
+    for words in (["list"], ["list", "--json"], ["list", "--all"]):
+        listing = cli(*words)
+        assert listing.returncode == 0 and "Traceback" not in listing.stderr, listing.stderr
+        assert "good" in listing.stdout
+    table = cli("list").stdout
+    assert table.count("! ") >= len(bad) - 1  # each bad record says so on a line of its own
+    status = cli("status", "deep")
+    assert status.returncode == 1 and len(status.stderr.splitlines()) == 1
