@@ -66,7 +66,8 @@ def run(argv: list[str] | None = None) -> int:
             for line in job.follow(tail=args.lines):
                 print(line, flush=True)
         else:
-            sys.stdout.write(job.logs(tail=args.lines))
+            for line in job.log_lines(tail=args.lines):
+                sys.stdout.write(line + "\n")
     elif args.command == "stop":
         print(summary.one_line(job.stop(container=args.container).record))
     return 0

@@ -66,9 +66,12 @@ class Job:
 
     def logs(self, tail: int | None = None, strip_ansi: bool = True) -> str:
         """The log as text, progress-bar redraws collapsed; the last `tail` lines if given."""
+        return "".join(line + "\n" for line in self.log_lines(tail, strip_ansi))
+
+    def log_lines(self, tail: int | None = None, strip_ansi: bool = True) -> Iterator[str]:
+        """The log's lines one by one, as `logs` gives them: a log of gigabytes is never held whole."""
         source = self.log_source()
-        lines = tail_lines(source, tail, strip_ansi) if tail is not None else read_all_lines(source, strip_ansi)
-        return "".join(line + "\n" for line in lines)
+        return iter(tail_lines(source, tail, strip_ansi)) if tail is not None else read_all_lines(source, strip_ansi)
 
     def follow(self, tail: int | None = None, interval: float = 1.0) -> Iterator[str]:
         """Yield log lines as they are written, until the job has ended and its log is read."""

@@ -201,7 +201,8 @@ class TrainerMagics(Magics):
                 pass  # interrupting the kernel ends following, not the job
             print(summary.one_line(job.refresh().record))
         else:
-            print(job.logs(tail=args.lines), end="")
+            for text in job.log_lines(tail=args.lines):
+                print(text)
 
     @magic_arguments()
     @argument("name", help="the job's name")

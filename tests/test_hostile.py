@@ -551,3 +551,24 @@ def test_one_bad_entry_in_the_store_never_breaks_the_listing(workdir, home, stor
     assert table.count("! ") >= len(bad) - 1  # each bad record says so on a line of its own
     status = cli("status", "deep")
     assert status.returncode == 1 and len(status.stderr.splitlines()) == 1
+
+
+def test_printing_a_huge_log_whole_never_holds_it_in_memory(workdir, home):
+    job = submit("print('x')\n", {"host": True, "image": None}, workdir, "huge")
+    assert job.wait(timeout=30) is Status.COMPLETED
+    line = b"epoch 1 step 2 loss 0.5 " + b"." * 100 + b"\n"
+    with open(job.run_dir / "output.log", "wb") as log:
+        for _ in range(400):  # 400 MB
+            log.write(line * ((1 << 20) // len(line)))
+    measured = (
+        "import resource, runpy, sys\n"
+        "sys.argv = ['jupyter-trainer', 'logs', 'huge']\n"
+        "try:\n    runpy.run_module('jupyter_trainer.cli', run_name='__main__')\n"
+        "except SystemExit as exit:\n    assert not exit.code\n"
+        "print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, file=sys.stderr)\n"
+    )
+    with open(os.devnull, "w") as sink:
+        printer = subprocess.run([sys.executable, "-c", measured], stdout=sink, stderr=subprocess.PIPE, text=True, timeout=300)
+    assert printer.returncode == 0, printer.stderr
+    peak_kb = int(printer.stderr.split()[-1])
+    assert peak_kb < 200_000, peak_kb  # a bound against holding the log, not a speed or memory target
