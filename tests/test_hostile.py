@@ -572,3 +572,13 @@ def test_printing_a_huge_log_whole_never_holds_it_in_memory(workdir, home):
     assert printer.returncode == 0, printer.stderr
     peak_kb = int(printer.stderr.split()[-1])
     assert peak_kb < 200_000, peak_kb  # a bound against holding the log, not a speed or memory target
+
+
+def test_no_terminal_control_from_a_log_reaches_the_terminal(workdir, home):
+    hostile = "\x1b]0;retitled\x07\x1b]8;;unterminated \x1bPq#0\x1b\\\x1bc\x1b(0\x9b2J\x07\x00\x85 loss=0.5\tdone"
+    job = submit(f"import sys\nsys.stdout.write({hostile!r} + '\\n')\n", {"host": True, "image": None}, workdir, "controls")
+    assert job.wait(timeout=30) is Status.COMPLETED
+    for words in (["logs", "controls"], ["logs", "controls", "-n", "1"]):
+        shown = cli(*words).stdout
+        assert not any(ord(char) < 32 and char not in "\t\n" or 0x7F <= ord(char) <= 0x9F for char in shown), repr(shown)
+        assert "done" in shown
