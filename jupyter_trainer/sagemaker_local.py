@@ -3,8 +3,9 @@
 Started detached under the job supervisor, so the training survives the
 kernel; its output (the SDK's and the container's) is the job's log, and its
 exit code the job's. Local mode writes the session's AWS credentials into its
-compose file, so when every channel is a local path the run gets none, and its
-working files live in a private temporary directory removed at the end.
+compose file, the training container's environment, so when every channel is a
+local path the run gets none, and its working files live in a private
+temporary directory removed at the end.
 """
 
 from __future__ import annotations
@@ -24,7 +25,10 @@ from .errors import TrainerError
 from .sagemaker_spec import SageMakerSpec
 from .spec import Metric
 
-CREDENTIAL_VARIABLES = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_PROFILE")
+# Kept when AWS is not needed: they name a region, not an identity.
+REGION_VARIABLES = ("AWS_REGION", "AWS_DEFAULT_REGION")
+# Where botocore looks for credentials in files; pointed at an empty file when AWS is not needed.
+CREDENTIAL_FILE_VARIABLES = ("AWS_CONFIG_FILE", "AWS_SHARED_CREDENTIALS_FILE", "BOTO_CONFIG")
 
 
 def load_spec(run_dir: Path) -> tuple[str, SageMakerSpec]:
@@ -34,17 +38,45 @@ def load_spec(run_dir: Path) -> tuple[str, SageMakerSpec]:
     return job_name, SageMakerSpec(script="", **data)
 
 
+def needs_aws(spec: SageMakerSpec) -> bool:
+    uris = [*spec.inputs.values(), spec.output_path, spec.checkpoint_s3_uri or ""]
+    return any(uri.startswith("s3://") for uri in uris)
+
+
 def session_for(spec: SageMakerSpec):
+    """The boto3 session local mode runs with. Both SDK generations write the credentials of the
+    session they use into the compose file, so when no channel needs AWS it has none."""
     import boto3
 
-    uris = [*spec.inputs.values(), spec.output_path, spec.checkpoint_s3_uri or ""]
-    if not any(uri.startswith("s3://") for uri in uris):
-        for name in CREDENTIAL_VARIABLES:
-            os.environ.pop(name, None)
-        os.environ["AWS_SHARED_CREDENTIALS_FILE"] = os.devnull
-        os.environ["AWS_EC2_METADATA_DISABLED"] = "true"
     region = os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION") or "us-east-1"
-    return boto3.Session(region_name=region)
+    if needs_aws(spec):
+        return boto3.Session(region_name=region)
+    forget_aws_credentials()
+    return boto3.Session(botocore_session=botocore_session_without_credentials(), region_name=region)
+
+
+def forget_aws_credentials() -> None:
+    """Leave this process nothing botocore's credential chain could find, for the sessions the SDK
+    makes on its own (v2 makes one as it is imported, v3 whenever it wants one). Every link of
+    the chain is named by an AWS_* variable (keys, profile, web identity, container credentials,
+    EC2 credential file) or a file (config, credentials, ~/.boto; SSO and login caches are found
+    through the config), so all AWS_* variables go and the files become empty ones."""
+    for name in [n for n in os.environ if n.startswith("AWS_") and n not in REGION_VARIABLES]:
+        del os.environ[name]
+    for name in CREDENTIAL_FILE_VARIABLES:
+        os.environ[name] = os.devnull
+    os.environ["AWS_EC2_METADATA_DISABLED"] = "true"  # no instance role either
+
+
+def botocore_session_without_credentials():
+    """A botocore session whose credential chain is empty: get_credentials() is None whatever the
+    environment holds, so the SDK has no credentials to write into the compose file."""
+    import botocore.credentials
+    import botocore.session
+
+    session = botocore.session.Session()
+    session.register_component("credential_provider", botocore.credentials.CredentialResolver(providers=[]))
+    return session
 
 
 def remove_containers(project: str, timeout: float = 8.0) -> None:
@@ -71,6 +103,8 @@ def remove_containers(project: str, timeout: float = 8.0) -> None:
 
 
 def main(argv: list[str]) -> int:
+    from botocore.exceptions import NoCredentialsError
+
     from .sagemaker_sdk import run_local
 
     run_dir = Path(argv[0])
@@ -78,10 +112,23 @@ def main(argv: list[str]) -> int:
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # stopped: still clean up
     container_root = tempfile.mkdtemp(prefix="jupyter-trainer-local-")
     print(f"SageMaker local mode: training job {job_name} ({spec.image_uri}) on this machine's Docker", flush=True)
+    if not needs_aws(spec):  # the SDK then logs that it could not get AWS credentials: on purpose
+        print("jupyter_trainer: every channel is local, so the container gets no AWS credentials", flush=True)
     try:
-        run_local(spec, job_name, str(run_dir / "code"), container_root, session_for(spec))
+        session = session_for(spec)  # before the SDK is imported: v2 makes a session of its own as it is
+        run_local(spec, job_name, str(run_dir / "code"), container_root, session)
     except TrainerError as error:
         print(f"jupyter_trainer: {error}", flush=True)
+        return 1
+    except NoCredentialsError:  # an AWS call without credentials: an S3 channel, or logging in to ECR for the image
+        if needs_aws(spec):
+            print("jupyter_trainer: no AWS credentials found for the s3:// locations", flush=True)
+        else:
+            print(
+                f"jupyter_trainer: pulling {spec.image_uri} needs AWS credentials, and a job whose channels are all "
+                "local gets none: pull the image with docker first",
+                flush=True,
+            )
         return 1
     except RuntimeError as exc:  # the SDK's words for a container that exited non-zero
         match = re.search(r"exited with code: (\d+)", str(exc))

@@ -15,7 +15,6 @@ for module in ("sagemaker", "moto"):
 
 from moto_sagemaker import REGION, MotoSageMaker  # noqa: E402
 
-from jupyter_trainer.backends import _instances  # noqa: E402
 from jupyter_trainer.job import Job, get_job  # noqa: E402
 from jupyter_trainer.jobs import Status  # noqa: E402
 
@@ -54,9 +53,7 @@ def aws(moto_server, monkeypatch, home):
     except logs.exceptions.ResourceAlreadyExistsException:
         pass
     moto_server.create_requests.clear()
-    _instances.pop("sagemaker", None)  # a fresh backend: no log sources cached from another test
     yield moto_server
-    _instances.pop("sagemaker", None)
 
 
 @pytest.fixture(scope="module")
@@ -343,3 +340,224 @@ def test_local_mode_failure_and_stop(docker_client, docker_image, home, tmp_path
     stopped.stop()
     assert stopped.wait(timeout=120) is Status.STOPPED
     wait_for(lambda: not [c for c in docker_client.containers.list() if "algo-1" in c.name], timeout=60, what="the container to go")
+
+
+# -- local mode with local data hands the training container no AWS credentials -----
+#
+# Each case puts fake credentials (every key, secret and token contains CANARY) where one link
+# of botocore's credential chain finds them. A control first shows boto3 really resolves them in
+# that environment; then a local-mode job with file:// channels prints its environment and waits
+# while the test reads the container's environment and the runner's working files (the compose
+# file among them). CANARY must show up nowhere: not there, not in the job's log or store, and no
+# credential endpoint may even be asked.
+
+CREDENTIAL_SOURCES = [
+    "environment",
+    "shared-credentials-file",
+    "config-file",
+    "profile-variable",
+    "credential-process",
+    "assume-role",
+    "web-identity",
+    "sso",
+    "ec2-credentials-file",
+    "boto-config",
+    "container-full-uri",
+    "container-relative-uri",
+    "instance-metadata",
+]
+CONTAINER_CREDENTIALS_HOST = "169.254.170.2"  # where botocore asks for AWS_CONTAINER_CREDENTIALS_RELATIVE_URI
+PROBE_SCRIPT = (
+    "import json, os, time\n"
+    "print('ENVIRON', json.dumps(dict(os.environ), sort_keys=True), flush=True)\n"
+    "deadline = time.time() + 120\n"  # until the test has looked at everything
+    "while not os.path.exists('/opt/ml/input/data/train/release') and time.time() < deadline:\n"
+    "    time.sleep(0.2)\n"
+)
+# Runs where the fake credential endpoints are reachable (for the relative container URI, inside
+# a network namespace of its own): starts them, runs the control, submits the job, then serves
+# until its stdin closes and reports which endpoints the job's processes asked.
+LEAK_SUBMITTER = r"""
+import json, os, subprocess, sys
+tests, host, port, secret, image, role, train, output, script = sys.argv[1:]
+sys.path.insert(0, tests)
+if host != "127.0.0.1":
+    subprocess.run(["ip", "link", "set", "lo", "up"], check=True)
+    subprocess.run(["ip", "addr", "add", host + "/32", "dev", "lo"], check=True)
+from moto_sagemaker import FakeCredentialServer
+from jupyter_trainer.sagemaker_spec import build_sagemaker_spec
+from jupyter_trainer.submit import submit_detached
+
+server = FakeCredentialServer(secret, host, int(port))
+for name, value in list(os.environ.items()):
+    os.environ[name] = value.replace("@ENDPOINT@", server.endpoint)
+control = subprocess.run(
+    [sys.executable, "-c", "import boto3; print(boto3.Session().get_credentials().secret_key)"],
+    capture_output=True, text=True,
+)
+print("CONTROL", (control.stdout + control.stderr).strip().replace("\n", " ")[-300:], flush=True)
+from jupyter_trainer.sagemaker_sdk import sdk_major
+
+sdk_major()  # the SDK resolves credentials as it is imported: here, in the kernel, before the job's count
+asked = len(server.requests)
+spec = build_sagemaker_spec(script, image_uri=image, role=role, instance_type="local",
+                            inputs=[f"train=file://{train}"], output_path=f"file://{output}")
+submit_detached(spec, name="leak-probe")
+print("SUBMITTED", flush=True)
+sys.stdin.read()
+print("ASKED", json.dumps(server.requests[asked:]), flush=True)
+"""
+
+
+def arrange_credentials(source: str, fake_home, secret: str) -> dict:
+    """Put fake credentials where `source` finds them; return the environment it needs (@ENDPOINT@:
+    the fake credential endpoints)."""
+    aws = fake_home / ".aws"
+    aws.mkdir()
+    key = "AKIACANARY" + source.upper().replace("-", "")[:10]
+    keys = f"aws_access_key_id = {key}\naws_secret_access_key = {secret}\n"
+    role = "arn:aws:iam::123456789012:role/leaky"
+    if source == "environment":
+        return {"AWS_ACCESS_KEY_ID": key, "AWS_SECRET_ACCESS_KEY": secret, "AWS_SESSION_TOKEN": secret + "Token"}
+    if source == "shared-credentials-file":
+        (aws / "credentials").write_text("[default]\n" + keys)
+    elif source == "config-file":
+        (aws / "config").write_text("[default]\n" + keys)
+    elif source == "profile-variable":
+        (aws / "config").write_text("[profile leaky]\n" + keys)
+        return {"AWS_DEFAULT_PROFILE": "leaky"}
+    elif source == "credential-process":
+        helper = fake_home / "credentials.py"
+        helper.write_text(f"import json\nprint(json.dumps({{'Version': 1, 'AccessKeyId': {key!r}, 'SecretAccessKey': {secret!r}}}))\n")
+        (aws / "config").write_text(f"[default]\ncredential_process = {sys.executable} {helper}\n")
+    elif source == "assume-role":
+        (aws / "config").write_text(f"[default]\nrole_arn = {role}\nsource_profile = base\n[profile base]\n{keys}")
+        return {"AWS_ENDPOINT_URL_STS": "@ENDPOINT@"}
+    elif source == "web-identity":
+        (fake_home / "token").write_text("CANARYWebIdentityToken")
+        return {"AWS_WEB_IDENTITY_TOKEN_FILE": str(fake_home / "token"), "AWS_ROLE_ARN": role, "AWS_ENDPOINT_URL_STS": "@ENDPOINT@"}
+    elif source == "sso":
+        import hashlib
+
+        start_url = "https://leaky.awsapps.com/start"
+        (aws / "config").write_text(
+            f"[default]\nsso_start_url = {start_url}\nsso_region = {REGION}\nsso_account_id = 123456789012\nsso_role_name = leaky\n"
+        )
+        cache = aws / "sso" / "cache"
+        cache.mkdir(parents=True)
+        token = {"startUrl": start_url, "region": REGION, "accessToken": "CANARYSsoToken", "expiresAt": "2100-01-01T00:00:00Z"}
+        (cache / f"{hashlib.sha1(start_url.encode()).hexdigest()}.json").write_text(json.dumps(token))
+        return {"AWS_ENDPOINT_URL_SSO": "@ENDPOINT@"}
+    elif source == "ec2-credentials-file":
+        (fake_home / "ec2-credentials").write_text(f"AWSAccessKeyId={key}\nAWSSecretKey={secret}\n")
+        return {"AWS_CREDENTIAL_FILE": str(fake_home / "ec2-credentials")}
+    elif source == "boto-config":
+        (fake_home / ".boto").write_text("[Credentials]\n" + keys)
+    elif source == "container-full-uri":
+        return {"AWS_CONTAINER_CREDENTIALS_FULL_URI": "@ENDPOINT@/credentials"}
+    elif source == "container-relative-uri":
+        return {"AWS_CONTAINER_CREDENTIALS_RELATIVE_URI": "/v2/credentials/leaky"}
+    elif source == "instance-metadata":
+        return {"AWS_EC2_METADATA_SERVICE_ENDPOINT": "@ENDPOINT@/"}
+    return {}
+
+
+def read_all(root) -> dict:
+    return {str(p): p.read_bytes().decode(errors="replace") for p in root.rglob("*") if p.is_file()}
+
+
+@pytest.mark.parametrize("source", CREDENTIAL_SOURCES)
+def test_local_mode_with_local_data_gets_no_credentials(source, docker_client, docker_image, home, tmp_path, monkeypatch):
+    from pathlib import Path
+
+    # only this case's source has credentials: no AWS variables from outside, HOME a fresh directory
+    for name in list(os.environ):
+        if (name.startswith("AWS_") and name != "AWS_CA_BUNDLE") or name == "BOTO_CONFIG":
+            monkeypatch.delenv(name)
+    fake_home = tmp_path / "fake-home"
+    fake_home.mkdir()
+    monkeypatch.setenv("HOME", str(fake_home))
+    monkeypatch.setenv("AWS_DEFAULT_REGION", REGION)
+    scratch = tmp_path / "scratch"  # the runner's temporary files, its container_root among them
+    scratch.mkdir()
+    monkeypatch.setenv("TMPDIR", str(scratch))
+    secret = f"CANARY{source.title().replace('-', '')}Secret"
+    env = arrange_credentials(source, fake_home, secret)
+    train, output = tmp_path / "train", tmp_path / "output"
+    train.mkdir()
+    output.mkdir()
+
+    command = [sys.executable, "-c", LEAK_SUBMITTER]
+    host, port = "127.0.0.1", "0"
+    if source == "container-relative-uri":  # botocore asks 169.254.170.2:80: give it one in a namespace of its own
+        try:
+            problem = subprocess.run(["unshare", "--net", "true"], capture_output=True, text=True).stderr.strip()
+        except OSError as exc:
+            problem = str(exc)
+        if problem:
+            reason = f"no network namespace for the container-credentials address: {problem}"
+            pytest.fail(reason) if IN_CI else pytest.skip(reason)
+        command = ["unshare", "--net", *command]
+        host, port = CONTAINER_CREDENTIALS_HOST, "80"
+    args = [str(Path(__file__).parent), host, port, secret, TEST_IMAGE, ROLE, str(train), str(output), PROBE_SCRIPT]
+    submitter = subprocess.Popen(
+        [*command, *args], env={**os.environ, **env}, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT, text=True,
+    )
+    try:
+        control = submitter.stdout.readline()
+        assert secret in control, f"botocore does not find the {source} credentials: {control}"
+        submitted = submitter.stdout.readline()
+        assert submitted.startswith("SUBMITTED"), submitted + submitter.stdout.read()
+        job = Job.load("leak-probe")
+        wait_for(lambda: "ENVIRON" in job.logs() or job.status.is_final, timeout=180, what="the training container")
+        seen = {"container environment": json.dumps([c.attrs["Config"]["Env"] for c in docker_client.containers.list() if "algo-1" in c.name])}
+        seen.update(read_all(scratch))  # while the job runs: the compose file, the config files
+        assert any(path.endswith("docker-compose.yaml") for path in seen), sorted(seen)
+        (train / "release").write_text("")
+        assert job.wait(timeout=180) is Status.COMPLETED, job.logs()
+        assert "ENVIRON" in job.logs()
+    finally:
+        (train / "release").write_text("")
+        try:
+            rest, _ = submitter.communicate(timeout=60)
+        except subprocess.TimeoutExpired:
+            submitter.kill()
+            raise
+    seen.update(read_all(home))  # the job's store: its log, its record
+    leaks = [where for where, text in seen.items() if "CANARY" in text]
+    assert not leaks, f"{source} credentials reached: {leaks}"
+    asked = json.loads(rest.split("ASKED", 1)[1])
+    assert asked == [], f"the job asked for {source} credentials: {asked}"
+
+
+def test_local_session_has_credentials_only_when_something_is_on_s3(tmp_path):
+    config = tmp_path / "config"  # credentials in the config file, one place botocore looks
+    config.write_text("[default]\naws_access_key_id = AKIACANARY\naws_secret_access_key = CANARYSecret\n")
+    code = (
+        "import os\n"
+        "for name in [n for n in os.environ if n.startswith('AWS_')]: del os.environ[name]\n"
+        f"os.environ['AWS_CONFIG_FILE'] = {str(config)!r}\n"
+        "from jupyter_trainer.sagemaker_local import session_for\n"
+        "from jupyter_trainer.sagemaker_spec import build_sagemaker_spec\n"
+        f"spec = lambda out: build_sagemaker_spec('print(1)', image_uri='img:1', role={ROLE!r}, instance_type='local', output_path=out)\n"
+        "print(session_for(spec('s3://bucket/out')).get_credentials().secret_key)\n"  # S3 needs them: kept
+        "print(session_for(spec('file:///tmp')).get_credentials())\n"
+    )
+    result = run_python(code)
+    assert result.stdout.splitlines() == ["CANARYSecret", "None"], result.stdout + result.stderr
+
+
+def test_local_mode_with_local_data_does_not_log_in_to_ecr(docker_client, home, tmp_path, monkeypatch):
+    from jupyter_trainer.sagemaker_spec import build_sagemaker_spec
+    from jupyter_trainer.submit import submit_detached
+
+    monkeypatch.setenv("AWS_DEFAULT_REGION", REGION)
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "AKIACANARY")  # there, but not for this job
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "CANARYSecret")
+    image = "123456789012.dkr.ecr.us-east-1.amazonaws.com/not-pulled:1"  # pulling it would need an ECR login
+    spec = build_sagemaker_spec("print(1)\n", image_uri=image, role=ROLE, instance_type="local", output_path=f"file://{tmp_path}")
+    job = submit_detached(spec, name="local-ecr").job
+    assert job.wait(timeout=120) is Status.FAILED
+    log = job.logs()
+    assert f"pulling {image} needs AWS credentials" in log and "Traceback" not in log and "CANARY" not in log, log

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import secrets
 import shutil
 import sys
@@ -163,8 +164,9 @@ class SageMakerBackend:
         return self._log_sources[run_dir]
 
     def _client(self, region: str, service: str):
-        """One client per region and service: the widget asks every few seconds."""
-        key = (region, service)
+        """One client per region, service and endpoint (AWS_ENDPOINT_URL is read at each use, as the
+        AWS CLI does): the widget asks every few seconds."""
+        key = (region, service, os.environ.get("AWS_ENDPOINT_URL", ""))
         if key not in self._clients:
             self._clients[key] = client(aws_session(region), service)
         return self._clients[key]
