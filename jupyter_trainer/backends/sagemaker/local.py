@@ -1,4 +1,4 @@
-"""Runs one SageMaker local-mode training job to its end: `python -m jupyter_trainer.sagemaker_local RUN_DIR`.
+"""Runs one SageMaker local-mode training job to its end: `python -m jupyter_trainer.backends.sagemaker.local RUN_DIR`.
 
 Started detached under the job supervisor, so the training survives the
 kernel; its output (the SDK's and the container's) is the job's log, and its
@@ -21,9 +21,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from .errors import TrainerError
-from .sagemaker_spec import SageMakerSpec
-from .spec import Metric
+from ...errors import TrainerError
+from ...spec import Metric
+from .spec import SageMakerSpec
 
 # Kept when AWS is not needed: they name a region, not an identity.
 REGION_VARIABLES = ("AWS_REGION", "AWS_DEFAULT_REGION")
@@ -105,7 +105,7 @@ def remove_containers(project: str, timeout: float = 8.0) -> None:
 def main(argv: list[str]) -> int:
     from botocore.exceptions import NoCredentialsError
 
-    from .sagemaker_sdk import run_local
+    from .sdk import run_local
 
     run_dir = Path(argv[0])
     job_name, spec = load_spec(run_dir)

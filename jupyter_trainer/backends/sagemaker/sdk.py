@@ -20,8 +20,8 @@ import shutil
 import sys
 from typing import Iterator
 
-from .errors import BackendUnavailable, TrainerError
-from .sagemaker_spec import CODE_CHANNEL, SCRIPT_NAME, SageMakerSpec
+from ...errors import BackendUnavailable, TrainerError
+from .spec import CODE_CHANNEL, SCRIPT_NAME, SageMakerSpec
 
 TELEMETRY_OFF = {"SchemaVersion": "1.0", "SageMaker": {"PythonSDK": {"Modules": {"TelemetryOptOut": True}}}}
 ENTRYPOINT = ["python3", f"/opt/ml/input/data/{CODE_CHANNEL}/{SCRIPT_NAME}"]
@@ -211,3 +211,16 @@ def _create_v3(spec: SageMakerSpec, job_name: str, code_uri: str, boto_session) 
 def _one_line(exc: Exception) -> str:
     text = " ".join(str(exc).split())
     return text[:300] if text else exc.__class__.__name__
+
+
+def notebook_instance_role() -> str | None:
+    """On a SageMaker notebook instance, its role (the SDK asks IAM); elsewhere None."""
+    if not os.path.exists("/opt/ml/metadata/resource-metadata.json"):
+        return None
+    try:
+        with quiet_sdk():
+            import sagemaker
+
+            return sagemaker.get_execution_role()
+    except Exception:
+        return None

@@ -17,8 +17,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..jobs import JobRecord, Observation
-from ..sagemaker_follow import (
+from ...jobs import JobRecord, Observation
+from .cloudwatch import (
     CloudWatchLogSync,
     SyncedLogSource,
     aws_error,
@@ -26,12 +26,12 @@ from ..sagemaker_follow import (
     client,
     observe_training_job,
 )
-from ..sagemaker_spec import SCRIPT_NAME, SageMakerSpec, training_job_name
-from .._fs import write_private_file
-from ..store import CODE_DIR
-from ..store import SAGEMAKER_SPEC_FILE as SPEC_FILE
-from .base import LOG_FILE, SCRIPT_FILE, FileLogSource, malformed_runtime, prepare_supervised_run, require, write_script
-from .host import HostBackend, start_supervised
+from ..._fs import write_private_file
+from ...store import CODE_DIR
+from ...store import SAGEMAKER_SPEC_FILE as SPEC_FILE
+from ..base import LOG_FILE, SCRIPT_FILE, FileLogSource, malformed_runtime, prepare_supervised_run, require, write_script
+from ..host import HostBackend, start_supervised
+from .spec import SCRIPT_NAME, SageMakerSpec, training_job_name
 
 
 @dataclass(frozen=True)
@@ -87,7 +87,7 @@ class SageMakerBackend:
     # -- launching ---------------------------------------------------------
 
     def preflight(self, spec: SageMakerSpec) -> None:
-        from ..sagemaker_sdk import sdk_major
+        from .sdk import sdk_major
 
         sdk_major()
         if not spec.local:
@@ -100,19 +100,19 @@ class SageMakerBackend:
             write_script(run_dir, spec.script)
 
     def launch(self, record: JobRecord, run_dir: Path, spec: SageMakerSpec) -> SageMakerRuntime:
-        from ..sagemaker_sdk import sdk_major
+        from .sdk import sdk_major
 
         sdk = sdk_major()
         job_name = training_job_name(record.name, time.strftime("%Y%m%d-%H%M%S"), secrets.token_hex(2))
         code_dir = self._stage_code(run_dir, spec)
         if spec.local:
             write_private_file(run_dir / SPEC_FILE, json.dumps({"job_name": job_name, **spec.public_options()}).encode())
-            command = [sys.executable, "-m", "jupyter_trainer.sagemaker_local", str(run_dir)]
+            command = [sys.executable, "-m", "jupyter_trainer.backends.sagemaker.local", str(run_dir)]
             supervised = start_supervised(run_dir, command, cwd=str(run_dir), env={"PYTHONUNBUFFERED": "1"})
             return SageMakerRuntime(job_name, "local", sdk, supervisor=supervised.supervisor.to_dict())
         session = aws_session()
         code_uri = self._upload_code(session, code_dir, spec.output_path, job_name)
-        from ..sagemaker_sdk import submit_remote
+        from .sdk import submit_remote
 
         submit_remote(spec, job_name, code_uri, session)
         return SageMakerRuntime(job_name, "remote", sdk, region=session.region_name)

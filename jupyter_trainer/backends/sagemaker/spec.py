@@ -5,10 +5,11 @@ from __future__ import annotations
 import os
 import re
 from dataclasses import dataclass, field
-from typing import Iterable
+from typing import Any, Iterable, Mapping
 
-from .errors import InvalidOption
-from .spec import IMAGE_REF, Metric, cell_fingerprint, parse_metrics
+from ...errors import InvalidOption
+from ...options import SAGEMAKER, settle
+from ...spec import IMAGE_REF, Metric, cell_fingerprint, parse_metrics
 
 ROLE_ARN = re.compile(r"arn:aws[a-z-]*:iam::\d{12}:role/[\w+=,.@/-]{1,512}")
 INSTANCE_TYPE = re.compile(r"ml\.[a-z0-9]+[a-z0-9-]*\.[0-9]*x?(small|medium|large|xlarge)")
@@ -181,3 +182,25 @@ def training_job_name(name: str, stamp: str, suffix: str) -> str:
     base = re.sub(r"[^A-Za-z0-9-]+", "-", name).strip("-") or "job"
     tail = f"-{stamp}-{suffix}"
     return base[: 63 - len(tail)].rstrip("-") + tail
+
+
+def sagemaker_spec(script: str, given: Mapping[str, Any], config: Mapping[str, Any], fallback_role=None) -> SageMakerSpec:
+    """A `%%sagemaker_fit` cell: its flags (`given`, by option name) and the configured defaults; a
+    flag always wins. `fallback_role()` gives the role when neither names one (on a notebook instance)."""
+    values = settle(SAGEMAKER, given, config)
+    return build_sagemaker_spec(
+        script,
+        image_uri=values["image_uri"],
+        role=values["role"] or (fallback_role() if fallback_role else None),
+        instance_type=values["instance_type"],
+        output_path=values["output_path"],
+        instance_count=1 if values["instance_count"] is None else values["instance_count"],
+        inputs=values["inputs"] or (),
+        hyperparameters=values["hyperparameters"] or (),
+        max_run=values["max_run"],
+        spot=bool(values["spot"]),
+        max_wait=values["max_wait"],
+        checkpoint_s3_uri=values["checkpoint_s3_uri"],
+        source_dir=values["source_dir"],
+        metrics=given.get("metrics") or (),
+    )

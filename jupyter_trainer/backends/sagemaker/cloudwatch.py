@@ -15,12 +15,12 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from .backends.base import FileLogSource
-from .errors import BackendUnavailable, TrainerError
-from .jobs import Observation, Status
-from ._fs import flocked, write_private_file
-from .store import CLOUDWATCH_LOCK_FILE as LOCK_FILE
-from .store import CLOUDWATCH_STATE_FILE as STATE_FILE
+from ..._fs import flocked, write_private_file
+from ...errors import BackendUnavailable, TrainerError
+from ...jobs import Observation, Status
+from ...store import CLOUDWATCH_LOCK_FILE as LOCK_FILE
+from ...store import CLOUDWATCH_STATE_FILE as STATE_FILE
+from ..base import FileLogSource
 
 LOG_GROUP = "/aws/sagemaker/TrainingJobs"
 SYNC_INTERVAL = 10.0  # seconds between two log fetches of one job: the SDK's own follower polls as often

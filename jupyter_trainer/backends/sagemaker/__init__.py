@@ -1,0 +1,9 @@
+"""Everything SageMaker: the backend, the SDK adapters (v2's Estimator, v3's resources), the
+CloudWatch follower, the local-mode runner and the options of `%%sagemaker_fit`.
+
+Only this package imports `sagemaker` or `boto3`, and only when a SageMaker job is used.
+"""
+
+from .backend import SageMakerBackend
+
+__all__ = ["SageMakerBackend"]

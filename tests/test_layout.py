@@ -1,0 +1,78 @@
+"""The package's layout holds: runtime libraries stay in their backend, imports only run down the layers."""
+
+import ast
+from pathlib import Path
+
+PACKAGE = Path(__file__).resolve().parent.parent / "jupyter_trainer"
+
+# Lower layers never import higher ones. A module not listed is in the layer of its package.
+LAYERS = [
+    {"errors", "_fs", "proc", "jobs", "options", "spec"},  # pure: names, records, status rules, options
+    {"store", "logs", "plot", "metrics_cache"},  # the store, reading logs, charts
+    {"backends"},  # where jobs run (every module under backends/)
+    {"job", "submit", "summary"},  # jobs as users see them
+    {"monitor"},  # a job's view, as plain state
+    {"widget"},  # the view's renderers
+    {"magics", "cli", "__init__"},  # the surfaces
+]
+RUNTIME_LIBRARIES = {"sagemaker", "boto3", "botocore"}
+
+
+def module_name(path: Path) -> str:
+    return ".".join(path.relative_to(PACKAGE.parent).with_suffix("").parts)
+
+
+def imports_of(path: Path) -> set[str]:
+    """The modules `path` imports, absolute (relative imports resolved)."""
+    package = module_name(path).split(".")
+    if path.name != "__init__.py":
+        package = package[:-1]
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = package[: len(package) - node.level + 1] if node.level else []
+            module = ".".join([*base, node.module] if node.module else base)
+            found.add(module)
+            found.update(f"{module}.{alias.name}" for alias in node.names)  # a submodule, perhaps
+    return found
+
+
+def layer_of(module: str) -> int | None:
+    parts = module.split(".")
+    if parts[0] != "jupyter_trainer":
+        return None
+    top = parts[1] if len(parts) > 1 else "__init__"
+    return next((index for index, layer in enumerate(LAYERS) if top in layer), None)
+
+
+def modules():
+    return {module_name(path): path for path in PACKAGE.rglob("*.py")}
+
+
+def test_every_module_has_a_layer():
+    assert [name for name in modules() if layer_of(name) is None] == []
+
+
+def test_imports_only_run_down_the_layers():
+    known = modules()
+    upward = []
+    for name, path in known.items():
+        for imported in imports_of(path):
+            if imported in known or imported.rsplit(".", 1)[0] in known:
+                target = imported if imported in known else imported.rsplit(".", 1)[0]
+                if layer_of(target) > layer_of(name):
+                    upward.append(f"{name} -> {target}")
+    assert upward == []
+
+
+def test_only_the_sagemaker_backend_imports_the_aws_libraries():
+    outside = []
+    for name, path in modules().items():
+        if name.startswith("jupyter_trainer.backends.sagemaker"):
+            continue
+        for imported in imports_of(path):
+            if imported.split(".")[0] in RUNTIME_LIBRARIES:
+                outside.append(f"{name} imports {imported}")
+    assert outside == []
