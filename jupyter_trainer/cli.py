@@ -5,12 +5,16 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from pathlib import Path
 
 from . import summary
 from .errors import TrainerError
 from .job import Job, refreshed_records
 from .jobs import JobRecord
+from .options import DETACHED, JOB, add_options, configurable
+from .spec import detached_spec
 from .store import JobStore
+from .submit import submit_detached
 
 
 class _Parser(argparse.ArgumentParser):
@@ -38,12 +42,29 @@ def build_parser() -> argparse.ArgumentParser:
     stop = commands.add_parser("stop", help="stop a job (its whole process group)")
     stop.add_argument("name")
     stop.add_argument("--container", action="store_true", help="also stop the job's container")
+
+    submit = commands.add_parser(
+        "submit",
+        help="run a script as a detached job (the options of %%%%train_detached)",
+        description="Run SCRIPT as a detached job, as %%train_detached runs a cell: the same options, and the "
+        "same defaults from c.TrainerMagics in the IPython profile's ipython_config.py. Words after -- are "
+        "the script's arguments.",
+    )
+    submit.add_argument("script", help="the training script")
+    add_options(submit, [option for option in JOB if option.dest != "no_widget"] + list(DETACHED))
     return parser
 
 
 def run(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    script_args: list[str] = []
+    if "--" in argv:  # the script's arguments, as after `--` on a magic's line
+        cut = argv.index("--")
+        argv, script_args = argv[:cut], argv[cut + 1 :]
     args = build_parser().parse_args(argv)
     store = JobStore()
+    if args.command == "submit":
+        return submit(args, script_args, store)
     if args.command == "list":
         items = refreshed_records(store, all_runs=args.all)
         if args.json:
@@ -71,6 +92,38 @@ def run(argv: list[str] | None = None) -> int:
     elif args.command == "stop":
         print(summary.one_line(job.stop(container=args.container).record))
     return 0
+
+
+def submit(args, script_args: list[str], store: JobStore) -> int:
+    try:
+        script = Path(args.script).read_text()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise TrainerError(f"cannot read the script {args.script} ({getattr(exc, 'strerror', None) or exc})") from None
+    spec = detached_spec(script, vars(args), configured_defaults(), script_args)
+    submission = submit_detached(spec, name=args.name, rerun=bool(args.rerun), store=store)
+    if submission.attached:
+        print(submission.message)
+    print(summary.one_line(submission.job.record))
+    name = submission.job.name
+    print(f"Follow with `jupyter-trainer logs {name} -f`, stop with `jupyter-trainer stop {name}`.")
+    return 0
+
+
+def configured_defaults() -> dict:
+    """The defaults the magics would take from %config, as set in the default IPython profile
+    (`c.TrainerMagics.image = ...` in ipython_config.py); none if there is no such file."""
+    from IPython.paths import get_ipython_dir
+    from traitlets.config.loader import ConfigFileNotFound, PyFileConfigLoader
+
+    profile = Path(get_ipython_dir()) / "profile_default"
+    try:
+        config = PyFileConfigLoader("ipython_config.py", path=str(profile)).load_config()
+    except ConfigFileNotFound:
+        return {}
+    except Exception as exc:  # the user's own file: say where, in one line
+        raise TrainerError(f"cannot read {profile / 'ipython_config.py'} ({exc.__class__.__name__}: {exc})") from None
+    section = config.get("TrainerMagics", {})
+    return {option.dest: section[option.dest] for option in configurable(DETACHED) if option.dest in section}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -16,12 +16,13 @@ import os
 import re
 import shlex
 from dataclasses import dataclass, field
-from typing import Iterable
+from typing import Any, Iterable, Mapping
 
 import regex as _regex
 
 from .errors import InvalidOption
 from .jobs import validate_name
+from .options import DETACHED, settle
 
 ENV_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 GPU_IDS = re.compile(r"\d+(,\d+)*")
@@ -50,6 +51,7 @@ class DetachedSpec:
     env: dict[str, str] = field(default_factory=dict, repr=False)
     stop_container_when_done: bool = False
     metrics: tuple[Metric, ...] = ()
+    args: tuple[str, ...] = ()  # the script's arguments (the words after `--`)
 
     def public_options(self) -> dict:
         """The options as stored and shown: environment keys, never values."""
@@ -62,6 +64,7 @@ class DetachedSpec:
             "interpreter": list(self.interpreter),
             "stop_container_when_done": self.stop_container_when_done,
             "metrics": [[m.name, m.regex] for m in self.metrics],
+            **({"args": list(self.args)} if self.args else {}),  # absent when none: older cells keep their fingerprint
         }
 
     def fingerprint(self, key: bytes, rerun: bool = False) -> str:
@@ -152,6 +155,7 @@ def build_spec(
     interpreter: str | None = "python3",
     stop_container_when_done: bool = False,
     metrics: Iterable[str] = (),
+    args: Iterable[str] = (),
 ) -> DetachedSpec:
     if not script.strip():
         raise InvalidOption("the cell is empty", "write the training script in the cell body")
@@ -172,4 +176,35 @@ def build_spec(
         env=parse_env(env),
         stop_container_when_done=stop_container_when_done,
         metrics=parse_metrics(metrics),
+        args=tuple(args),
+    )
+
+
+# Configured defaults that still apply to a --host job (the others are the container's).
+HOST_CONFIG = ("workdir", "interpreter")
+
+
+def detached_spec(script: str, given: Mapping[str, Any], config: Mapping[str, Any], args: Iterable[str] = ()) -> DetachedSpec:
+    """A `%%train_detached` cell, or `jupyter-trainer submit`: its flags (`given`, by option name,
+    None where not given) and the configured defaults. A flag always wins over config: an explicit
+    --image or --container overrides a configured --host, as an explicit --host overrides the
+    configured container defaults."""
+    host = given.get("host")
+    if host is None:
+        host = bool(config.get("host")) and given.get("image") is None and given.get("container") is None
+    if host:
+        config = {key: value for key, value in config.items() if key in HOST_CONFIG}
+    values = settle(DETACHED, {**given, "host": host}, config)
+    return build_spec(
+        script,
+        host=bool(values["host"]),
+        image=values["image"],
+        container=values["container"],
+        workdir=values["workdir"],
+        gpus=values["gpus"],
+        env=values["env"] or (),
+        interpreter=values["interpreter"],
+        stop_container_when_done=bool(values["stop_container_when_done"]),
+        metrics=given.get("metrics") or (),
+        args=args,
     )

@@ -85,3 +85,42 @@ def test_corrupt_record_is_reported_and_the_rest_still_list(home, workdir):
     assert listing.returncode == 0 and "good" in listing.stdout and "'bad'" in listing.stdout
     status = cli("status", "bad")
     assert status.returncode == 1 and "unreadable" in status.stderr
+
+
+def test_submit_runs_a_script_with_the_magics_options_and_arguments(home, workdir, tmp_path, monkeypatch):
+    script = workdir / "train.py"
+    script.write_text("import os, sys\nprint('args', sys.argv[1:], os.environ['SEED'])\n")
+    done = cli("submit", str(script), "--host", "--name", "from-terminal", "--env", "SEED=7", "--", "--epochs", "3")
+    assert done.returncode == 0, done.stderr
+    assert "from-terminal" in done.stdout and "jupyter-trainer logs from-terminal -f" in done.stdout
+    from jupyter_trainer.job import get_job
+
+    assert get_job("from-terminal").wait(timeout=30).value == "completed"
+    assert get_job("from-terminal").logs() == "args ['--epochs', '3'] 7\n"
+    again = cli("submit", str(script), "--host", "--name", "from-terminal", "--env", "SEED=7", "--", "--epochs", "3")
+    assert again.returncode == 0 and "attached" in again.stdout  # the same "cell": nothing new started
+    other = cli("submit", str(script), "--host", "--name", "from-terminal", "--", "--epochs", "4")
+    assert other.returncode == 1 and len(other.stderr.splitlines()) == 1 and "--rerun" in other.stderr
+
+
+def test_submit_takes_its_defaults_from_the_ipython_profile_and_a_flag_wins(home, workdir, tmp_path, monkeypatch):
+    profile = tmp_path / "ipython" / "profile_default"
+    profile.mkdir(parents=True)
+    (profile / "ipython_config.py").write_text(f"c.TrainerMagics.host = True\nc.TrainerMagics.workdir = {str(workdir)!r}\n")
+    monkeypatch.setenv("IPYTHONDIR", str(tmp_path / "ipython"))
+    script = tmp_path / "where.py"
+    script.write_text("import os\nprint(os.getcwd())\n")
+    done = cli("submit", str(script), "--name", "configured")
+    assert done.returncode == 0, done.stderr
+    from jupyter_trainer.job import get_job
+
+    job = get_job("configured")
+    assert job.backend == "host" and job.wait(timeout=30).value == "completed" and job.logs() == f"{workdir}\n"
+    refused = cli("submit", str(script), "--name", "flagged", "--image", "no-such-image:1", "--workdir", str(tmp_path))
+    assert refused.returncode == 1 and "host" not in refused.stderr.split(":")[0]  # --image wins over the configured host
+    assert len(refused.stderr.splitlines()) == 1
+
+
+def test_submit_errors_are_one_line(home, tmp_path):
+    missing = cli("submit", str(tmp_path / "nope.py"), "--host")
+    assert missing.returncode == 1 and missing.stderr.count("\n") == 1 and "cannot read the script" in missing.stderr

@@ -213,7 +213,7 @@ class DockerBackend:
         command = [
             "sh", f"{inner_run_dir}/{SUPERVISOR_FILE}", inner_run_dir, str(STOP_GRACE_SECONDS),
             "1" if spec.stop_container_when_done else "0",
-            *spec.interpreter, f"{inner_run_dir}/{SCRIPT_FILE}",
+            *spec.interpreter, f"{inner_run_dir}/{SCRIPT_FILE}", *spec.args,
         ]  # fmt: skip
         try:
             exec_id = self.client.api.exec_create(

@@ -103,7 +103,7 @@ class HostBackend:
         prepare_supervised_run(run_dir, spec.script)
 
     def launch(self, record: JobRecord, run_dir: Path, spec: DetachedSpec) -> HostRuntime:
-        command = [*spec.interpreter, str(run_dir / SCRIPT_FILE)]
+        command = [*spec.interpreter, str(run_dir / SCRIPT_FILE), *spec.args]
         return start_supervised(run_dir, command, cwd=spec.workdir, env=job_environment(spec))
 
     def observe(self, record: JobRecord, run_dir: Path) -> Observation:

@@ -1,0 +1,101 @@
+"""Every option of the cell magics and of `jupyter-trainer submit`, declared once.
+
+An `Option` says its flag, its help and whether %config can give it a default
+(`%config TrainerMagics.image = "..."`). From these declarations come the
+argparse parsers of the magics and of the CLI, the magics' configurable traits,
+and the values handed to a spec builder, with the one rule every surface shares:
+a flag always wins over config, even an empty one.
+
+Pure logic: no IPython, no runtime library.
+"""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import dataclass
+from typing import Any, Iterable, Mapping
+
+
+@dataclass(frozen=True)
+class Option:
+    dest: str  # the spec builder's keyword, and the config trait's name
+    flag: str
+    help: str
+    metavar: str | None = None
+    kind: str = "value"  # "value", "int", "append" (repeatable) or "switch"
+    config: bool = False  # %config TrainerMagics.<dest> gives it a default
+    default: Any = None  # the configured default when nobody configured one
+
+    def add_to(self, parser: argparse.ArgumentParser) -> None:
+        if self.kind == "switch":
+            # None when not given, so that a configured default can apply
+            parser.add_argument(self.flag, dest=self.dest, action="store_const", const=True, default=None, help=self.help)
+        elif self.kind == "append":
+            parser.add_argument(self.flag, dest=self.dest, action="append", default=[], metavar=self.metavar, help=self.help)
+        else:
+            kind = int if self.kind == "int" else str
+            parser.add_argument(self.flag, dest=self.dest, type=kind, default=None, metavar=self.metavar, help=self.help)
+
+
+# -- what every cell magic takes --------------------------------------------------------------
+
+JOB = (
+    Option("name", "--name", "the job's name (default: derived from the cell)", "NAME"),
+    Option("metrics", "--metric", "a metric to parse from the log (repeatable; one capture group)", "NAME=REGEX", "append"),
+    Option("no_widget", "--no-widget", "print a one-line summary instead of displaying the widget", kind="switch"),
+    Option("rerun", "--rerun", "train again under the name of a finished job", kind="switch"),
+)
+
+# -- %%train_detached and `jupyter-trainer submit` ---------------------------------------------
+
+DETACHED = (
+    Option("image", "--image", "create (if missing) a persistent container from IMAGE and run in it", "IMAGE", config=True),
+    Option("container", "--container", "the persistent container to use or create", "NAME", config=True),
+    Option("workdir", "--workdir", "host directory mounted at /workspace; the job's working directory", "DIR", config=True),
+    Option("gpus", "--gpus", "'all', a count, or device ids (0,1), as docker run --gpus", "SPEC", config=True),
+    Option("env", "--env", "environment for the job (repeatable); values are never stored or shown", "KEY=VALUE", "append"),
+    Option("interpreter", "--interpreter", "the command that runs the script (default python3)", "CMD", config=True, default="python3"),
+    Option(
+        "stop_container_when_done", "--stop-container-when-done", "stop the container when the job ends, releasing its GPUs",
+        kind="switch", config=True, default=False,
+    ),  # fmt: skip
+    Option("host", "--host", "no container: run the job as a detached process on this machine", kind="switch", config=True, default=False),
+)
+
+# -- %%sagemaker_fit ------------------------------------------------------------------------------
+
+SAGEMAKER = (
+    Option("image_uri", "--image-uri", "the training image (it needs python3, nothing else)", "URI", config=True),
+    Option("role", "--role", "the execution role (default: config, else the notebook instance's role)", "ARN", config=True),
+    Option("instance_type", "--instance-type", "e.g. ml.g5.xlarge; 'local' runs SageMaker local mode here", "TYPE", config=True, default="ml.m5.xlarge"),
+    Option("instance_count", "--instance-count", "how many instances (default 1)", "N", "int"),
+    Option("inputs", "--input", "an input channel (repeatable; s3:// or file://)", "CHANNEL=URI", "append"),
+    Option("output_path", "--output-path", "where the model artifact goes", "URI", config=True),
+    Option("hyperparameters", "--hyperparameter", "a hyperparameter (repeatable)", "KEY=VALUE", "append"),
+    Option("max_run", "--max-run", "the longest the job may train", "SECONDS", "int"),
+    Option("spot", "--spot", "managed spot training", kind="switch"),
+    Option("max_wait", "--max-wait", "with --spot: the longest to wait and train", "SECONDS", "int"),
+    Option("checkpoint_s3_uri", "--checkpoint-s3-uri", "where checkpoints are synced", "URI"),
+    Option("source_dir", "--source-dir", "more files shipped beside the script (its imports)", "DIR"),
+)
+
+
+def add_options(parser: argparse.ArgumentParser, options: Iterable[Option]) -> None:
+    for option in options:
+        option.add_to(parser)
+
+
+def configurable(options: Iterable[Option]) -> list[Option]:
+    return [option for option in options if option.config]
+
+
+def settle(options: Iterable[Option], given: Mapping[str, Any], config: Mapping[str, Any]) -> dict[str, Any]:
+    """The value of each option: the flag's when given (None or [] when not), else the configured
+    default. A flag always wins over config, even an empty one."""
+    values = {}
+    for option in options:
+        value = given.get(option.dest)
+        if option.config and (value is None or value == []):
+            value = config.get(option.dest, option.default)
+        values[option.dest] = value
+    return values
