@@ -321,7 +321,7 @@ def bench_sagemaker_follow(seconds: float) -> list[Comparison]:
 
     from jupyter_trainer.job import Job
     from jupyter_trainer.jobs import JobRecord, Status
-    from jupyter_trainer.sagemaker_sdk import TELEMETRY_OFF, quiet_sdk
+    from jupyter_trainer.backends.sagemaker.sdk import TELEMETRY_OFF, quiet_sdk
     from jupyter_trainer.store import JobStore
     from jupyter_trainer.widget import JobWidget
 

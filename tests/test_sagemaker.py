@@ -323,7 +323,7 @@ def test_local_mode_end_to_end_outlives_the_kernel(docker_client, docker_image, 
 
 
 def test_local_mode_failure_and_stop(docker_client, docker_image, home, tmp_path, monkeypatch):
-    from jupyter_trainer.sagemaker_spec import build_sagemaker_spec
+    from jupyter_trainer.backends.sagemaker.spec import build_sagemaker_spec
     from jupyter_trainer.submit import submit_detached
 
     monkeypatch.setenv("AWS_DEFAULT_REGION", REGION)
@@ -385,7 +385,7 @@ if host != "127.0.0.1":
     subprocess.run(["ip", "link", "set", "lo", "up"], check=True)
     subprocess.run(["ip", "addr", "add", host + "/32", "dev", "lo"], check=True)
 from moto_sagemaker import FakeCredentialServer
-from jupyter_trainer.sagemaker_spec import build_sagemaker_spec
+from jupyter_trainer.backends.sagemaker.spec import build_sagemaker_spec
 from jupyter_trainer.submit import submit_detached
 
 server = FakeCredentialServer(secret, host, int(port))
@@ -396,7 +396,7 @@ control = subprocess.run(
     capture_output=True, text=True,
 )
 print("CONTROL", (control.stdout + control.stderr).strip().replace("\n", " ")[-300:], flush=True)
-from jupyter_trainer.sagemaker_sdk import sdk_major
+from jupyter_trainer.backends.sagemaker.sdk import sdk_major
 
 sdk_major()  # the SDK resolves credentials as it is imported: here, in the kernel, before the job's count
 asked = len(server.requests)
@@ -538,8 +538,8 @@ def test_local_session_has_credentials_only_when_something_is_on_s3(tmp_path):
         "import os\n"
         "for name in [n for n in os.environ if n.startswith('AWS_')]: del os.environ[name]\n"
         f"os.environ['AWS_CONFIG_FILE'] = {str(config)!r}\n"
-        "from jupyter_trainer.sagemaker_local import session_for\n"
-        "from jupyter_trainer.sagemaker_spec import build_sagemaker_spec\n"
+        "from jupyter_trainer.backends.sagemaker.local import session_for\n"
+        "from jupyter_trainer.backends.sagemaker.spec import build_sagemaker_spec\n"
         f"spec = lambda out: build_sagemaker_spec('print(1)', image_uri='img:1', role={ROLE!r}, instance_type='local', output_path=out)\n"
         "print(session_for(spec('s3://bucket/out')).get_credentials().secret_key)\n"  # S3 needs them: kept
         "print(session_for(spec('file:///tmp')).get_credentials())\n"
@@ -549,7 +549,7 @@ def test_local_session_has_credentials_only_when_something_is_on_s3(tmp_path):
 
 
 def test_local_mode_with_local_data_does_not_log_in_to_ecr(docker_client, home, tmp_path, monkeypatch):
-    from jupyter_trainer.sagemaker_spec import build_sagemaker_spec
+    from jupyter_trainer.backends.sagemaker.spec import build_sagemaker_spec
     from jupyter_trainer.submit import submit_detached
 
     monkeypatch.setenv("AWS_DEFAULT_REGION", REGION)
