@@ -432,7 +432,7 @@ def test_a_store_reached_through_a_link_in_the_workspace_is_refused(docker_image
     with pytest.raises(TrainerError) as refused:
         submit("print(1)\n", {"host": False, "image": docker_image}, workspace, "linked")
     message = str(refused.value)
-    assert "link inside --workdir" in message and f"JUPYTER_TRAINER_HOME={real}" in message and "\n" not in message
+    assert "a link a job could replace" in message and f"JUPYTER_TRAINER_HOME={real}" in message and "\n" not in message
     assert not (real / "jobs" / "linked").exists()
 
 
@@ -561,11 +561,12 @@ def test_printing_a_huge_log_whole_never_holds_it_in_memory(workdir, home):
         for _ in range(400):  # 400 MB
             log.write(line * ((1 << 20) // len(line)))
     measured = (
-        "import resource, runpy, sys\n"
+        "import runpy, sys\n"
         "sys.argv = ['jupyter-trainer', 'logs', 'huge']\n"
         "try:\n    runpy.run_module('jupyter_trainer.cli', run_name='__main__')\n"
         "except SystemExit as exit:\n    assert not exit.code\n"
-        "print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, file=sys.stderr)\n"
+        # VmHWM, not ru_maxrss: the latter keeps the forking parent's peak across exec
+        "print(next(l.split()[1] for l in open('/proc/self/status') if l.startswith('VmHWM')), file=sys.stderr)\n"
     )
     with open(os.devnull, "w") as sink:
         printer = subprocess.run([sys.executable, "-c", measured], stdout=sink, stderr=subprocess.PIPE, text=True, timeout=300)
@@ -582,3 +583,65 @@ def test_no_terminal_control_from_a_log_reaches_the_terminal(workdir, home):
         shown = cli(*words).stdout
         assert not any(ord(char) < 32 and char not in "\t\n" or 0x7F <= ord(char) <= 0x9F for char in shown), repr(shown)
         assert "done" in shown
+
+
+@pytest.mark.parametrize("layout", ["a-chain-of-links", "dot-dot-after-a-link"])
+def test_a_store_path_a_job_could_redirect_through_links_is_refused(docker_image, tmp_path, monkeypatch, layout):
+    workspace = tmp_path / "ws"
+    (workspace / "real").mkdir(parents=True)
+    if layout == "a-chain-of-links":  # a link outside the workspace, to a link inside it
+        (workspace / "sub").symlink_to(workspace / "real")
+        (tmp_path / "outside").symlink_to(workspace / "sub")
+        home = tmp_path / "outside" / ".jt"
+    else:  # WS/l/.. is where l leads, not WS: a job replacing l would move it
+        (tmp_path / "elsewhere").mkdir()
+        (workspace / "l").symlink_to(tmp_path / "elsewhere" / ".")
+        home = f"{workspace}/l/../.jt"
+    monkeypatch.setenv("JUPYTER_TRAINER_HOME", str(home))
+    with pytest.raises(TrainerError) as refused:
+        submit("print(1)\n", {"host": False, "image": docker_image}, workspace, "redirected")
+    assert "a link a job could replace" in str(refused.value) and "\n" not in str(refused.value)
+
+
+@pytest.fixture
+def bind_alias(tmp_path):
+    """The workspace seen at a second path through a bind mount, as NFS automounts and /mnt binds do."""
+    if os.geteuid() != 0:
+        pytest.skip("a bind mount needs root")
+    workspace, alias = tmp_path / "ws", tmp_path / "alias"
+    workspace.mkdir()
+    alias.mkdir()
+    subprocess.run(["mount", "--bind", str(workspace), str(alias)], check=True)
+    yield workspace, alias
+    subprocess.run(["umount", "-l", str(alias)])
+
+
+def test_a_store_named_through_a_bind_mount_of_the_workspace_is_still_covered(docker_image, bind_alias, monkeypatch):
+    workspace, alias = bind_alias
+    home = alias / ".jt"
+    monkeypatch.setenv("JUPYTER_TRAINER_HOME", str(home))
+    peek = "import os\nprint(sorted(os.listdir('/workspace/.jt')))\ntry:\n    open('/workspace/.jt/x', 'w')\nexcept OSError:\n    print('read-only')\n"
+    job = submit(peek, {"host": False, "image": docker_image}, workspace, "aliased")
+    try:
+        assert job.wait(timeout=60) is Status.COMPLETED, job.logs()
+        assert job.logs() == "[]\nread-only\n"
+    finally:
+        import docker
+
+        for container in docker.from_env().containers.list(all=True, filters={"label": "jupyter_trainer"}):
+            if container.labels.get("jupyter_trainer.jobs_dir") == str(home / "jobs"):
+                container.remove(force=True)
+
+
+def test_a_container_that_can_reach_the_engine_socket_is_refused(docker_client, docker_image, workdir, home, store):
+    (home / "jobs").mkdir(parents=True)
+    store.fingerprint_key()
+    engine = docker_client.containers.run(
+        docker_image, ["sleep", "infinity"], detach=True, init=True, volumes={"/var/run": {"bind": "/hostrun"}}
+    )
+    try:
+        spec = build_spec("print(1)\n", host=False, image=None, container=engine.name, workdir=str(workdir), gpus=None)
+        with pytest.raises(TrainerError, match="engine's socket"):
+            submit_detached(spec, name="engine")
+    finally:
+        engine.remove(force=True)

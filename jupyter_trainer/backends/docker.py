@@ -289,10 +289,10 @@ class DockerBackend:
         ]
         mounted_over = {mount.destination for mount in mounts} | set((attrs.get("HostConfig") or {}).get("Tmpfs") or {})
         own_dir = str(JobStore(home).container_dir(container.name)) if container.labels.get(LABEL) == "1" else None
-        source = store_mounts.exposure(mounts, mounted_over, str(home), own_dir)
-        if source is not None:
+        reason = store_mounts.exposure(mounts, mounted_over, str(home), own_dir)
+        if reason is not None:
             raise InvalidOption(
-                f"container {container.name!r} can reach the job store through its mount of {source}, "
+                f"container {container.name!r} can reach the job store ({reason}), "
                 "so a job in it could read or change every job's files",
                 f"remove it (docker rm -f {container.name}) and the next job creates a safe one, or use a container that does not mount {home}",
             )
@@ -315,14 +315,14 @@ class DockerBackend:
         own_dir = JobStore(home).container_dir(name)
         # the store may lie inside the workspace (a notebook in ~): cover it, and pin the way to it
         try:
-            needed = store_mounts.protection(store_mounts.Mount(spec.workdir, WORKSPACE), str(home))
-        except store_mounts.LinkOnTheWay as link:
+            needed = store_mounts.protection([store_mounts.Mount(spec.workdir, WORKSPACE)], str(home))
+        except store_mounts.Unprotectable as problem:
             raise InvalidOption(
-                f"the job store's path goes through {link.link}, a link inside --workdir that a job could replace",
-                f"set JUPYTER_TRAINER_HOME={os.path.realpath(home)} (where it points)",
+                f"--workdir {spec.workdir} cannot be given to a container: {problem}",
+                f"set JUPYTER_TRAINER_HOME={os.path.realpath(home)} (the store's real place), or choose another --workdir",
             ) from None
         volumes = {spec.workdir: {"bind": WORKSPACE, "mode": "rw"}}
-        volumes.update({pin.source: {"bind": pin.destination, "mode": "rw"} for pin in needed.pins} if needed else {})
+        volumes.update({pin.source: {"bind": pin.destination, "mode": "rw"} for pin in needed.pins})
         volumes[str(own_dir)] = {"bind": MOUNTED_JOBS_DIR, "mode": "rw"}
         make_private_dir(own_dir)
         try:
@@ -340,7 +340,7 @@ class DockerBackend:
                     LABEL_WORKDIR: spec.workdir,
                     LABEL_GPUS: spec.gpus or "",
                 },
-                tmpfs={needed.cover: "ro,size=4k,mode=0500"} if needed else {},
+                tmpfs={cover: "ro,size=4k,mode=0500" for cover in needed.covers},
                 device_requests=gpu_requests(spec.gpus),
             )
         except docker.errors.APIError as exc:
