@@ -505,9 +505,11 @@ time.sleep(600)
     try:
         told.write_text(str(bystander.pid))
         wait_for(lambda: "pretending" in job.logs(), what="the job to pretend")
+        assert get_job("pretender").status is Status.RUNNING  # the job itself is still found, by what it runs
         assert cli("stop", "pretender").returncode == 0
         time.sleep(0.5)
         assert bystander.poll() is None  # never signalled
+        assert get_job("pretender").status is Status.STOPPED
     finally:
         bystander.kill()
         subprocess.run(["pkill", "-f", str(home / "jobs" / "pretender")])
@@ -645,3 +647,34 @@ def test_a_container_that_can_reach_the_engine_socket_is_refused(docker_client, 
             submit_detached(spec, name="engine")
     finally:
         engine.remove(force=True)
+
+
+FORGE_AND_KILL = """
+import os, signal, time
+run_dir = os.path.dirname(os.path.abspath(__file__))
+with open(os.path.join(run_dir, "exit_code"), "r+") as code:
+    code.write("0 exited\\n")
+os.kill(int(open(os.path.join(run_dir, "pid")).read().split()[0]), signal.SIGKILL)
+print("forged", flush=True)
+time.sleep(600)
+"""
+
+
+def test_a_job_that_forges_its_exit_code_and_kills_its_supervisor_is_still_followed_and_stopped(where, workdir, home):
+    job = submit(FORGE_AND_KILL, where, workdir, "forge-and-kill")
+    wait_for(lambda: "forged" in job.logs(), what="the job to forge and kill")
+    time.sleep(0.5)
+    assert get_job("forge-and-kill").status is Status.RUNNING  # found by what it runs, not by its files
+    assert cli("stop", "forge-and-kill").returncode == 0
+    # it is gone; with no supervisor left, how it ended is what it wrote itself
+    assert get_job("forge-and-kill").status.is_final
+    script = f"{job.record.runtime['run_dir']}/script.py" if not where["host"] else str(job.run_dir / "script.py")
+    if where["host"]:
+        assert subprocess.run(["pgrep", "-f", script], capture_output=True).returncode == 1
+    else:
+        import docker
+
+        from jupyter_trainer.backends.docker import _job_processes
+
+        container = docker.from_env().containers.get(job.record.runtime["container_id"])
+        assert _job_processes(container, job.record.runtime["run_dir"]) == {"supervisor": [], "job": []}

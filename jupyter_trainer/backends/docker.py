@@ -431,20 +431,20 @@ class DockerBackend:
             restarted = state.get("StartedAt") != runtime.container_started_at
             supervised = state.get("Running") and not restarted and self._supervisor_running(container, runtime)
             facts = self._facts(container, record, run_dir)  # read after the liveness check: no race
+            # the supervisor was killed but the job goes on, whatever its files say
             orphaned = (
-                state.get("Running") and not restarted and not supervised and facts.exit_code is None
+                state.get("Running") and not restarted and not supervised
                 and bool(_job_processes(container, runtime.run_dir)["job"])
             )  # fmt: skip
         except TrainerError:
             raise
         except (docker.errors.DockerException, OSError) as exc:
             raise BackendUnavailable(f"cannot reach the Docker engine at {_engine_location()}") from exc
+        if orphaned:  # it can no longer record its exit code
+            return Observation(alive=True, started=True)
         if facts.exit_code is not None and not supervised:  # the job can write it too: it counts once the supervisor is gone
             self._release(record, run_dir)
             return facts.ended()
-        if orphaned:
-            # the supervisor was killed but the job goes on; it can no longer record its exit code
-            return Observation(alive=True, started=True)
         if facts.problem:
             if not supervised:
                 self._release(record, run_dir)

@@ -76,19 +76,29 @@ def start_supervised(run_dir: Path, command: list[str], cwd: str, env: dict[str,
     return HostRuntime(ProcessIdentity.of(child.pid))
 
 
-def _is_the_job(job_pid: int | None, supervisor: ProcessIdentity, run_dir: Path) -> bool:
-    """Whether `job_pid` is still the job its (now gone) supervisor started. The pid comes from a
-    file the job can write, so the process must show itself to be the job: it leads a session of
-    its own, runs this run's script, and started within moments of its supervisor (a process that
-    got the pid after the job ended started long after: pids are reused only once the counter wraps)."""
-    if job_pid is None or job_pid <= 1 or session_id(job_pid) != job_pid or supervisor.boot_id != boot_id():
+def _is_the_job(pid: int, supervisor: ProcessIdentity, script: str) -> bool:
+    """Whether process `pid` shows itself to be the job its supervisor started: it leads a session
+    of its own, runs this run's script, and started within moments of its supervisor (a process
+    that got a reused pid later started long after)."""
+    if pid <= 1 or session_id(pid) != pid or supervisor.boot_id != boot_id():
         return False
-    if str(run_dir / SCRIPT_FILE) not in (command_line(job_pid) or []):
+    if script not in (command_line(pid) or []):
         return False
-    started = start_time(job_pid)
+    started = start_time(pid)
     if started is None or supervisor.start_time is None:
         return False  # no start times to compare: nothing shows the process is the job
     return 0 <= started - supervisor.start_time <= JOB_START_WINDOW * os.sysconf("SC_CLK_TCK")
+
+
+def find_job(run_dir: Path, supervisor: ProcessIdentity) -> int | None:
+    """The job's process, found by what it runs, once its supervisor is gone. Never by the pid
+    file: the job can write it, and could name another process there."""
+    script = str(run_dir / SCRIPT_FILE)
+    try:
+        pids = [int(entry) for entry in os.listdir("/proc") if entry.isdigit()]
+    except OSError:
+        return None
+    return next((pid for pid in pids if _is_the_job(pid, supervisor, script)), None)
 
 
 class HostBackend:
@@ -117,13 +127,14 @@ class HostBackend:
             if facts.problem:
                 return facts.unknown(True)
             return Observation(alive=True, started=facts.job_pid is not None or facts.exit_code is not None)
+        if find_job(run_dir, supervisor) is not None:
+            # the supervisor was killed but the job goes on (whatever its files say): it can no
+            # longer record its exit code
+            return Observation(alive=True, started=True)
         if facts.exit_code is not None:
             return facts.ended()
         if facts.problem:
             return facts.unknown(False)
-        if _is_the_job(facts.job_pid, supervisor, run_dir):
-            # the supervisor was killed but the job goes on; it can no longer record its exit code
-            return Observation(alive=True, started=True)
         if supervisor.boot_id and supervisor.boot_id != boot_id():
             return Observation(alive=False, why_gone="the machine restarted while the job ran")
         return Observation(
@@ -150,12 +161,12 @@ class HostBackend:
                     time.sleep(0.05)
                     _reap_children()
                 return
-            facts = read_supervisor_facts(run_dir)
-            if _is_the_job(facts.job_pid, supervisor, run_dir):
+            job_pid = find_job(run_dir, supervisor)
+            if job_pid is not None:
                 # no supervisor left to do it: TERM the group, then KILL what is left after the grace period
-                os.killpg(facts.job_pid, signal.SIGTERM)
+                os.killpg(job_pid, signal.SIGTERM)
                 deadline = time.monotonic() + STOP_GRACE_SECONDS
-                while session_id(facts.job_pid) == facts.job_pid and time.monotonic() < deadline:
+                while session_id(job_pid) == job_pid and time.monotonic() < deadline:
                     time.sleep(0.2)
-                if session_id(facts.job_pid) == facts.job_pid:
-                    os.killpg(facts.job_pid, signal.SIGKILL)
+                if session_id(job_pid) == job_pid:
+                    os.killpg(job_pid, signal.SIGKILL)
