@@ -88,6 +88,9 @@ class JobRecord:
             kinds = _FIELD_TYPES[key]
             if not isinstance(value, kinds) or (isinstance(value, bool) and bool not in kinds):
                 raise ValueError(f"{key} is {type(value).__name__}")
+            low, high = _RANGES.get(key, (None, None))
+            if low is not None and value is not None and not low <= value <= high:  # also false for nan
+                raise ValueError(f"{key} is out of range")
         values["status"] = Status(values.get("status", "pending"))
         return cls(**values)
 
@@ -105,6 +108,12 @@ _FIELD_TYPES: dict[str, tuple[type, ...]] = {
     "exit_code": (int, type(None)), "created_at": _NUMBER, "started_at": (*_NUMBER, type(None)),
     "ended_at": (*_NUMBER, type(None)), "fingerprint": (str,), "options": (dict,), "runtime": (dict,),
     "submitter": (dict,), "stop_requested": (bool,),
+}  # fmt: skip
+# Numbers a record can hold: times are seconds since 1970 (until the year 5000), runs and exit
+# codes are small. Anything else (nan, inf, 1e309, 300 digits) was not written by us.
+_RANGES = {
+    "created_at": (0, 1e11), "started_at": (0, 1e11), "ended_at": (0, 1e11),
+    "run": (1, 10**9), "exit_code": (-(2**31), 2**31),
 }  # fmt: skip
 
 

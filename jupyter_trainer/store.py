@@ -49,8 +49,10 @@ CONTAINERS_DIR = "containers"  # in the store's home: the directory each contain
 
 
 def default_home() -> Path:
+    """$JUPYTER_TRAINER_HOME, made absolute (a kernel and a terminal in other directories share
+    one store), else ~/.jupyter_trainer."""
     configured = os.environ.get("JUPYTER_TRAINER_HOME")
-    return Path(configured).expanduser() if configured else Path.home() / ".jupyter_trainer"
+    return Path(os.path.abspath(os.path.expanduser(configured))) if configured else Path.home() / ".jupyter_trainer"
 
 
 class JobStore:

@@ -678,3 +678,33 @@ def test_a_job_that_forges_its_exit_code_and_kills_its_supervisor_is_still_follo
 
         container = docker.from_env().containers.get(job.record.runtime["container_id"])
         assert _job_processes(container, job.record.runtime["run_dir"]) == {"supervisor": [], "job": []}
+
+
+def test_odd_numbers_in_a_record_are_one_line_and_never_break_the_listing(workdir, home):
+    good = submit("print('fine')\n", {"host": True, "image": None}, workdir, "fine")
+    assert good.wait(timeout=30) is Status.COMPLETED
+    text = (good.run_dir / "record.json").read_text()
+    record = json.loads(text)
+    for index, odd in enumerate(["NaN", "Infinity", "-Infinity", "1e309", "1e20", "9" * 300]):
+        name = f"odd-{index}"
+        (home / "jobs" / name / "1").mkdir(parents=True)
+        odd_text = json.dumps({**record, "name": name}).replace(json.dumps(record["created_at"]), odd, 1)
+        (home / "jobs" / name / "1" / "record.json").write_text(odd_text)
+    for words in (["list"], ["list", "--json"]):
+        listing = cli(*words)
+        assert listing.returncode == 0 and "Traceback" not in listing.stderr, listing.stderr
+        assert "fine" in listing.stdout
+    json.loads(cli("list", "--json").stdout)  # standard JSON: no NaN or Infinity
+    status = cli("status", "odd-0")
+    assert status.returncode == 1 and len(status.stderr.splitlines()) == 1
+
+
+def test_a_relative_store_path_is_made_absolute(tmp_path, monkeypatch, workdir):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("JUPYTER_TRAINER_HOME", "relative-store")
+    job = submit("print(1)\n", {"host": True, "image": None}, workdir, "anchored")
+    assert job.store.home == tmp_path / "relative-store"
+    elsewhere = subprocess.run(
+        [sys.executable, "-m", "jupyter_trainer.cli", "list"], capture_output=True, text=True, cwd=tmp_path, timeout=60
+    )
+    assert "anchored" in elsewhere.stdout
