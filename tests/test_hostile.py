@@ -708,3 +708,15 @@ def test_a_relative_store_path_is_made_absolute(tmp_path, monkeypatch, workdir):
         [sys.executable, "-m", "jupyter_trainer.cli", "list"], capture_output=True, text=True, cwd=tmp_path, timeout=60
     )
     assert "anchored" in elsewhere.stdout
+
+
+def test_a_container_sharing_the_machines_processes_is_refused(docker_client, docker_image, workdir, home, store):
+    (home / "jobs").mkdir(parents=True)
+    store.fingerprint_key()
+    shared = docker_client.containers.run(docker_image, ["sleep", "infinity"], detach=True, init=True, pid_mode="host")
+    try:
+        spec = build_spec("print(1)\n", host=False, image=None, container=shared.name, workdir=str(workdir), gpus=None)
+        with pytest.raises(TrainerError, match="pid=host"):
+            submit_detached(spec, name="pidhost")
+    finally:
+        shared.remove(force=True)

@@ -289,7 +289,12 @@ class DockerBackend:
         ]
         mounted_over = {mount.destination for mount in mounts} | set((attrs.get("HostConfig") or {}).get("Tmpfs") or {})
         own_dir = str(JobStore(home).container_dir(container.name)) if container.labels.get(LABEL) == "1" else None
+        host_config = attrs.get("HostConfig") or {}
         reason = store_mounts.exposure(mounts, mounted_over, str(home), own_dir)
+        if host_config.get("Privileged"):
+            reason = "it is privileged: it can mount this machine's disks"
+        elif host_config.get("PidMode") == "host":
+            reason = "it shares this machine's processes (--pid=host), and their files through /proc"
         if reason is not None:
             raise InvalidOption(
                 f"container {container.name!r} can reach the job store ({reason}), "
