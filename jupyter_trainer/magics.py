@@ -217,7 +217,7 @@ class TrainerMagics(Magics):
             monitor = JobMonitor(job, log_lines=self.log_lines)
             monitor.start()
             monitor.read_log()
-            print(monitor.summary_text(now=time.time()))
+            print(summary.snapshot_text(monitor.snapshot(now=time.time())))
         else:
             print(summary.one_line(job.record))
         if not job.record.status.is_final:

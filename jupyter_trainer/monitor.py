@@ -1,36 +1,26 @@
-"""What a job's widget shows, as plain state: the model behind the view.
+"""What a job's view shows, as plain state: the model behind the widget and the text summary.
 
 A `JobMonitor` follows one job: it reads the log from where it left off (a
-bounded amount per poll), keeps the last lines and the metric series, and
-renders them as HTML. It imports no widget library and takes the time as an
-argument, so it is tested without a frontend and without sleeping.
+bounded amount per poll), keeps the last lines and the metric series, and gives
+a `Snapshot` of it all. Two renderers project a snapshot: the widget's HTML
+(widget.py) and plain text (summary.py); a new field goes in the snapshot and
+in each of them. Nothing here renders, imports a widget library or reads the
+clock, so it is tested without a frontend and without sleeping.
 """
 
 from __future__ import annotations
 
-import html
-import re
 import time
 from collections import deque
+from dataclasses import dataclass
 
 from . import metrics_cache
 from .job import Job
 from .jobs import Status, describe_exit_code
 from .logs import LogCursor, MetricParser, clean_line, last_lines, tail_lines
-from .plot import MetricSeries, charts_html
+from .plot import MetricSeries
 from .spec import Metric
-from .summary import format_duration, where
-
-STATUS_COLOURS = {
-    Status.PENDING: "#6c757d",
-    Status.RUNNING: "#0d6efd",
-    Status.COMPLETED: "#198754",
-    Status.FAILED: "#dc3545",
-    Status.STOPPED: "#fd7e14",
-    Status.LOST: "#6f42c1",
-}
-# What the view's final colour is, in ipywidgets' bar_style words.
-BAR_STYLES = {Status.COMPLETED: "success", Status.FAILED: "danger", Status.STOPPED: "warning", Status.LOST: "danger"}
+from .summary import where
 
 # A poll reads until either budget is spent, so that a backlog never holds the kernel for long:
 # on a 2-core machine a log full of metric lines is read at about 8 MB a poll, one with a few at 50.
@@ -39,6 +29,23 @@ READ_SECONDS = 0.02
 SAVE_BYTES = 64 << 20  # the metrics are saved after this much more of the log is read...
 SAVE_SECONDS = 10.0  # ...or, once caught up, this long after the last save (at once when the job has ended)
 NOTE_HISTORY_FROM = 64 << 20  # bytes of history from which the view says it is still reading it
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """Everything a view of one job shows, at one moment."""
+
+    name: str
+    run: int
+    backend: str
+    where: str  # where it runs, in its backend's words
+    status: Status
+    exit_code: int | None
+    outcome: str  # how it ended, or why it is not running: "" while all is well
+    elapsed: float | None  # seconds since it started, until it ended
+    lines: tuple[str, ...]  # the log's last lines, the unended one last
+    metrics: MetricSeries  # the series read so far (the monitor's own: read it, never change it)
+    notes: tuple[str, ...]  # what the view should say about itself (still reading, lines skipped)
 
 
 class JobMonitor:
@@ -92,7 +99,7 @@ class JobMonitor:
         budget = self.read_budget
         points_before = sum(self.metrics.counts.values())
         pending_before = self._shown_pending()
-        note_before = self._reading_note()
+        notes_before = self.notes()
         shown: list[bytes] = []  # the last lines of each read after the history, decoded once at the end
         deadline = time.perf_counter() + self.read_seconds
         while budget > 0:
@@ -124,7 +131,7 @@ class JobMonitor:
         self._show(shown)
         self.caught_up = source.size() <= self.cursor.offset
         self._keep_metrics(source)
-        changed_note = self._shown_pending() != pending_before or self._reading_note() != note_before
+        changed_note = self._shown_pending() != pending_before or self.notes() != notes_before
         return bool(shown) or changed_note or sum(self.metrics.counts.values()) != points_before
 
     def _shown_pending(self) -> str | None:
@@ -155,52 +162,43 @@ class JobMonitor:
             text = part.decode("utf-8", errors="replace")
             self.lines.extend(clean_line(line) for line in text[:-1].split("\n"))
 
-    # -- rendering ---------------------------------------------------------
+    # -- the snapshot --------------------------------------------------------
 
-    def header_html(self, now: float) -> str:
+    def snapshot(self, now: float) -> Snapshot:
         record = self.record
-        colour = STATUS_COLOURS[record.status]
         elapsed = None
         if record.started_at is not None:
             end = record.ended_at if record.ended_at is not None else now
             elapsed = max(0.0, end - record.started_at)
-        parts = [
-            f'<b style="font-size:1.1em">{html.escape(record.name)}</b>',
-            f'<span class="jt-status" style="background:{colour};color:white;border-radius:4px;'
-            f'padding:1px 8px">{record.status.value}</span>',
-            html.escape(f"{record.backend} · {where(record)}"),
-            f"elapsed {format_duration(elapsed)}",
-        ]
         if record.exit_code is not None:
-            text = "exit code 0" if record.exit_code == 0 else describe_exit_code(record.exit_code)
-            parts.append(f'<span class="jt-exit">{html.escape(text)}</span>')
-        elif record.reason and record.status is not Status.RUNNING:
-            parts.append(f'<span class="jt-reason">{html.escape(record.reason)}</span>')
-        return '<div class="jt-header" style="display:flex;gap:12px;align-items:center">' + "".join(
-            f"<span>{part}</span>" if not part.startswith("<") else part for part in parts
-        ) + "</div>"
+            outcome = "exit code 0" if record.exit_code == 0 else describe_exit_code(record.exit_code)
+        else:
+            outcome = record.reason if record.status is not Status.RUNNING else ""
+        return Snapshot(
+            name=record.name,
+            run=record.run,
+            backend=record.backend,
+            where=where(record, self.job.backends),
+            status=record.status,
+            exit_code=record.exit_code,
+            outcome=outcome,
+            elapsed=elapsed,
+            lines=tuple(self._shown_lines()),
+            metrics=self.metrics,
+            notes=tuple(self.notes()),
+        )
 
-    def log_text(self) -> str:
+    def _shown_lines(self) -> list[str]:
         lines = list(self.lines)
         pending = clean_line(self._shown_pending() or "")
         if pending:
             lines.append(pending)
-        return "\n".join(lines)
+        return lines
 
-    def log_html(self) -> str:
-        text = html.escape(self.log_text()) or '<span style="color:#999">(no output yet)</span>'
-        # column-reverse keeps the box scrolled to its newest line as lines arrive
-        return (
-            '<div style="display:flex;flex-direction:column-reverse;max-height:320px;overflow-y:auto;'
-            'background:#f6f8fa;border:1px solid #e1e4e8">'
-            '<pre class="jt-log" style="flex:none;overflow:visible;margin:0;padding:6px;font-size:12px;line-height:1.35;'
-            f'white-space:pre-wrap">{text}</pre></div>'
-        )
+    def log_text(self) -> str:
+        return "\n".join(self._shown_lines())
 
-    def plot_html(self) -> str:
-        return self._reading_note() + charts_html(self.metrics)
-
-    def _reading_note(self) -> str:
+    def notes(self) -> list[str]:
         """A long history takes a while to read: say that the curves are still growing. And say which
         metrics could not read every line (a pattern too slow on this log), rather than hide it."""
         notes = [
@@ -209,12 +207,4 @@ class JobMonitor:
         ]
         if self.cursor.offset < self.history_end and self.history_end >= NOTE_HISTORY_FROM:
             notes.insert(0, f"reading the log for metrics: {self.cursor.offset / self.history_end:.0%}")
-        return "".join(f'<div class="jt-reading" style="color:#666;font-size:11px">{html.escape(note)}</div>' for note in notes)
-
-    def summary_text(self, now: float) -> str:
-        """The same information as text, for frontends without widgets."""
-        header = re.sub(r"<[^>]+>", " ", self.header_html(now))
-        header = " ".join(html.unescape(header).split())
-        metrics = ", ".join(f"{name} {self.metrics.last(name):.4g}" for name in self.metrics.points)
-        lines = [header] + ([f"metrics: {metrics}"] if metrics else []) + list(self.lines)[-10:]
-        return "\n".join(lines)
+        return notes

@@ -121,3 +121,13 @@ def status_json(record: JobRecord) -> dict:
         "where": where(record),
         "options": record.options,
     }
+
+
+def snapshot_text(snapshot) -> str:
+    """A job's view (a monitor's Snapshot) as text, for frontends without widgets."""
+    header = [snapshot.name, snapshot.status.value, f"{snapshot.backend} · {snapshot.where}", f"elapsed {format_duration(snapshot.elapsed)}"]
+    if snapshot.outcome:
+        header.append(snapshot.outcome)
+    series = snapshot.metrics
+    metrics = ", ".join(f"{name} {series.last(name):.4g}" for name in series.points if series.last(name) is not None)
+    return "\n".join([" ".join(header), *([f"metrics: {metrics}"] if metrics else []), *snapshot.notes, *snapshot.lines[-10:]])

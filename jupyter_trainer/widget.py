@@ -18,12 +18,61 @@ import time
 from typing import Callable
 
 from .job import Job
-from .monitor import BAR_STYLES, JobMonitor
+from .jobs import Status
+from .monitor import JobMonitor, Snapshot
+from .plot import charts_html
+from .summary import format_duration
 from .store import RECORD_FILE
 
 PUSH_INTERVAL = 0.25  # seconds between two updates of one widget: at most 4 a second
 POLL_INTERVAL = 0.25  # seconds between two reads of the logs
 ERROR_CHARS = 300  # an error line is cut to this many characters
+
+
+STATUS_COLOURS = {
+    Status.PENDING: "#6c757d",
+    Status.RUNNING: "#0d6efd",
+    Status.COMPLETED: "#198754",
+    Status.FAILED: "#dc3545",
+    Status.STOPPED: "#fd7e14",
+    Status.LOST: "#6f42c1",
+}
+# What the view's final colour is, in ipywidgets' bar_style words.
+BAR_STYLES = {Status.COMPLETED: "success", Status.FAILED: "danger", Status.STOPPED: "warning", Status.LOST: "danger"}
+
+
+# -- a snapshot as HTML: everything a job controls is escaped -------------------------------
+
+
+def header_html(snapshot: Snapshot) -> str:
+    colour = STATUS_COLOURS[snapshot.status]
+    parts = [
+        f'<b style="font-size:1.1em">{html.escape(snapshot.name)}</b>',
+        f'<span class="jt-status" style="background:{colour};color:white;border-radius:4px;'
+        f'padding:1px 8px">{snapshot.status.value}</span>',
+        f"<span>{html.escape(f'{snapshot.backend} · {snapshot.where}')}</span>",
+        f"<span>elapsed {format_duration(snapshot.elapsed)}</span>",
+    ]
+    if snapshot.outcome:
+        kind = "jt-exit" if snapshot.exit_code is not None else "jt-reason"
+        parts.append(f'<span class="{kind}">{html.escape(snapshot.outcome)}</span>')
+    return '<div class="jt-header" style="display:flex;gap:12px;align-items:center">' + "".join(parts) + "</div>"
+
+
+def log_html(snapshot: Snapshot) -> str:
+    text = html.escape("\n".join(snapshot.lines)) or '<span style="color:#999">(no output yet)</span>'
+    # column-reverse keeps the box scrolled to its newest line as lines arrive
+    return (
+        '<div style="display:flex;flex-direction:column-reverse;max-height:320px;overflow-y:auto;'
+        'background:#f6f8fa;border:1px solid #e1e4e8">'
+        '<pre class="jt-log" style="flex:none;overflow:visible;margin:0;padding:6px;font-size:12px;line-height:1.35;'
+        f'white-space:pre-wrap">{text}</pre></div>'
+    )
+
+
+def plot_html(snapshot: Snapshot) -> str:
+    notes = "".join(f'<div class="jt-reading" style="color:#666;font-size:11px">{html.escape(note)}</div>' for note in snapshot.notes)
+    return notes + charts_html(snapshot.metrics)
 
 
 def describe(exc: BaseException) -> str:
@@ -115,9 +164,10 @@ class JobWidget:
         now = self.clock()
         self._shown_second = int(now)
         errors = [self.error] if self.error else []
-        header = _render(lambda: monitor.header_html(now), "the header", errors)
-        plot = _render(monitor.plot_html, "the chart", errors)
-        log = _render(monitor.log_html, "the log", errors)
+        snapshot = _render(lambda: monitor.snapshot(now), "the view", errors)
+        header = _render(lambda: self.render_header(snapshot), "the header", errors) if snapshot else None
+        plot = _render(lambda: self.render_plot(snapshot), "the chart", errors) if snapshot else None
+        log = _render(lambda: self.render_log(snapshot), "the log", errors) if snapshot else None
         if header is None:
             header = f"<b>{html.escape(self.job.name)}</b>"
         self.header.value = header + "".join(error_html(error) for error in errors)
@@ -139,6 +189,11 @@ class JobWidget:
                 self.stop_button.icon = "check" if status.value == "completed" else "times"
                 self.stop_button.button_style = BAR_STYLES.get(status, "")
         self._dirty = False
+
+    # the renderers this widget uses (one may be replaced to test a failure that stays in its widget)
+    render_header = staticmethod(header_html)
+    render_plot = staticmethod(plot_html)
+    render_log = staticmethod(log_html)
 
     def show_failure(self, exc: BaseException) -> None:
         """Show a failure the poller caught in this widget's own code."""

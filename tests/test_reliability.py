@@ -19,6 +19,7 @@ from jupyter_trainer.jobs import Status
 from jupyter_trainer.proc import session_id
 from jupyter_trainer.spec import build_spec
 from jupyter_trainer.submit import submit_detached
+from jupyter_trainer.widget import header_html, log_html
 
 SLEEPER = "import time\nprint('up', flush=True)\ntime.sleep(600)\n"
 
@@ -261,7 +262,8 @@ def test_secrets_never_leave_the_job(where, workdir, home, monkeypatch, capsys):
 
     monitor = JobMonitor(Job.load("secretive"))
     monitor.start()
-    shown += [monitor.header_html(time.time()), monitor.log_html(), one_line(job.record)]
+    snapshot = monitor.snapshot(time.time())
+    shown += [header_html(snapshot), log_html(snapshot), one_line(job.record)]
     for root, _, files in os.walk(home):
         for name in files:
             with open(os.path.join(root, name), "rb") as handle:

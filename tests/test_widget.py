@@ -15,7 +15,8 @@ from conftest import wait_for
 from jupyter_trainer.plot import MetricSeries
 from jupyter_trainer.spec import DetachedSpec
 from jupyter_trainer.submit import submit_detached
-from jupyter_trainer.widget import JobWidget, Poller
+from jupyter_trainer.summary import snapshot_text
+from jupyter_trainer.widget import JobWidget, Poller, header_html, log_html, plot_html
 
 
 class RecordingComm(BaseComm):
@@ -210,12 +211,12 @@ def test_a_long_history_says_how_far_its_metrics_are_read(store, fake_backend, b
     append(job, "".join(f"step {i}\n" for i in range(500)) + "".join(f"loss: {i}\n" for i in range(1000)))
     view = monitor.JobMonitor(job, read_budget=3000)  # 3000 of 14280 bytes a poll
     view.start()
-    assert "reading the log for metrics: 0%" in view.plot_html()
-    assert view.read_log() and "reading the log for metrics: 21%" in view.plot_html()  # no metric yet
-    assert "<svg" not in view.plot_html()
+    assert "reading the log for metrics: 0%" in plot_html(view.snapshot(0.0))
+    assert view.read_log() and "reading the log for metrics: 21%" in plot_html(view.snapshot(0.0))  # no metric yet
+    assert "<svg" not in plot_html(view.snapshot(0.0))
     while view.read_log():
         pass
-    assert view.caught_up and "reading the log" not in view.plot_html() and view.metrics.counts == {"loss": 1000}
+    assert view.caught_up and "reading the log" not in plot_html(view.snapshot(0.0)) and view.metrics.counts == {"loss": 1000}
 
 
 def _read_through(view):
@@ -348,7 +349,7 @@ def test_text_summary_without_a_widget_frontend(store, fake_backend, backends):
     append(job, "epoch 1 loss: 0.5\n")
     view = JobWidget(job, clock=Clock())
     view.poll(now=1.0)
-    text = view.monitor.summary_text(now=1000.0)
+    text = snapshot_text(view.monitor.snapshot(1000.0))
     assert text.splitlines()[0].startswith("w running fake") and "loss 0.5" in text
 
 
@@ -451,12 +452,12 @@ def test_names_places_and_reasons_are_escaped_by_the_model(store, backends):
     ]
     for record in records:
         monitor = JobMonitor(Job(record, store, backends))
-        text = shown_text(monitor.header_html(now=0.0))
+        text = shown_text(header_html(monitor.snapshot(0.0)))
         # where it runs, and why it ended; a host pid that is not a number is not shown at all
         assert text.count(PAYLOAD) >= (1 if record.backend == "host" else 2), text
-        assert PAYLOAD in monitor.summary_text(now=0.0)  # plain text: shown as it is
+        assert PAYLOAD in snapshot_text(monitor.snapshot(0.0))  # plain text: shown as it is
         monitor.lines.append(PAYLOAD)
-        assert PAYLOAD in shown_text(monitor.log_html())
+        assert PAYLOAD in shown_text(log_html(monitor.snapshot(0.0)))
     # a metric's name (from a record or a metrics cache a job could rewrite), also inside an attribute
     series = MetricSeries()
     series.extend(PAYLOAD, [1.0, 2.0])
@@ -523,11 +524,11 @@ def test_one_widgets_failure_stays_in_that_widget(store, fake_backend, backends,
     broken, healthy, raising = (fake_job(store, backends, name=name) for name in ("broken", "healthy", "raising"))
     views = [JobWidget(job, clock=Clock()) for job in (broken, healthy, raising)]
 
-    def failing_chart():
+    def failing_chart(snapshot):
         raise RuntimeError("<b>no chart</b>\nsecond line")
 
     bug = {"on": True}
-    monkeypatch.setattr(views[0].monitor, "plot_html", failing_chart)  # a rendering bug
+    monkeypatch.setattr(views[0], "render_plot", failing_chart)  # a rendering bug, in this widget only
     monkeypatch.setattr(views[2], "poll", lambda now: 1 / 0 if bug["on"] else False)  # a bug anywhere in a poll
     poller = Poller(interval=0.01)
     poller.watch(*views)
@@ -608,4 +609,4 @@ def test_a_metric_pattern_too_slow_for_the_log_says_so_in_the_view(store, fake_b
     monitor.start()
     monitor.read_log()
     assert monitor.metrics.last("slow") == 3.0
-    assert "--metric slow: 5 lines too long or too slow for its pattern, read in part" in monitor.plot_html()
+    assert "--metric slow: 5 lines too long or too slow for its pattern, read in part" in plot_html(monitor.snapshot(0.0))
