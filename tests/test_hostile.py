@@ -14,6 +14,7 @@ import time
 
 import pytest
 from conftest import wait_for
+from test_logs import CountingSource
 
 from jupyter_trainer.backends.base import FileLogSource
 from jupyter_trainer.errors import TrainerError
@@ -206,21 +207,29 @@ def test_a_container_job_cannot_see_the_store_in_its_workspace(docker_image, hom
     bystander.stop()
 
 
-def test_a_container_that_can_reach_the_store_is_refused(docker_client, docker_image, home, tmp_path, store):
+@pytest.mark.parametrize(
+    "run_options, refusal",
+    [
+        ({"volumes": {"{tmp_path}": {"bind": "/data"}}}, "can reach the job store"),  # the store's parent
+        ({"volumes": {"/var/run": {"bind": "/hostrun"}}}, "engine's socket"),  # the engine, which mounts anything
+        ({"pid_mode": "host"}, "pid=host"),  # the machine's processes, and their files through /proc
+    ],
+    ids=["mounts-the-store", "reaches-the-engine", "shares-processes"],
+)
+def test_a_container_that_can_reach_the_store_is_refused(docker_client, docker_image, home, tmp_path, store, run_options, refusal):
     (home / "jobs").mkdir(parents=True)
     store.fingerprint_key()  # made at the first submission, whatever its outcome
-    exposed = docker_client.containers.run(
-        docker_image, ["sleep", "infinity"], detach=True, init=True, volumes={str(tmp_path): {"bind": "/data"}}
-    )
+    options = {key: ({path.format(tmp_path=tmp_path): bind for path, bind in value.items()} if key == "volumes" else value) for key, value in run_options.items()}
+    theirs = docker_client.containers.run(docker_image, ["sleep", "infinity"], detach=True, init=True, **options)
     try:
         before = sorted(os.walk(home))
-        spec = build_spec("print(1)\n", host=False, image=None, container=exposed.name, workdir=str(tmp_path), gpus=None)
+        spec = build_spec("print(1)\n", host=False, image=None, container=theirs.name, workdir=str(tmp_path), gpus=None)
         with pytest.raises(TrainerError) as refused:
             submit_detached(spec, name="exposed")
-        assert "can reach the job store" in str(refused.value) and "\n" not in str(refused.value)
+        assert refusal in str(refused.value) and "\n" not in str(refused.value)
         assert sorted(os.walk(home)) == before
     finally:
-        exposed.remove(force=True)
+        theirs.remove(force=True)
 
 
 def test_a_forged_record_never_gets_an_unrelated_process_signalled(workdir, home, store):
@@ -243,17 +252,6 @@ def test_a_forged_record_never_gets_an_unrelated_process_signalled(workdir, home
 
 
 # -- hostile logs --------------------------------------------------------------------------------
-
-
-class CountingSource(FileLogSource):
-    def __init__(self, path):
-        super().__init__(path)
-        self.bytes_read = 0
-
-    def read(self, offset, limit):
-        data = super().read(offset, limit)
-        self.bytes_read += len(data)
-        return data
 
 
 def test_the_default_metric_is_linear_and_any_pattern_is_bounded(tmp_path):
@@ -635,20 +633,6 @@ def test_a_store_named_through_a_bind_mount_of_the_workspace_is_still_covered(do
                 container.remove(force=True)
 
 
-def test_a_container_that_can_reach_the_engine_socket_is_refused(docker_client, docker_image, workdir, home, store):
-    (home / "jobs").mkdir(parents=True)
-    store.fingerprint_key()
-    engine = docker_client.containers.run(
-        docker_image, ["sleep", "infinity"], detach=True, init=True, volumes={"/var/run": {"bind": "/hostrun"}}
-    )
-    try:
-        spec = build_spec("print(1)\n", host=False, image=None, container=engine.name, workdir=str(workdir), gpus=None)
-        with pytest.raises(TrainerError, match="engine's socket"):
-            submit_detached(spec, name="engine")
-    finally:
-        engine.remove(force=True)
-
-
 FORGE_AND_KILL = """
 import os, signal, time
 run_dir = os.path.dirname(os.path.abspath(__file__))
@@ -710,13 +694,3 @@ def test_a_relative_store_path_is_made_absolute(tmp_path, monkeypatch, workdir):
     assert "anchored" in elsewhere.stdout
 
 
-def test_a_container_sharing_the_machines_processes_is_refused(docker_client, docker_image, workdir, home, store):
-    (home / "jobs").mkdir(parents=True)
-    store.fingerprint_key()
-    shared = docker_client.containers.run(docker_image, ["sleep", "infinity"], detach=True, init=True, pid_mode="host")
-    try:
-        spec = build_spec("print(1)\n", host=False, image=None, container=shared.name, workdir=str(workdir), gpus=None)
-        with pytest.raises(TrainerError, match="pid=host"):
-            submit_detached(spec, name="pidhost")
-    finally:
-        shared.remove(force=True)
