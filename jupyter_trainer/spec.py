@@ -15,7 +15,7 @@ import json
 import os
 import re
 import shlex
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any, Iterable, Mapping
 
 import regex as _regex
@@ -39,6 +39,38 @@ class Metric:
         return re.compile(self.regex)
 
 
+def secret(**options):
+    """A spec field whose values are secrets: the stored options keep its keys only."""
+    return field(repr=False, metadata={"secret": True}, **options)
+
+
+def public_options_of(spec) -> dict:
+    """A spec's options as stored and shown, derived from its fields: all but the script and the
+    backend; a secret field by its keys alone; a field marked `omit_empty` only when set (so that
+    adding one keeps the fingerprints of the cells that do not use it)."""
+    options = {}
+    for spec_field in fields(spec):
+        if spec_field.name in ("script", "backend"):
+            continue
+        value = getattr(spec, spec_field.name)
+        if spec_field.metadata.get("secret"):
+            options[f"{spec_field.name}_keys"] = sorted(value)
+        elif not (spec_field.metadata.get("omit_empty") and not value):
+            options[spec_field.name] = _plain(value)
+    return options
+
+
+def _plain(value):
+    """A value as JSON keeps it: tuples as lists, a metric as [name, regex]."""
+    if isinstance(value, Metric):
+        return [value.name, value.regex]
+    if isinstance(value, (tuple, list)):
+        return [_plain(item) for item in value]
+    if isinstance(value, dict):
+        return {key: _plain(item) for key, item in value.items()}
+    return value
+
+
 @dataclass(frozen=True)
 class DetachedSpec:
     script: str
@@ -48,24 +80,14 @@ class DetachedSpec:
     image: str | None = None
     container: str | None = None
     gpus: str | None = None
-    env: dict[str, str] = field(default_factory=dict, repr=False)
+    env: dict[str, str] = secret(default_factory=dict)
     stop_container_when_done: bool = False
     metrics: tuple[Metric, ...] = ()
-    args: tuple[str, ...] = ()  # the script's arguments (the words after `--`)
+    args: tuple[str, ...] = field(default=(), metadata={"omit_empty": True})  # the script's arguments (after `--`)
 
     def public_options(self) -> dict:
         """The options as stored and shown: environment keys, never values."""
-        return {
-            "image": self.image,
-            "container": self.container,
-            "workdir": self.workdir,
-            "gpus": self.gpus,
-            "env_keys": sorted(self.env),
-            "interpreter": list(self.interpreter),
-            "stop_container_when_done": self.stop_container_when_done,
-            "metrics": [[m.name, m.regex] for m in self.metrics],
-            **({"args": list(self.args)} if self.args else {}),  # absent when none: older cells keep their fingerprint
-        }
+        return public_options_of(self)
 
     def fingerprint(self, key: bytes, rerun: bool = False) -> str:
         """Same cell, same fingerprint. `rerun` counts: adding it trains once more, and

@@ -95,3 +95,20 @@ def test_workdir_must_exist(tmp_path):
     with pytest.raises(InvalidOption, match="not a directory"):
         spec(workdir=str(tmp_path / "missing"))
     assert spec(workdir=str(tmp_path)).workdir == str(tmp_path)
+
+
+def test_public_options_derive_from_the_fields_and_keep_secrets_out():
+    from jupyter_trainer.spec import build_spec
+
+    spec = build_spec(
+        "print(1)\n", host=False, image="img:1", container=None, workdir="/tmp", gpus="all",
+        env=["TOKEN=hunter2"], interpreter="torchrun --n 2", metrics=["loss=loss ([0-9.]+)"],
+    )  # fmt: skip
+    assert spec.public_options() == {
+        "container": None, "env_keys": ["TOKEN"], "gpus": "all", "image": "img:1",
+        "interpreter": ["torchrun", "--n", "2"], "metrics": [["loss", "loss ([0-9.]+)"]],
+        "stop_container_when_done": False, "workdir": "/tmp",
+    }  # fmt: skip  (the same as before options were derived: fingerprints of old cells hold)
+    assert "hunter2" not in repr(spec) and "hunter2" not in str(spec.public_options())
+    with_args = build_spec("print(1)\n", host=True, image=None, container=None, workdir="/tmp", gpus=None, args=["--epochs", "3"])
+    assert with_args.public_options()["args"] == ["--epochs", "3"]

@@ -9,7 +9,7 @@ from typing import Any, Iterable, Mapping
 
 from ...errors import InvalidOption
 from ...options import SAGEMAKER, settle
-from ...spec import IMAGE_REF, Metric, cell_fingerprint, parse_metrics
+from ...spec import IMAGE_REF, Metric, cell_fingerprint, parse_metrics, public_options_of
 
 ROLE_ARN = re.compile(r"arn:aws[a-z-]*:iam::\d{12}:role/[\w+=,.@/-]{1,512}")
 INSTANCE_TYPE = re.compile(r"ml\.[a-z0-9]+[a-z0-9-]*\.[0-9]*x?(small|medium|large|xlarge)")
@@ -43,21 +43,7 @@ class SageMakerSpec:
         return self.instance_type in LOCAL_TYPES
 
     def public_options(self) -> dict:
-        return {
-            "image_uri": self.image_uri,
-            "role": self.role,
-            "instance_type": self.instance_type,
-            "instance_count": self.instance_count,
-            "output_path": self.output_path,
-            "inputs": dict(self.inputs),
-            "hyperparameters": dict(self.hyperparameters),
-            "max_run": self.max_run,
-            "spot": self.spot,
-            "max_wait": self.max_wait,
-            "checkpoint_s3_uri": self.checkpoint_s3_uri,
-            "source_dir": self.source_dir,
-            "metrics": [[m.name, m.regex] for m in self.metrics],
-        }
+        return public_options_of(self)
 
     def metric_definitions(self) -> list[dict]:
         return [{"Name": m.name, "Regex": m.regex} for m in self.metrics]
