@@ -31,7 +31,7 @@ from ...store import CODE_DIR
 from ...store import SAGEMAKER_SPEC_FILE as SPEC_FILE
 from ..base import LOG_FILE, SCRIPT_FILE, FileLogSource, malformed_runtime, prepare_supervised_run, require, write_script
 from ..host import HostBackend, start_supervised
-from .spec import SCRIPT_NAME, SageMakerSpec, training_job_name
+from .spec import CODE_CHANNEL, SCRIPT_NAME, SageMakerSpec, training_job_name
 
 
 @dataclass(frozen=True)
@@ -129,7 +129,7 @@ class SageMakerBackend:
 
     def _upload_code(self, session, code_dir: Path, output_path: str, job_name: str) -> str:
         bucket, _, prefix = output_path[len("s3://") :].partition("/")
-        key_prefix = "/".join(part for part in (prefix.strip("/"), job_name, "code") if part)
+        key_prefix = "/".join(part for part in (prefix.strip("/"), job_name, CODE_CHANNEL) if part)
         s3 = client(session, "s3")
         try:
             for path in sorted(code_dir.rglob("*")):

@@ -22,6 +22,7 @@ import time
 from pathlib import Path
 
 from ...errors import TrainerError
+from ...store import CODE_DIR, SAGEMAKER_SPEC_FILE
 from ...spec import Metric
 from .spec import SageMakerSpec
 
@@ -32,7 +33,7 @@ CREDENTIAL_FILE_VARIABLES = ("AWS_CONFIG_FILE", "AWS_SHARED_CREDENTIALS_FILE", "
 
 
 def load_spec(run_dir: Path) -> tuple[str, SageMakerSpec]:
-    data = json.loads((run_dir / "sagemaker.json").read_text())
+    data = json.loads((run_dir / SAGEMAKER_SPEC_FILE).read_text())
     job_name = data.pop("job_name")
     data["metrics"] = tuple(Metric(name, regex) for name, regex in data.get("metrics", []))
     return job_name, SageMakerSpec(script="", **data)
@@ -116,7 +117,7 @@ def main(argv: list[str]) -> int:
         print("jupyter_trainer: every channel is local, so the container gets no AWS credentials", flush=True)
     try:
         session = session_for(spec)  # before the SDK is imported: v2 makes a session of its own as it is
-        run_local(spec, job_name, str(run_dir / "code"), container_root, session)
+        run_local(spec, job_name, str(run_dir / CODE_DIR), container_root, session)
     except TrainerError as error:
         print(f"jupyter_trainer: {error}", flush=True)
         return 1
