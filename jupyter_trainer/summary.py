@@ -38,10 +38,11 @@ def format_time(timestamp: float | None) -> str:
 
 
 def where(record: JobRecord, backends: Backends | None = None) -> str:
-    """Where the job runs, in its backend's words."""
+    """Where the job runs, in its backend's words (its name alone when they cannot be had: one bad
+    record never breaks a listing)."""
     try:
         return (backends or DEFAULT).get(record.backend).describe_where(record)
-    except UnknownBackend:
+    except (UnknownBackend, TrainerError):
         return record.backend
 
 

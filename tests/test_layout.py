@@ -76,3 +76,18 @@ def test_only_the_sagemaker_backend_imports_the_aws_libraries():
             if imported.split(".")[0] in RUNTIME_LIBRARIES:
                 outside.append(f"{name} imports {imported}")
     assert outside == []
+
+
+def test_every_known_backend_follows_the_protocol():
+    import importlib
+
+    from jupyter_trainer.backends import KNOWN
+    from jupyter_trainer.jobs import JobRecord
+
+    for name, where in KNOWN.items():
+        module, _, cls = where.partition(":")
+        backend = getattr(importlib.import_module(module), cls)()
+        assert backend.name == name  # the registry's name is the backend's own
+        for attribute in ("has_containers", "status_interval", "preflight", "prepare", "launch", "observe", "log_source", "stop"):
+            assert hasattr(backend, attribute), (name, attribute)
+        assert isinstance(backend.describe_where(JobRecord(name="x", backend=name)), str)  # not launched yet

@@ -74,7 +74,8 @@ class Backend(Protocol):
     def stop(self, record: JobRecord, run_dir: Path, container: bool = False) -> None: ...
 
     def describe_where(self, record: JobRecord) -> str:
-        """Where the job runs, in a few words, for tables and headers."""
+        """Where the job runs, in a few words, for tables and headers. The record may not be
+        launched yet (an empty runtime)."""
 
 
 def malformed_runtime(record: JobRecord, problem: str) -> CorruptRecord:
