@@ -19,14 +19,15 @@ RUNTIME_LIBRARIES = {"sagemaker", "boto3", "botocore"}
 
 
 def module_name(path: Path) -> str:
-    return ".".join(path.relative_to(PACKAGE.parent).with_suffix("").parts)
+    parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)  # a package is named by its directory
 
 
 def imports_of(path: Path) -> set[str]:
     """The modules `path` imports, absolute (relative imports resolved)."""
     package = module_name(path).split(".")
     if path.name != "__init__.py":
-        package = package[:-1]
+        package = package[:-1]  # relative imports start from the module's package
     found = set()
     for node in ast.walk(ast.parse(path.read_text())):
         if isinstance(node, ast.Import):
@@ -34,7 +35,8 @@ def imports_of(path: Path) -> set[str]:
         elif isinstance(node, ast.ImportFrom):
             base = package[: len(package) - node.level + 1] if node.level else []
             module = ".".join([*base, node.module] if node.module else base)
-            found.add(module)
+            if node.module:  # `from . import x` imports x, not its package
+                found.add(module)
             found.update(f"{module}.{alias.name}" for alias in node.names)  # a submodule, perhaps
     return found
 
