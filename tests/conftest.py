@@ -87,11 +87,11 @@ def docker_client():
 
 @pytest.fixture
 def docker_image(docker_client, home):
-    """The test image; containers created for this test's store are removed afterwards."""
+    """The test image; containers created for any store of this test (all under its tmp_path) are removed afterwards."""
     yield TEST_IMAGE
-    jobs_dir = str(home / "jobs")
+    test_dir = str(home.parent) + "/"
     for container in docker_client.containers.list(all=True, filters={"label": "jupyter_trainer"}):
-        if container.labels.get("jupyter_trainer.jobs_dir") == jobs_dir:
+        if container.labels.get("jupyter_trainer.jobs_dir", "").startswith(test_dir):
             container.remove(force=True)
 
 
