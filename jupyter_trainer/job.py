@@ -81,6 +81,7 @@ class Job:
             size = source.size()
             yield from tail_lines(source, tail)
             cursor = LogCursor(offset=size)
+
         def read() -> list[str]:
             lines = cursor.read(source)
             truncation = cursor.take_truncation()  # said once, before what follows it
