@@ -117,30 +117,7 @@ class HostBackend:
         return start_supervised(run_dir, command, cwd=spec.workdir, env=job_environment(spec))
 
     def observe(self, record: JobRecord, run_dir: Path) -> Observation:
-        _reap_children()
-        supervisor = HostRuntime.of(record).supervisor
-        supervisor_alive = supervisor.is_alive()
-        facts = read_supervisor_facts(run_dir)  # read after the liveness check: no race
-        if supervisor_alive:
-            # the job can write its exit-code file too: an exit code counts only once its supervisor,
-            # which writes it last, is gone
-            if facts.problem:
-                return facts.unknown(True)
-            return Observation(alive=True, started=facts.job_pid is not None or facts.exit_code is not None)
-        if find_job(run_dir, supervisor) is not None:
-            # the supervisor was killed but the job goes on (whatever its files say): it can no
-            # longer record its exit code
-            return Observation(alive=True, started=True)
-        if facts.exit_code is not None:
-            return facts.ended()
-        if facts.problem:
-            return facts.unknown(False)
-        if supervisor.boot_id and supervisor.boot_id != boot_id():
-            return Observation(alive=False, why_gone="the machine restarted while the job ran")
-        return Observation(
-            alive=False,
-            why_gone="the job's supervisor process ended without recording an exit code (was it killed?)",
-        )
+        return observe_supervised(run_dir, HostRuntime.of(record).supervisor)
 
     def log_source(self, record: JobRecord, run_dir: Path) -> FileLogSource:
         return FileLogSource(run_dir / LOG_FILE)
@@ -150,23 +127,57 @@ class HostBackend:
         return f"this machine (pid {pid})" if pid else "this machine"
 
     def stop(self, record: JobRecord, run_dir: Path, container: bool = False) -> None:
-        supervisor = HostRuntime.of(record).supervisor
-        with contextlib.suppress(ProcessLookupError):  # it may end on its own meanwhile
-            if supervisor.is_alive():
-                # the supervisor stops the job's process group: TERM, then KILL after the grace
-                # period; wait for it, so that the stop is seen done as with every backend
-                os.kill(supervisor.pid, signal.SIGTERM)
-                deadline = time.monotonic() + STOP_GRACE_SECONDS + 5
-                while supervisor.is_alive() and time.monotonic() < deadline:
-                    time.sleep(0.05)
-                    _reap_children()
-                return
-            job_pid = find_job(run_dir, supervisor)
-            if job_pid is not None:
-                # no supervisor left to do it: TERM the group, then KILL what is left after the grace period
-                os.killpg(job_pid, signal.SIGTERM)
-                deadline = time.monotonic() + STOP_GRACE_SECONDS
-                while session_id(job_pid) == job_pid and time.monotonic() < deadline:
-                    time.sleep(0.2)
-                if session_id(job_pid) == job_pid:
-                    os.killpg(job_pid, signal.SIGKILL)
+        stop_supervised(run_dir, HostRuntime.of(record).supervisor)
+
+
+# A job supervised on this machine, by its run directory and its supervisor's identity: what the
+# host backend does, and what SageMaker local mode (also supervised here) borrows.
+
+
+def observe_supervised(run_dir: Path, supervisor: ProcessIdentity) -> Observation:
+    """What is seen of a supervised job now."""
+    _reap_children()
+    supervisor_alive = supervisor.is_alive()
+    facts = read_supervisor_facts(run_dir)  # read after the liveness check: no race
+    if supervisor_alive:
+        # the job can write its exit-code file too: an exit code counts only once its supervisor,
+        # which writes it last, is gone
+        if facts.problem:
+            return facts.unknown(True)
+        return Observation(alive=True, started=facts.job_pid is not None or facts.exit_code is not None)
+    if find_job(run_dir, supervisor) is not None:
+        # the supervisor was killed but the job goes on (whatever its files say): it can no
+        # longer record its exit code
+        return Observation(alive=True, started=True)
+    if facts.exit_code is not None:
+        return facts.ended()
+    if facts.problem:
+        return facts.unknown(False)
+    if supervisor.boot_id and supervisor.boot_id != boot_id():
+        return Observation(alive=False, why_gone="the machine restarted while the job ran")
+    return Observation(
+        alive=False,
+        why_gone="the job's supervisor process ended without recording an exit code (was it killed?)",
+    )
+
+def stop_supervised(run_dir: Path, supervisor: ProcessIdentity) -> None:
+    """Stop a supervised job (its whole process group) and wait for it."""
+    with contextlib.suppress(ProcessLookupError):  # it may end on its own meanwhile
+        if supervisor.is_alive():
+            # the supervisor stops the job's process group: TERM, then KILL after the grace
+            # period; wait for it, so that the stop is seen done as with every backend
+            os.kill(supervisor.pid, signal.SIGTERM)
+            deadline = time.monotonic() + STOP_GRACE_SECONDS + 5
+            while supervisor.is_alive() and time.monotonic() < deadline:
+                time.sleep(0.05)
+                _reap_children()
+            return
+        job_pid = find_job(run_dir, supervisor)
+        if job_pid is not None:
+            # no supervisor left to do it: TERM the group, then KILL what is left after the grace period
+            os.killpg(job_pid, signal.SIGTERM)
+            deadline = time.monotonic() + STOP_GRACE_SECONDS
+            while session_id(job_pid) == job_pid and time.monotonic() < deadline:
+                time.sleep(0.2)
+            if session_id(job_pid) == job_pid:
+                os.killpg(job_pid, signal.SIGKILL)

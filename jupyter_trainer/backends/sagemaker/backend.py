@@ -30,7 +30,8 @@ from ..._fs import write_private_file
 from ...store import CODE_DIR
 from ...store import SAGEMAKER_SPEC_FILE as SPEC_FILE
 from ..base import LOG_FILE, SCRIPT_FILE, FileLogSource, malformed_runtime, prepare_supervised_run, require, write_script
-from ..host import HostBackend, start_supervised
+from ...proc import ProcessIdentity
+from ..host import observe_supervised, start_supervised, stop_supervised
 from .spec import CODE_CHANNEL, SCRIPT_NAME, SageMakerSpec, training_job_name
 
 
@@ -80,7 +81,6 @@ class SageMakerBackend:
     has_containers = False
 
     def __init__(self):
-        self._host = HostBackend()
         self._log_sources: dict[Path, SyncedLogSource] = {}
         self._clients: dict[tuple[str, str], object] = {}
 
@@ -144,7 +144,7 @@ class SageMakerBackend:
     def observe(self, record: JobRecord, run_dir: Path) -> Observation:
         runtime = SageMakerRuntime.of(record)
         if runtime.mode == "local":
-            return self._host.observe(record, run_dir)
+            return observe_supervised(run_dir, ProcessIdentity.from_dict(runtime.supervisor))
         try:
             description = self._client(runtime.region, "sagemaker").describe_training_job(
                 TrainingJobName=runtime.training_job_name
@@ -174,7 +174,7 @@ class SageMakerBackend:
     def stop(self, record: JobRecord, run_dir: Path, container: bool = False) -> None:
         runtime = SageMakerRuntime.of(record)
         if runtime.mode == "local":
-            self._host.stop(record, run_dir)
+            stop_supervised(run_dir, ProcessIdentity.from_dict(runtime.supervisor))
             return
         try:
             self._client(runtime.region, "sagemaker").stop_training_job(TrainingJobName=runtime.training_job_name)
