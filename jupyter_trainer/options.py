@@ -24,7 +24,7 @@ class Option:
     metavar: str | None = None
     kind: str = "value"  # "value", "int", "append" (repeatable) or "switch"
     config: bool = False  # %config TrainerMagics.<dest> gives it a default
-    default: Any = None  # the configured default when nobody configured one
+    default: Any = None  # the value when neither a flag nor config gives one
 
     def add_to(self, parser: argparse.ArgumentParser) -> None:
         if self.kind == "switch":
@@ -68,7 +68,7 @@ SAGEMAKER = (
     Option("image_uri", "--image-uri", "the training image (it needs python3, nothing else)", "URI", config=True),
     Option("role", "--role", "the execution role (default: config, else the notebook instance's role)", "ARN", config=True),
     Option("instance_type", "--instance-type", "e.g. ml.g5.xlarge; 'local' runs SageMaker local mode here", "TYPE", config=True, default="ml.m5.xlarge"),
-    Option("instance_count", "--instance-count", "how many instances (default 1)", "N", "int"),
+    Option("instance_count", "--instance-count", "how many instances (default 1)", "N", "int", default=1),
     Option("inputs", "--input", "an input channel (repeatable; s3:// or file://)", "CHANNEL=URI", "append"),
     Option("output_path", "--output-path", "where the model artifact goes", "URI", config=True),
     Option("hyperparameters", "--hyperparameter", "a hyperparameter (repeatable)", "KEY=VALUE", "append"),
@@ -90,12 +90,17 @@ def configurable(options: Iterable[Option]) -> list[Option]:
 
 
 def settle(options: Iterable[Option], given: Mapping[str, Any], config: Mapping[str, Any]) -> dict[str, Any]:
-    """The value of each option: the flag's when given (None or [] when not), else the configured
-    default. A flag always wins over config, even an empty one."""
+    """The value of each option, by its name: the flag's when given (None or [] when not), else the
+    configured default, else the option's own; a switch is True or False, a repeatable option a list.
+    A flag always wins over config, even an empty one."""
     values = {}
     for option in options:
         value = given.get(option.dest)
-        if option.config and (value is None or value == []):
-            value = config.get(option.dest, option.default)
+        if value is None or value == []:
+            value = config.get(option.dest, option.default) if option.config else option.default
+        if option.kind == "switch":
+            value = bool(value)
+        elif option.kind == "append":
+            value = list(value or ())
         values[option.dest] = value
     return values

@@ -216,17 +216,5 @@ def detached_spec(script: str, given: Mapping[str, Any], config: Mapping[str, An
         host = bool(config.get("host")) and given.get("image") is None and given.get("container") is None
     if host:
         config = {key: value for key, value in config.items() if key in HOST_CONFIG}
-    values = settle(DETACHED, {**given, "host": host}, config)
-    return build_spec(
-        script,
-        host=bool(values["host"]),
-        image=values["image"],
-        container=values["container"],
-        workdir=values["workdir"],
-        gpus=values["gpus"],
-        env=values["env"] or (),
-        interpreter=values["interpreter"],
-        stop_container_when_done=bool(values["stop_container_when_done"]),
-        metrics=given.get("metrics") or (),
-        args=args,
-    )
+    values = settle(DETACHED, {**given, "host": host}, config)  # named as build_spec's arguments
+    return build_spec(script, **values, metrics=given.get("metrics") or (), args=args)

@@ -173,20 +173,7 @@ def training_job_name(name: str, stamp: str, suffix: str) -> str:
 def sagemaker_spec(script: str, given: Mapping[str, Any], config: Mapping[str, Any], fallback_role=None) -> SageMakerSpec:
     """A `%%sagemaker_fit` cell: its flags (`given`, by option name) and the configured defaults; a
     flag always wins. `fallback_role()` gives the role when neither names one (on a notebook instance)."""
-    values = settle(SAGEMAKER, given, config)
-    return build_sagemaker_spec(
-        script,
-        image_uri=values["image_uri"],
-        role=values["role"] or (fallback_role() if fallback_role else None),
-        instance_type=values["instance_type"],
-        output_path=values["output_path"],
-        instance_count=1 if values["instance_count"] is None else values["instance_count"],
-        inputs=values["inputs"] or (),
-        hyperparameters=values["hyperparameters"] or (),
-        max_run=values["max_run"],
-        spot=bool(values["spot"]),
-        max_wait=values["max_wait"],
-        checkpoint_s3_uri=values["checkpoint_s3_uri"],
-        source_dir=values["source_dir"],
-        metrics=given.get("metrics") or (),
-    )
+    values = settle(SAGEMAKER, given, config)  # named as build_sagemaker_spec's arguments
+    if not values["role"] and fallback_role:
+        values["role"] = fallback_role()
+    return build_sagemaker_spec(script, **values, metrics=given.get("metrics") or ())
