@@ -71,7 +71,6 @@ def create_private_file(path: Path, data: bytes = b"") -> None:
         handle.write(data)
 
 
-
 _OPEN_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)
 
 
@@ -93,11 +92,11 @@ def open_regular(path: Path | str) -> int:
     return fd
 
 
-def read_small(path: Path | str, limit: int) -> bytes:
-    """At most `limit` bytes from the start of a regular file."""
+def read_small(path: Path | str, limit: int, offset: int = 0) -> bytes:
+    """At most `limit` bytes of a regular file, from `offset`."""
     fd = open_regular(path)
     try:
-        return os.pread(fd, limit, 0)
+        return os.pread(fd, limit, offset)
     finally:
         os.close(fd)
 
@@ -105,13 +104,9 @@ def read_small(path: Path | str, limit: int) -> bytes:
 def read_range(path: Path | str, offset: int, limit: int) -> bytes:
     """Up to `limit` bytes of a regular file from `offset` (b"" if the file is missing)."""
     try:
-        fd = open_regular(path)
+        return read_small(path, limit, offset)
     except FileNotFoundError:
         return b""
-    try:
-        return os.pread(fd, limit, offset)
-    finally:
-        os.close(fd)
 
 
 def regular_size(path: Path | str) -> int:

@@ -85,6 +85,19 @@ def malformed_runtime(record: JobRecord, problem: str) -> CorruptRecord:
     )
 
 
+def read_runtime(cls, record: JobRecord, kinds: dict):
+    """A backend's runtime dataclass from a record: each field checked to be of its kind
+    (`kinds`: field name -> type, or (type, "optional")); a malformed one is a CorruptRecord."""
+    values = {}
+    try:
+        for key, kind in kinds.items():
+            optional = isinstance(kind, tuple) and kind[1:] == ("optional",)
+            values[key] = require(record.runtime, key, kind[0] if optional else kind, optional)
+    except ValueError as exc:
+        raise malformed_runtime(record, str(exc)) from None
+    return cls(**values)
+
+
 def require(data: dict, key: str, kind: type | tuple[type, ...], optional: bool = False):
     """A field of a runtime read from a record, of the type it must have."""
     value = data.get(key)

@@ -41,8 +41,8 @@ from .base import (
     job_environment,
     malformed_runtime,
     prepare_supervised_run,
+    read_runtime,
     read_supervisor_facts,
-    require,
 )
 from . import store_mounts
 from .links import link_run, unlink_run
@@ -83,19 +83,8 @@ class DockerRuntime:
 
     @classmethod
     def of(cls, record: JobRecord) -> "DockerRuntime":
-        data = record.runtime
-        try:
-            runtime = cls(
-                container_id=require(data, "container_id", str),
-                container_name=require(data, "container_name", str),
-                container_started_at=require(data, "container_started_at", str),
-                exec_id=require(data, "exec_id", str),
-                run_dir=require(data, "run_dir", str),
-                mounted=require(data, "mounted", bool),
-                shared_dir=require(data, "shared_dir", str, optional=True),
-            )
-        except ValueError as exc:
-            raise malformed_runtime(record, str(exc)) from None
+        kinds = {"container_id": str, "container_name": str, "container_started_at": str, "exec_id": str, "run_dir": str}
+        runtime = read_runtime(cls, record, {**kinds, "mounted": bool, "shared_dir": (str, "optional")})
         if not INNER_RUN_DIR.fullmatch(runtime.run_dir):
             raise malformed_runtime(record, "run_dir is not a run's directory")
         if runtime.shared_dir is not None and not NAME_PATTERN.fullmatch(runtime.shared_dir):

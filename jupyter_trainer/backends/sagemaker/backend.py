@@ -29,7 +29,7 @@ from .cloudwatch import (
 from ..._fs import write_private_file
 from ...store import CODE_DIR
 from ...store import SAGEMAKER_SPEC_FILE as SPEC_FILE
-from ..base import LOG_FILE, SCRIPT_FILE, FileLogSource, malformed_runtime, prepare_supervised_run, require, write_script
+from ..base import LOG_FILE, SCRIPT_FILE, FileLogSource, malformed_runtime, prepare_supervised_run, read_runtime, write_script
 from ...proc import ProcessIdentity
 from ..host import observe_supervised, start_supervised, stop_supervised
 from .spec import CODE_CHANNEL, SCRIPT_NAME, SageMakerSpec, training_job_name
@@ -55,21 +55,9 @@ class SageMakerRuntime:
 
     @classmethod
     def of(cls, record: JobRecord) -> "SageMakerRuntime":
-        data = record.runtime
-        try:
-            runtime = cls(
-                training_job_name=require(data, "training_job_name", str),
-                mode=require(data, "mode", str),
-                sdk=require(data, "sdk", int),
-                region=require(data, "region", str, optional=True),
-                supervisor=require(data, "supervisor", dict, optional=True),
-                secondary_status=require(data, "secondary_status", str, optional=True),
-                failure_reason=require(data, "failure_reason", str, optional=True),
-                billable_seconds=require(data, "billable_seconds", int, optional=True),
-                model_artifacts=require(data, "model_artifacts", str, optional=True),
-            )
-        except ValueError as exc:
-            raise malformed_runtime(record, str(exc)) from None
+        optional = {"region": str, "supervisor": dict, "secondary_status": str, "failure_reason": str, "billable_seconds": int, "model_artifacts": str}
+        kinds = {"training_job_name": str, "mode": str, "sdk": int, **{key: (kind, "optional") for key, kind in optional.items()}}
+        runtime = read_runtime(cls, record, kinds)
         if runtime.mode not in ("remote", "local") or (runtime.mode == "remote" and not runtime.region):
             raise malformed_runtime(record, f"mode {runtime.mode!r}")
         return runtime
