@@ -6,6 +6,11 @@ argparse parsers of the magics and of the CLI, the magics' configurable traits,
 and the values handed to a spec builder, with the one rule every surface shares:
 a flag always wins over config, even an empty one.
 
+A detached backend is declared here too (`DetachedBackend`): the switch that
+chooses it, the options it takes, what it cannot do without. The spec builder
+loops over these declarations, so a new backend adds its own lines here and
+changes no rule elsewhere.
+
 Pure logic: no IPython, no runtime library.
 """
 
@@ -13,7 +18,9 @@ from __future__ import annotations
 
 import argparse
 from dataclasses import dataclass
-from typing import Any, Iterable, Mapping
+from typing import Any, Callable, Iterable, Mapping
+
+from .checks import parse_container, parse_env, parse_gpus, parse_image, parse_interpreter, parse_metrics, parse_workdir
 
 
 @dataclass(frozen=True)
@@ -25,6 +32,11 @@ class Option:
     kind: str = "value"  # "value", "int", "append" (repeatable) or "switch"
     config: bool = False  # %config TrainerMagics.<dest> gives it a default
     default: Any = None  # the value when neither a flag nor config gives one
+    parse: Callable[[Any], Any] | None = None  # checks the settled value and gives what the spec holds
+    backends: tuple[str, ...] = ()  # the detached backends that take it (none named: every one)
+
+    def taken_by(self, backend: str) -> bool:
+        return not self.backends or backend in self.backends
 
     def add_to(self, parser: argparse.ArgumentParser) -> None:
         if self.kind == "switch":
@@ -41,25 +53,69 @@ class Option:
 
 JOB = (
     Option("name", "--name", "the job's name (default: derived from the cell)", "NAME"),
-    Option("metrics", "--metric", "a metric to parse from the log (repeatable; one capture group)", "NAME=REGEX", "append"),
+    Option(
+        "metrics", "--metric", "a metric to parse from the log (repeatable; one capture group)", "NAME=REGEX", "append",
+        parse=parse_metrics,
+    ),  # fmt: skip
     Option("no_widget", "--no-widget", "print a one-line summary instead of displaying the widget", kind="switch"),
     Option("rerun", "--rerun", "train again under the name of a finished job", kind="switch"),
 )
 
 # -- %%train_detached and `jupyter-trainer submit` ---------------------------------------------
 
+CONTAINER = ("docker",)  # the backends that run a job in a container
+
 DETACHED = (
-    Option("image", "--image", "create (if missing) a persistent container from IMAGE and run in it", "IMAGE", config=True),
-    Option("container", "--container", "the persistent container to use or create", "NAME", config=True),
-    Option("workdir", "--workdir", "host directory mounted at /workspace; the job's working directory", "DIR", config=True),
-    Option("gpus", "--gpus", "'all', a count, or device ids (0,1), as docker run --gpus", "SPEC", config=True),
-    Option("env", "--env", "environment for the job (repeatable); values are never stored or shown", "KEY=VALUE", "append"),
-    Option("interpreter", "--interpreter", "the command that runs the script (default python3)", "CMD", config=True, default="python3"),
+    Option(
+        "image", "--image", "create (if missing) a persistent container from IMAGE and run in it", "IMAGE",
+        config=True, parse=parse_image, backends=CONTAINER,
+    ),
+    Option(
+        "container", "--container", "the persistent container to use or create", "NAME",
+        config=True, parse=parse_container, backends=CONTAINER,
+    ),
+    Option(
+        "workdir", "--workdir", "host directory mounted at /workspace; the job's working directory", "DIR",
+        config=True, parse=parse_workdir,
+    ),
+    Option(
+        "gpus", "--gpus", "'all', a count, or device ids (0,1), as docker run --gpus", "SPEC",
+        config=True, parse=parse_gpus, backends=CONTAINER,
+    ),
+    Option(
+        "env", "--env", "environment for the job (repeatable); values are never stored or shown", "KEY=VALUE", "append",
+        parse=parse_env,
+    ),
+    Option(
+        "interpreter", "--interpreter", "the command that runs the script (default python3)", "CMD",
+        config=True, default="python3", parse=parse_interpreter,
+    ),
     Option(
         "stop_container_when_done", "--stop-container-when-done", "stop the container when the job ends, releasing its GPUs",
-        kind="switch", config=True, default=False,
-    ),  # fmt: skip
+        kind="switch", config=True, default=False, backends=CONTAINER,
+    ),
     Option("host", "--host", "no container: run the job as a detached process on this machine", kind="switch", config=True, default=False),
+)  # fmt: skip
+
+
+@dataclass(frozen=True)
+class DetachedBackend:
+    """How `%%train_detached` comes to run a job on a backend, and what that backend needs."""
+
+    name: str
+    switch: str | None = None  # the switch option that chooses it; None: the backend chosen when no switch is on
+    lacks: str = ""  # what it runs without, said when it is given another backend's option
+    needs_one_of: tuple[str, ...] = ()  # options of which at least one must have a value
+    missing: tuple[str, str] = ("", "")  # the error and the hint when none of them has
+
+
+DETACHED_BACKENDS = (
+    DetachedBackend("host", switch="host", lacks="runs without a container"),
+    DetachedBackend(
+        "docker",
+        needs_one_of=("image", "container"),
+        missing=("no image or container given", "pass --image IMAGE (or set %config TrainerMagics.image), --container NAME, or --host"),
+    ),
 )
 
 # -- %%sagemaker_fit ------------------------------------------------------------------------------

@@ -12,31 +12,15 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
-import os
-import re
-import shlex
 from dataclasses import dataclass, field, fields
 from typing import Any, Iterable, Mapping
 
-import regex as _regex
-
+from .checks import Metric, parse_metrics
 from .errors import InvalidOption
-from .jobs import validate_name
-from .options import DETACHED, settle
+from .options import DETACHED, DETACHED_BACKENDS, DetachedBackend, settle
 
-ENV_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
-GPU_IDS = re.compile(r"\d+(,\d+)*")
-METRIC_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_.:/-]{0,127}")
-IMAGE_REF = re.compile(r"[A-Za-z0-9][A-Za-z0-9._/:@-]*")
+__all__ = ["DetachedSpec", "Metric", "build_spec", "detached_spec", "public_options_of", "secret"]
 
-
-@dataclass(frozen=True)
-class Metric:
-    name: str
-    regex: str
-
-    def compile(self) -> re.Pattern[str]:
-        return re.compile(self.regex)
 
 
 def secret(**options):
@@ -74,7 +58,7 @@ def _plain(value):
 @dataclass(frozen=True)
 class DetachedSpec:
     script: str
-    backend: str  # "docker" or "host"
+    backend: str  # a detached backend's name (options.DETACHED_BACKENDS)
     workdir: str
     interpreter: tuple[str, ...] = ("python3",)
     image: str | None = None
@@ -103,118 +87,70 @@ def cell_fingerprint(key: bytes, script: str, backend: str, options: dict, rerun
     return hmac.new(key, canonical.encode(), hashlib.sha256).hexdigest()
 
 
-def parse_env(items: Iterable[str]) -> dict[str, str]:
-    env: dict[str, str] = {}
-    for item in items or ():
-        key, sep, value = item.partition("=")
-        if not sep or not ENV_KEY.fullmatch(key):
-            # without '=' the item holds no value to leak; with one, show the key only
-            raise InvalidOption(f"--env expects KEY=VALUE, got {key[:40]!r}", "for example --env SEED=1")
-        env[key] = value
-    return env
-
-
-def parse_gpus(spec: str | None) -> str | None:
-    if spec is None:
-        return None
-    text = spec.strip()
-    if text == "all" or GPU_IDS.fullmatch(text):
-        return text
-    raise InvalidOption(f"--gpus expects 'all', a count or device ids like 0,1; got {spec!r}")
-
-
-def parse_interpreter(command: str | None) -> tuple[str, ...]:
-    try:
-        words = tuple(shlex.split(command or ""))
-    except ValueError as exc:
-        raise InvalidOption(f"--interpreter {command!r} cannot be split into words ({exc})") from None
-    if not words:
-        raise InvalidOption("--interpreter is empty", "give a command such as python3")
-    return words
-
-
-def parse_metrics(items: Iterable[str]) -> tuple[Metric, ...]:
-    metrics = []
-    for item in items or ():
-        name, sep, regex = item.partition("=")
-        if not sep or not METRIC_NAME.fullmatch(name):
-            raise InvalidOption(f"--metric expects NAME=REGEX, got {item[:60]!r}", r"for example --metric 'loss=loss: ([0-9.]+)'")
-        try:
-            groups = re.compile(regex).groups
-            _regex.compile(regex, _regex.VERSION0)  # what the log is matched with
-        except (re.error, _regex.error) as exc:
-            raise InvalidOption(f"--metric {name}: bad regular expression ({exc})") from None
-        if groups != 1:
-            raise InvalidOption(f"--metric {name}: the regular expression needs exactly one capture group, it has {groups}")
-        metrics.append(Metric(name, regex))
-    return tuple(metrics)
-
-
-def parse_image(image: str | None) -> str | None:
-    if image is None:
-        return None
-    if not IMAGE_REF.fullmatch(image) or len(image) > 255:
-        raise InvalidOption(f"invalid image reference {image[:60]!r}", "for example python:3.11-slim")
-    return image
-
-
-def parse_workdir(workdir: str | None) -> str:
-    path = os.path.abspath(os.path.expanduser(workdir or os.getcwd()))
-    if not os.path.isdir(path):
-        raise InvalidOption(f"--workdir {path!r} is not a directory")
-    return path
-
-
-def build_spec(
-    script: str,
-    *,
-    host: bool,
-    image: str | None,
-    container: str | None,
-    workdir: str | None,
-    gpus: str | None,
-    env: Iterable[str] = (),
-    interpreter: str | None = "python3",
-    stop_container_when_done: bool = False,
-    metrics: Iterable[str] = (),
-    args: Iterable[str] = (),
-) -> DetachedSpec:
+def build_spec(script: str, *, args: Iterable[str] = (), metrics: Iterable[str] = (), **values: Any) -> DetachedSpec:
+    """A detached spec from option values (by option name; one not given takes its default): the
+    backend is the one whose switch is on, else the default one; it must be given only options it
+    takes, and one of those it cannot do without."""
     if not script.strip():
         raise InvalidOption("the cell is empty", "write the training script in the cell body")
-    if host and (image or container or gpus or stop_container_when_done):
-        raise InvalidOption("--host runs without a container", "drop --image, --container, --gpus and --stop-container-when-done")
-    if not host and not image and not container:
-        raise InvalidOption("no image or container given", "pass --image IMAGE (or set %config TrainerMagics.image), --container NAME, or --host")
-    if container is not None:
-        validate_name(container, "container name")
-    return DetachedSpec(
-        script=script,
-        backend="host" if host else "docker",
-        workdir=parse_workdir(workdir),
-        interpreter=parse_interpreter(interpreter),
-        image=parse_image(image),
-        container=container,
-        gpus=parse_gpus(gpus),
-        env=parse_env(env),
-        stop_container_when_done=stop_container_when_done,
-        metrics=parse_metrics(metrics),
-        args=tuple(args),
-    )
+    unknown = set(values) - {option.dest for option in DETACHED}
+    if unknown:
+        raise TypeError(f"build_spec() got unexpected options {sorted(unknown)}")
+    values = settle(DETACHED, values, {})
+    backend = chosen_backend(values)
+    _refuse_options_not_taken(backend, values)
+    if backend.needs_one_of and not any(values[dest] for dest in backend.needs_one_of):
+        raise InvalidOption(*backend.missing)
+    held = {spec_field.name for spec_field in fields(DetachedSpec)}
+    parsed = {
+        option.dest: option.parse(values[option.dest]) if option.parse else values[option.dest]
+        for option in DETACHED
+        if option.dest in held
+    }
+    return DetachedSpec(script=script, backend=backend.name, metrics=parse_metrics(metrics), args=tuple(args), **parsed)
 
 
-# Configured defaults that still apply to a --host job (the others are the container's).
-HOST_CONFIG = ("workdir", "interpreter")
+def chosen_backend(values: Mapping[str, Any]) -> DetachedBackend:
+    """The backend whose switch is on, else the one that needs no switch."""
+    switched = [backend for backend in DETACHED_BACKENDS if backend.switch and values.get(backend.switch)]
+    if len(switched) > 1:
+        raise InvalidOption(f"{' and '.join(_flag(backend.switch) for backend in switched)} cannot be given together", "choose one")
+    return switched[0] if switched else next(backend for backend in DETACHED_BACKENDS if backend.switch is None)
+
+
+def _refuse_options_not_taken(backend: DetachedBackend, values: Mapping[str, Any]) -> None:
+    others = [option for option in DETACHED if not option.taken_by(backend.name)]
+    if any(values.get(option.dest) for option in others):
+        flags = [option.flag for option in others]
+        listed = ", ".join(flags[:-1]) + " and " + flags[-1] if len(flags) > 1 else flags[0]
+        raise InvalidOption(f"{_flag(backend.switch)} {backend.lacks}", f"drop {listed}")
+
+
+def _flag(dest: str | None) -> str:
+    return next(option.flag for option in DETACHED if option.dest == dest)
 
 
 def detached_spec(script: str, given: Mapping[str, Any], config: Mapping[str, Any], args: Iterable[str] = ()) -> DetachedSpec:
     """A `%%train_detached` cell, or `jupyter-trainer submit`: its flags (`given`, by option name,
-    None where not given) and the configured defaults. A flag always wins over config: an explicit
-    --image or --container overrides a configured --host, as an explicit --host overrides the
-    configured container defaults."""
-    host = given.get("host")
-    if host is None:
-        host = bool(config.get("host")) and given.get("image") is None and given.get("container") is None
-    if host:
-        config = {key: value for key, value in config.items() if key in HOST_CONFIG}
-    values = settle(DETACHED, {**given, "host": host}, config)  # named as build_spec's arguments
-    return build_spec(script, **values, metrics=given.get("metrics") or (), args=args)
+    None where not given) and the configured defaults. A flag always wins over config: a flagged
+    option of another backend (--image) overrides a configured switch (--host), as a flagged
+    switch overrides the configured options of the backends it does not choose."""
+    metrics = given.get("metrics") or ()
+    given = {option.dest: given.get(option.dest) for option in DETACHED}
+    backend = _chosen_with_config(given, config)
+    switches = {other.switch: other is backend for other in DETACHED_BACKENDS if other.switch}
+    taken = {option.dest for option in DETACHED if option.taken_by(backend.name)} - set(switches)
+    values = settle(DETACHED, {**given, **switches}, {dest: value for dest, value in config.items() if dest in taken})
+    return build_spec(script, **values, metrics=metrics, args=args)
+
+
+def _chosen_with_config(given: Mapping[str, Any], config: Mapping[str, Any]) -> DetachedBackend:
+    """A flagged switch chooses; else a configured one, unless an option its backend does not take
+    is flagged; else the default backend."""
+    if any(given.get(backend.switch) for backend in DETACHED_BACKENDS if backend.switch):
+        return chosen_backend(given)
+    for backend in DETACHED_BACKENDS:
+        if backend.switch and config.get(backend.switch):
+            if not any(given.get(option.dest) not in (None, []) for option in DETACHED if not option.taken_by(backend.name)):
+                return backend
+    return chosen_backend({})

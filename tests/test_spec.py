@@ -1,13 +1,10 @@
+import dataclasses
+
 import pytest
 
 from jupyter_trainer.errors import InvalidOption
-from jupyter_trainer.spec import (
-    build_spec,
-    parse_env,
-    parse_gpus,
-    parse_interpreter,
-    parse_metrics,
-)
+from jupyter_trainer.checks import parse_env, parse_gpus, parse_interpreter, parse_metrics
+from jupyter_trainer.spec import build_spec
 
 KEY = b"k" * 32
 
@@ -112,3 +109,52 @@ def test_public_options_derive_from_the_fields_and_keep_secrets_out():
     assert "hunter2" not in repr(spec) and "hunter2" not in str(spec.public_options())
     with_args = build_spec("print(1)\n", host=True, image=None, container=None, workdir="/tmp", gpus=None, args=["--epochs", "3"])
     assert with_args.public_options()["args"] == ["--epochs", "3"]
+
+
+def test_every_detached_option_is_a_spec_field_or_a_backend_switch():
+    from dataclasses import fields
+
+    from jupyter_trainer.options import DETACHED, DETACHED_BACKENDS
+    from jupyter_trainer.spec import DetachedSpec
+
+    held = {spec_field.name for spec_field in fields(DetachedSpec)}
+    switches = {backend.switch for backend in DETACHED_BACKENDS if backend.switch}
+    assert [option.dest for option in DETACHED if option.dest not in held | switches] == []
+    assert [backend for backend in DETACHED_BACKENDS if backend.switch is None and backend.lacks] == []
+    assert sum(backend.switch is None for backend in DETACHED_BACKENDS) == 1  # one default backend
+    named = {name for option in DETACHED for name in option.backends}
+    assert named <= {backend.name for backend in DETACHED_BACKENDS}
+
+
+def test_a_backend_declared_in_the_options_alone_is_chosen_checked_and_configured(monkeypatch):
+    """A third detached backend: its switch, the options it takes and its needs are declarations;
+    choosing it, refusing what it does not take and the config rule follow from them."""
+    from jupyter_trainer import spec as spec_module
+    from jupyter_trainer.options import CONTAINER, DETACHED, DETACHED_BACKENDS, DetachedBackend, Option
+
+    remote = Option("remote", "--remote", "run on the cluster", kind="switch", config=True, default=False)
+    options = tuple(
+        dataclasses.replace(option, backends=(*option.backends, "remote")) if option.dest == "image" else option
+        for option in DETACHED
+    ) + (remote,)
+    backends = (DetachedBackend("remote", switch="remote", lacks="runs without a local container", needs_one_of=("image",),
+                                missing=("no image for the cluster", "pass --image")),) + DETACHED_BACKENDS  # fmt: skip
+    monkeypatch.setattr(spec_module, "DETACHED", options)
+    monkeypatch.setattr(spec_module, "DETACHED_BACKENDS", backends)
+    assert CONTAINER == ("docker",)
+
+    chosen = spec_module.build_spec("print(1)", remote=True, image="img:1", workdir="/tmp")
+    assert chosen.backend == "remote" and chosen.image == "img:1"
+    with pytest.raises(InvalidOption, match="--remote runs without a local container") as refused:
+        spec_module.build_spec("print(1)", remote=True, image="img:1", gpus="all")
+    assert "--gpus" in refused.value.hint and "--image" not in refused.value.hint
+    with pytest.raises(InvalidOption, match="no image for the cluster"):
+        spec_module.build_spec("print(1)", remote=True)
+    with pytest.raises(InvalidOption, match="cannot be given together"):
+        spec_module.build_spec("print(1)", remote=True, host=True)
+    # a configured switch applies unless a flag of an option its backend does not take is given
+    config = {"remote": True, "image": "img:2", "gpus": "all"}
+    assert spec_module.detached_spec("print(1)", {}, config).backend == "remote"
+    assert spec_module.detached_spec("print(1)", {}, config).gpus is None  # docker's config does not reach it
+    assert spec_module.detached_spec("print(1)", {"container": "box"}, config).backend == "docker"
+    assert spec_module.detached_spec("print(1)", {"host": True}, config).backend == "host"

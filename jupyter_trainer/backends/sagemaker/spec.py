@@ -9,7 +9,8 @@ from typing import Any, Iterable, Mapping
 
 from ...errors import InvalidOption
 from ...options import SAGEMAKER, settle
-from ...spec import IMAGE_REF, Metric, cell_fingerprint, parse_metrics, public_options_of
+from ...checks import IMAGE_REF, Metric, parse_metrics
+from ...spec import cell_fingerprint, public_options_of
 
 ROLE_ARN = re.compile(r"arn:aws[a-z-]*:iam::\d{12}:role/[\w+=,.@/-]{1,512}")
 INSTANCE_TYPE = re.compile(r"ml\.[a-z0-9]+[a-z0-9-]*\.[0-9]*x?(small|medium|large|xlarge)")

@@ -1,0 +1,104 @@
+"""What each option's value must be: one value parsed and checked at a time.
+
+Each function takes what a flag or %config gave (None when neither did) and
+returns the value a spec holds, or raises `InvalidOption` with one line saying
+what to give instead. Pure logic: the declarations in `options` name them.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+from dataclasses import dataclass
+from typing import Iterable
+
+import regex as _regex
+
+from .errors import InvalidOption
+from .jobs import validate_name
+
+ENV_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+GPU_IDS = re.compile(r"\d+(,\d+)*")
+METRIC_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_.:/-]{0,127}")
+IMAGE_REF = re.compile(r"[A-Za-z0-9][A-Za-z0-9._/:@-]*")
+
+
+@dataclass(frozen=True)
+class Metric:
+    name: str
+    regex: str
+
+    def compile(self) -> re.Pattern[str]:
+        return re.compile(self.regex)
+
+
+def parse_env(items: Iterable[str] | None) -> dict[str, str]:
+    env: dict[str, str] = {}
+    for item in items or ():
+        key, sep, value = item.partition("=")
+        if not sep or not ENV_KEY.fullmatch(key):
+            # without '=' the item holds no value to leak; with one, show the key only
+            raise InvalidOption(f"--env expects KEY=VALUE, got {key[:40]!r}", "for example --env SEED=1")
+        env[key] = value
+    return env
+
+
+def parse_gpus(spec: str | None) -> str | None:
+    if spec is None:
+        return None
+    text = spec.strip()
+    if text == "all" or GPU_IDS.fullmatch(text):
+        return text
+    raise InvalidOption(f"--gpus expects 'all', a count or device ids like 0,1; got {spec!r}")
+
+
+def parse_interpreter(command: str | None) -> tuple[str, ...]:
+    try:
+        words = tuple(shlex.split(command or ""))
+    except ValueError as exc:
+        raise InvalidOption(f"--interpreter {command!r} cannot be split into words ({exc})") from None
+    if not words:
+        raise InvalidOption("--interpreter is empty", "give a command such as python3")
+    return words
+
+
+def parse_metrics(items: Iterable[str] | None) -> tuple[Metric, ...]:
+    metrics = []
+    for item in items or ():
+        name, sep, regex = item.partition("=")
+        if not sep or not METRIC_NAME.fullmatch(name):
+            raise InvalidOption(
+                f"--metric expects NAME=REGEX, got {item[:60]!r}",
+                r"for example --metric 'loss=loss: ([0-9.]+)'",
+            )
+        try:
+            groups = re.compile(regex).groups
+            _regex.compile(regex, _regex.VERSION0)  # what the log is matched with
+        except (re.error, _regex.error) as exc:
+            raise InvalidOption(f"--metric {name}: bad regular expression ({exc})") from None
+        if groups != 1:
+            raise InvalidOption(f"--metric {name}: the regular expression needs exactly one capture group, it has {groups}")
+        metrics.append(Metric(name, regex))
+    return tuple(metrics)
+
+
+def parse_image(image: str | None) -> str | None:
+    if image is None:
+        return None
+    if not IMAGE_REF.fullmatch(image) or len(image) > 255:
+        raise InvalidOption(f"invalid image reference {image[:60]!r}", "for example python:3.11-slim")
+    return image
+
+
+def parse_container(name: str | None) -> str | None:
+    if name is not None:
+        validate_name(name, "container name")
+    return name
+
+
+def parse_workdir(workdir: str | None) -> str:
+    path = os.path.abspath(os.path.expanduser(workdir or os.getcwd()))
+    if not os.path.isdir(path):
+        raise InvalidOption(f"--workdir {path!r} is not a directory")
+    return path
