@@ -4,7 +4,8 @@ import os
 
 import pytest
 
-from jupyter_trainer.backends.docker import DockerBackend, stops_on_term
+from jupyter_trainer.backends.docker import DockerBackend
+from jupyter_trainer.backends.in_container import stops_on_term
 from jupyter_trainer.backends.links import link_run, unlink_run
 from jupyter_trainer.errors import CorruptRecord
 from jupyter_trainer.jobs import JobRecord
@@ -89,7 +90,7 @@ def test_which_main_processes_stop_on_term():
 
 
 def test_the_supervisor_is_found_in_a_docker_top_listing_by_its_run():
-    from jupyter_trainer.backends.docker import _runs_supervisor
+    from jupyter_trainer.backends.in_container import runs_supervisor
 
     def listing(*commands, titles=("PID", "COMMAND")):
         return {"Titles": list(titles), "Processes": [["7", command] for command in commands]}
@@ -97,8 +98,8 @@ def test_the_supervisor_is_found_in_a_docker_top_listing_by_its_run():
     run = "/jupyter_trainer/jobs/train/2"
     ours = f"sh {run}/supervise.sh {run} 10 0 python3 {run}/script.py"
     other = ours.replace("/train/2", "/train/1")
-    assert _runs_supervisor(listing("tail -f /dev/null", ours), run)
-    assert not _runs_supervisor(listing("tail -f /dev/null", other, f"python3 {run}/script.py"), run)
-    assert not _runs_supervisor(listing(ours[:32]), run)  # a listing cut at 32 columns names no run
-    assert _runs_supervisor(listing(ours, titles=("UID", "PID", "PPID", "CMD")) | {"Processes": [["0", "7", "1", ours]]}, run)
-    assert not _runs_supervisor({}, run)
+    assert runs_supervisor(listing("tail -f /dev/null", ours), run)
+    assert not runs_supervisor(listing("tail -f /dev/null", other, f"python3 {run}/script.py"), run)
+    assert not runs_supervisor(listing(ours[:32]), run)  # a listing cut at 32 columns names no run
+    assert runs_supervisor(listing(ours, titles=("UID", "PID", "PPID", "CMD")) | {"Processes": [["0", "7", "1", ours]]}, run)
+    assert not runs_supervisor({}, run)

@@ -455,7 +455,7 @@ def test_a_job_cannot_end_a_neighbour_in_its_container(docker_image, workdir, ho
 
 
 def test_a_container_whose_tools_hang_never_hangs_us(docker_client, docker_image, workdir, home, monkeypatch):
-    monkeypatch.setattr("jupyter_trainer.backends.docker.EXEC_SECONDS", 2)
+    monkeypatch.setattr("jupyter_trainer.backends.in_container.EXEC_SECONDS", 2)
     theirs = docker_client.containers.run(docker_image, ["sleep", "infinity"], detach=True, init=True)
     try:
         script = """
@@ -665,10 +665,10 @@ def test_a_job_that_forges_its_exit_code_and_kills_its_supervisor_is_still_follo
     else:
         import docker
 
-        from jupyter_trainer.backends.docker import _job_processes
+        from jupyter_trainer.backends.in_container import job_processes
 
         container = docker.from_env().containers.get(job.record.runtime["container_id"])
-        assert _job_processes(container, job.record.runtime["run_dir"]) == {"supervisor": [], "job": []}
+        assert job_processes(container, job.record.runtime["run_dir"]) == {"supervisor": [], "job": []}
 
 
 def test_odd_numbers_in_a_record_are_one_line_and_never_break_the_listing(workdir, home):

@@ -16,8 +16,6 @@ import hashlib
 import io
 import os
 import re
-import select
-import signal
 import tarfile
 import time
 from dataclasses import dataclass
@@ -45,6 +43,16 @@ from .base import (
     read_supervisor_facts,
 )
 from . import store_mounts
+from .in_container import (
+    STOP_GROUPS,
+    container_file,
+    container_file_size,
+    job_processes,
+    read_container_file,
+    run_in,
+    runs_supervisor,
+    stops_on_term,
+)
 from .links import link_run, unlink_run
 
 MOUNTED_JOBS_DIR = "/jupyter_trainer/jobs"  # where containers we create see their runs' files
@@ -60,9 +68,7 @@ LABEL_JOBS_DIR = "jupyter_trainer.jobs_dir"
 LABEL_WORKDIR = "jupyter_trainer.workdir"
 LABEL_GPUS = "jupyter_trainer.gpus"
 KEEP_ALIVE = ["tail", "-f", "/dev/null"]
-PING_VALID_SECONDS = 5.0
-EXEC_SECONDS = 30  # our snippets answer in well under a second, unless a job replaced the container's tools
-EXEC_OUTPUT_LIMIT = 1 << 20  # an engine that answered this recently is not asked again before a submission
+PING_VALID_SECONDS = 5.0  # an engine that answered this recently is not asked again before a submission
 
 
 @dataclass(frozen=True)
@@ -258,7 +264,7 @@ class DockerBackend:
         rather than leave the GPUs held after the job."""
         if container.labels.get(LABEL) == "1" or container.attrs["HostConfig"].get("Init"):
             return  # an init forwards TERM to the main process
-        status = _run_in(container, "cat /proc/1/status", limit=1 << 16)
+        status = run_in(container, "cat /proc/1/status", limit=1 << 16)
         if stops_on_term(status.decode(errors="replace")):
             return
         raise InvalidOption(
@@ -428,7 +434,7 @@ class DockerBackend:
             # the supervisor was killed but the job goes on, whatever its files say
             orphaned = (
                 state.get("Running") and not restarted and not supervised
-                and bool(_job_processes(container, runtime.run_dir)["job"])
+                and bool(job_processes(container, runtime.run_dir)["job"])
             )  # fmt: skip
         except TrainerError:
             raise
@@ -484,15 +490,15 @@ class DockerBackend:
                 listing = container.top(ps_args="-ww -eo pid,args")  # whole command lines, whatever dockerd's COLUMNS
             except docker.errors.APIError:  # an engine whose ps takes no such options
                 listing = container.top()
-            return _runs_supervisor(listing, runtime.run_dir)
+            return runs_supervisor(listing, runtime.run_dir)
 
     def _facts(self, container, record: JobRecord, run_dir: Path) -> SupervisorFacts:
         runtime = DockerRuntime.of(record)
         if runtime.mounted:
             return read_supervisor_facts(run_dir)
         inner = runtime.run_dir
-        exit_code, written_at = _container_file(container, f"{inner}/{EXIT_CODE_FILE}", limit=RUN_FILE_LIMIT)
-        facts = SupervisorFacts.parse(_read_container_file(container, f"{inner}/{PID_FILE}", limit=RUN_FILE_LIMIT), exit_code)
+        exit_code, written_at = container_file(container, f"{inner}/{EXIT_CODE_FILE}", limit=RUN_FILE_LIMIT)
+        facts = SupervisorFacts.parse(read_container_file(container, f"{inner}/{PID_FILE}", limit=RUN_FILE_LIMIT), exit_code)
         return dataclasses.replace(facts, ended_at=written_at) if facts.exit_code is not None else facts
 
     def log_source(self, record: JobRecord, run_dir: Path):
@@ -531,193 +537,22 @@ class DockerBackend:
         write, so it is never what decides whom to signal."""
         runtime = DockerRuntime.of(record)
         inner = runtime.run_dir
-        found = _job_processes(target, inner)
+        found = job_processes(target, inner)
         deadline = time.monotonic() + 5
         while not found["supervisor"] and not found["job"] and time.monotonic() < deadline:
             if self._facts(target, record, run_dir).exit_code is not None:
                 return  # it has ended
             time.sleep(0.1)  # submitted a moment ago: the supervisor may not run yet
-            found = _job_processes(target, inner)
+            found = job_processes(target, inner)
         if found["supervisor"]:
-            _run_in(target, 'for pid in "$@"; do kill -TERM "$pid"; done', *found["supervisor"])
+            run_in(target, 'for pid in "$@"; do kill -TERM "$pid"; done', *found["supervisor"])
             # wait for it, so that stopping the container next never cuts the job's grace period short
             deadline = time.monotonic() + STOP_GRACE_SECONDS + 5
             while self._supervisor_running(target, runtime) and time.monotonic() < deadline:
                 time.sleep(0.2)
         elif found["job"]:
             # no supervisor left to do it: the job's own process group, TERM then KILL
-            _run_in(target, STOP_GROUPS, str(STOP_GRACE_SECONDS), *found["job"])
-
-
-# Finds a run's processes in its container by their command lines: the supervisor
-# (sh RUN_DIR/supervise.sh RUN_DIR ...) and the job, which runs RUN_DIR/script.py and leads a
-# session of its own (the supervisor starts it with setsid). Prints "supervisor PID" / "job PID".
-FIND_RUN_PROCESSES = r"""
-run_dir=$1
-for dir in /proc/[0-9]*; do
-    pid=${dir#/proc/}
-    [ "$pid" = "$$" ] && continue
-    args=$(tr '\000' '\n' < "$dir/cmdline" 2>/dev/null) || continue
-    case "$args" in
-        *"
-$run_dir/supervise.sh
-$run_dir
-"*) echo "supervisor $pid"; continue ;;
-        *"
-$run_dir/script.py"|*"
-$run_dir/script.py
-"*) ;;
-        *) continue ;;
-    esac
-    stat=$(cat "$dir/stat" 2>/dev/null) || continue
-    set -- ${stat##*) }
-    [ "$4" = "$pid" ] && echo "job $pid"
-done
-"""
-
-# TERM to each process group named, KILL to what is left after the grace period ($1).
-STOP_GROUPS = 'grace=$1; shift; for g in "$@"; do kill -TERM -"$g" 2>/dev/null; done; sleep "$grace"; for g in "$@"; do kill -KILL -"$g" 2>/dev/null; done; true'
-
-
-def _job_processes(container, inner_run_dir: str) -> dict[str, list[str]]:
-    """The run's supervisor and job processes now running in the container (pids in its namespace)."""
-    found: dict[str, list[str]] = {"supervisor": [], "job": []}
-    for line in _run_in(container, FIND_RUN_PROCESSES, inner_run_dir).decode(errors="replace").splitlines():
-        kind, _, pid = line.partition(" ")
-        if kind in found and pid.isdigit() and pid.isascii():
-            found[kind].append(pid)
-    return found
-
-
-# Inits that wait for signals (sigtimedwait) rather than handle them: TERM reaches them, and
-# /proc shows no handler for it.
-SIGNAL_WAITING_INITS = {"tini", "docker-init", "dumb-init", "catatonit"}
-
-
-def stops_on_term(proc_status: str) -> bool:
-    """Whether a PID 1, by its /proc/1/status, gets TERM: it is an init, or has a TERM handler.
-    True when the status cannot tell."""
-    fields = dict(line.split(":", 1) for line in proc_status.splitlines() if ":" in line)
-    if fields.get("Name", "").strip() in SIGNAL_WAITING_INITS:
-        return True
-    caught = fields.get("SigCgt", "").strip()
-    try:
-        return not caught or bool(int(caught, 16) & (1 << (signal.SIGTERM - 1)))
-    except ValueError:
-        return True
-
-
-def _runs_supervisor(top: dict, run_dir: str) -> bool:
-    """Whether a `docker top` listing has this run's supervisor (its command line names the run)."""
-    titles = top.get("Titles") or []
-    column = next((titles.index(title) for title in ("CMD", "COMMAND") if title in titles), None)
-    if column is None:
-        return False
-    supervisor = ["sh", f"{run_dir}/{SUPERVISOR_FILE}", run_dir]
-    return any(row[column].split()[:3] == supervisor for row in top.get("Processes") or [])
-
-
-def _run_in(container, script: str, *args: str, limit: int = EXEC_OUTPUT_LIMIT) -> bytes:
-    """Run a fixed sh snippet in the container; values go in as arguments, never into the script.
-    A job can replace the container's tools (its sh, wc, tail): the answer is awaited for
-    EXEC_SECONDS at most and read up to `limit` bytes, so no container can hang us or fill our memory."""
-    from docker.utils.socket import read
-
-    api = container.client.api
-    exec_id = api.exec_create(container.id, ["sh", "-c", script, "sh", *args], stdout=True, stderr=False)["Id"]
-    stream = api.exec_start(exec_id, socket=True)
-    frames = bytearray()
-    deadline = time.monotonic() + EXEC_SECONDS
-    try:
-        while len(frames) < limit + 8 * (len(frames) // 4096 + 2):  # room for the frames' headers
-            left = deadline - time.monotonic()
-            if left <= 0 or not select.select([stream], [], [], left)[0]:
-                raise BackendUnavailable(
-                    f"container {container.name} did not answer within {EXEC_SECONDS} s",
-                    "a job may have replaced its tools; stop the container with jupyter-trainer stop --container",
-                )
-            chunk = read(stream, 65536)
-            if not chunk:
-                break
-            frames += chunk
-    finally:
-        stream.close()
-    return _stdout_of(bytes(frames))[:limit]
-
-
-def _stdout_of(frames: bytes) -> bytes:
-    """What an exec wrote to its stdout, from the engine's multiplexed stream (8-byte frame headers)."""
-    out = bytearray()
-    position = 0
-    while position + 8 <= len(frames):
-        kind, size = frames[position], int.from_bytes(frames[position + 4 : position + 8], "big")
-        if kind == 1:
-            out += frames[position + 8 : position + 8 + size]
-        position += 8 + size
-    return bytes(out)
-
-
-def _read_container_file(container, path: str, offset: int = 0, limit: int | None = None) -> bytes:
-    """A file of the container, read from its file system (works on a stopped container too)."""
-    return _container_file(container, path, offset, limit)[0]
-
-
-def _container_file(container, path: str, offset: int = 0, limit: int | None = None) -> tuple[bytes, float | None]:
-    """Up to `limit` bytes of a regular file of the container from `offset`, and when it was last
-    written (None if there is no such regular file: a link the job put there is not followed).
-    The archive is streamed, so a file the job made huge is never held in memory."""
-    import docker
-
-    try:
-        stream, _ = container.get_archive(path)
-    except docker.errors.NotFound:
-        return b"", None
-    with tarfile.open(fileobj=_ChunkReader(stream), mode="r|") as tar:
-        member = tar.next()
-        if member is None or not member.isreg():
-            return b"", None
-        handle = tar.extractfile(member)
-        while offset > 0:
-            skipped = len(handle.read(min(offset, 1 << 20)))
-            if not skipped:
-                break
-            offset -= skipped
-        return handle.read(-1 if limit is None else limit), float(member.mtime)
-
-
-def _container_file_size(container, path: str) -> int:
-    """The size of a regular file of the container, from the archive's header alone."""
-    import docker
-
-    try:
-        stream, stat = container.get_archive(path)
-    except docker.errors.NotFound:
-        return 0
-    if hasattr(stream, "close"):
-        stream.close()
-    return int(stat.get("size", 0)) if stat.get("linkTarget", "") == "" else 0
-
-
-class _ChunkReader(io.RawIOBase):
-    """A file-like view of the engine's archive stream (an iterator of byte chunks)."""
-
-    def __init__(self, chunks):
-        self._chunks = iter(chunks)
-        self._rest = b""
-
-    def readable(self) -> bool:
-        return True
-
-    def readinto(self, buffer) -> int:
-        while not self._rest:
-            self._rest = next(self._chunks, None)
-            if self._rest is None:
-                self._rest = b""
-                return 0
-        size = min(len(buffer), len(self._rest))
-        buffer[:size] = self._rest[:size]
-        self._rest = self._rest[size:]
-        return size
+            run_in(target, STOP_GROUPS, str(STOP_GRACE_SECONDS), *found["job"])
 
 
 class ContainerLogSource:
@@ -743,8 +578,8 @@ class ContainerLogSource:
     def size(self) -> int:
         with self._container() as container:
             if container.status != "running":
-                return _container_file_size(container, self.path)
-            text = _run_in(container, 'wc -c < "$1"', self.path, limit=64).strip()
+                return container_file_size(container, self.path)
+            text = run_in(container, 'wc -c < "$1"', self.path, limit=64).strip()
             if not (text.isdigit() and len(text) <= 18):
                 raise RunFileError(f"cannot tell the size of the job's log in container {container.name}")
             return int(text)
@@ -752,5 +587,5 @@ class ContainerLogSource:
     def read(self, offset: int, limit: int) -> bytes:
         with self._container() as container:
             if container.status != "running":
-                return _read_container_file(container, self.path, offset, limit)
-            return _run_in(container, 'tail -c +"$1" "$2" | head -c "$3"', str(offset + 1), self.path, str(limit), limit=limit)
+                return read_container_file(container, self.path, offset, limit)
+            return run_in(container, 'tail -c +"$1" "$2" | head -c "$3"', str(offset + 1), self.path, str(limit), limit=limit)

@@ -90,44 +90,45 @@ def parse_channels(items: Iterable[str], local: bool) -> dict[str, str]:
     return channels
 
 
-def build_sagemaker_spec(
-    script: str,
-    *,
-    image_uri: str | None,
-    role: str | None,
-    instance_type: str | None,
-    output_path: str | None,
-    instance_count: int = 1,
-    inputs: Iterable[str] = (),
-    hyperparameters: Iterable[str] = (),
-    max_run: int | None = None,
-    spot: bool = False,
-    max_wait: int | None = None,
-    checkpoint_s3_uri: str | None = None,
-    source_dir: str | None = None,
-    metrics: Iterable[str] = (),
-) -> SageMakerSpec:
+def build_sagemaker_spec(script: str, *, metrics: Iterable[str] = (), **values: Any) -> SageMakerSpec:
+    """A SageMaker spec from option values (by option name; one not given takes its default)."""
     if not script.strip():
         raise InvalidOption("the cell is empty", "write the training script in the cell body")
+    unknown = set(values) - {option.dest for option in SAGEMAKER}
+    if unknown:
+        raise TypeError(f"build_sagemaker_spec() got unexpected options {sorted(unknown)}")
+    values = settle(SAGEMAKER, values, {})
+    values["instance_type"] = values["instance_type"] or "ml.m5.xlarge"  # an empty flag, as none
+    image_uri, role, instance_type = values["image_uri"], values["role"], values["instance_type"]
     if not image_uri:
         raise InvalidOption("no training image given", "pass --image-uri URI (or set %config TrainerMagics.image_uri)")
     if not IMAGE_REF.fullmatch(image_uri):
         raise InvalidOption(f"invalid image URI {image_uri[:80]!r}")
-    instance_type = instance_type or "ml.m5.xlarge"
     local = instance_type in LOCAL_TYPES
     if not local and not INSTANCE_TYPE.fullmatch(instance_type):
-        raise InvalidOption(
-            f"unknown instance type {instance_type!r}", "use an ml.* type such as ml.g5.xlarge, or local"
-        )
+        raise InvalidOption(f"unknown instance type {instance_type!r}", "use an ml.* type such as ml.g5.xlarge, or local")
     if not role:
         raise InvalidOption("no execution role given", "pass --role arn:aws:iam::ACCOUNT:role/NAME (or %config TrainerMagics.role)")
     if not ROLE_ARN.fullmatch(role):
         raise InvalidOption(f"--role {role[:80]!r} is not an IAM role ARN", "for example arn:aws:iam::123456789012:role/SageMakerRole")
-    if instance_count < 1:
+    if values["instance_count"] < 1:
         raise InvalidOption("--instance-count must be 1 or more")
-    if not output_path:
+    if not values["output_path"]:
         raise InvalidOption("no output path given", "pass --output-path s3://bucket/prefix (file:///dir with --instance-type local)")
-    output_path = parse_uri(output_path, "--output-path", ("s3", "file") if local else ("s3",))
+    values["output_path"] = parse_uri(values["output_path"], "--output-path", ("s3", "file") if local else ("s3",))
+    _check_time_limits(values["max_run"], values["max_wait"], values["spot"])
+    if values["checkpoint_s3_uri"] is not None:
+        values["checkpoint_s3_uri"] = parse_uri(values["checkpoint_s3_uri"], "--checkpoint-s3-uri", ("s3",))
+    if values["source_dir"] is not None:
+        values["source_dir"] = os.path.abspath(os.path.expanduser(values["source_dir"]))
+        if not os.path.isdir(values["source_dir"]):
+            raise InvalidOption(f"--source-dir {values['source_dir']!r} is not a directory")
+    values["inputs"] = parse_channels(values["inputs"], local)
+    values["hyperparameters"] = parse_hyperparameters(values["hyperparameters"])
+    return SageMakerSpec(script=script, metrics=parse_metrics(metrics), **values)
+
+
+def _check_time_limits(max_run: int | None, max_wait: int | None, spot: bool) -> None:
     for value, option in ((max_run, "--max-run"), (max_wait, "--max-wait")):
         if value is not None and value <= 0:
             raise InvalidOption(f"{option} must be a positive number of seconds")
@@ -135,33 +136,15 @@ def build_sagemaker_spec(
         raise InvalidOption("--max-wait applies to spot training only", "add --spot, or drop --max-wait")
     if spot and max_wait is not None and max_run is not None and max_wait < max_run:
         raise InvalidOption("--max-wait must be at least --max-run")
-    if checkpoint_s3_uri is not None:
-        checkpoint_s3_uri = parse_uri(checkpoint_s3_uri, "--checkpoint-s3-uri", ("s3",))
-    if source_dir is not None:
-        source_dir = os.path.abspath(os.path.expanduser(source_dir))
-        if not os.path.isdir(source_dir):
-            raise InvalidOption(f"--source-dir {source_dir!r} is not a directory")
-    hyper = {}
-    for key, value in _pairs(hyperparameters, "--hyperparameter", "lr=0.01"):
+
+
+def parse_hyperparameters(items: Iterable[str]) -> dict[str, str]:
+    hyperparameters = {}
+    for key, value in _pairs(items, "--hyperparameter", "lr=0.01"):
         if not HYPERPARAMETER_KEY.fullmatch(key):
             raise InvalidOption(f"--hyperparameter: bad name {key[:60]!r}")
-        hyper[key] = value
-    return SageMakerSpec(
-        script=script,
-        image_uri=image_uri,
-        role=role,
-        instance_type=instance_type,
-        output_path=output_path,
-        instance_count=instance_count,
-        inputs=parse_channels(inputs, local),
-        hyperparameters=hyper,
-        max_run=max_run,
-        spot=spot,
-        max_wait=max_wait,
-        checkpoint_s3_uri=checkpoint_s3_uri,
-        source_dir=source_dir,
-        metrics=parse_metrics(metrics),
-    )
+        hyperparameters[key] = value
+    return hyperparameters
 
 
 def training_job_name(name: str, stamp: str, suffix: str) -> str:
@@ -174,7 +157,7 @@ def training_job_name(name: str, stamp: str, suffix: str) -> str:
 def sagemaker_spec(script: str, given: Mapping[str, Any], config: Mapping[str, Any], fallback_role=None) -> SageMakerSpec:
     """A `%%sagemaker_fit` cell: its flags (`given`, by option name) and the configured defaults; a
     flag always wins. `fallback_role()` gives the role when neither names one (on a notebook instance)."""
-    values = settle(SAGEMAKER, given, config)  # named as build_sagemaker_spec's arguments
+    values = settle(SAGEMAKER, given, config)  # by option name, as build_sagemaker_spec takes them
     if not values["role"] and fallback_role:
         values["role"] = fallback_role()
     return build_sagemaker_spec(script, **values, metrics=given.get("metrics") or ())

@@ -1,0 +1,194 @@
+"""Inside a container, reached through the engine: fixed sh snippets run by exec, files read
+from the container's file system, a run's processes found by their command lines.
+
+A job owns its container and may have replaced its tools (sh, wc, tail): every
+answer is awaited for a bounded time and read up to a bounded size, and values
+reach a snippet as arguments, never inside its text.
+"""
+
+from __future__ import annotations
+
+import io
+import select
+import signal
+import tarfile
+import time
+
+from ..errors import BackendUnavailable
+from ..store import SUPERVISOR_FILE
+
+EXEC_SECONDS = 30  # our snippets answer in well under a second, unless a job replaced the container's tools
+EXEC_OUTPUT_LIMIT = 1 << 20
+
+
+# Finds a run's processes in its container by their command lines: the supervisor
+# (sh RUN_DIR/supervise.sh RUN_DIR ...) and the job, which runs RUN_DIR/script.py and leads a
+# session of its own (the supervisor starts it with setsid). Prints "supervisor PID" / "job PID".
+FIND_RUN_PROCESSES = r"""
+run_dir=$1
+for dir in /proc/[0-9]*; do
+    pid=${dir#/proc/}
+    [ "$pid" = "$$" ] && continue
+    args=$(tr '\000' '\n' < "$dir/cmdline" 2>/dev/null) || continue
+    case "$args" in
+        *"
+$run_dir/supervise.sh
+$run_dir
+"*) echo "supervisor $pid"; continue ;;
+        *"
+$run_dir/script.py"|*"
+$run_dir/script.py
+"*) ;;
+        *) continue ;;
+    esac
+    stat=$(cat "$dir/stat" 2>/dev/null) || continue
+    set -- ${stat##*) }
+    [ "$4" = "$pid" ] && echo "job $pid"
+done
+"""
+
+# TERM to each process group named, KILL to what is left after the grace period ($1).
+STOP_GROUPS = 'grace=$1; shift; for g in "$@"; do kill -TERM -"$g" 2>/dev/null; done; sleep "$grace"; for g in "$@"; do kill -KILL -"$g" 2>/dev/null; done; true'
+
+
+def job_processes(container, inner_run_dir: str) -> dict[str, list[str]]:
+    """The run's supervisor and job processes now running in the container (pids in its namespace)."""
+    found: dict[str, list[str]] = {"supervisor": [], "job": []}
+    for line in run_in(container, FIND_RUN_PROCESSES, inner_run_dir).decode(errors="replace").splitlines():
+        kind, _, pid = line.partition(" ")
+        if kind in found and pid.isdigit() and pid.isascii():
+            found[kind].append(pid)
+    return found
+
+
+# Inits that wait for signals (sigtimedwait) rather than handle them: TERM reaches them, and
+# /proc shows no handler for it.
+SIGNAL_WAITING_INITS = {"tini", "docker-init", "dumb-init", "catatonit"}
+
+
+def stops_on_term(proc_status: str) -> bool:
+    """Whether a PID 1, by its /proc/1/status, gets TERM: it is an init, or has a TERM handler.
+    True when the status cannot tell."""
+    fields = dict(line.split(":", 1) for line in proc_status.splitlines() if ":" in line)
+    if fields.get("Name", "").strip() in SIGNAL_WAITING_INITS:
+        return True
+    caught = fields.get("SigCgt", "").strip()
+    try:
+        return not caught or bool(int(caught, 16) & (1 << (signal.SIGTERM - 1)))
+    except ValueError:
+        return True
+
+
+def runs_supervisor(top: dict, run_dir: str) -> bool:
+    """Whether a `docker top` listing has this run's supervisor (its command line names the run)."""
+    titles = top.get("Titles") or []
+    column = next((titles.index(title) for title in ("CMD", "COMMAND") if title in titles), None)
+    if column is None:
+        return False
+    supervisor = ["sh", f"{run_dir}/{SUPERVISOR_FILE}", run_dir]
+    return any(row[column].split()[:3] == supervisor for row in top.get("Processes") or [])
+
+
+def run_in(container, script: str, *args: str, limit: int = EXEC_OUTPUT_LIMIT) -> bytes:
+    """Run a fixed sh snippet in the container; values go in as arguments, never into the script.
+    A job can replace the container's tools (its sh, wc, tail): the answer is awaited for
+    EXEC_SECONDS at most and read up to `limit` bytes, so no container can hang us or fill our memory."""
+    from docker.utils.socket import read
+
+    api = container.client.api
+    exec_id = api.exec_create(container.id, ["sh", "-c", script, "sh", *args], stdout=True, stderr=False)["Id"]
+    stream = api.exec_start(exec_id, socket=True)
+    frames = bytearray()
+    deadline = time.monotonic() + EXEC_SECONDS
+    try:
+        while len(frames) < limit + 8 * (len(frames) // 4096 + 2):  # room for the frames' headers
+            left = deadline - time.monotonic()
+            if left <= 0 or not select.select([stream], [], [], left)[0]:
+                raise BackendUnavailable(
+                    f"container {container.name} did not answer within {EXEC_SECONDS} s",
+                    "a job may have replaced its tools; stop the container with jupyter-trainer stop --container",
+                )
+            chunk = read(stream, 65536)
+            if not chunk:
+                break
+            frames += chunk
+    finally:
+        stream.close()
+    return stdout_of(bytes(frames))[:limit]
+
+
+def stdout_of(frames: bytes) -> bytes:
+    """What an exec wrote to its stdout, from the engine's multiplexed stream (8-byte frame headers)."""
+    out = bytearray()
+    position = 0
+    while position + 8 <= len(frames):
+        kind, size = frames[position], int.from_bytes(frames[position + 4 : position + 8], "big")
+        if kind == 1:
+            out += frames[position + 8 : position + 8 + size]
+        position += 8 + size
+    return bytes(out)
+
+
+def read_container_file(container, path: str, offset: int = 0, limit: int | None = None) -> bytes:
+    """A file of the container, read from its file system (works on a stopped container too)."""
+    return container_file(container, path, offset, limit)[0]
+
+
+def container_file(container, path: str, offset: int = 0, limit: int | None = None) -> tuple[bytes, float | None]:
+    """Up to `limit` bytes of a regular file of the container from `offset`, and when it was last
+    written (None if there is no such regular file: a link the job put there is not followed).
+    The archive is streamed, so a file the job made huge is never held in memory."""
+    import docker
+
+    try:
+        stream, _ = container.get_archive(path)
+    except docker.errors.NotFound:
+        return b"", None
+    with tarfile.open(fileobj=_ChunkReader(stream), mode="r|") as tar:
+        member = tar.next()
+        if member is None or not member.isreg():
+            return b"", None
+        handle = tar.extractfile(member)
+        while offset > 0:
+            skipped = len(handle.read(min(offset, 1 << 20)))
+            if not skipped:
+                break
+            offset -= skipped
+        return handle.read(-1 if limit is None else limit), float(member.mtime)
+
+
+def container_file_size(container, path: str) -> int:
+    """The size of a regular file of the container, from the archive's header alone."""
+    import docker
+
+    try:
+        stream, stat = container.get_archive(path)
+    except docker.errors.NotFound:
+        return 0
+    if hasattr(stream, "close"):
+        stream.close()
+    return int(stat.get("size", 0)) if stat.get("linkTarget", "") == "" else 0
+
+
+class _ChunkReader(io.RawIOBase):
+    """A file-like view of the engine's archive stream (an iterator of byte chunks)."""
+
+    def __init__(self, chunks):
+        self._chunks = iter(chunks)
+        self._rest = b""
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer) -> int:
+        while not self._rest:
+            self._rest = next(self._chunks, None)
+            if self._rest is None:
+                self._rest = b""
+                return 0
+        size = min(len(buffer), len(self._rest))
+        buffer[:size] = self._rest[:size]
+        self._rest = self._rest[size:]
+        return size
+
+
