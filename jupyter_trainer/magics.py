@@ -130,8 +130,9 @@ class TrainerMagics(Magics):
         from .backends.sagemaker.sdk import notebook_instance_role
         from .backends.sagemaker.spec import sagemaker_spec
 
-        args = SAGEMAKER_PARSER.parse_args(split_words(line))
-        self._submit(sagemaker_spec(cell, vars(args), self._config(SAGEMAKER), notebook_instance_role), args)
+        words, script_args = options_and_arguments(line)
+        args = SAGEMAKER_PARSER.parse_args(words)
+        self._submit(sagemaker_spec(cell, vars(args), self._config(SAGEMAKER), notebook_instance_role, script_args), args)
 
     # -- line magics -------------------------------------------------------------
 

@@ -132,8 +132,13 @@ SAGEMAKER = (
     Option("spot", "--spot", "managed spot training", kind="switch"),
     Option("max_wait", "--max-wait", "with --spot: the longest to wait and train", "SECONDS", "int"),
     Option("checkpoint_s3_uri", "--checkpoint-s3-uri", "where checkpoints are synced", "URI"),
-    Option("source_dir", "--source-dir", "more files shipped beside the script (its imports)", "DIR"),
-)
+    Option("source_dir", "--source-dir", "more files shipped beside the script (its imports; its requirements.txt is installed first)", "DIR"),
+    Option(
+        "interpreter", "--interpreter", "the command that runs the script on every host (default python3)", "CMD",
+        config=True, default="python3",
+    ),
+    Option("env", "--env", "the job's environment (repeatable); values are never stored or shown", "KEY=VALUE", "append"),
+)  # fmt: skip
 
 
 def add_options(parser: argparse.ArgumentParser, options: Iterable[Option]) -> None:

@@ -12,36 +12,50 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
-from dataclasses import dataclass, field, fields
+from dataclasses import MISSING, dataclass, field, fields
 from typing import Any, Iterable, Mapping
 
 from .checks import Metric, parse_metrics
 from .errors import InvalidOption
 from .options import DETACHED, DETACHED_BACKENDS, DetachedBackend, settle
 
-__all__ = ["DetachedSpec", "Metric", "build_spec", "detached_spec", "public_options_of", "secret"]
+__all__ = ["DetachedSpec", "Metric", "added_field", "build_spec", "detached_spec", "public_options_of", "secret"]
 
 
 
-def secret(**options):
-    """A spec field whose values are secrets: the stored options keep its keys only."""
-    return field(repr=False, metadata={"secret": True}, **options)
+def secret(added: bool = False, **options):
+    """A spec field whose values are secrets: the stored options keep its keys only.
+    `added`: a field added later, kept only when set (see `added_field`)."""
+    return field(repr=False, metadata={"secret": True, "omit_default": added}, **options)
+
+
+def added_field(default, **options):
+    """A field added after cells were fingerprinted: stored and fingerprinted only when it differs
+    from its default, so the cells that do not use it keep their fingerprints (a re-run attaches)."""
+    if isinstance(default, (list, dict, set)):
+        raise TypeError("give a tuple, or a default_factory")
+    return field(default=default, metadata={"omit_default": True}, **options)
 
 
 def public_options_of(spec) -> dict:
     """A spec's options as stored and shown, derived from its fields: all but the script and the
-    backend; a secret field by its keys alone; a field marked `omit_empty` only when set (so that
-    adding one keeps the fingerprints of the cells that do not use it)."""
+    backend; a secret field by its keys alone; a field added later only when it is not its default."""
     options = {}
     for spec_field in fields(spec):
         if spec_field.name in ("script", "backend"):
             continue
         value = getattr(spec, spec_field.name)
+        if spec_field.metadata.get("omit_default") and value == _default_of(spec_field):
+            continue
         if spec_field.metadata.get("secret"):
             options[f"{spec_field.name}_keys"] = sorted(value)
-        elif not (spec_field.metadata.get("omit_empty") and not value):
+        else:
             options[spec_field.name] = _plain(value)
     return options
+
+
+def _default_of(spec_field):
+    return spec_field.default_factory() if spec_field.default is MISSING else spec_field.default
 
 
 def _plain(value):
@@ -67,7 +81,7 @@ class DetachedSpec:
     env: dict[str, str] = secret(default_factory=dict)
     stop_container_when_done: bool = False
     metrics: tuple[Metric, ...] = ()
-    args: tuple[str, ...] = field(default=(), metadata={"omit_empty": True})  # the script's arguments (after `--`)
+    args: tuple[str, ...] = added_field(())  # the script's arguments (after `--`)
 
     def public_options(self) -> dict:
         """The options as stored and shown: environment keys, never values."""

@@ -42,6 +42,7 @@ CLOUDWATCH_STATE_FILE = "cloudwatch.json"  # SageMaker: how far each log stream 
 CLOUDWATCH_LOCK_FILE = "cloudwatch.lock"  # SageMaker: held while fetching
 SAGEMAKER_SPEC_FILE = "sagemaker.json"  # SageMaker local mode: the spec, without secrets
 CODE_DIR = "code"  # SageMaker: the script and --source-dir, shipped with the job
+FAILURE_FILE = "failure"  # SageMaker local mode: what the training container wrote as its failure reason
 
 MAX_RECORD_BYTES = 1 << 20  # records are a few KB: a larger one was not written by us
 KEY_FILE = "fingerprint.key"  # in the store's home: the key of the fingerprints' HMAC

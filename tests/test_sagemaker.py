@@ -5,6 +5,7 @@ import os
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 from conftest import IN_CI, TEST_IMAGE, run_python, wait_for
@@ -15,6 +16,7 @@ for module in ("sagemaker", "moto"):
 
 from moto_sagemaker import REGION, MotoSageMaker  # noqa: E402
 
+import jupyter_trainer.backends.sagemaker.launcher  # noqa: E402
 from jupyter_trainer.job import Job, get_job  # noqa: E402
 from jupyter_trainer.jobs import Status  # noqa: E402
 
@@ -67,7 +69,7 @@ def shell():
 
 
 def fit(shell, capsys, line, script=SCRIPT):
-    result = shell.run_cell(f"%%sagemaker_fit {line} --no-widget\n{script}")
+    result = shell.run_cell(f"%%sagemaker_fit --no-widget {line}\n{script}")
     out = "".join(capsys.readouterr())
     return result, out
 
@@ -110,7 +112,8 @@ def test_create_training_job_request_is_exact(aws, shell, capsys, monkeypatch, t
         "exact",
         f"--instance-count 2 --input train=s3://{BUCKET}/data/train --input val=s3://{BUCKET}/data/val "
         f"--hyperparameter lr=0.1 --hyperparameter epochs=3 --max-run 3600 --spot --max-wait 7200 "
-        f"--checkpoint-s3-uri s3://{BUCKET}/ckpt --source-dir {source} --metric 'loss=loss: ([0-9.]+)'",
+        f"--checkpoint-s3-uri s3://{BUCKET}/ckpt --source-dir {source} --metric 'loss=loss: ([0-9.]+)' "
+        f"--env WANDB_API_KEY=hunter2 --interpreter 'python3 -u' -- --epochs 10 'two words'",
     )
     result, out = fit(shell, capsys, line)
     assert result.success, out
@@ -120,7 +123,8 @@ def test_create_training_job_request_is_exact(aws, shell, capsys, monkeypatch, t
     assert request["RoleArn"] == ROLE
     spec = request["AlgorithmSpecification"]
     assert spec["TrainingImage"] == "123456789012.dkr.ecr.us-east-1.amazonaws.com/trainer:1"
-    assert spec["ContainerEntrypoint"] == ["python3", "/opt/ml/input/data/code/train_script.py"]
+    assert spec["ContainerEntrypoint"] == ["python3", "/opt/ml/input/data/code/_jupyter_trainer_launch.py"]
+    assert request["Environment"] == {"WANDB_API_KEY": "hunter2"}  # the value goes to SageMaker, and nowhere else
     assert spec["MetricDefinitions"] == [{"Name": "loss", "Regex": "loss: ([0-9.]+)"}]
     channels = {c["ChannelName"]: c["DataSource"]["S3DataSource"]["S3Uri"] for c in request["InputDataConfig"]}
     code_uri = f"s3://{BUCKET}/out/{job_name}/code/"
@@ -138,6 +142,13 @@ def test_create_training_job_request_is_exact(aws, shell, capsys, monkeypatch, t
     prefix = f"out/{job_name}/code/"
     assert s3.get_object(Bucket=BUCKET, Key=prefix + "train_script.py")["Body"].read() == SCRIPT.encode()
     assert s3.get_object(Bucket=BUCKET, Key=prefix + "helpers.py")["Body"].read() == b"VALUE = 42\n"
+    launcher = s3.get_object(Bucket=BUCKET, Key=prefix + "_jupyter_trainer_launch.py")["Body"].read()
+    assert launcher == Path(jupyter_trainer.backends.sagemaker.launcher.__file__).read_bytes()
+    launch = json.loads(s3.get_object(Bucket=BUCKET, Key=prefix + "_jupyter_trainer.json")["Body"].read())
+    assert launch == {"script": "train_script.py", "interpreter": ["python3", "-u"], "args": ["--epochs", "10", "two words"], "job_name": job_name}
+    record = get_job("exact").record
+    assert record.options["env_keys"] == ["WANDB_API_KEY"] and record.options["args"] == ["--epochs", "10", "two words"]
+    assert not [path for path in Path(os.environ["JUPYTER_TRAINER_HOME"]).rglob("*") if path.is_file() and b"hunter2" in path.read_bytes()]
     # no STS, IAM or default-bucket calls: the explicit role and output path are used as given
     assert {service for service, _ in calls} <= {"s3", "sagemaker"}
     assert ("sagemaker", "CreateTrainingJob") in calls and not [c for c in calls if c[1] in ("ListBuckets", "CreateBucket")]
@@ -197,19 +208,20 @@ def test_logs_of_every_stream_merge_and_resume_across_processes(aws, shell, caps
     put_events(job_name, "algo-2-1700000000", [(now + 10, "host2 line 1"), (now + 30, "host2 line 3")])
     first = subprocess.run([sys.executable, "-m", "jupyter_trainer.cli", "logs", "chatty"], capture_output=True, text=True)
     assert first.returncode == 0, first.stderr
-    assert first.stdout.splitlines() == ["host1 line 0", "host2 line 1", "host1 line 2", "host2 line 3", "host1 line 4"]
+    # two hosts: each line says its host, as local mode's log does
+    assert first.stdout.splitlines() == [f"[algo-{1 + i % 2}] host{1 + i % 2} line {i}" for i in range(5)]
     # more lines arrive; a new process (another kernel, the CLI) picks up where the last reader stopped
     put_events(job_name, "algo-2-1700000000", [(now + 50, "host2 line 5")])
     put_events(job_name, "algo-1-1700000000", [(now + 60, "host1 line 6")])
     second = run_python("import jupyter_trainer as jt; print(jt.get_job('chatty').logs(), end='')")
-    assert second.stdout.splitlines() == [f"host{1 + i % 2} line {i}" for i in range(7)], second.stderr
+    assert second.stdout.splitlines() == [f"[algo-{1 + i % 2}] host{1 + i % 2} line {i}" for i in range(7)], second.stderr
     # a reader that died between writing lines and saving its position: the lines are fetched again, once
     run_dir = get_job("chatty").run_dir
     with open(run_dir / "output.log", "a") as log:
         log.write("half-saved line\n")
     put_events(job_name, "algo-2-1700000000", [(now + 70, "host2 line 7")])
     third = run_python("import jupyter_trainer as jt; print(jt.get_job('chatty').logs(), end='')")
-    assert third.stdout.splitlines() == [f"host{1 + i % 2} line {i}" for i in range(8)], third.stderr
+    assert third.stdout.splitlines() == [f"[algo-{1 + i % 2}] host{1 + i % 2} line {i}" for i in range(8)], third.stderr
     # and the status comes from DescribeTrainingJob, as anywhere else
     aws.set_status(job_name, "Completed")
     status = json.loads(subprocess.run([sys.executable, "-m", "jupyter_trainer.cli", "status", "chatty", "--json"], capture_output=True, text=True).stdout)

@@ -17,7 +17,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from ...jobs import JobRecord, Observation
+from ...jobs import JobRecord, Observation, Status
 from .cloudwatch import (
     CloudWatchLogSync,
     SyncedLogSource,
@@ -26,13 +26,15 @@ from .cloudwatch import (
     client,
     observe_training_job,
 )
-from ..._fs import write_private_file
-from ...store import CODE_DIR
+from ..._fs import read_small, write_private_file
+from ...store import CODE_DIR, FAILURE_FILE
 from ...store import SAGEMAKER_SPEC_FILE as SPEC_FILE
 from ..base import LOG_FILE, SCRIPT_FILE, FileLogSource, malformed_runtime, prepare_supervised_run, read_runtime, write_script
 from ...proc import ProcessIdentity
 from ..host import observe_supervised, start_supervised, stop_supervised
-from .spec import CODE_CHANNEL, SCRIPT_NAME, SageMakerSpec, training_job_name
+from . import launcher
+from .launcher import FAILURE_LIMIT
+from .spec import CODE_CHANNEL, JOB_ENV_VARIABLE, LAUNCHER_NAME, SCRIPT_NAME, SageMakerSpec, training_job_name
 
 
 @dataclass(frozen=True)
@@ -92,11 +94,13 @@ class SageMakerBackend:
 
         sdk = sdk_major()
         job_name = training_job_name(record.name, time.strftime("%Y%m%d-%H%M%S"), secrets.token_hex(2))
-        code_dir = self._stage_code(run_dir, spec)
+        code_dir = self._stage_code(run_dir, spec, job_name)
         if spec.local:
             write_private_file(run_dir / SPEC_FILE, json.dumps({"job_name": job_name, **spec.public_options()}).encode())
             command = [sys.executable, "-m", "jupyter_trainer.backends.sagemaker.local", str(run_dir)]
-            supervised = start_supervised(run_dir, command, cwd=str(run_dir), env={"PYTHONUNBUFFERED": "1"})
+            # the job's environment values reach the runner's process only, never a file
+            env = {"PYTHONUNBUFFERED": "1", JOB_ENV_VARIABLE: json.dumps(spec.env)}
+            supervised = start_supervised(run_dir, command, cwd=str(run_dir), env=env)
             return SageMakerRuntime(job_name, "local", sdk, supervisor=supervised.supervisor.to_dict())
         session = aws_session()
         code_uri = self._upload_code(session, code_dir, spec.output_path, job_name)
@@ -105,14 +109,18 @@ class SageMakerBackend:
         submit_remote(spec, job_name, code_uri, session)
         return SageMakerRuntime(job_name, "remote", sdk, region=session.region_name)
 
-    def _stage_code(self, run_dir: Path, spec: SageMakerSpec) -> Path:
-        """The code channel: the cell's script, and --source-dir's files beside it for its imports."""
+    def _stage_code(self, run_dir: Path, spec: SageMakerSpec, job_name: str) -> Path:
+        """The code channel: the cell's script, --source-dir's files beside it for its imports, and
+        the launcher that runs it as script mode would (with what it needs to know)."""
         code_dir = run_dir / CODE_DIR
         if spec.source_dir:
             shutil.copytree(spec.source_dir, code_dir, ignore=shutil.ignore_patterns("__pycache__", ".git", "*.pyc"))
         else:
             code_dir.mkdir(mode=0o700)
         shutil.copyfile(run_dir / SCRIPT_FILE, code_dir / SCRIPT_NAME)
+        shutil.copyfile(launcher.__file__, code_dir / LAUNCHER_NAME)
+        launch = {"script": SCRIPT_NAME, "interpreter": list(spec.interpreter), "args": list(spec.args), "job_name": job_name}
+        (code_dir / launcher.CONFIG_NAME).write_text(json.dumps(launch))
         return code_dir
 
     def _upload_code(self, session, code_dir: Path, output_path: str, job_name: str) -> str:
@@ -132,7 +140,7 @@ class SageMakerBackend:
     def observe(self, record: JobRecord, run_dir: Path) -> Observation:
         runtime = SageMakerRuntime.of(record)
         if runtime.mode == "local":
-            return observe_supervised(run_dir, ProcessIdentity.from_dict(runtime.supervisor))
+            return self._observe_local(run_dir, runtime)
         try:
             description = self._client(runtime.region, "sagemaker").describe_training_job(
                 TrainingJobName=runtime.training_job_name
@@ -141,13 +149,27 @@ class SageMakerBackend:
             raise aws_error(exc, "describe the training job") from exc
         return observe_training_job(description)
 
+    def _observe_local(self, run_dir: Path, runtime: SageMakerRuntime) -> Observation:
+        """The local runner's outcome; a failure with the reason the training container wrote, as
+        SageMaker would report it."""
+        seen = observe_supervised(run_dir, ProcessIdentity.from_dict(runtime.supervisor))
+        if seen.exit_code in (None, 0) or seen.stopped:
+            return seen
+        try:
+            reason = read_small(run_dir / FAILURE_FILE, FAILURE_LIMIT).decode("utf-8", "replace").strip()
+        except OSError:  # none written: the exit code says what is known
+            return seen
+        return dataclasses.replace(seen, final=Status.FAILED, reason=reason) if reason else seen
+
     def log_source(self, record: JobRecord, run_dir: Path):
         if not record.runtime or SageMakerRuntime.of(record).mode != "remote":  # local, or not submitted yet
             return FileLogSource(run_dir / LOG_FILE)
         runtime = SageMakerRuntime.of(record)
         if run_dir not in self._log_sources:
             logs = self._client(runtime.region, "logs")
-            syncer = CloudWatchLogSync(logs, runtime.training_job_name, run_dir, run_dir / LOG_FILE)
+            hosts = record.options.get("instance_count", 1)
+            hosts = hosts if isinstance(hosts, int) else 1
+            syncer = CloudWatchLogSync(logs, runtime.training_job_name, run_dir, run_dir / LOG_FILE, hosts)
             self._log_sources[run_dir] = SyncedLogSource(syncer)
         return self._log_sources[run_dir]
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -113,12 +114,19 @@ class SyncState:
         write_private_file(path, json.dumps({"tokens": self.tokens, "log_size": self.log_size}).encode())
 
 
+def host_of(stream: str) -> str:
+    """A log stream's host ("JOB/algo-2-1700000000" -> "algo-2"), named as local mode names it."""
+    name = stream.rsplit("/", 1)[-1]
+    return re.sub(r"-\d{6,}$", "", name)
+
+
 class CloudWatchLogSync:
     """Copies a training job's CloudWatch log streams into one local log file."""
 
-    def __init__(self, logs_client, job_name: str, run_dir: Path, log_path: Path):
+    def __init__(self, logs_client, job_name: str, run_dir: Path, log_path: Path, hosts: int = 1):
         self.logs = logs_client
         self.job_name = job_name
+        self.hosts = hosts  # with more than one, each line says its host, as in local mode
         self.run_dir = run_dir
         self.log_path = log_path
         self.api_calls = 0
@@ -130,7 +138,11 @@ class CloudWatchLogSync:
             self._truncate_to(state.log_size)  # lines written after the last saved position are fetched again
             events = []
             for order, stream in enumerate(self._streams()):
-                events += [(event["timestamp"], order, index, event["message"]) for index, event in enumerate(self._new_events(stream, state))]
+                prefix = f"[{host_of(stream)}] " if self.hosts > 1 else ""
+                events += [
+                    (event["timestamp"], order, index, prefix + event["message"])
+                    for index, event in enumerate(self._new_events(stream, state))
+                ]
             if events:
                 events.sort()
                 text = "".join(message if message.endswith("\n") else message + "\n" for *_, message in events)

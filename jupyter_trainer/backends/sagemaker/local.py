@@ -21,10 +21,12 @@ import tempfile
 import time
 from pathlib import Path
 
+from ..._fs import write_private_file
 from ...errors import TrainerError
-from ...store import CODE_DIR, SAGEMAKER_SPEC_FILE
+from ...store import CODE_DIR, FAILURE_FILE, SAGEMAKER_SPEC_FILE
 from ...spec import Metric
-from .spec import SageMakerSpec
+from .launcher import FAILURE_LIMIT, FAILURE_MARKER
+from .spec import JOB_ENV_VARIABLE, SageMakerSpec
 
 # Kept when AWS is not needed: they name a region, not an identity.
 REGION_VARIABLES = ("AWS_REGION", "AWS_DEFAULT_REGION")
@@ -36,7 +38,71 @@ def load_spec(run_dir: Path) -> tuple[str, SageMakerSpec]:
     data = json.loads((run_dir / SAGEMAKER_SPEC_FILE).read_text())
     job_name = data.pop("job_name")
     data["metrics"] = tuple(Metric(name, regex) for name, regex in data.get("metrics", []))
+    for name in ("interpreter", "args"):
+        if name in data:
+            data[name] = tuple(data[name])
+    data.pop("env_keys", None)
+    data["env"] = json.loads(os.environ.pop(JOB_ENV_VARIABLE, "{}"))  # not inherited by what this starts
     return job_name, SageMakerSpec(script="", **data)
+
+
+# docker-compose's prefix on each line of a training container ("PROJECT-algo-1-abcde  | "), with
+# the colour codes compose may put around it; the host is named without local mode's random suffix
+COMPOSE_PREFIX = re.compile(r"(?:\x1b\[[0-9;]*m)*(?:[A-Za-z0-9_.-]*?[-_])?(algo-\d+)-[a-z0-9]+(?:_\d+)?\s*(?:\x1b\[[0-9;]*m)*\|(?:\x1b\[[0-9;]*m)* ?")
+
+
+def _reason(encoded: str) -> str | None:
+    try:
+        reason = json.loads(encoded)
+    except ValueError:
+        return None
+    return reason[:FAILURE_LIMIT] if isinstance(reason, str) else None
+
+
+class ComposeLogCleaner:
+    """Stands for sys.stdout while local mode runs, so the log reads as CloudWatch's would: each
+    container line without compose's prefix and its colours, without the CR a tty adds, and with
+    `[algo-N] ` in front only when the job has more than one host."""
+
+    def __init__(self, out, hosts: int):
+        self.out = out
+        self.hosts = hosts
+        self._pending = ""
+        self.failure: str | None = None  # the first failure reason a host's launcher reported
+
+    def write(self, text: str) -> int:
+        self._pending += text
+        *lines, self._pending = self._pending.split("\n")
+        for line in lines:
+            self.out.write(self.clean(line) + "\n")
+        return len(text)
+
+    def clean(self, line: str) -> str:
+        prefix = COMPOSE_PREFIX.match(line)
+        if not prefix:
+            return line
+        text = line[prefix.end() :].removesuffix("\r")
+        if text.startswith(FAILURE_MARKER) and self.failure is None:
+            self.failure = _reason(text[len(FAILURE_MARKER) :])
+        return f"[{prefix.group(1)}] {text}" if self.hosts > 1 else text
+
+    def flush(self) -> None:
+        self.out.flush()
+
+    def close_line(self) -> None:
+        if self._pending:
+            self.out.write(self.clean(self._pending) + "\n")
+            self._pending = ""
+        self.out.flush()
+
+    def __getattr__(self, name):  # isatty, fileno, encoding...: the real stdout's
+        return getattr(self.out, name)
+
+
+def keep_failure(reason: str | None, run_dir: Path) -> None:
+    """Keep a training container's failure reason in the run, as SageMaker keeps FailureReason."""
+    if reason and reason.strip():
+        write_private_file(run_dir / FAILURE_FILE, reason[:FAILURE_LIMIT].encode())
 
 
 def needs_aws(spec: SageMakerSpec) -> bool:
@@ -115,6 +181,7 @@ def main(argv: list[str]) -> int:
     print(f"SageMaker local mode: training job {job_name} ({spec.image_uri}) on this machine's Docker", flush=True)
     if not needs_aws(spec):  # the SDK then logs that it could not get AWS credentials: on purpose
         print("jupyter_trainer: every channel is local, so the container gets no AWS credentials", flush=True)
+    cleaner = sys.stdout = ComposeLogCleaner(sys.stdout, spec.instance_count)
     try:
         session = session_for(spec)  # before the SDK is imported: v2 makes a session of its own as it is
         run_local(spec, job_name, str(run_dir / CODE_DIR), container_root, session)
@@ -136,6 +203,8 @@ def main(argv: list[str]) -> int:
         print(f"jupyter_trainer: the training container failed ({' '.join(str(exc).split())[-200:]})", flush=True)
         return int(match.group(1)) if match else 1
     finally:
+        cleaner.close_line()
+        keep_failure(cleaner.failure, run_dir)
         for compose_dir in Path(container_root).glob("*"):  # compose projects are named after their directory
             if compose_dir.is_dir():
                 remove_containers(re.sub(r"[^-_a-z0-9]", "", compose_dir.name.lower()))

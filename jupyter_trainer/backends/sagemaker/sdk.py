@@ -1,7 +1,8 @@
 """The `sagemaker` SDK, imported only when a SageMaker job is submitted, in either generation.
 
-v2 (`sagemaker.estimator.Estimator`) overrides the container's entrypoint, so
-any image with `python3` runs the cell's script. v3's `ModelTrainer` has no
+v2 (`sagemaker.estimator.Estimator`) overrides the container's entrypoint with
+the launcher shipped in the code channel (launcher.py), so any image with
+`python3` runs the cell's script as script mode would. v3's `ModelTrainer` has no
 public entrypoint override (its SourceCode launcher needs bash and pip in the
 image), so with v3 a remote job is created through sagemaker-core's
 `TrainingJob.create`, the resource layer ModelTrainer itself submits through,
@@ -21,10 +22,10 @@ import sys
 from typing import Iterator
 
 from ...errors import BackendUnavailable, TrainerError
-from .spec import CODE_CHANNEL, SCRIPT_NAME, SageMakerSpec
+from .spec import CODE_CHANNEL, LAUNCHER_NAME, SageMakerSpec
 
 TELEMETRY_OFF = {"SchemaVersion": "1.0", "SageMaker": {"PythonSDK": {"Modules": {"TelemetryOptOut": True}}}}
-ENTRYPOINT = ["python3", f"/opt/ml/input/data/{CODE_CHANNEL}/{SCRIPT_NAME}"]
+ENTRYPOINT = ["python3", f"/opt/ml/input/data/{CODE_CHANNEL}/{LAUNCHER_NAME}"]  # runs the script as script mode would
 DEFAULT_MAX_RUN = 86400  # the SDK's own default: one day
 
 
@@ -107,7 +108,8 @@ def _local_v3(spec: SageMakerSpec, job_name: str, code_dir: str, container_root:
     trainer = ModelTrainer(
         training_mode=Mode.LOCAL_CONTAINER,
         training_image=spec.image_uri,
-        source_code=SourceCode(source_dir=code_dir, command=f"python3 {SCRIPT_NAME}"),
+        source_code=SourceCode(source_dir=code_dir, command=f"python3 {LAUNCHER_NAME}"),
+        environment=dict(spec.env) or None,
         compute=Compute(instance_type="local_gpu" if spec.instance_type == "local_gpu" else "local_cpu", instance_count=spec.instance_count),
         base_job_name=job_name[:40],
         hyperparameters=dict(spec.hyperparameters) or None,
@@ -149,6 +151,7 @@ def _estimator_v2(spec: SageMakerSpec, boto_session, local: bool, container_root
         output_path=spec.output_path,
         container_entry_point=ENTRYPOINT,
         hyperparameters=dict(spec.hyperparameters) or None,
+        environment=dict(spec.env) or None,
         metric_definitions=spec.metric_definitions() or None,
         use_spot_instances=spec.spot,
         max_run=spec.max_run or DEFAULT_MAX_RUN,
@@ -186,6 +189,8 @@ def _create_v3(spec: SageMakerSpec, job_name: str, code_uri: str, boto_session) 
         options["checkpoint_config"] = shapes.CheckpointConfig(s3_uri=spec.checkpoint_s3_uri)
     if spec.hyperparameters:
         options["hyper_parameters"] = dict(spec.hyperparameters)
+    if spec.env:
+        options["environment"] = dict(spec.env)
     TrainingJob.create(
         training_job_name=job_name,
         role_arn=spec.role,

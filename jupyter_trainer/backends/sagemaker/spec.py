@@ -9,8 +9,8 @@ from typing import Any, Iterable, Mapping
 
 from ...errors import InvalidOption
 from ...options import SAGEMAKER, settle
-from ...checks import IMAGE_REF, Metric, parse_metrics
-from ...spec import cell_fingerprint, public_options_of
+from ...checks import IMAGE_REF, Metric, parse_env, parse_interpreter, parse_metrics
+from ...spec import added_field, cell_fingerprint, public_options_of, secret
 
 ROLE_ARN = re.compile(r"arn:aws[a-z-]*:iam::\d{12}:role/[\w+=,.@/-]{1,512}")
 INSTANCE_TYPE = re.compile(r"ml\.[a-z0-9]+[a-z0-9-]*\.[0-9]*x?(small|medium|large|xlarge)")
@@ -19,6 +19,8 @@ CHANNEL_NAME = re.compile(r"[A-Za-z0-9.\-_]{1,64}")
 HYPERPARAMETER_KEY = re.compile(r"[A-Za-z0-9_.:/-][A-Za-z0-9_.:/ -]{0,255}")
 CODE_CHANNEL = "code"  # where the cell's script (and --source-dir) reach the container
 SCRIPT_NAME = "train_script.py"
+LAUNCHER_NAME = "_jupyter_trainer_launch.py"  # the entrypoint, shipped beside the script (launcher.py)
+JOB_ENV_VARIABLE = "JUPYTER_TRAINER_JOB_ENV"  # local mode: the job's --env values, handed to its runner's process only
 
 
 @dataclass(frozen=True)
@@ -38,6 +40,9 @@ class SageMakerSpec:
     source_dir: str | None = None
     metrics: tuple[Metric, ...] = ()
     backend: str = "sagemaker"
+    interpreter: tuple[str, ...] = added_field(("python3",))  # runs the script on every host
+    args: tuple[str, ...] = added_field(())  # the script's arguments (after `--`), after the hyperparameters
+    env: dict[str, str] = secret(added=True, default_factory=dict)
 
     @property
     def local(self) -> bool:
@@ -90,7 +95,7 @@ def parse_channels(items: Iterable[str], local: bool) -> dict[str, str]:
     return channels
 
 
-def build_sagemaker_spec(script: str, *, metrics: Iterable[str] = (), **values: Any) -> SageMakerSpec:
+def build_sagemaker_spec(script: str, *, metrics: Iterable[str] = (), args: Iterable[str] = (), **values: Any) -> SageMakerSpec:
     """A SageMaker spec from option values (by option name; one not given takes its default)."""
     if not script.strip():
         raise InvalidOption("the cell is empty", "write the training script in the cell body")
@@ -125,7 +130,9 @@ def build_sagemaker_spec(script: str, *, metrics: Iterable[str] = (), **values: 
             raise InvalidOption(f"--source-dir {values['source_dir']!r} is not a directory")
     values["inputs"] = parse_channels(values["inputs"], local)
     values["hyperparameters"] = parse_hyperparameters(values["hyperparameters"])
-    return SageMakerSpec(script=script, metrics=parse_metrics(metrics), **values)
+    values["interpreter"] = parse_interpreter(values["interpreter"])
+    values["env"] = parse_env(values["env"])
+    return SageMakerSpec(script=script, metrics=parse_metrics(metrics), args=tuple(args), **values)
 
 
 def _check_time_limits(max_run: int | None, max_wait: int | None, spot: bool) -> None:
@@ -154,10 +161,12 @@ def training_job_name(name: str, stamp: str, suffix: str) -> str:
     return base[: 63 - len(tail)].rstrip("-") + tail
 
 
-def sagemaker_spec(script: str, given: Mapping[str, Any], config: Mapping[str, Any], fallback_role=None) -> SageMakerSpec:
+def sagemaker_spec(
+    script: str, given: Mapping[str, Any], config: Mapping[str, Any], fallback_role=None, args: Iterable[str] = ()
+) -> SageMakerSpec:
     """A `%%sagemaker_fit` cell: its flags (`given`, by option name) and the configured defaults; a
     flag always wins. `fallback_role()` gives the role when neither names one (on a notebook instance)."""
     values = settle(SAGEMAKER, given, config)  # by option name, as build_sagemaker_spec takes them
     if not values["role"] and fallback_role:
         values["role"] = fallback_role()
-    return build_sagemaker_spec(script, **values, metrics=given.get("metrics") or ())
+    return build_sagemaker_spec(script, **values, metrics=given.get("metrics") or (), args=args)

@@ -1,0 +1,229 @@
+"""The SageMaker launcher gives a script what SageMaker's training toolkit gives a script-mode script.
+
+The launcher is run here as a training container runs it, on this machine, with
+SAGEMAKER_BASE_DIR standing for /opt/ml (as the toolkit allows); the local-mode
+tests in test_sagemaker.py run it in real containers.
+"""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from jupyter_trainer.backends.sagemaker import launcher
+from jupyter_trainer.backends.sagemaker.local import ComposeLogCleaner
+
+PROBE = r"""
+import json, os, sys
+print(json.dumps({"argv": sys.argv[1:], "cwd": os.getcwd(), "files": sorted(os.listdir(".")),
+                  "env": {k: v for k, v in os.environ.items() if k.startswith("SM_")}}))
+"""
+
+
+def container(tmp_path, script, hyperparameters=None, hosts=("algo-1",), current="algo-1", channels=("train",), args=(), interpreter=("python3",)):
+    """An /opt/ml tree as SageMaker lays it out, with the launcher in the code channel."""
+    base = tmp_path / "opt-ml"
+    config = base / "input" / "config"
+    code = base / "input" / "data" / "code"
+    config.mkdir(parents=True)
+    code.mkdir(parents=True)
+    for channel in channels:
+        (base / "input" / "data" / channel).mkdir()
+    (code / "train_script.py").write_text(script)
+    (code / "_jupyter_trainer_launch.py").write_text(Path(launcher.__file__).read_text())
+    launch = {"script": "train_script.py", "interpreter": list(interpreter), "args": list(args), "job_name": "job-1"}
+    (code / launcher.CONFIG_NAME).write_text(json.dumps(launch))
+    (config / "hyperparameters.json").write_text(json.dumps(hyperparameters or {}))
+    resources = {"current_host": current, "hosts": list(hosts), "network_interface_name": "eth0",
+                 "current_instance_type": "ml.m5.xlarge", "current_group_name": "homogeneousCluster",
+                 "instance_groups": [{"instance_group_name": "homogeneousCluster", "instance_type": "ml.m5.xlarge", "hosts": list(hosts)}]}  # fmt: skip
+    (config / "resourceconfig.json").write_text(json.dumps(resources))
+    inputs = {c: {"TrainingInputMode": "File", "S3DistributionType": "FullyReplicated", "RecordWrapperType": "None"} for c in channels}
+    (config / "inputdataconfig.json").write_text(json.dumps(inputs))
+    return base
+
+
+def launch(base, **kwargs):
+    env = {key: value for key, value in os.environ.items() if not key.startswith("SM_")}
+    return subprocess.run(
+        [sys.executable, str(base / "input" / "data" / "code" / "_jupyter_trainer_launch.py")],
+        env={**env, "SAGEMAKER_BASE_DIR": str(base)}, capture_output=True, text=True, timeout=60, **kwargs,
+    )  # fmt: skip
+
+
+def probe(tmp_path, **kwargs):
+    base = container(tmp_path, PROBE, **kwargs)
+    result = launch(base)
+    assert result.returncode == 0, result.stderr
+    return base, json.loads(result.stdout.splitlines()[-1])
+
+
+def test_hyperparameters_reach_argv_as_the_toolkit_passes_them(tmp_path):
+    # SageMaker keeps every hyperparameter as a string; the toolkit JSON-decodes each, sorts by key,
+    # and writes `--key value` (`-k` for one letter, a dict as k=v pairs); framework ones are not passed
+    hps = {"lr": "0.01", "epochs": "3", "b": "64", "use-cuda": "true", "name": "resnet 50", "sched": '{"step": 5, "gamma": 0.5}',
+           "sagemaker_program": "train.py"}  # fmt: skip
+    _, seen = probe(tmp_path, hyperparameters=hps, args=["--extra", "two words"])
+    assert seen["argv"] == ["-b", "64", "--epochs", "3", "--lr", "0.01", "--name", "resnet 50", "--sched", "gamma=0.5,step=5",
+                            "--use-cuda", "True", "--extra", "two words"]  # fmt: skip
+    env = seen["env"]
+    assert json.loads(env["SM_HPS"]) == {"lr": 0.01, "epochs": 3, "b": 64, "use-cuda": True, "name": "resnet 50", "sched": {"step": 5, "gamma": 0.5}}
+    assert env["SM_HP_LR"] == "0.01" and env["SM_HP_EPOCHS"] == "3" and env["SM_HP_NAME"] == "resnet 50"
+    assert env["SM_HP_USE-CUDA"] == "true" and json.loads(env["SM_HP_SCHED"]) == {"gamma": 0.5, "step": 5}
+    assert json.loads(env["SM_USER_ARGS"]) == seen["argv"][:-2]  # the hyperparameters' arguments
+    assert json.loads(env["SM_FRAMEWORK_PARAMS"]) == {"sagemaker_program": "train.py"}
+
+
+def test_the_sm_environment_is_computed_on_each_host(tmp_path):
+    hosts = ("algo-1", "algo-2")
+    base, seen = probe(tmp_path, hosts=hosts, current="algo-2", channels=("train", "validation"))
+    env = seen["env"]
+    root = str(base)
+    expected = {
+        "SM_MODEL_DIR": f"{root}/model", "SM_OUTPUT_DATA_DIR": f"{root}/output/data", "SM_OUTPUT_DIR": f"{root}/output",
+        "SM_OUTPUT_INTERMEDIATE_DIR": f"{root}/output/intermediate", "SM_INPUT_DIR": f"{root}/input",
+        "SM_INPUT_CONFIG_DIR": f"{root}/input/config", "SM_CHANNEL_TRAIN": f"{root}/input/data/train",
+        "SM_CHANNEL_VALIDATION": f"{root}/input/data/validation", "SM_CURRENT_HOST": "algo-2",
+        "SM_CURRENT_INSTANCE_TYPE": "ml.m5.xlarge", "SM_NETWORK_INTERFACE_NAME": "eth0", "SM_NUM_GPUS": "0",
+        "SM_NUM_CPUS": str(os.cpu_count()), "SM_USER_ENTRY_POINT": "train_script.py", "SM_MODULE_NAME": "train_script",
+        "SM_MODULE_DIR": f"{root}/code", "SM_LOG_LEVEL": "20", "SM_CURRENT_INSTANCE_GROUP": "homogeneousCluster",
+    }  # fmt: skip
+    assert {key: env.get(key) for key in expected} == expected
+    assert json.loads(env["SM_HOSTS"]) == ["algo-1", "algo-2"] and json.loads(env["SM_CHANNELS"]) == ["train", "validation"]
+    assert json.loads(env["SM_RESOURCE_CONFIG"])["current_host"] == "algo-2"
+    assert set(json.loads(env["SM_INPUT_DATA_CONFIG"])) == {"train", "validation"}
+    training = json.loads(env["SM_TRAINING_ENV"])
+    assert training["current_host"] == "algo-2" and training["master_hostname"] == "algo-1" and training["is_master"] is False
+    assert training["channel_input_dirs"]["train"] == f"{root}/input/data/train" and training["job_name"] == "job-1"
+    # the script runs in /opt/ml/code, which holds it (and --source-dir's files), not the launcher's
+    assert seen["cwd"] == f"{root}/code" and seen["files"] == ["train_script.py"]
+
+
+def test_source_dir_files_are_beside_the_script_and_importable(tmp_path):
+    base = container(tmp_path, "import helpers, pkg.mod\nprint(helpers.VALUE, pkg.mod.NAME)\n")
+    code = base / "input" / "data" / "code"
+    (code / "helpers.py").write_text("VALUE = 42\n")
+    (code / "pkg").mkdir()
+    (code / "pkg" / "__init__.py").write_text("")
+    (code / "pkg" / "mod.py").write_text("NAME = 'nested'\n")
+    result = launch(base)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "42 nested"
+
+
+def test_an_uncaught_exception_becomes_the_failure_reason(tmp_path):
+    script = "import sys\ndef train(lr):\n    raise ValueError(f'learning rate {lr} is too high')\nprint('starting')\ntrain(0.5)\n"
+    base = container(tmp_path, script, hyperparameters={"lr": "0.5"})
+    result = launch(base)
+    assert result.returncode == 1
+    assert "Traceback (most recent call last)" in result.stderr  # the log keeps the whole traceback
+    failure = (base / "output" / "failure").read_text()
+    assert failure.startswith('AlgorithmError: ExecuteUserScriptError:\nExitCode 1\nErrorMessage "ValueError: learning rate 0.5 is too high')
+    assert f'File "{base}/code/train_script.py", line 3, in train' in failure
+    assert 'Command "python3 train_script.py --lr 0.5"' in failure
+    marker = [line for line in result.stderr.splitlines() if line.startswith(launcher.FAILURE_MARKER)]
+    assert [json.loads(line[len(launcher.FAILURE_MARKER) :]) for line in marker] == [failure]
+
+
+def test_exit_codes_pass_through_and_a_clean_exit_writes_no_failure(tmp_path):
+    base = container(tmp_path, "raise SystemExit(3)\n")
+    assert launch(base).returncode == 3
+    assert "ExitCode 3" in (base / "output" / "failure").read_text()
+    clean = container(tmp_path / "clean", "print('ok')\n")
+    assert launch(clean).returncode == 0 and not (clean / "output" / "failure").exists()
+
+
+def test_a_missing_interpreter_is_a_failure_reason_not_a_crash(tmp_path):
+    base = container(tmp_path, "print(1)\n", interpreter=("no-such-python",))
+    result = launch(base)
+    assert result.returncode == 127 and "cannot run no-such-python" in (base / "output" / "failure").read_text()
+
+
+def test_term_reaches_the_script_and_a_stopped_job_is_no_failure(tmp_path):
+    script = (
+        "import signal, sys, time\n"
+        "def stop(*_):\n    print('saving checkpoint', flush=True)\n    sys.exit(0)\n"
+        "signal.signal(signal.SIGTERM, stop)\nprint('training', flush=True)\ntime.sleep(60)\n"
+    )
+    base = container(tmp_path, script)
+    env = {key: value for key, value in os.environ.items() if not key.startswith("SM_")}
+    process = subprocess.Popen(
+        [sys.executable, str(base / "input" / "data" / "code" / "_jupyter_trainer_launch.py")],
+        env={**env, "SAGEMAKER_BASE_DIR": str(base)}, stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    assert process.stdout.readline().strip() == "training"
+    process.send_signal(signal.SIGTERM)  # SageMaker's StopTrainingJob
+    assert process.wait(timeout=30) == 0
+    assert process.stdout.read().strip() == "saving checkpoint"
+    assert not (base / "output" / "failure").exists()
+
+
+def test_a_huge_stderr_keeps_only_its_end_for_the_reason(tmp_path):
+    script = "import sys\nfor i in range(200000):\n    sys.stderr.write('noise %d\\n' % i)\nraise RuntimeError('the real cause')\n"
+    base = container(tmp_path, script)
+    started = time.monotonic()
+    result = launch(base)
+    assert result.returncode == 1 and time.monotonic() - started < 60
+    failure = (base / "output" / "failure").read_text()
+    assert 'ErrorMessage "RuntimeError: the real cause' in failure and len(failure) <= 4 * launcher.FAILURE_LIMIT
+
+
+class Lines:
+    def __init__(self):
+        self.text = ""
+
+    def write(self, text):
+        self.text += text
+
+    def flush(self):
+        pass
+
+
+@pytest.mark.parametrize(
+    "raw, one_host, two_hosts",
+    [
+        ("6ev5m743i1-algo-1-gg6zp | epoch 1 loss: 0.5\r", "epoch 1 loss: 0.5", "[algo-1] epoch 1 loss: 0.5"),
+        ("tmpabc_algo-2-x7k2q_1  | step 3\r", "step 3", "[algo-2] step 3"),
+        ("\x1b[36mproj-algo-1-abcde |\x1b[0m coloured prefix", "coloured prefix", "[algo-1] coloured prefix"),
+        ("proj-algo-1-abcde | \x1b[1mthe script's own colours stay\x1b[0m", "\x1b[1mthe script's own colours stay\x1b[0m",
+         "[algo-1] \x1b[1mthe script's own colours stay\x1b[0m"),
+        ("proj-algo-1-abcde | 10%|#  | 1/10\r 20%|## | 2/10\r", "10%|#  | 1/10\r 20%|## | 2/10", "[algo-1] 10%|#  | 1/10\r 20%|## | 2/10"),
+        ("INFO:sagemaker.local.image:docker command: docker-compose up", "INFO:sagemaker.local.image:docker command: docker-compose up",
+         "INFO:sagemaker.local.image:docker command: docker-compose up"),
+        ("Attaching to proj-algo-1-abcde", "Attaching to proj-algo-1-abcde", "Attaching to proj-algo-1-abcde"),
+    ],
+)  # fmt: skip
+def test_local_mode_lines_read_as_cloudwatch_would(raw, one_host, two_hosts):
+    for hosts, expected in ((1, one_host), (2, two_hosts)):
+        out = Lines()
+        cleaner = ComposeLogCleaner(out, hosts)
+        for piece in (raw[:7], raw[7:], "\n"):  # lines arrive in pieces
+            cleaner.write(piece)
+        assert out.text == expected + "\n"
+
+
+def test_the_cleaner_finds_the_first_failure_reason_and_ends_an_unended_line():
+    out = Lines()
+    cleaner = ComposeLogCleaner(out, 2)
+    reason = 'AlgorithmError: ExecuteUserScriptError:\nExitCode 1\nErrorMessage "ValueError: x"'
+    cleaner.write(f"p-algo-2-abcde | {launcher.FAILURE_MARKER}{json.dumps(reason)}\r\n")
+    cleaner.write(f"p-algo-1-abcde | {launcher.FAILURE_MARKER}{json.dumps('second')}\r\n")
+    cleaner.write(f"p-algo-1-abcde | {launcher.FAILURE_MARKER}not json\r\n")
+    cleaner.write("p-algo-1-abcde | no newline at the end")
+    cleaner.close_line()
+    assert cleaner.failure == reason
+    assert out.text.endswith("[algo-1] no newline at the end\n")
+
+
+def test_requirements_that_cannot_be_installed_are_the_failure_reason(tmp_path):
+    # requirements.txt that cannot be installed: one line in the failure reason, the script never runs
+    base = container(tmp_path, "print('must not run')\n")
+    (base / "input" / "data" / "code" / "requirements.txt").write_text("--no-index\nno-such-package-anywhere==1.0\n")
+    result = launch(base)
+    assert result.returncode == 1 and "must not run" not in result.stdout
+    assert (base / "output" / "failure").read_text().startswith("InstallRequirementsError:")
