@@ -159,12 +159,17 @@ def detached_spec(script: str, given: Mapping[str, Any], config: Mapping[str, An
 
 
 def _chosen_with_config(given: Mapping[str, Any], config: Mapping[str, Any]) -> DetachedBackend:
-    """A flagged switch chooses; else a configured one, unless an option its backend does not take
-    is flagged; else the default backend."""
+    """A switch flagged on chooses; else a configured switch (not flagged off), unless an option
+    another backend cannot do without (--image, --container) is flagged; else the default backend."""
     if any(given.get(backend.switch) for backend in DETACHED_BACKENDS if backend.switch):
         return chosen_backend(given)
+    needed_elsewhere = {dest for backend in DETACHED_BACKENDS for dest in backend.needs_one_of}
     for backend in DETACHED_BACKENDS:
-        if backend.switch and config.get(backend.switch):
-            if not any(given.get(option.dest) not in (None, []) for option in DETACHED if not option.taken_by(backend.name)):
+        if backend.switch and given.get(backend.switch) is None and config.get(backend.switch):
+            overriding = [
+                option for option in DETACHED
+                if option.dest in needed_elsewhere and not option.taken_by(backend.name) and given.get(option.dest) is not None
+            ]  # fmt: skip
+            if not overriding:
                 return backend
     return chosen_backend({})

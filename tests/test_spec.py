@@ -158,3 +158,21 @@ def test_a_backend_declared_in_the_options_alone_is_chosen_checked_and_configure
     assert spec_module.detached_spec("print(1)", {}, config).gpus is None  # docker's config does not reach it
     assert spec_module.detached_spec("print(1)", {"container": "box"}, config).backend == "docker"
     assert spec_module.detached_spec("print(1)", {"host": True}, config).backend == "host"
+
+
+@pytest.mark.parametrize("flags", [{"gpus": "all"}, {"stop_container_when_done": True}])
+def test_a_configured_host_is_overridden_only_by_what_a_container_needs(flags):
+    """--gpus or --stop-container-when-done alone do not turn a configured --host job into a container
+    job: they are refused, as --host takes neither; --image or --container do choose a container."""
+    from jupyter_trainer.spec import detached_spec
+
+    for config in ({"host": True}, {"host": True, "image": "cfg:1"}):
+        with pytest.raises(InvalidOption, match="--host runs without a container"):
+            detached_spec("print(1)", flags, config)
+    assert detached_spec("print(1)", {**flags, "image": "img:2"}, {"host": True}).backend == "docker"
+
+
+def test_a_switch_flagged_off_leaves_config_out():
+    from jupyter_trainer.spec import detached_spec
+
+    assert detached_spec("print(1)", {"host": False}, {"host": True, "image": "cfg:1"}).backend == "docker"
