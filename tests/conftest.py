@@ -182,3 +182,19 @@ def ipython_submitting(cell_line, script, env=None, magic="train_detached", **po
         if line.startswith("SUBMITTED"):
             return process
     raise AssertionError("IPython did not submit the job:\n" + "".join(output))
+
+
+SKLEARN_IMAGE = os.environ.get("JUPYTER_TRAINER_SKLEARN_IMAGE", "jupyter-trainer-test:bookworm-sklearn")
+
+
+@pytest.fixture(scope="session")
+def sklearn_image(docker_client):
+    """Debian's python3-sklearn, without SageMaker's training toolkit (bash .ci/run builds it)."""
+    try:
+        docker_client.images.get(SKLEARN_IMAGE)
+    except Exception:
+        message = f"test image {SKLEARN_IMAGE} missing (bash .ci/run builds it)"
+        if IN_CI:
+            pytest.fail(message)
+        pytest.skip(message)
+    return SKLEARN_IMAGE

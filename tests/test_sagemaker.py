@@ -573,3 +573,138 @@ def test_local_mode_with_local_data_does_not_log_in_to_ecr(docker_client, home, 
     assert job.wait(timeout=120) is Status.FAILED
     log = job.logs()
     assert f"pulling {image} needs AWS credentials" in log and "Traceback" not in log and "CANARY" not in log, log
+
+
+# -- script mode: SageMaker's examples as users paste them, unchanged -----------------------
+
+# In the style of SageMaker's scikit-learn script-mode example: hyperparameters and the SM_*
+# directories through argparse, the data from the train channel, the model to SM_MODEL_DIR.
+SKLEARN_EXAMPLE = """
+import argparse
+import json
+import os
+
+import joblib
+import numpy as np
+from sklearn.linear_model import LogisticRegression
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--max-iter", type=int, default=10)
+    parser.add_argument("--tol", type=float, default=1e-4)
+    parser.add_argument("--epochs", type=int, default=1)
+    parser.add_argument("--output-data-dir", type=str, default=os.environ["SM_OUTPUT_DATA_DIR"])
+    parser.add_argument("--model-dir", type=str, default=os.environ["SM_MODEL_DIR"])
+    parser.add_argument("--train", type=str, default=os.environ["SM_CHANNEL_TRAIN"])
+    args, _ = parser.parse_known_args()
+
+    data = np.loadtxt(os.path.join(args.train, "train.csv"), delimiter=",")
+    model = LogisticRegression(max_iter=args.max_iter, tol=args.tol).fit(data[:, 1:], data[:, 0])
+    print(f"train accuracy: {model.score(data[:, 1:], data[:, 0]):.3f}", flush=True)
+    print("hosts", os.environ["SM_HOSTS"], "current", os.environ["SM_CURRENT_HOST"], "epochs", args.epochs)
+    joblib.dump(model, os.path.join(args.model_dir, "model.joblib"))
+    with open(os.path.join(args.output_data_dir, "args.json"), "w") as handle:
+        json.dump(vars(args), handle)
+"""
+
+
+def local_line(name, output, extra=""):
+    return f"--name {name} --role {ROLE} --instance-type local --output-path file://{output} --no-widget {extra}"
+
+
+def test_sagemakers_sklearn_example_runs_unchanged_in_local_mode(docker_client, sklearn_image, home, tmp_path, monkeypatch):
+    from conftest import ipython_submitting
+
+    monkeypatch.setenv("AWS_DEFAULT_REGION", REGION)
+    train = tmp_path / "train"
+    train.mkdir()
+    rows = [f"{i % 2},{i % 2 + 0.1 * (i % 3)},{1 - i % 2}" for i in range(40)]
+    (train / "train.csv").write_text("\n".join(rows) + "\n")
+    output = tmp_path / "output"
+    output.mkdir()
+    line = local_line("sk-example", output, f"--image-uri {sklearn_image} --input train=file://{train} "
+                      "--hyperparameter max-iter=50 --hyperparameter tol=0.001 -- --epochs 7")  # fmt: skip
+    kernel = ipython_submitting(line, SKLEARN_EXAMPLE, magic="sagemaker_fit")
+    kernel.kill()  # the notebook goes; the job does not
+    kernel.wait()
+    job = Job.load("sk-example")
+    assert job.wait(timeout=300) is Status.COMPLETED, job.logs()
+    log = job.logs()
+    assert "train accuracy: 1.000" in log and 'hosts ["algo-1' in log and "epochs 7" in log
+    assert " | " not in log.split("Attaching to")[-1] and "\r" not in log  # compose's prefixes and the tty's CRs are gone
+    import tarfile
+
+    with tarfile.open(output / "model.tar.gz") as archive:
+        assert "model.joblib" in archive.getnames()
+    with tarfile.open(output / "output.tar.gz") as archive:
+        member = next(name for name in archive.getnames() if name.endswith("args.json"))
+        seen = json.load(archive.extractfile(member))
+    assert (seen["max_iter"], seen["tol"], seen["epochs"], seen["train"]) == (50, 0.001, 7, "/opt/ml/input/data/train")
+
+
+def write_wheel(path, name, version, files):
+    """A pure-Python wheel, written as the format says (no build tool needed)."""
+    import base64
+    import hashlib
+    import zipfile
+
+    info = f"{name}-{version}.dist-info"
+    contents = {**files, f"{info}/METADATA": f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n",
+                f"{info}/WHEEL": "Wheel-Version: 1.0\nGenerator: hand\nRoot-Is-Purelib: true\nTag: py3-none-any\n"}  # fmt: skip
+    record = []
+    with zipfile.ZipFile(path, "w") as wheel:
+        for member, text in contents.items():
+            data = text.encode()
+            digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+            record.append(f"{member},sha256={digest},{len(data)}")
+            wheel.writestr(member, data)
+        wheel.writestr(f"{info}/RECORD", "\n".join(record + [f"{info}/RECORD,,"]) + "\n")
+
+
+def test_local_mode_failure_reason_requirements_and_env(docker_client, docker_image, home, tmp_path, monkeypatch):
+    """A source dir whose requirements.txt names a wheel shipped beside it (no index is reachable
+    from the container), installed under Debian's PEP 668 python3; --env reaches the script and no
+    file; an uncaught exception is the job's reason."""
+    monkeypatch.setenv("AWS_DEFAULT_REGION", REGION)
+    source = tmp_path / "src"
+    (source / "wheels").mkdir(parents=True)
+    write_wheel(source / "wheels" / "tinydep-1.0-py3-none-any.whl", "tinydep", "1.0", {"tinydep/__init__.py": "ANSWER = 42\n"})
+    (source / "requirements.txt").write_text("--no-index\n--find-links wheels\ntinydep==1.0\n")
+    script = (
+        "import os, tinydep\n"
+        "print('answer', tinydep.ANSWER, 'token of', len(os.environ.get('API_TOKEN', '')), 'characters', flush=True)\n"
+        "def train(lr):\n    raise ValueError(f'learning rate {lr} is too high')\n"
+        "train(float(os.environ['SM_HP_LR']))\n"
+    )
+    output = tmp_path / "output"
+    output.mkdir()
+    line = local_line("sm-fails", output, f"--image-uri {docker_image} --source-dir {source} --hyperparameter lr=0.5 --env API_TOKEN=hunter2")
+    shell_result = subprocess.run(
+        [sys.executable, "-m", "IPython", "--quick", "--no-banner", "-c",
+         f"%load_ext jupyter_trainer\nget_ipython().run_cell_magic('sagemaker_fit', {line!r}, {script!r})"],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert shell_result.returncode == 0, shell_result.stderr
+    job = Job.load("sm-fails")
+    assert job.wait(timeout=300) is Status.FAILED, job.logs()
+    log = job.logs()
+    assert "answer 42 token of 7 characters" in log, log
+    assert job.record.reason.startswith('AlgorithmError: ExecuteUserScriptError:\nExitCode 1\nErrorMessage "ValueError: learning rate 0.5 is too high')
+    status = subprocess.run([sys.executable, "-m", "jupyter_trainer.cli", "status", "sm-fails"], capture_output=True, text=True)
+    assert "ValueError: learning rate 0.5 is too high" in status.stdout, status.stdout
+    assert not [p for p in home.rglob("*") if p.is_file() and b"hunter2" in p.read_bytes()]
+
+
+def test_two_hosts_in_local_mode_each_get_their_own_host_and_say_so(docker_client, docker_image, home, tmp_path, monkeypatch):
+    from jupyter_trainer.backends.sagemaker.spec import build_sagemaker_spec
+    from jupyter_trainer.submit import submit_detached
+
+    monkeypatch.setenv("AWS_DEFAULT_REGION", REGION)
+    output = tmp_path / "output"
+    output.mkdir()
+    script = "import os, time\nprint('I am', os.environ['SM_CURRENT_HOST'].rsplit('-', 1)[0], 'of', os.environ['SM_HOSTS'].count('algo'), flush=True)\ntime.sleep(2)\n"
+    spec = build_sagemaker_spec(script, image_uri=TEST_IMAGE, role=ROLE, instance_type="local", instance_count=2, output_path=f"file://{output}")
+    job = submit_detached(spec, name="two-hosts").job
+    assert job.wait(timeout=300) is Status.COMPLETED, job.logs()
+    lines = job.logs().splitlines()
+    assert "[algo-1] I am algo-1 of 2" in lines and "[algo-2] I am algo-2 of 2" in lines, lines
