@@ -702,7 +702,11 @@ def test_two_hosts_in_local_mode_each_get_their_own_host_and_say_so(docker_clien
     monkeypatch.setenv("AWS_DEFAULT_REGION", REGION)
     output = tmp_path / "output"
     output.mkdir()
-    script = "import os, time\nprint('I am', os.environ['SM_CURRENT_HOST'].rsplit('-', 1)[0], 'of', os.environ['SM_HOSTS'].count('algo'), flush=True)\ntime.sleep(2)\n"
+    script = (  # v2 names hosts algo-1-abcde, v3 algo-1
+        "import os, re, time\n"
+        "print('I am', re.match(r'algo-[0-9]+', os.environ['SM_CURRENT_HOST']).group(), 'of', os.environ['SM_HOSTS'].count('algo'), flush=True)\n"
+        "time.sleep(2)\n"
+    )
     spec = build_sagemaker_spec(script, image_uri=TEST_IMAGE, role=ROLE, instance_type="local", instance_count=2, output_path=f"file://{output}")
     job = submit_detached(spec, name="two-hosts").job
     assert job.wait(timeout=300) is Status.COMPLETED, job.logs()

@@ -189,6 +189,7 @@ class Lines:
     [
         ("6ev5m743i1-algo-1-gg6zp | epoch 1 loss: 0.5\r", "epoch 1 loss: 0.5", "[algo-1] epoch 1 loss: 0.5"),
         ("tmpabc_algo-2-x7k2q_1  | step 3\r", "step 3", "[algo-2] step 3"),
+        ("algo-2_1  | from SDK v3\r", "from SDK v3", "[algo-2] from SDK v3"),
         ("\x1b[36mproj-algo-1-abcde |\x1b[0m coloured prefix", "coloured prefix", "[algo-1] coloured prefix"),
         ("proj-algo-1-abcde | \x1b[1mthe script's own colours stay\x1b[0m", "\x1b[1mthe script's own colours stay\x1b[0m",
          "[algo-1] \x1b[1mthe script's own colours stay\x1b[0m"),

@@ -46,9 +46,10 @@ def load_spec(run_dir: Path) -> tuple[str, SageMakerSpec]:
     return job_name, SageMakerSpec(script="", **data)
 
 
-# docker-compose's prefix on each line of a training container ("PROJECT-algo-1-abcde  | "), with
+# docker-compose's prefix on each line of a training container ("PROJECT-algo-1-abcde  | " from
+# SDK v2, "algo-1_1  | " from v3), with
 # the colour codes compose may put around it; the host is named without local mode's random suffix
-COMPOSE_PREFIX = re.compile(r"(?:\x1b\[[0-9;]*m)*(?:[A-Za-z0-9_.-]*?[-_])?(algo-\d+)-[a-z0-9]+(?:_\d+)?\s*(?:\x1b\[[0-9;]*m)*\|(?:\x1b\[[0-9;]*m)* ?")
+COMPOSE_PREFIX = re.compile(r"(?:\x1b\[[0-9;]*m)*(?:[A-Za-z0-9_.-]*?[-_])?(algo-\d+)(?:-[a-z0-9]+)?(?:_\d+)?\s*(?:\x1b\[[0-9;]*m)*\|(?:\x1b\[[0-9;]*m)* ?")
 
 
 def _reason(encoded: str) -> str | None:
