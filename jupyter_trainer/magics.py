@@ -10,7 +10,7 @@ from IPython.core.error import UsageError
 from IPython.core.magic import Magics, cell_magic, line_magic, magics_class
 from IPython.core.magic_arguments import MagicArgumentParser, argument, magic_arguments
 from IPython.display import display
-from traitlets import Bool, Int, Unicode
+from traitlets import Bool, Int, List, Unicode
 
 from . import summary
 from .errors import TrainerError
@@ -94,6 +94,10 @@ def config_traits(options) -> dict:
         help = f"default {option.flag} (a flag always wins)"
         if option.kind == "switch":
             traits[option.dest] = Bool(bool(option.default), help=help).tag(config=True)
+        elif option.kind == "int":
+            traits[option.dest] = Int(option.default, allow_none=True, help=help).tag(config=True)
+        elif option.kind == "append":
+            traits[option.dest] = List(Unicode(), help=f"default {option.flag} values (a flag always wins)").tag(config=True)
         else:
             traits[option.dest] = Unicode(option.default, allow_none=True, help=help).tag(config=True)
     return traits

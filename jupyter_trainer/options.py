@@ -138,6 +138,14 @@ SAGEMAKER = (
         config=True, default="python3",
     ),
     Option("env", "--env", "the job's environment (repeatable); values are never stored or shown", "KEY=VALUE", "append"),
+    Option("framework", "--framework", "instead of --image-uri: AWS's training image of pytorch, tensorflow, huggingface, sklearn or xgboost", "NAME", config=True),
+    Option("framework_version", "--framework-version", "with --framework: its version (for huggingface, the transformers version)", "V", config=True),
+    Option("py_version", "--py-version", "with --framework: the Python of the image, e.g. py310", "PY", config=True),
+    Option("volume_size", "--volume-size", "the storage volume of each instance (default 30)", "GB", "int", config=True),
+    Option("tags", "--tag", "a tag of the training job (repeatable)", "KEY=VALUE", "append", config=True),
+    Option("subnets", "--subnet", "a VPC subnet to train in (repeatable; with --security-group-id)", "ID", "append", config=True),
+    Option("security_group_ids", "--security-group-id", "a VPC security group (repeatable; with --subnet)", "ID", "append", config=True),
+    Option("keep_alive_period", "--keep-alive-period", "keep the instances warm this long after the job (warm pools)", "SECONDS", "int", config=True),
 )  # fmt: skip
 
 

@@ -29,7 +29,7 @@ def secret(added: bool = False, **options):
     return field(repr=False, metadata={"secret": True, "omit_default": added}, **options)
 
 
-def added_field(default, **options):
+def added_field(default=MISSING, **options):
     """A field added after cells were fingerprinted: stored and fingerprinted only when it differs
     from its default, so the cells that do not use it keep their fingerprints (a re-run attaches)."""
     if isinstance(default, (list, dict, set)):

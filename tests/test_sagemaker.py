@@ -156,6 +156,79 @@ def test_create_training_job_request_is_exact(aws, shell, capsys, monkeypatch, t
     assert record.runtime["training_job_name"] == job_name and record.runtime["region"] == REGION
 
 
+def test_every_option_users_set_on_real_jobs_reaches_the_request(aws, shell, capsys):
+    line = (
+        f"--name knobs --framework pytorch --framework-version 2.1 --py-version py310 --role {ROLE} "
+        f"--instance-type ml.g5.xlarge --output-path s3://{BUCKET}/out --volume-size 100 --tag team=vision "
+        f"--tag 'cost center=ml-42' --subnet subnet-0123456789abcdef0 --subnet subnet-0fedcba9876543210 "
+        f"--security-group-id sg-0123456789abcdef0 --keep-alive-period 600 --env SEED=7"
+    )
+    result, out = fit(shell, capsys, line)
+    assert result.success, out
+    (request,) = aws.create_requests
+    assert request["AlgorithmSpecification"]["TrainingImage"] == "763104351884.dkr.ecr.us-east-1.amazonaws.com/pytorch-training:2.1-gpu-py310"
+    assert request["ResourceConfig"] == {"InstanceType": "ml.g5.xlarge", "InstanceCount": 1, "VolumeSizeInGB": 100, "KeepAlivePeriodInSeconds": 600}
+    assert sorted(request["Tags"], key=lambda tag: tag["Key"]) == [{"Key": "cost center", "Value": "ml-42"}, {"Key": "team", "Value": "vision"}]
+    assert request["VpcConfig"] == {"SecurityGroupIds": ["sg-0123456789abcdef0"], "Subnets": ["subnet-0123456789abcdef0", "subnet-0fedcba9876543210"]}
+    assert request["Environment"] == {"SEED": "7"}
+    record = get_job("knobs").record
+    assert record.runtime["image_uri"] == request["AlgorithmSpecification"]["TrainingImage"]
+    assert (record.options["framework"], record.options["volume_size"], record.options["env_keys"]) == ("pytorch", 100, ["SEED"])
+
+
+def test_new_options_take_config_defaults_and_flags_win(aws, shell, capsys):
+    settings = {"volume_size": "75", "subnets": "['subnet-0123456789abcdef0']", "security_group_ids": "['sg-0123456789abcdef0']",
+                "tags": "['team=config']"}  # fmt: skip
+    try:
+        for name, value in settings.items():
+            shell.run_line_magic("config", f"TrainerMagics.{name} = {value}")
+        result, out = fit(shell, capsys, remote("configured", "--tag team=flag"))
+        assert result.success, out
+    finally:
+        for name, value in {"volume_size": "None", "subnets": "[]", "security_group_ids": "[]", "tags": "[]"}.items():
+            shell.run_line_magic("config", f"TrainerMagics.{name} = {value}")
+    (request,) = aws.create_requests
+    assert request["ResourceConfig"]["VolumeSizeInGB"] == 75
+    assert request["VpcConfig"] == {"SecurityGroupIds": ["sg-0123456789abcdef0"], "Subnets": ["subnet-0123456789abcdef0"]}
+    assert request["Tags"] == [{"Key": "team", "Value": "flag"}]
+
+
+def test_options_left_out_keep_the_request_as_it_was(aws, shell, capsys):
+    result, out = fit(shell, capsys, remote("plain"))
+    assert result.success, out
+    (request,) = aws.create_requests
+    assert request["ResourceConfig"] == {"InstanceType": "ml.g5.xlarge", "InstanceCount": 1, "VolumeSizeInGB": 30}
+    assert "VpcConfig" not in request and "Environment" not in request and not request.get("Tags")
+
+
+@pytest.mark.parametrize(
+    "framework, region, instance_type, expected",
+    [
+        ("pytorch --framework-version 2.1 --py-version py310", "us-east-1", "ml.m5.xlarge", "763104351884.dkr.ecr.us-east-1.amazonaws.com/pytorch-training:2.1-cpu-py310"),
+        ("pytorch --framework-version 2.1 --py-version py310", "eu-west-1", "ml.p3.2xlarge", "763104351884.dkr.ecr.eu-west-1.amazonaws.com/pytorch-training:2.1-gpu-py310"),
+        ("tensorflow --framework-version 2.13 --py-version py310", "ap-southeast-2", "ml.g5.xlarge", "763104351884.dkr.ecr.ap-southeast-2.amazonaws.com/tensorflow-training:2.13-gpu-py310"),
+        ("sklearn --framework-version 1.2-1 --py-version py3", "eu-west-1", "ml.m5.xlarge", "141502667606.dkr.ecr.eu-west-1.amazonaws.com/sagemaker-scikit-learn:1.2-1-cpu-py3"),
+        ("xgboost --framework-version 1.7-1", "us-east-1", "ml.m5.xlarge", "683313688378.dkr.ecr.us-east-1.amazonaws.com/sagemaker-xgboost:1.7-1"),
+        ("huggingface --framework-version 4.28 --py-version py310", "us-west-2", "ml.g5.xlarge", "763104351884.dkr.ecr.us-west-2.amazonaws.com/huggingface-pytorch-training:2.0-transformers4.28"),
+    ],
+)  # fmt: skip
+def test_framework_images_are_looked_up_for_the_region_and_instance_type(framework, region, instance_type, expected):
+    from jupyter_trainer.backends.sagemaker.sdk import framework_image
+    from jupyter_trainer.backends.sagemaker.spec import build_sagemaker_spec
+
+    name, *rest = framework.split()
+    values = dict(zip([word[2:].replace("-", "_") for word in rest[::2]], rest[1::2]))
+    spec = build_sagemaker_spec("print(1)", framework=name, role=ROLE, instance_type=instance_type, output_path=f"s3://{BUCKET}/o", **values)
+    assert framework_image(spec, region).startswith(expected)  # the SDKs differ in the tail of huggingface's tag
+
+
+def test_an_unknown_framework_version_is_one_line_before_anything_is_created(aws, shell, capsys, home):
+    before = store_snapshot(home)
+    result, out = fit(shell, capsys, f"--name old --framework pytorch --framework-version 0.0.1 --py-version py3 --role {ROLE} --output-path s3://{BUCKET}/o")
+    assert not result.success and "no pytorch training image for that" in out and "Traceback" not in out
+    assert store_snapshot(home) == before and aws.create_requests == []
+
+
 def test_status_transitions(aws, shell, capsys):
     for name in ("done", "broken", "halted"):
         result, out = fit(shell, capsys, remote(name))
@@ -265,6 +338,17 @@ def store_snapshot(home):
         (remote("w1", "--max-wait 10"), {}, "--max-wait applies to spot training only"),
         (remote("n1"), {"AWS_ACCESS_KEY_ID": None, "AWS_SECRET_ACCESS_KEY": None}, "no AWS credentials found"),
         (remote("n2"), {"AWS_DEFAULT_REGION": None}, "no AWS region configured"),
+        (remote("f1", "--framework pytorch --framework-version 2.1"), {}, "--image-uri and --framework both name the image"),
+        (remote("f2").replace("--image-uri 123456789012.dkr.ecr.us-east-1.amazonaws.com/trainer:1", "--framework keras --framework-version 3"), {}, "is not one this knows"),
+        (remote("f3").replace("--image-uri 123456789012.dkr.ecr.us-east-1.amazonaws.com/trainer:1", "--framework pytorch"), {}, "needs --framework-version"),
+        (remote("f4", "--py-version py310"), {}, "go with --framework"),
+        (remote("v1", "--volume-size 0"), {}, "--volume-size must be between 1 and 16384 GB"),
+        (remote("v2", "--keep-alive-period 7200"), {}, "--keep-alive-period must be between 1 and 3600 seconds"),
+        (remote("v3", "--subnet subnet-0123456789abcdef0"), {}, "a VPC needs both --subnet and --security-group-id"),
+        (remote("v4", "--subnet subnet-0123456789abcdef0 --security-group-id default"), {}, "is not an id"),
+        (remote("t1", "--tag aws:owner=me"), {}, "--tag: bad key"),
+        (remote("t2", "--tag novalue"), {}, "--tag expects KEY=VALUE"),
+        (remote("e1", "--env 'BAD KEY=secret-value'"), {}, "--env expects KEY=VALUE"),
     ],
 )
 def test_bad_sagemaker_input_is_one_line(aws, shell, capsys, monkeypatch, home, line, env, words):
@@ -273,6 +357,7 @@ def test_bad_sagemaker_input_is_one_line(aws, shell, capsys, monkeypatch, home, 
     before = store_snapshot(home)
     result, out = fit(shell, capsys, line)
     assert not result.success and words in out and out.count("\n") == 1 and "Traceback" not in out, out
+    assert "secret-value" not in out
     assert store_snapshot(home) == before
     assert not aws.create_requests
 

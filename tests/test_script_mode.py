@@ -228,3 +228,40 @@ def test_requirements_that_cannot_be_installed_are_the_failure_reason(tmp_path):
     result = launch(base)
     assert result.returncode == 1 and "must not run" not in result.stdout
     assert (base / "output" / "failure").read_text().startswith("InstallRequirementsError:")
+
+
+def fake_torchrun(tmp_path):
+    """A `torchrun` on PATH that prints the words it was given, then runs the script."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    torchrun = bin_dir / "torchrun"
+    torchrun.write_text(f"#!{sys.executable}\nimport json, subprocess, sys\nprint('TORCHRUN', json.dumps(sys.argv[1:]), flush=True)\n")
+    torchrun.chmod(0o755)
+    return {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}"}
+
+
+@pytest.mark.parametrize("current, rank", [("algo-1", "0"), ("algo-3", "2")])
+def test_torchrun_on_several_hosts_gets_nodes_rank_and_master(tmp_path, current, rank):
+    base = container(tmp_path, "print(1)\n", hosts=("algo-1", "algo-2", "algo-3"), current=current,
+                     interpreter=("torchrun", "--nproc_per_node", "2"), hyperparameters={"epochs": "2"})  # fmt: skip
+    result = launch_with(base, fake_torchrun(tmp_path))
+    argv = json.loads(result.stdout.split("TORCHRUN ", 1)[1].splitlines()[0])
+    assert argv == ["--nnodes", "3", "--node_rank", rank, "--master_addr", "algo-1", "--master_port", "29500",
+                    "--nproc_per_node", "2", "train_script.py", "--epochs", "2"]  # fmt: skip
+
+
+def test_torchrun_keeps_what_the_user_set_and_one_host_gets_nothing(tmp_path):
+    base = container(tmp_path, "print(1)\n", hosts=("algo-1", "algo-2"), current="algo-2", interpreter=("torchrun", "--master_port=1234", "--nnodes", "2"))
+    argv = json.loads(launch_with(base, fake_torchrun(tmp_path)).stdout.split("TORCHRUN ", 1)[1].splitlines()[0])
+    assert argv == ["--node_rank", "1", "--master_addr", "algo-1", "--master_port=1234", "--nnodes", "2", "train_script.py"]
+    single = container(tmp_path / "one", "print(1)\n", interpreter=("torchrun", "--nproc_per_node", "2"))
+    argv = json.loads(launch_with(single, fake_torchrun(tmp_path / "one")).stdout.split("TORCHRUN ", 1)[1].splitlines()[0])
+    assert argv == ["--nproc_per_node", "2", "train_script.py"]
+
+
+def launch_with(base, env):
+    env = {key: value for key, value in env.items() if not key.startswith("SM_")}
+    return subprocess.run(
+        [sys.executable, str(base / "input" / "data" / "code" / "_jupyter_trainer_launch.py")],
+        env={**env, "SAGEMAKER_BASE_DIR": str(base)}, capture_output=True, text=True, timeout=60,
+    )  # fmt: skip

@@ -34,7 +34,7 @@ from ...proc import ProcessIdentity
 from ..host import observe_supervised, start_supervised, stop_supervised
 from . import launcher
 from .launcher import FAILURE_LIMIT
-from .spec import CODE_CHANNEL, JOB_ENV_VARIABLE, LAUNCHER_NAME, SCRIPT_NAME, SageMakerSpec, training_job_name
+from .spec import CODE_CHANNEL, JOB_ENV_VARIABLE, LAUNCHER_NAME, SCRIPT_NAME, SageMakerSpec, local_region, training_job_name
 
 
 @dataclass(frozen=True)
@@ -51,13 +51,14 @@ class SageMakerRuntime:
     failure_reason: str | None = None
     billable_seconds: int | None = None
     model_artifacts: str | None = None
+    image_uri: str | None = None  # the training image (looked up, with --framework)
 
     def to_dict(self) -> dict:
         return {key: value for key, value in dataclasses.asdict(self).items() if value is not None}
 
     @classmethod
     def of(cls, record: JobRecord) -> "SageMakerRuntime":
-        optional = {"region": str, "supervisor": dict, "secondary_status": str, "failure_reason": str, "billable_seconds": int, "model_artifacts": str}
+        optional = {"region": str, "supervisor": dict, "secondary_status": str, "failure_reason": str, "billable_seconds": int, "model_artifacts": str, "image_uri": str}
         kinds = {"training_job_name": str, "mode": str, "sdk": int, **{key: (kind, "optional") for key, kind in optional.items()}}
         runtime = read_runtime(cls, record, kinds)
         if runtime.mode not in ("remote", "local") or (runtime.mode == "remote" and not runtime.region):
@@ -82,6 +83,17 @@ class SageMakerBackend:
         sdk_major()
         if not spec.local:
             aws_session()
+        if spec.framework:  # an unknown version is one line before anything is created
+            self._with_image(spec)
+
+    def _with_image(self, spec: SageMakerSpec) -> SageMakerSpec:
+        """The spec with its image: --image-uri's, or AWS's image for --framework in the job's region."""
+        if spec.image_uri:
+            return spec
+        from .sdk import framework_image
+
+        region = aws_session().region_name if not spec.local else local_region()
+        return dataclasses.replace(spec, image_uri=framework_image(spec, region))
 
     def prepare(self, run_dir: Path, spec: SageMakerSpec) -> None:
         if spec.local:  # run on this machine under the supervisor
@@ -94,20 +106,22 @@ class SageMakerBackend:
 
         sdk = sdk_major()
         job_name = training_job_name(record.name, time.strftime("%Y%m%d-%H%M%S"), secrets.token_hex(2))
+        spec = self._with_image(spec)
         code_dir = self._stage_code(run_dir, spec, job_name)
         if spec.local:
-            write_private_file(run_dir / SPEC_FILE, json.dumps({"job_name": job_name, **spec.public_options()}).encode())
+            job = {"job_name": job_name, **spec.public_options(), "image_uri": spec.image_uri}
+            write_private_file(run_dir / SPEC_FILE, json.dumps(job).encode())
             command = [sys.executable, "-m", "jupyter_trainer.backends.sagemaker.local", str(run_dir)]
             # the job's environment values reach the runner's process only, never a file
             env = {"PYTHONUNBUFFERED": "1", JOB_ENV_VARIABLE: json.dumps(spec.env)}
             supervised = start_supervised(run_dir, command, cwd=str(run_dir), env=env)
-            return SageMakerRuntime(job_name, "local", sdk, supervisor=supervised.supervisor.to_dict())
+            return SageMakerRuntime(job_name, "local", sdk, supervisor=supervised.supervisor.to_dict(), image_uri=spec.image_uri)
         session = aws_session()
         code_uri = self._upload_code(session, code_dir, spec.output_path, job_name)
         from .sdk import submit_remote
 
         submit_remote(spec, job_name, code_uri, session)
-        return SageMakerRuntime(job_name, "remote", sdk, region=session.region_name)
+        return SageMakerRuntime(job_name, "remote", sdk, region=session.region_name, image_uri=spec.image_uri)
 
     def _stage_code(self, run_dir: Path, spec: SageMakerSpec, job_name: str) -> Path:
         """The code channel: the cell's script, --source-dir's files beside it for its imports, and

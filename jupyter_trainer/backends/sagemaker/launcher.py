@@ -233,6 +233,28 @@ def write_failure(message):
         print("jupyter_trainer: cannot write the failure file (%s)" % error, file=sys.stderr, flush=True)
 
 
+MASTER_PORT = "29500"  # torchrun's own default
+
+
+def interpreter_for(interpreter, env):
+    """The interpreter's words; torchrun on a job of several hosts gets the node count, this host's
+    rank and the first host as master (unless the user gave them), so a multi-node DDP script runs
+    unchanged."""
+    words = list(interpreter)
+    is_torchrun = os.path.basename(words[0]) == "torchrun" or words[1:3] == ["-m", "torch.distributed.run"]
+    hosts = env["hosts"]
+    if not is_torchrun or len(hosts) < 2:
+        return words
+    given = {word.split("=", 1)[0].replace("-", "_") for word in words if word.startswith("--")}
+    fill = [("--nnodes", str(len(hosts))), ("--node_rank", str(hosts.index(env["current_host"]))),
+            ("--master_addr", env["master_hostname"]), ("--master_port", MASTER_PORT)]  # fmt: skip
+    at = 3 if words[1:3] == ["-m", "torch.distributed.run"] else 1
+    added = [word for flag, value in fill if flag.replace("-", "_") not in given for word in (flag, value)]
+    if "--rdzv_endpoint" in given or "--rdzv_backend" in given:
+        return words  # the user set up the rendezvous
+    return words[:at] + added + words[at:]
+
+
 def run(command, env, cwd):
     """Run the script, its stderr passed through and its end kept; TERM and INT are passed on
     (SageMaker stops a job with TERM to the entrypoint, which is this process)."""
@@ -275,7 +297,7 @@ def main():
     if problem:
         write_failure(problem)
         return 1
-    command = list(config["interpreter"]) + [config["script"]] + cmd_args(env["hyperparameters"]) + list(config.get("args", []))
+    command = interpreter_for(config["interpreter"], env) + [config["script"]] + cmd_args(env["hyperparameters"]) + list(config.get("args", []))
     child_env = dict(os.environ, PYTHONUNBUFFERED=os.environ.get("PYTHONUNBUFFERED", "1"))
     child_env["PYTHONPATH"] = os.pathsep.join(filter(None, [code_dir, os.environ.get("PYTHONPATH")]))
     try:

@@ -26,7 +26,7 @@ from ...errors import TrainerError
 from ...store import CODE_DIR, FAILURE_FILE, SAGEMAKER_SPEC_FILE
 from ...spec import Metric
 from .launcher import FAILURE_LIMIT, FAILURE_MARKER
-from .spec import JOB_ENV_VARIABLE, SageMakerSpec
+from .spec import JOB_ENV_VARIABLE, SageMakerSpec, local_region
 
 # Kept when AWS is not needed: they name a region, not an identity.
 REGION_VARIABLES = ("AWS_REGION", "AWS_DEFAULT_REGION")
@@ -38,7 +38,7 @@ def load_spec(run_dir: Path) -> tuple[str, SageMakerSpec]:
     data = json.loads((run_dir / SAGEMAKER_SPEC_FILE).read_text())
     job_name = data.pop("job_name")
     data["metrics"] = tuple(Metric(name, regex) for name, regex in data.get("metrics", []))
-    for name in ("interpreter", "args"):
+    for name in ("interpreter", "args", "subnets", "security_group_ids"):
         if name in data:
             data[name] = tuple(data[name])
     data.pop("env_keys", None)
@@ -116,7 +116,7 @@ def session_for(spec: SageMakerSpec):
     session they use into the compose file, so when no channel needs AWS it has none."""
     import boto3
 
-    region = os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION") or "us-east-1"
+    region = local_region()
     if needs_aws(spec):
         return boto3.Session(region_name=region)
     forget_aws_credentials()

@@ -21,12 +21,13 @@ import shutil
 import sys
 from typing import Iterator
 
-from ...errors import BackendUnavailable, TrainerError
+from ...errors import BackendUnavailable, InvalidOption, TrainerError
 from .spec import CODE_CHANNEL, LAUNCHER_NAME, SageMakerSpec
 
 TELEMETRY_OFF = {"SchemaVersion": "1.0", "SageMaker": {"PythonSDK": {"Modules": {"TelemetryOptOut": True}}}}
 ENTRYPOINT = ["python3", f"/opt/ml/input/data/{CODE_CHANNEL}/{LAUNCHER_NAME}"]  # runs the script as script mode would
 DEFAULT_MAX_RUN = 86400  # the SDK's own default: one day
+DEFAULT_VOLUME_GB = 30  # the SDK's own default
 
 
 @contextlib.contextmanager
@@ -152,6 +153,11 @@ def _estimator_v2(spec: SageMakerSpec, boto_session, local: bool, container_root
         container_entry_point=ENTRYPOINT,
         hyperparameters=dict(spec.hyperparameters) or None,
         environment=dict(spec.env) or None,
+        volume_size=spec.volume_size or DEFAULT_VOLUME_GB,
+        tags=[{"Key": key, "Value": value} for key, value in spec.tags.items()] or None,
+        subnets=list(spec.subnets) or None,
+        security_group_ids=list(spec.security_group_ids) or None,
+        keep_alive_period_in_seconds=spec.keep_alive_period,
         metric_definitions=spec.metric_definitions() or None,
         use_spot_instances=spec.spot,
         max_run=spec.max_run or DEFAULT_MAX_RUN,
@@ -191,6 +197,10 @@ def _create_v3(spec: SageMakerSpec, job_name: str, code_uri: str, boto_session) 
         options["hyper_parameters"] = dict(spec.hyperparameters)
     if spec.env:
         options["environment"] = dict(spec.env)
+    if spec.tags:
+        options["tags"] = [{"key": key, "value": value} for key, value in spec.tags.items()]  # as create() validates them
+    if spec.subnets:
+        options["vpc_config"] = shapes.VpcConfig(security_group_ids=list(spec.security_group_ids), subnets=list(spec.subnets))
     TrainingJob.create(
         training_job_name=job_name,
         role_arn=spec.role,
@@ -203,7 +213,10 @@ def _create_v3(spec: SageMakerSpec, job_name: str, code_uri: str, boto_session) 
         input_data_config=[channel(name, uri) for name, uri in spec.inputs.items()] + [channel(CODE_CHANNEL, code_uri)],
         output_data_config=shapes.OutputDataConfig(s3_output_path=spec.output_path),
         resource_config=shapes.ResourceConfig(
-            instance_type=spec.instance_type, instance_count=spec.instance_count, volume_size_in_gb=30
+            instance_type=spec.instance_type,
+            instance_count=spec.instance_count,
+            volume_size_in_gb=spec.volume_size or DEFAULT_VOLUME_GB,
+            keep_alive_period_in_seconds=spec.keep_alive_period,
         ),
         stopping_condition=stopping,
         enable_managed_spot_training=spec.spot,
@@ -211,6 +224,38 @@ def _create_v3(spec: SageMakerSpec, job_name: str, code_uri: str, boto_session) 
         region=boto_session.region_name,
         **options,
     )
+
+
+def framework_image(spec: SageMakerSpec, region: str) -> str:
+    """AWS's training image for --framework, its version, the region and the instance type (GPU or
+    CPU), from the image data shipped with the installed SDK (no network)."""
+    sdk_major()
+    with quiet_sdk():
+        try:
+            from sagemaker.core import image_uris  # v3
+        except ImportError:
+            from sagemaker import image_uris  # v2
+        lookup = {"region": region, "version": spec.framework_version, "py_version": spec.py_version,
+                  "instance_type": spec.instance_type, "image_scope": "training"}  # fmt: skip
+        try:
+            if spec.framework == "huggingface":  # its images are built on a framework: take the newest PyTorch one
+                lookup["base_framework_version"] = _huggingface_base(image_uris, spec.framework_version)
+            return image_uris.retrieve(spec.framework, **lookup)
+        except (ValueError, KeyError) as exc:
+            raise InvalidOption(f"no {spec.framework} training image for that: {_one_line(exc)}") from None
+
+
+def _huggingface_base(image_uris, version: str) -> str:
+    training = image_uris.config_for_framework("huggingface")["training"]
+    versions = training["versions"].get(training.get("version_aliases", {}).get(version, version))
+    if not versions:
+        raise ValueError(f"unsupported huggingface version {version}; supported: {', '.join(sorted(training['versions']))}")
+    bases = [key for key in versions if key.startswith("pytorch")]
+    if not bases:
+        raise ValueError(f"no PyTorch image of huggingface {version}")
+    newest = max(bases, key=lambda key: [int(part) if part.isdigit() else 0 for part in key[len("pytorch") :].split(".")])
+    aliases = [alias for alias, full in versions.get("version_aliases", {}).items() if full == newest]
+    return min(aliases, key=len) if aliases else newest
 
 
 def _one_line(exc: Exception) -> str:

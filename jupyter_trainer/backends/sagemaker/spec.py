@@ -17,6 +17,13 @@ INSTANCE_TYPE = re.compile(r"ml\.[a-z0-9]+[a-z0-9-]*\.[0-9]*x?(small|medium|larg
 LOCAL_TYPES = ("local", "local_gpu")
 CHANNEL_NAME = re.compile(r"[A-Za-z0-9.\-_]{1,64}")
 HYPERPARAMETER_KEY = re.compile(r"[A-Za-z0-9_.:/-][A-Za-z0-9_.:/ -]{0,255}")
+FRAMEWORKS = ("pytorch", "tensorflow", "huggingface", "sklearn", "xgboost")
+SUBNET_ID = re.compile(r"subnet-[0-9a-f]{8,17}")
+SECURITY_GROUP_ID = re.compile(r"sg-[0-9a-f]{8,17}")
+TAG_KEY = re.compile(r"[\w.:/=+@ -]{1,128}")
+MAX_VOLUME_GB = 16384
+MAX_KEEP_ALIVE_SECONDS = 3600
+MAX_TAGS = 50
 CODE_CHANNEL = "code"  # where the cell's script (and --source-dir) reach the container
 SCRIPT_NAME = "train_script.py"
 LAUNCHER_NAME = "_jupyter_trainer_launch.py"  # the entrypoint, shipped beside the script (launcher.py)
@@ -26,7 +33,7 @@ JOB_ENV_VARIABLE = "JUPYTER_TRAINER_JOB_ENV"  # local mode: the job's --env valu
 @dataclass(frozen=True)
 class SageMakerSpec:
     script: str
-    image_uri: str
+    image_uri: str | None  # None: the --framework image, looked up when the job is submitted
     role: str
     instance_type: str
     output_path: str
@@ -43,6 +50,14 @@ class SageMakerSpec:
     interpreter: tuple[str, ...] = added_field(("python3",))  # runs the script on every host
     args: tuple[str, ...] = added_field(())  # the script's arguments (after `--`), after the hyperparameters
     env: dict[str, str] = secret(added=True, default_factory=dict)
+    framework: str | None = added_field(None)  # with its version: the image is AWS's, looked up at submission
+    framework_version: str | None = added_field(None)
+    py_version: str | None = added_field(None)
+    volume_size: int | None = added_field(None)
+    tags: dict[str, str] = added_field(default_factory=dict)
+    subnets: tuple[str, ...] = added_field(())
+    security_group_ids: tuple[str, ...] = added_field(())
+    keep_alive_period: int | None = added_field(None)
 
     @property
     def local(self) -> bool:
@@ -105,10 +120,7 @@ def build_sagemaker_spec(script: str, *, metrics: Iterable[str] = (), args: Iter
     values = settle(SAGEMAKER, values, {})
     values["instance_type"] = values["instance_type"] or "ml.m5.xlarge"  # an empty flag, as none
     image_uri, role, instance_type = values["image_uri"], values["role"], values["instance_type"]
-    if not image_uri:
-        raise InvalidOption("no training image given", "pass --image-uri URI (or set %config TrainerMagics.image_uri)")
-    if not IMAGE_REF.fullmatch(image_uri):
-        raise InvalidOption(f"invalid image URI {image_uri[:80]!r}")
+    _check_image(image_uri, values["framework"], values["framework_version"], values["py_version"])
     local = instance_type in LOCAL_TYPES
     if not local and not INSTANCE_TYPE.fullmatch(instance_type):
         raise InvalidOption(f"unknown instance type {instance_type!r}", "use an ml.* type such as ml.g5.xlarge, or local")
@@ -132,7 +144,64 @@ def build_sagemaker_spec(script: str, *, metrics: Iterable[str] = (), args: Iter
     values["hyperparameters"] = parse_hyperparameters(values["hyperparameters"])
     values["interpreter"] = parse_interpreter(values["interpreter"])
     values["env"] = parse_env(values["env"])
+    values["tags"] = parse_tags(values["tags"])
+    values["subnets"], values["security_group_ids"] = parse_vpc(values["subnets"], values["security_group_ids"])
+    _check_instances(values["volume_size"], values["keep_alive_period"])
     return SageMakerSpec(script=script, metrics=parse_metrics(metrics), args=tuple(args), **values)
+
+
+def _check_image(image_uri: str | None, framework: str | None, version: str | None, py_version: str | None) -> None:
+    if image_uri and framework:
+        raise InvalidOption("--image-uri and --framework both name the image", "give one of them")
+    if framework:
+        if framework not in FRAMEWORKS:
+            raise InvalidOption(f"--framework {framework[:40]!r} is not one this knows", f"use one of {', '.join(FRAMEWORKS)}, or --image-uri")
+        if not version:
+            raise InvalidOption(f"--framework {framework} needs --framework-version", "for example --framework-version 2.1")
+        for value, option in ((version, "--framework-version"), (py_version, "--py-version")):
+            if value is not None and not re.fullmatch(r"[A-Za-z0-9._-]{1,32}", value):
+                raise InvalidOption(f"{option} {value[:40]!r} is not a version")
+        return
+    if version or py_version:
+        raise InvalidOption("--framework-version and --py-version go with --framework", "add --framework NAME, or drop them")
+    if not image_uri:
+        raise InvalidOption(
+            "no training image given", "pass --image-uri URI or --framework NAME --framework-version V (or set them with %config)"
+        )
+    if not IMAGE_REF.fullmatch(image_uri):
+        raise InvalidOption(f"invalid image URI {image_uri[:80]!r}")
+
+
+def _check_instances(volume_size: int | None, keep_alive: int | None) -> None:
+    if volume_size is not None and not 1 <= volume_size <= MAX_VOLUME_GB:
+        raise InvalidOption(f"--volume-size must be between 1 and {MAX_VOLUME_GB} GB")
+    if keep_alive is not None and not 1 <= keep_alive <= MAX_KEEP_ALIVE_SECONDS:
+        raise InvalidOption(f"--keep-alive-period must be between 1 and {MAX_KEEP_ALIVE_SECONDS} seconds")
+
+
+def parse_tags(items: Iterable[str]) -> dict[str, str]:
+    tags = {}
+    for key, value in _pairs(items, "--tag", "team=vision"):
+        if not TAG_KEY.fullmatch(key) or key.lower().startswith("aws:"):
+            raise InvalidOption(f"--tag: bad key {key[:60]!r}", "up to 128 letters, digits, spaces and _.:/=+-@, not starting with aws:")
+        if len(value) > 256:
+            raise InvalidOption(f"--tag {key}: the value is longer than 256 characters")
+        tags[key] = value
+    if len(tags) > MAX_TAGS:
+        raise InvalidOption(f"--tag: at most {MAX_TAGS} tags")
+    return tags
+
+
+def parse_vpc(subnets: Iterable[str], groups: Iterable[str]) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    subnets, groups = tuple(subnets or ()), tuple(groups or ())
+    if bool(subnets) != bool(groups):
+        raise InvalidOption("a VPC needs both --subnet and --security-group-id", "give at least one of each, or neither")
+    for value, pattern, option in [*((s, SUBNET_ID, "--subnet") for s in subnets), *((g, SECURITY_GROUP_ID, "--security-group-id") for g in groups)]:
+        if not pattern.fullmatch(value):
+            raise InvalidOption(f"{option} {value[:40]!r} is not an id", "for example subnet-0123456789abcdef0 and sg-0123456789abcdef0")
+    if len(subnets) > 16 or len(groups) > 5:
+        raise InvalidOption("at most 16 subnets and 5 security groups")
+    return subnets, groups
 
 
 def _check_time_limits(max_run: int | None, max_wait: int | None, spot: bool) -> None:
@@ -152,6 +221,11 @@ def parse_hyperparameters(items: Iterable[str]) -> dict[str, str]:
             raise InvalidOption(f"--hyperparameter: bad name {key[:60]!r}")
         hyperparameters[key] = value
     return hyperparameters
+
+
+def local_region() -> str:
+    """The region local mode says it is in (it names the framework images to pull)."""
+    return os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION") or "us-east-1"
 
 
 def training_job_name(name: str, stamp: str, suffix: str) -> str:
