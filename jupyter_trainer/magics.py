@@ -131,12 +131,13 @@ class TrainerMagics(Magics):
     @documented_by(SAGEMAKER_PARSER)
     @user_errors
     def sagemaker_fit(self, line, cell):
-        from .backends.sagemaker.sdk import notebook_instance_role
+        from .backends.sagemaker.sdk import notebook_default_output, notebook_instance_role
         from .backends.sagemaker.spec import sagemaker_spec
 
         words, script_args = options_and_arguments(line)
         args = SAGEMAKER_PARSER.parse_args(words)
-        self._submit(sagemaker_spec(cell, vars(args), self._config(SAGEMAKER), notebook_instance_role, script_args), args)
+        spec = sagemaker_spec(cell, vars(args), self._config(SAGEMAKER), notebook_instance_role, script_args, notebook_default_output)
+        self._submit(spec, args)
 
     # -- line magics -------------------------------------------------------------
 

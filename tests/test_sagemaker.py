@@ -193,6 +193,27 @@ def test_new_options_take_config_defaults_and_flags_win(aws, shell, capsys):
     assert request["Tags"] == [{"Key": "team", "Value": "flag"}]
 
 
+def test_on_a_notebook_instance_the_default_bucket_is_the_output_path(aws, shell, capsys, tmp_path, monkeypatch):
+    from jupyter_trainer.backends.sagemaker import sdk
+
+    metadata = tmp_path / "resource-metadata.json"
+    metadata.write_text('{"ResourceName": "my-notebook"}')
+    monkeypatch.setattr(sdk, "NOTEBOOK_METADATA", str(metadata))  # where a notebook instance keeps it
+    line = remote("nb-job").replace(f"--output-path s3://{BUCKET}/out", "")
+    result, out = fit(shell, capsys, line)
+    assert result.success, out
+    (request,) = aws.create_requests
+    bucket = f"sagemaker-{REGION}-123456789012"  # moto's account
+    assert request["OutputDataConfig"]["S3OutputPath"] == f"s3://{bucket}/jupyter-trainer/nb-job"
+    import boto3
+
+    assert bucket in [b["Name"] for b in boto3.client("s3").list_buckets()["Buckets"]]  # made, as the SDK would
+    # elsewhere there is no default: one line, nothing created
+    monkeypatch.setattr(sdk, "NOTEBOOK_METADATA", str(tmp_path / "missing.json"))
+    result, out = fit(shell, capsys, remote("elsewhere").replace(f"--output-path s3://{BUCKET}/out", ""))
+    assert not result.success and "no output path given" in out
+
+
 def test_options_left_out_keep_the_request_as_it_was(aws, shell, capsys):
     result, out = fit(shell, capsys, remote("plain"))
     assert result.success, out

@@ -263,9 +263,42 @@ def _one_line(exc: Exception) -> str:
     return text[:300] if text else exc.__class__.__name__
 
 
+NOTEBOOK_METADATA = "/opt/ml/metadata/resource-metadata.json"  # present on notebook instances and in Studio
+DEFAULT_OUTPUT_PREFIX = "jupyter-trainer"
+
+
+def on_sagemaker_notebook() -> bool:
+    return os.path.exists(NOTEBOOK_METADATA)
+
+
+def notebook_default_output(name: str | None) -> str | None:
+    """On a SageMaker notebook instance or in Studio, the session's default bucket
+    (s3://sagemaker-REGION-ACCOUNT/jupyter-trainer/NAME), made if missing as the SDK does; elsewhere None."""
+    if not on_sagemaker_notebook():
+        return None
+    from .cloudwatch import aws_error, aws_session, client
+
+    session = aws_session()
+    region = session.region_name
+    try:
+        account = client(session, "sts").get_caller_identity()["Account"]
+        bucket = f"sagemaker-{region}-{account}"
+        s3 = client(session, "s3")
+        try:
+            s3.head_bucket(Bucket=bucket)
+        except Exception as exc:
+            if "404" not in str(exc) and "NotFound" not in str(exc):
+                raise
+            location = {} if region == "us-east-1" else {"CreateBucketConfiguration": {"LocationConstraint": region}}
+            s3.create_bucket(Bucket=bucket, **location)
+    except Exception as exc:
+        raise aws_error(exc, "find the session's default bucket for --output-path") from exc
+    return "/".join(["s3:/", bucket, DEFAULT_OUTPUT_PREFIX, *([name] if name else [])])
+
+
 def notebook_instance_role() -> str | None:
     """On a SageMaker notebook instance, its role (the SDK asks IAM); elsewhere None."""
-    if not os.path.exists("/opt/ml/metadata/resource-metadata.json"):
+    if not on_sagemaker_notebook():
         return None
     try:
         with quiet_sdk():

@@ -236,11 +236,20 @@ def training_job_name(name: str, stamp: str, suffix: str) -> str:
 
 
 def sagemaker_spec(
-    script: str, given: Mapping[str, Any], config: Mapping[str, Any], fallback_role=None, args: Iterable[str] = ()
+    script: str,
+    given: Mapping[str, Any],
+    config: Mapping[str, Any],
+    fallback_role=None,
+    args: Iterable[str] = (),
+    fallback_output=None,
 ) -> SageMakerSpec:
     """A `%%sagemaker_fit` cell: its flags (`given`, by option name) and the configured defaults; a
-    flag always wins. `fallback_role()` gives the role when neither names one (on a notebook instance)."""
+    flag always wins. On a notebook instance or in Studio, `fallback_role()` gives the role and
+    `fallback_output(name)` the output path when neither names one."""
     values = settle(SAGEMAKER, given, config)  # by option name, as build_sagemaker_spec takes them
     if not values["role"] and fallback_role:
         values["role"] = fallback_role()
+    local = (values["instance_type"] or "") in LOCAL_TYPES
+    if not values["output_path"] and fallback_output and not local:
+        values["output_path"] = fallback_output(given.get("name"))
     return build_sagemaker_spec(script, **values, metrics=given.get("metrics") or (), args=args)
