@@ -818,3 +818,21 @@ def test_two_hosts_in_local_mode_each_get_their_own_host_and_say_so(docker_clien
     assert job.wait(timeout=300) is Status.COMPLETED, job.logs()
     lines = job.logs().splitlines()
     assert "[algo-1] I am algo-1 of 2" in lines and "[algo-2] I am algo-2 of 2" in lines, lines
+
+
+def test_stop_ends_every_host_in_local_mode(docker_client, docker_image, home, tmp_path, monkeypatch):
+    from jupyter_trainer.backends.sagemaker.spec import build_sagemaker_spec
+    from jupyter_trainer.submit import submit_detached
+
+    monkeypatch.setenv("AWS_DEFAULT_REGION", REGION)
+    output = tmp_path / "output"
+    output.mkdir()
+    script = "import os, time\nprint('up', os.environ['SM_CURRENT_HOST'], flush=True)\ntime.sleep(600)\n"
+    spec = build_sagemaker_spec(script, image_uri=TEST_IMAGE, role=ROLE, instance_type="local", instance_count=2, output_path=f"file://{output}")
+    job = submit_detached(spec, name="two-stop").job
+    wait_for(lambda: job.logs().count("up algo-") == 2, timeout=120, what="both hosts to start")
+    hosts = [c for c in docker_client.containers.list() if "algo-" in c.name]
+    assert len(hosts) == 2
+    job.stop()
+    assert job.wait(timeout=120) is Status.STOPPED
+    wait_for(lambda: not [c for c in docker_client.containers.list(all=True) if c.id in {h.id for h in hosts}], timeout=60, what="both hosts to go")
