@@ -185,16 +185,27 @@ def ipython_submitting(cell_line, script, env=None, magic="train_detached", **po
 
 
 SKLEARN_IMAGE = os.environ.get("JUPYTER_TRAINER_SKLEARN_IMAGE", "jupyter-trainer-test:bookworm-sklearn")
+TORCH_IMAGE = os.environ.get("JUPYTER_TRAINER_TORCH_IMAGE", "jupyter-trainer-test:bookworm-torch")
+
+
+def _extra_image(docker_client, image):
+    try:
+        docker_client.images.get(image)
+    except Exception:
+        message = f"test image {image} missing (bash .ci/run builds it)"
+        if IN_CI:
+            pytest.fail(message)
+        pytest.skip(message)
+    return image
 
 
 @pytest.fixture(scope="session")
 def sklearn_image(docker_client):
     """Debian's python3-sklearn, without SageMaker's training toolkit (bash .ci/run builds it)."""
-    try:
-        docker_client.images.get(SKLEARN_IMAGE)
-    except Exception:
-        message = f"test image {SKLEARN_IMAGE} missing (bash .ci/run builds it)"
-        if IN_CI:
-            pytest.fail(message)
-        pytest.skip(message)
-    return SKLEARN_IMAGE
+    return _extra_image(docker_client, SKLEARN_IMAGE)
+
+
+@pytest.fixture(scope="session")
+def torch_image(docker_client):
+    """Debian's python3-torch (with torchrun), without SageMaker's training toolkit."""
+    return _extra_image(docker_client, TORCH_IMAGE)
