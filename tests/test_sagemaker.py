@@ -838,23 +838,34 @@ def test_stop_ends_every_host_in_local_mode(docker_client, docker_image, home, t
     wait_for(lambda: not [c for c in docker_client.containers.list(all=True) if c.id in {h.id for h in hosts}], timeout=60, what="both hosts to go")
 
 
-# A multi-node DDP script as users write it for torchrun: nothing in it about SageMaker.
+# In the style of SageMaker's PyTorch MNIST example: one process per host, its rank from SM_HOSTS,
+# env:// initialization with the master address the container provides.
 TORCH_DDP = """
+import argparse
+import json
 import os
+
 import torch
 import torch.distributed as dist
 
-dist.init_process_group("gloo")
-rank, world = dist.get_rank(), dist.get_world_size()
-total = torch.tensor([rank + 1.0])
+parser = argparse.ArgumentParser()
+parser.add_argument("--backend", type=str, default=None)
+parser.add_argument("--hosts", type=list, default=json.loads(os.environ["SM_HOSTS"]))
+parser.add_argument("--current-host", type=str, default=os.environ["SM_CURRENT_HOST"])
+args = parser.parse_args()
+
+world_size = len(args.hosts)
+os.environ["WORLD_SIZE"] = str(world_size)
+host_rank = args.hosts.index(args.current_host)
+dist.init_process_group(backend=args.backend, rank=host_rank, world_size=world_size)
+total = torch.tensor([host_rank + 1.0])
 dist.all_reduce(total)
-print(f"rank {rank} of {world} (node {os.environ['GROUP_RANK']}): sum {total.item():.0f}", flush=True)
+print(f"rank {dist.get_rank()} of {dist.get_world_size()}: sum {total.item():.0f}", flush=True)
 dist.barrier()
-dist.destroy_process_group()
 """
 
 
-def test_torchrun_ddp_across_two_hosts_in_local_mode(docker_client, torch_image, home, tmp_path, monkeypatch):
+def test_pytorch_ddp_across_two_hosts_in_local_mode(docker_client, torch_image, home, tmp_path, monkeypatch):
     from jupyter_trainer.backends.sagemaker.spec import build_sagemaker_spec
     from jupyter_trainer.submit import submit_detached
 
@@ -862,8 +873,9 @@ def test_torchrun_ddp_across_two_hosts_in_local_mode(docker_client, torch_image,
     output = tmp_path / "output"
     output.mkdir()
     spec = build_sagemaker_spec(TORCH_DDP, image_uri=torch_image, role=ROLE, instance_type="local", instance_count=2,
-                                output_path=f"file://{output}", interpreter="torchrun --nproc_per_node 1")  # fmt: skip
+                                output_path=f"file://{output}", hyperparameters=["backend=gloo"])  # fmt: skip
     job = submit_detached(spec, name="ddp").job
     assert job.wait(timeout=300) is Status.COMPLETED, job.logs()
     lines = job.logs().splitlines()
-    assert "[algo-1] rank 0 of 2 (node 0): sum 3" in lines and "[algo-2] rank 1 of 2 (node 1): sum 3" in lines, lines
+    assert "[algo-1] rank 0 of 2: sum 3" in lines and "[algo-2] rank 1 of 2: sum 3" in lines, lines
+    assert not [line for line in lines if "\x1b[" in line]  # compose's colours are gone

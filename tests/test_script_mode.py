@@ -96,6 +96,7 @@ def test_the_sm_environment_is_computed_on_each_host(tmp_path):
     assert {key: env.get(key) for key in expected} == expected
     assert json.loads(env["SM_HOSTS"]) == ["algo-1", "algo-2"] and json.loads(env["SM_CHANNELS"]) == ["train", "validation"]
     assert json.loads(env["SM_RESOURCE_CONFIG"])["current_host"] == "algo-2"
+    assert "MASTER_ADDR" not in env  # (only SM_* are probed; MASTER_* are checked below)
     assert set(json.loads(env["SM_INPUT_DATA_CONFIG"])) == {"train", "validation"}
     training = json.loads(env["SM_TRAINING_ENV"])
     assert training["current_host"] == "algo-2" and training["master_hostname"] == "algo-1" and training["is_master"] is False
@@ -197,6 +198,8 @@ class Lines:
         ("INFO:sagemaker.local.image:docker command: docker-compose up", "INFO:sagemaker.local.image:docker command: docker-compose up",
          "INFO:sagemaker.local.image:docker command: docker-compose up"),
         ("Attaching to proj-algo-1-abcde", "Attaching to proj-algo-1-abcde", "Attaching to proj-algo-1-abcde"),
+        ("\x1b[36mproj-algo-2-abcde exited with code 1", "proj-algo-2-abcde exited with code 1", "proj-algo-2-abcde exited with code 1"),
+        ("\x1b[0mAborting on container exit...", "Aborting on container exit...", "Aborting on container exit..."),
     ],
 )  # fmt: skip
 def test_local_mode_lines_read_as_cloudwatch_would(raw, one_host, two_hosts):
@@ -265,3 +268,11 @@ def launch_with(base, env):
         [sys.executable, str(base / "input" / "data" / "code" / "_jupyter_trainer_launch.py")],
         env={**env, "SAGEMAKER_BASE_DIR": str(base)}, capture_output=True, text=True, timeout=60,
     )  # fmt: skip
+
+
+def test_several_hosts_get_the_master_address_as_sagemakers_pytorch_containers_set_it(tmp_path):
+    script = "import os\nprint(os.environ.get('MASTER_ADDR'), os.environ.get('MASTER_PORT'))\n"
+    two = container(tmp_path, script, hosts=("algo-1", "algo-2"), current="algo-2")
+    assert launch(two).stdout.strip() == "algo-1 7777"
+    one = container(tmp_path / "one", script)
+    assert launch(one).stdout.strip() == "None None"

@@ -234,6 +234,7 @@ def write_failure(message):
 
 
 MASTER_PORT = "29500"  # torchrun's own default
+TOOLKIT_MASTER_PORT = "7777"  # what SageMaker's PyTorch containers set for a script's own init_process_group
 
 
 def interpreter_for(interpreter, env):
@@ -293,6 +294,9 @@ def main():
     env = training_environment(config, code_dir)
     variables = sm_variables(env)
     os.environ.update(variables)
+    if len(env["hosts"]) > 1:  # as SageMaker's PyTorch containers do, for env:// initialization
+        os.environ.setdefault("MASTER_ADDR", env["master_hostname"])
+        os.environ.setdefault("MASTER_PORT", TOOLKIT_MASTER_PORT)
     problem = install_requirements(code_dir)
     if problem:
         write_failure(problem)

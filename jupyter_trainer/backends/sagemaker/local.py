@@ -60,6 +60,9 @@ def _reason(encoded: str) -> str | None:
     return reason[:FAILURE_LIMIT] if isinstance(reason, str) else None
 
 
+COLOUR = re.compile(r"\x1b\[[0-9;]*m")
+
+
 class ComposeLogCleaner:
     """Stands for sys.stdout while local mode runs, so the log reads as CloudWatch's would: each
     container line without compose's prefix and its colours, without the CR a tty adds, and with
@@ -80,8 +83,8 @@ class ComposeLogCleaner:
 
     def clean(self, line: str) -> str:
         prefix = COMPOSE_PREFIX.match(line)
-        if not prefix:
-            return line
+        if not prefix:  # compose's or the SDK's own line: without compose's colours
+            return COLOUR.sub("", line)
         text = line[prefix.end() :].removesuffix("\r")
         if text.startswith(FAILURE_MARKER) and self.failure is None:
             self.failure = _reason(text[len(FAILURE_MARKER) :])
