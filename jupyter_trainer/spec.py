@@ -19,7 +19,7 @@ from .checks import Metric, parse_metrics
 from .errors import InvalidOption
 from .options import DETACHED, DETACHED_BACKENDS, DetachedBackend, settle
 
-__all__ = ["DetachedSpec", "Metric", "added_field", "build_spec", "detached_spec", "public_options_of", "secret"]
+__all__ = ["DetachedSpec", "Metric", "added_field", "build_spec", "cell_values", "detached_spec", "public_options_of", "secret"]
 
 
 
@@ -105,12 +105,7 @@ def build_spec(script: str, *, args: Iterable[str] = (), metrics: Iterable[str] 
     """A detached spec from option values (by option name; one not given takes its default): the
     backend is the one whose switch is on, else the default one; it must be given only options it
     takes, and one of those it cannot do without."""
-    if not script.strip():
-        raise InvalidOption("the cell is empty", "write the training script in the cell body")
-    unknown = set(values) - {option.dest for option in DETACHED}
-    if unknown:
-        raise TypeError(f"build_spec() got unexpected options {sorted(unknown)}")
-    values = settle(DETACHED, values, {})
+    values = cell_values(script, DETACHED, values)
     backend = chosen_backend(values)
     _refuse_options_not_taken(backend, values)
     if backend.needs_one_of and not any(values[dest] for dest in backend.needs_one_of):
@@ -122,6 +117,17 @@ def build_spec(script: str, *, args: Iterable[str] = (), metrics: Iterable[str] 
         if option.dest in held
     }
     return DetachedSpec(script=script, backend=backend.name, metrics=parse_metrics(metrics), args=tuple(args), **parsed)
+
+
+def cell_values(script: str, options, values: Mapping[str, Any]) -> dict[str, Any]:
+    """What a spec builder starts from: a cell with a script in it, and every option's value (its
+    default where none is given); an option no declaration names is a programming error."""
+    if not script.strip():
+        raise InvalidOption("the cell is empty", "write the training script in the cell body")
+    unknown = set(values) - {option.dest for option in options}
+    if unknown:
+        raise TypeError(f"unexpected options {sorted(unknown)}")
+    return settle(options, values, {})
 
 
 def chosen_backend(values: Mapping[str, Any]) -> DetachedBackend:

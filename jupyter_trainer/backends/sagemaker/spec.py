@@ -10,7 +10,7 @@ from typing import Any, Iterable, Mapping
 from ...errors import InvalidOption
 from ...options import SAGEMAKER, settle
 from ...checks import IMAGE_REF, Metric, parse_env, parse_interpreter, parse_metrics
-from ...spec import added_field, cell_fingerprint, public_options_of, secret
+from ...spec import added_field, cell_fingerprint, cell_values, public_options_of, secret
 
 ROLE_ARN = re.compile(r"arn:aws[a-z-]*:iam::\d{12}:role/[\w+=,.@/-]{1,512}")
 INSTANCE_TYPE = re.compile(r"ml\.[a-z0-9]+[a-z0-9-]*\.[0-9]*x?(small|medium|large|xlarge)")
@@ -112,12 +112,7 @@ def parse_channels(items: Iterable[str], local: bool) -> dict[str, str]:
 
 def build_sagemaker_spec(script: str, *, metrics: Iterable[str] = (), args: Iterable[str] = (), **values: Any) -> SageMakerSpec:
     """A SageMaker spec from option values (by option name; one not given takes its default)."""
-    if not script.strip():
-        raise InvalidOption("the cell is empty", "write the training script in the cell body")
-    unknown = set(values) - {option.dest for option in SAGEMAKER}
-    if unknown:
-        raise TypeError(f"build_sagemaker_spec() got unexpected options {sorted(unknown)}")
-    values = settle(SAGEMAKER, values, {})
+    values = cell_values(script, SAGEMAKER, values)
     values["instance_type"] = values["instance_type"] or "ml.m5.xlarge"  # an empty flag, as none
     image_uri, role, instance_type = values["image_uri"], values["role"], values["instance_type"]
     _check_image(image_uri, values["framework"], values["framework_version"], values["py_version"])
