@@ -176,6 +176,24 @@ _EXIT_CODE_MEANINGS = {
 }
 
 
+def describe_outcome(status: Status, exit_code: int | None, reason: str) -> str:
+    """How a job ended, in a line: its exit code's meaning, else the reason; for a failure whose
+    runtime said more than the code does, what went wrong (of SageMaker's failure reason, the
+    exception rather than its wrapper)."""
+    if exit_code is None:
+        return _headline(reason) if status is Status.FAILED and reason else reason
+    said = describe_exit_code(exit_code) if exit_code else "exit code 0"
+    if status is Status.FAILED and reason and reason != said:
+        return f"{said} · {_headline(reason)}"
+    return said
+
+
+def _headline(reason: str) -> str:
+    message = reason.split('ErrorMessage "', 1)[1] if 'ErrorMessage "' in reason else reason
+    lines = [line.strip() for line in message.splitlines() if line.strip()]
+    return (lines[0].rstrip('"') if lines else reason.strip())[:300]
+
+
 def describe_exit_code(code: int | None) -> str:
     if code is None:
         return ""

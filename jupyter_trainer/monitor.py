@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 from . import metrics_cache
 from .job import Job
-from .jobs import Status, describe_exit_code
+from .jobs import Status, describe_outcome
 from .logs import LogCursor, MetricParser, clean_line, last_lines, tail_lines
 from .plot import MetricSeries
 from .spec import Metric
@@ -170,10 +170,7 @@ class JobMonitor:
         if record.started_at is not None:
             end = record.ended_at if record.ended_at is not None else now
             elapsed = max(0.0, end - record.started_at)
-        if record.exit_code is not None:
-            outcome = "exit code 0" if record.exit_code == 0 else describe_exit_code(record.exit_code)
-        else:
-            outcome = record.reason if record.status is not Status.RUNNING else ""
+        outcome = describe_outcome(record.status, record.exit_code, record.reason) if record.status is not Status.RUNNING else ""
         return Snapshot(
             name=record.name,
             run=record.run,

@@ -10,7 +10,7 @@ from typing import Iterable
 
 from .backends import DEFAULT, Backends, UnknownBackend
 from .errors import TrainerError
-from .jobs import JobRecord, describe_exit_code
+from .jobs import JobRecord, describe_outcome
 
 COLUMNS = ("name", "backend", "status", "started", "duration", "exit code")
 
@@ -83,10 +83,9 @@ def one_line(record: JobRecord) -> str:
     parts = [f"{record.name}: {record.status.value}", record.backend, where(record)]
     if record.duration is not None:
         parts.append(format_duration(record.duration))
-    if record.exit_code is not None:
-        parts.append(describe_exit_code(record.exit_code) if record.exit_code else "exit code 0")
-    elif record.reason:
-        parts.append(record.reason)
+    outcome = describe_outcome(record.status, record.exit_code, record.reason)
+    if outcome:
+        parts.append(outcome)
     return " | ".join(parts)
 
 

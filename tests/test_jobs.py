@@ -82,3 +82,16 @@ def test_a_reported_end_time_is_kept_between_the_start_and_now():
     assert _end_time(record, 1000.0) == 1000.5  # a file time cut to whole seconds
     assert _end_time(record, time.time() + 3600) <= time.time()  # another machine's clock
     assert abs(_end_time(record, None) - time.time()) < 5
+
+
+def test_a_failure_says_what_went_wrong_in_one_line():
+    from jupyter_trainer.jobs import Status, describe_outcome
+
+    sagemaker = 'AlgorithmError: ExecuteUserScriptError:\nExitCode 1\nErrorMessage "ValueError: lr too high\nFile "train.py", line 3"\nCommand "python3 train.py"'
+    assert describe_outcome(Status.FAILED, 1, sagemaker) == "exit code 1: the script raised an error · ValueError: lr too high"
+    assert describe_outcome(Status.FAILED, None, sagemaker) == "ValueError: lr too high"  # remote jobs have no exit code
+    assert describe_outcome(Status.FAILED, 1, "exit code 1: the script raised an error") == "exit code 1: the script raised an error"
+    assert describe_outcome(Status.FAILED, None, "CapacityError: not enough capacity") == "CapacityError: not enough capacity"
+    assert describe_outcome(Status.STOPPED, 143, "stopped by the user") == "exit code 143: terminated (SIGTERM)"
+    assert describe_outcome(Status.COMPLETED, 0, "") == "exit code 0"
+    assert describe_outcome(Status.LOST, None, "the job's process vanished") == "the job's process vanished"

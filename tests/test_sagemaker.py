@@ -798,6 +798,11 @@ def test_local_mode_failure_reason_requirements_and_env(docker_client, docker_im
     assert job.record.reason.startswith('AlgorithmError: ExecuteUserScriptError:\nExitCode 1\nErrorMessage "ValueError: learning rate 0.5 is too high')
     status = subprocess.run([sys.executable, "-m", "jupyter_trainer.cli", "status", "sm-fails"], capture_output=True, text=True)
     assert "ValueError: learning rate 0.5 is too high" in status.stdout, status.stdout
+    from jupyter_trainer import summary
+    from jupyter_trainer.monitor import JobMonitor
+
+    assert summary.one_line(job.record).endswith("exit code 1: the script raised an error · ValueError: learning rate 0.5 is too high")
+    assert JobMonitor(job).snapshot(now=time.time()).outcome == "exit code 1: the script raised an error · ValueError: learning rate 0.5 is too high"
     assert not [p for p in home.rglob("*") if p.is_file() and b"hunter2" in p.read_bytes()]
 
 
