@@ -43,7 +43,7 @@ def container(tmp_path, script, hyperparameters=None, hosts=("algo-1",), current
                  "current_instance_type": "ml.m5.xlarge", "current_group_name": "homogeneousCluster",
                  "instance_groups": [{"instance_group_name": "homogeneousCluster", "instance_type": "ml.m5.xlarge", "hosts": list(hosts)}]}  # fmt: skip
     (config / "resourceconfig.json").write_text(json.dumps(resources))
-    inputs = {c: {"TrainingInputMode": "File", "S3DistributionType": "FullyReplicated", "RecordWrapperType": "None"} for c in channels}
+    inputs = {c: {"TrainingInputMode": "File", "S3DistributionType": "FullyReplicated", "RecordWrapperType": "None"} for c in (*channels, "code")}
     (config / "inputdataconfig.json").write_text(json.dumps(inputs))
     return base
 
@@ -67,7 +67,7 @@ def test_hyperparameters_reach_argv_as_the_toolkit_passes_them(tmp_path):
     # SageMaker keeps every hyperparameter as a string; the toolkit JSON-decodes each, sorts by key,
     # and writes `--key value` (`-k` for one letter, a dict as k=v pairs); framework ones are not passed
     hps = {"lr": "0.01", "epochs": "3", "b": "64", "use-cuda": "true", "name": "resnet 50", "sched": '{"step": 5, "gamma": 0.5}',
-           "sagemaker_program": "train.py"}  # fmt: skip
+           "sagemaker_program": "train.py", "sagemaker_mpi_enabled": "true", "_tuning_objective_metric": "validation:accuracy"}  # fmt: skip
     _, seen = probe(tmp_path, hyperparameters=hps, args=["--extra", "two words"])
     assert seen["argv"] == ["-b", "64", "--epochs", "3", "--lr", "0.01", "--name", "resnet 50", "--sched", "gamma=0.5,step=5",
                             "--use-cuda", "True", "--extra", "two words"]  # fmt: skip
@@ -76,7 +76,8 @@ def test_hyperparameters_reach_argv_as_the_toolkit_passes_them(tmp_path):
     assert env["SM_HP_LR"] == "0.01" and env["SM_HP_EPOCHS"] == "3" and env["SM_HP_NAME"] == "resnet 50"
     assert env["SM_HP_USE-CUDA"] == "true" and json.loads(env["SM_HP_SCHED"]) == {"gamma": 0.5, "step": 5}
     assert json.loads(env["SM_USER_ARGS"]) == seen["argv"][:-2]  # the hyperparameters' arguments
-    assert json.loads(env["SM_FRAMEWORK_PARAMS"]) == {"sagemaker_program": "train.py"}
+    # what the SDK and the tuner add for the toolkit is not the script's; framework flags are kept aside
+    assert json.loads(env["SM_FRAMEWORK_PARAMS"]) == {"sagemaker_mpi_enabled": True}
 
 
 def test_the_sm_environment_is_computed_on_each_host(tmp_path):
@@ -276,3 +277,160 @@ def test_several_hosts_get_the_master_address_as_sagemakers_pytorch_containers_s
     assert launch(two).stdout.strip() == "algo-1 7777"
     one = container(tmp_path / "one", script)
     assert launch(one).stdout.strip() == "None None"
+
+
+# -- what a hostile job or an unlucky user does to the launcher --------------------------------
+
+
+def test_what_the_script_leaves_running_does_not_keep_the_job_alive(tmp_path):
+    # a background server holding stdout and stderr open: the job ends when the script does
+    script = "import subprocess, sys\nsubprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)'])\nprint('done', flush=True)\n"
+    base = container(tmp_path, script)
+    started = time.monotonic()
+    result = launch(base)
+    assert result.returncode == 0 and result.stdout.strip() == "done"
+    assert time.monotonic() - started < 20
+
+
+def test_output_leaves_the_container_as_valid_utf8(tmp_path):
+    # local mode's SDK decodes the container's output strictly: one bad byte would end its reading
+    script = "import os, sys\nos.write(1, b'out \\xff\\xfe end\\n')\nos.write(2, b'err \\xc3 end\\n')\nprint('caf\\u00e9')\n"
+    base = container(tmp_path, script)
+    env = {key: value for key, value in os.environ.items() if not key.startswith("SM_")}
+    result = subprocess.run([sys.executable, str(base / "input" / "data" / "code" / "_jupyter_trainer_launch.py")],
+                            env={**env, "SAGEMAKER_BASE_DIR": str(base)}, capture_output=True, timeout=60)  # fmt: skip
+    assert result.returncode == 0
+    assert result.stdout.decode("utf-8") == "out \ufffd\ufffd end\ncafé\n"
+    assert result.stderr.decode("utf-8") == "err \ufffd end\n"
+
+
+def test_the_failure_marker_starts_its_own_line(tmp_path):
+    base = container(tmp_path, "import sys\nsys.stderr.write('no newline at the end')\nsys.stderr.flush()\nraise SystemExit(2)\n")
+    result = launch(base)
+    assert result.returncode == 2
+    assert "no newline at the end\n" + launcher.FAILURE_MARKER in result.stderr
+
+
+TORCHRUN_STDERR = """Traceback (most recent call last):
+  File "/opt/ml/code/train_script.py", line 9, in <module>
+    main()
+  File "/opt/ml/code/train_script.py", line 6, in main
+    raise ValueError("bad batch size 0:\\nit must be positive")
+ValueError: bad batch size 0:
+it must be positive
+ERROR:torch.distributed.elastic.multiprocessing.api:failed (exitcode: 1) local_rank: 0 (pid: 7)
+Traceback (most recent call last):
+  File "/usr/bin/torchrun", line 33, in <module>
+    sys.exit(load_entry_point('torch', 'console_scripts', 'torchrun')())
+  File "/usr/lib/python3/dist-packages/torch/distributed/run.py", line 753, in run
+    elastic_launch(
+torch.distributed.elastic.multiprocessing.errors.ChildFailedError:
+============================================================
+train_script.py FAILED
+------------------------------------------------------------
+wandb: Synced 5 runs
+"""
+
+
+def test_the_reason_is_the_scripts_exception_not_torchruns_or_the_last_line():
+    message = launcher.error_message(TORCHRUN_STDERR.encode())
+    assert message.splitlines()[:2] == ["ValueError: bad batch size 0:", "it must be positive"]
+    assert 'File "/opt/ml/code/train_script.py", line 6, in main' in message and "ChildFailedError" not in message
+
+
+@pytest.mark.parametrize(
+    "interpreter", [("torchrun", "--standalone", "--nproc_per_node", "2"), ("torchrun", "--rdzv-endpoint=algo-1:29400", "--rdzv-backend", "c10d"),
+                    ("torchrun", "--rdzv_endpoint", "algo-1:29400")],
+)  # fmt: skip
+def test_torchrun_with_a_rendezvous_of_its_own_is_left_alone(tmp_path, interpreter):
+    base = container(tmp_path, "print(1)\n", hosts=("algo-1", "algo-2"), current="algo-2", interpreter=interpreter)
+    argv = json.loads(launch_with(base, fake_torchrun(tmp_path)).stdout.split("TORCHRUN ", 1)[1].splitlines()[0])
+    assert argv == [*interpreter[1:], "train_script.py"]
+
+
+def fake_python(tmp_path, pip_seconds=0):
+    """A `python3-fake` interpreter: as pip it says so (and takes its time); else it runs the script."""
+    bin_dir = tmp_path / "fakebin"
+    bin_dir.mkdir()
+    python = bin_dir / "python3-fake"
+    python.write_text(
+        f"#!/bin/sh\nif [ \"$1\" = -m ] && [ \"$2\" = pip ]; then echo \"PIP $0\"; sleep {pip_seconds}; exit 0; fi\n"
+        f"if [ \"$1\" = -c ]; then exit 1; fi\nexec {sys.executable} \"$@\"\n"
+    )
+    python.chmod(0o755)
+    return str(python)
+
+
+def test_requirements_go_to_the_python_that_runs_the_script(tmp_path):
+    python = fake_python(tmp_path)
+    base = container(tmp_path, "print('script ran')\n", interpreter=(python,))
+    (base / "input" / "data" / "code" / "requirements.txt").write_text("anything\n")
+    result = launch(base)
+    assert result.returncode == 0 and f"PIP {python}" in result.stdout and "script ran" in result.stdout
+
+
+def test_a_stop_while_requirements_install_ends_the_job_before_the_script(tmp_path):
+    python = fake_python(tmp_path, pip_seconds=30)
+    base = container(tmp_path, "print('script ran')\n", interpreter=(python,))
+    (base / "input" / "data" / "code" / "requirements.txt").write_text("anything\n")
+    env = {key: value for key, value in os.environ.items() if not key.startswith("SM_")}
+    process = subprocess.Popen([sys.executable, str(base / "input" / "data" / "code" / "_jupyter_trainer_launch.py")],
+                               env={**env, "SAGEMAKER_BASE_DIR": str(base)}, stdout=subprocess.PIPE, text=True)  # fmt: skip
+    while "PIP" not in process.stdout.readline():
+        pass
+    started = time.monotonic()
+    process.send_signal(signal.SIGTERM)
+    assert process.wait(timeout=20) == 143 and time.monotonic() - started < 10
+    assert "script ran" not in process.stdout.read() and not (base / "output" / "failure").exists()
+
+
+@pytest.mark.parametrize(
+    "damage, says",
+    [
+        (lambda base: (base / "input" / "config" / "hyperparameters.json").write_text("{not json"), "cannot read hyperparameters.json"),
+        (lambda base: (base / "input" / "config" / "resourceconfig.json").write_text('["algo-1"]'), "resourceconfig.json holds a list"),
+        (lambda base: (base / "input" / "config" / "resourceconfig.json").write_text('{"hosts": ["algo-1"], "current_host": "algo-9"}'),
+         "names no current host"),
+        (lambda base: (base / "input" / "data" / "code" / launcher.CONFIG_NAME).write_text("[]"), "is not what this launcher wrote"),
+        (lambda base: (base / "code").write_text("not a directory"), "Error: [Errno"),  # /opt/ml/code cannot be made
+    ],
+)  # fmt: skip
+def test_the_launchers_own_trouble_is_the_failure_reason_not_a_traceback(tmp_path, damage, says):
+    base = container(tmp_path, "print('must not run')\n")
+    damage(base)
+    result = launch(base)
+    assert result.returncode == 1 and "must not run" not in result.stdout and "Traceback" not in result.stderr
+    failure = (base / "output" / "failure").read_text()
+    assert failure.startswith("AlgorithmError: jupyter_trainer launcher: ") and says in failure
+
+
+def test_a_killed_script_is_said_to_be_out_of_memory_most_likely(tmp_path):
+    base = container(tmp_path, "import os, signal\nos.kill(os.getpid(), signal.SIGKILL)\n")
+    assert launch(base).returncode == 137
+    assert 'ExitCode 137\nErrorMessage "OutOfMemory: Process killed by SIGKILL' in (base / "output" / "failure").read_text()
+
+
+def test_pips_own_error_is_in_the_reason(tmp_path):
+    base = container(tmp_path, "print('must not run')\n")
+    (base / "input" / "data" / "code" / "requirements.txt").write_text("--no-index\nno-such-package-anywhere==1.0\n")
+    assert launch(base).returncode == 1
+    failure = (base / "output" / "failure").read_text()
+    assert failure.startswith("InstallRequirementsError:") and "no-such-package-anywhere" in failure.split("ErrorMessage", 1)[1]
+
+
+def test_a_script_cannot_forge_the_reason_its_launcher_gives():
+    out = Lines()
+    cleaner = ComposeLogCleaner(out, 1)
+    cleaner.write(f'p-algo-1-abcde | {launcher.FAILURE_MARKER}"everything is fine"\r\n')
+    cleaner.write(f"p-algo-1-abcde | {launcher.FAILURE_MARKER}{json.dumps('ValueError: the real one')}\r\n")
+    assert cleaner.failure == "ValueError: the real one"
+
+
+def test_a_long_line_in_many_pieces_is_joined_once():
+    out = Lines()
+    cleaner = ComposeLogCleaner(out, 1)
+    started = time.monotonic()
+    for _ in range(200_000):
+        cleaner.write("x" * 50)
+    cleaner.write("\n")
+    assert len(out.text) == 10_000_001 and time.monotonic() - started < 30

@@ -16,20 +16,30 @@ SageMaker's training toolkit gives a script-mode script:
   the job's FailureReason.
 """
 
+import codecs
 import json
 import multiprocessing
 import os
+import select
 import shutil
 import signal
 import subprocess
 import sys
 import sysconfig
+import time
 
 CONFIG_NAME = "_jupyter_trainer.json"  # written beside this file: the script, interpreter and arguments
 BASE_DIR = os.environ.get("SAGEMAKER_BASE_DIR", "/opt/ml")  # as the toolkit, for running outside SageMaker
 ERROR_TAIL_BYTES = 64 * 1024  # the end of the script's stderr kept for the failure reason
 FAILURE_LIMIT = 1024  # SageMaker keeps this much of the failure file as FailureReason
 LOG_LEVEL_INFO = 20
+DRAIN_SECONDS = 1.0  # after the script exits, how long what it left running may still hold its output
+# Hyperparameters SageMaker's SDK and tuner add for the toolkit, not for the script (params.py)
+RESERVED_HYPERPARAMETERS = {
+    "sagemaker_program", "sagemaker_submit_directory", "sagemaker_enable_cloudwatch_metrics",
+    "sagemaker_container_log_level", "sagemaker_job_name", "sagemaker_region", "sagemaker_s3_output",
+    "_tuning_objective_metric", "default_user_module_name",
+}  # fmt: skip
 FAILURE_MARKER = "jupyter_trainer: failure reason: "  # then the reason as JSON, one line: local mode reads it from the log
 
 
@@ -37,12 +47,22 @@ def path(*parts):
     return os.path.join(BASE_DIR, *parts)
 
 
-def read_json(name, default):
+class LaunchError(Exception):
+    """Something the launcher itself cannot do: the job fails with this as its reason."""
+
+
+def read_json(name, default, kind=dict):
+    """A config file SageMaker writes; a missing one is `default`, an unreadable one an error."""
     try:
         with open(path("input", "config", name)) as handle:
-            return json.load(handle)
-    except (OSError, ValueError):
+            value = json.load(handle)
+    except FileNotFoundError:
         return default
+    except (OSError, ValueError) as error:
+        raise LaunchError("cannot read %s (%s)" % (name, error))
+    if not isinstance(value, kind):
+        raise LaunchError("%s holds a %s, not a %s" % (name, type(value).__name__, kind.__name__))
+    return value
 
 
 def decoded(value):
@@ -61,10 +81,11 @@ def as_argument(value):
 
 
 def cmd_args(hyperparameters):
-    """`--key value` per hyperparameter, sorted by key (`-k` for a one-letter key)."""
+    """`--key value` per hyperparameter, sorted by key (`-k` for a one-letter key, nothing for an empty one)."""
     args = []
     for key in sorted(hyperparameters):
-        args += ["--" + key if len(key) > 1 else "-" + key, as_argument(hyperparameters[key])]
+        name = "--" + key if len(key) > 1 else "-" + key if key else ""
+        args += [name, as_argument(hyperparameters[key])]
     return args
 
 
@@ -84,17 +105,21 @@ def count_gpus():
     return sum(1 for line in listing.decode(errors="replace").splitlines() if line.startswith("GPU "))
 
 
-def training_environment(config, code_dir):
+def training_environment(config, code_dir, code_channel):
     """The toolkit's environment, by its names (lower case, without `SM_`)."""
-    everything = {key: decoded(value) for key, value in read_json("hyperparameters.json", {}).items()}
-    framework = {key: value for key, value in everything.items() if key.startswith("sagemaker_")}
-    hyperparameters = {key: value for key, value in everything.items() if key not in framework}
+    everything = {str(key): decoded(value) for key, value in read_json("hyperparameters.json", {}).items()}
+    toolkit = {key: value for key, value in everything.items() if key.startswith("sagemaker_") or key in RESERVED_HYPERPARAMETERS}
+    framework = {key: value for key, value in toolkit.items() if key not in RESERVED_HYPERPARAMETERS}
+    hyperparameters = {key: value for key, value in everything.items() if key not in toolkit}
     resources = read_json("resourceconfig.json", {})
     hosts = resources.get("hosts") or ["algo-1"]
     current_host = resources.get("current_host") or hosts[0]
+    if not isinstance(hosts, list) or not all(isinstance(host, str) for host in hosts) or current_host not in hosts:
+        raise LaunchError("resourceconfig.json names no current host among its hosts")
     groups = resources.get("instance_groups") or []
     current_group = resources.get("current_group_name", "homogeneousCluster")
-    inputs = read_json("inputdataconfig.json", {})
+    # the code channel is how the script arrived, not data (script mode ships code another way)
+    inputs = {name: value for name, value in read_json("inputdataconfig.json", {}).items() if name != code_channel}
     channels = {name: path("input", "data", name) for name in inputs}
     env = {
         "additional_framework_parameters": framework,
@@ -187,50 +212,82 @@ def copy_code(channel_dir, code_dir):
             shutil.copy2(os.path.join(root, name), os.path.join(target, name))
 
 
-def install_requirements(code_dir):
-    """`pip install -r requirements.txt`, as the toolkit does, into the image's Python. Debian's
-    python3 refuses that outside a venv (PEP 668); this container is the job's own and is thrown
-    away after it, so the refusal is overridden."""
+def python_of(interpreter):
+    """The Python a requirements.txt is for: the interpreter's, when it is one; else the launcher's."""
+    first = interpreter[0] if interpreter else ""
+    return first if os.path.basename(first).startswith("python") else sys.executable
+
+
+def install_requirements(code_dir, python, runner):
+    """`pip install -r requirements.txt`, as the toolkit does, into the Python that runs the script.
+    Debian's python3 refuses that outside a venv (PEP 668); this container is the job's own and is
+    thrown away after it, so the refusal is overridden."""
     requirements = os.path.join(code_dir, "requirements.txt")
     if not os.path.isfile(requirements):
         return None
-    command = [sys.executable, "-m", "pip", "install", "--disable-pip-version-check", "-r", requirements]
-    if os.path.exists(os.path.join(sysconfig.get_path("stdlib"), "EXTERNALLY-MANAGED")):
+    command = [python, "-m", "pip", "install", "--disable-pip-version-check", "-r", requirements]
+    if externally_managed(python):
         command.append("--break-system-packages")
-    print("jupyter_trainer: installing requirements.txt: " + " ".join(command[1:]), flush=True)
+    runner.say("jupyter_trainer: installing requirements.txt: " + " ".join(command))
     env = dict(os.environ, PIP_ROOT_USER_ACTION="ignore")
     try:
-        code = subprocess.call(command, cwd=code_dir, env=env)
+        code, tail = runner.run(command, env, code_dir)
     except OSError as error:
-        return "InstallRequirementsError: cannot run %s (%s)" % (sys.executable, error)
-    if code != 0:
-        return "InstallRequirementsError:\nExitCode %d\nCommand \"%s\"" % (code, " ".join(command))
+        return "InstallRequirementsError: cannot run %s (%s)" % (python, error)
+    if code != 0 and not runner.stopping:
+        return 'InstallRequirementsError:\nExitCode %d\nErrorMessage "%s"\nCommand "%s"' % (
+            shown_code(code), error_message(tail), " ".join(command))  # fmt: skip
     return None
 
 
+def externally_managed(python):
+    """Whether that Python refuses pip installs outside a venv (PEP 668's marker file)."""
+    if python == sys.executable:
+        stdlib = sysconfig.get_path("stdlib")
+    else:
+        try:
+            stdlib = subprocess.check_output([python, "-c", "import sysconfig; print(sysconfig.get_path('stdlib'))"]).decode().strip()
+        except (OSError, subprocess.CalledProcessError):
+            return False
+    return os.path.exists(os.path.join(stdlib, "EXTERNALLY-MANAGED"))
+
+
 def error_message(stderr_tail):
-    """The end of a Python traceback, the exception first: what the failure reason should say."""
-    lines = [line for line in stderr_tail.decode("utf-8", "replace").splitlines() if line.strip()]
-    start = max((i for i, line in enumerate(lines) if line.startswith("Traceback (most recent call last)")), default=None)
-    if start is None:
-        return "\n".join(lines[-5:])
-    traceback = lines[start:]
-    frames = [line.strip() for line in traceback if line.lstrip().startswith('File "')]
-    return "\n".join([traceback[-1]] + frames[-3:])
+    """What went wrong, from the end of stderr: the exception of the last Python traceback (with its
+    whole message and the frames that raised it), passing over a launcher's own (torchrun's
+    ChildFailedError); without a traceback, the last lines."""
+    lines = stderr_tail.decode("utf-8", "replace").splitlines()
+    starts = [i for i, line in enumerate(lines) if line.startswith("Traceback (most recent call last)")]
+    if not starts:
+        return "\n".join([line for line in lines if line.strip()][-5:])
+    found = []
+    for start in starts:
+        i, frames = start + 1, []
+        while i < len(lines) and lines[i][:1] in (" ", "\t"):
+            if lines[i].lstrip().startswith('File "'):
+                frames.append(lines[i].strip())
+            i += 1
+        message = []
+        while i < len(lines) and lines[i].strip() and not lines[i].startswith(("Traceback (", "During handling", "The above exception")):
+            message.append(lines[i])
+            i += 1
+        if message:
+            found.append(message[:5] + frames[-3:])
+    ours = [block for block in found if "ChildFailedError" not in block[0]]
+    chosen = (ours or found or [[lines[-1]]])[-1]
+    return "\n".join(chosen)
 
 
-def write_failure(message):
-    """The failure file SageMaker reads, and a line in the log that says the same (local mode reads
-    no failure file: it finds the reason there)."""
-    print(FAILURE_MARKER + json.dumps(message[:FAILURE_LIMIT]), file=sys.stderr, flush=True)
-    directory = path("output")
-    try:
-        if not os.path.isdir(directory):
-            os.makedirs(directory)
-        with open(os.path.join(directory, "failure"), "w") as handle:
-            handle.write(message[:FAILURE_LIMIT * 4])
-    except OSError as error:
-        print("jupyter_trainer: cannot write the failure file (%s)" % error, file=sys.stderr, flush=True)
+def shown_code(code):
+    return code if code >= 0 else 128 - code  # killed by a signal: as a shell reports it
+
+
+def failure_of(code, tail, command):
+    message = error_message(tail)
+    if code == -signal.SIGKILL and not message:
+        message = "OutOfMemory: Process killed by SIGKILL (signal 9), most often by the kernel for want of memory"
+    return 'AlgorithmError: ExecuteUserScriptError:\nExitCode %d\nErrorMessage "%s"\nCommand "%s"' % (
+        shown_code(code), message, " ".join(command))  # fmt: skip
 
 
 MASTER_PORT = "29500"  # torchrun's own default
@@ -239,84 +296,148 @@ TOOLKIT_MASTER_PORT = "7777"  # what SageMaker's PyTorch containers set for a sc
 
 def interpreter_for(interpreter, env):
     """The interpreter's words; torchrun on a job of several hosts gets the node count, this host's
-    rank and the first host as master (unless the user gave them), so a multi-node DDP script runs
-    unchanged."""
+    rank and the first host as master (unless the user gave them or set up a rendezvous of their
+    own), so a multi-node DDP script runs unchanged."""
     words = list(interpreter)
-    is_torchrun = os.path.basename(words[0]) == "torchrun" or words[1:3] == ["-m", "torch.distributed.run"]
+    module = words[1:3] == ["-m", "torch.distributed.run"]
+    is_torchrun = os.path.basename(words[0]) == "torchrun" or module
     hosts = env["hosts"]
     if not is_torchrun or len(hosts) < 2:
         return words
-    given = {word.split("=", 1)[0].replace("-", "_") for word in words if word.startswith("--")}
-    fill = [("--nnodes", str(len(hosts))), ("--node_rank", str(hosts.index(env["current_host"]))),
-            ("--master_addr", env["master_hostname"]), ("--master_port", MASTER_PORT)]  # fmt: skip
-    at = 3 if words[1:3] == ["-m", "torch.distributed.run"] else 1
-    added = [word for flag, value in fill if flag.replace("-", "_") not in given for word in (flag, value)]
-    if "--rdzv_endpoint" in given or "--rdzv_backend" in given:
+    given = {word.split("=", 1)[0].lstrip("-").replace("-", "_") for word in words if word.startswith("--")}
+    if given & {"standalone", "rdzv_endpoint", "rdzv_backend", "rdzv_conf", "rdzv_id"}:
         return words  # the user set up the rendezvous
+    fill = [("nnodes", str(len(hosts))), ("node_rank", str(hosts.index(env["current_host"]))),
+            ("master_addr", env["master_hostname"]), ("master_port", MASTER_PORT)]  # fmt: skip
+    added = [word for name, value in fill if name not in given for word in ("--" + name, value)]
+    at = 3 if module else 1
     return words[:at] + added + words[at:]
 
 
-def run(command, env, cwd):
-    """Run the script, its stderr passed through and its end kept; TERM and INT are passed on
-    (SageMaker stops a job with TERM to the entrypoint, which is this process)."""
-    child = subprocess.Popen(command, env=env, cwd=cwd, stderr=subprocess.PIPE, start_new_session=True)
+class Runner:
+    """Runs the launcher's commands (pip, the script) one at a time, each in a process group of its
+    own. Their output is passed through as valid UTF-8 (local mode's SDK reads it strictly and
+    stops at the first bad byte); a command is waited for itself, not for what it left running in
+    the background. TERM and INT, at any moment, are passed on to the running command, and the
+    launcher starts nothing new after one (SageMaker stops a job with TERM to this process)."""
 
-    def forward(signum, frame):
-        stopped.append(signum)
-        try:
-            os.killpg(child.pid, signum)
-        except OSError:
-            pass
+    def __init__(self):
+        self.signals = []
+        self.child = None
+        self.line_open = False  # the last byte passed through did not end a line
+        signal.signal(signal.SIGTERM, self._signal)
+        signal.signal(signal.SIGINT, self._signal)
 
-    stopped = []
-    signal.signal(signal.SIGTERM, forward)
-    signal.signal(signal.SIGINT, forward)
-    tail = b""
-    stream = child.stderr.fileno()
-    while True:
-        try:
-            chunk = os.read(stream, 65536)
-        except InterruptedError:
-            continue
-        if not chunk:
-            break
-        os.write(2, chunk)
-        tail = (tail + chunk)[-ERROR_TAIL_BYTES:]
-    return child.wait(), tail, bool(stopped)
+    @property
+    def stopping(self):
+        return bool(self.signals)
+
+    def _signal(self, signum, frame):
+        self.signals.append(signum)
+        if self.child is not None and self.child.poll() is None:
+            try:
+                os.killpg(self.child.pid, signum)
+            except OSError:
+                pass
+
+    def say(self, text, stream=1):
+        """A line of the launcher's own, at the start of a line."""
+        self._write(stream, ("\n" if self.line_open else "") + text + "\n")
+
+    def _write(self, stream, text):
+        data = text.encode("utf-8")
+        while data:
+            try:
+                data = data[os.write(stream, data) :]
+            except InterruptedError:
+                continue
+            except OSError:
+                return  # nobody reads it any more
+        if text:
+            self.line_open = not text.endswith("\n")
+
+    def run(self, command, env, cwd):
+        """Run `command`; its exit code (negative: the signal that killed it) and the end of its stderr."""
+        if self.stopping:
+            return -self.signals[0], b""
+        child = subprocess.Popen(command, env=env, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+        self.child = child
+        if self.stopping:  # a signal between the check and the start
+            self._signal(self.signals[-1], None)
+        streams = {child.stdout.fileno(): [1, codecs.getincrementaldecoder("utf-8")("replace")],
+                   child.stderr.fileno(): [2, codecs.getincrementaldecoder("utf-8")("replace")]}  # fmt: skip
+        tail, exited_at = b"", None
+        while streams:
+            if exited_at is None and child.poll() is not None:
+                exited_at = time.monotonic()
+            if exited_at is not None and time.monotonic() - exited_at > DRAIN_SECONDS:
+                break  # what the script left running holds the pipes: not waited for
+            for fd in select.select(list(streams), [], [], 0.2)[0]:
+                chunk = os.read(fd, 65536)
+                out, decoder = streams[fd]
+                self._write(out, decoder.decode(chunk, final=not chunk))
+                if not chunk:
+                    del streams[fd]
+                elif out == 2:
+                    tail = (tail + chunk)[-ERROR_TAIL_BYTES:]
+        for handle in (child.stdout, child.stderr):
+            handle.close()
+        self.child = None
+        return child.wait(), tail
 
 
-def main():
+def write_failure(message, runner):
+    """The failure file SageMaker reads, and a line in the log that says the same (local mode reads
+    no failure file: it finds the reason there)."""
+    runner.say(FAILURE_MARKER + json.dumps(message[:FAILURE_LIMIT]), stream=2)
+    directory = path("output")
+    try:
+        if not os.path.isdir(directory):
+            os.makedirs(directory)
+        with open(os.path.join(directory, "failure"), "w") as handle:
+            handle.write(message[: FAILURE_LIMIT * 4])
+    except OSError as error:
+        runner.say("jupyter_trainer: cannot write the failure file (%s)" % error, stream=2)
+
+
+def launch(runner):
+    """Prepare the script's place and environment, install its requirements, run it; its exit code."""
     channel_dir = os.path.dirname(os.path.abspath(__file__))
     with open(os.path.join(channel_dir, CONFIG_NAME)) as handle:
         config = json.load(handle)
+    if not isinstance(config, dict) or not isinstance(config.get("script"), str) or not config.get("interpreter"):
+        raise LaunchError("%s is not what this launcher wrote" % CONFIG_NAME)
     code_dir = path("code")
     copy_code(channel_dir, code_dir)
-    env = training_environment(config, code_dir)
-    variables = sm_variables(env)
-    os.environ.update(variables)
+    env = training_environment(config, code_dir, os.path.basename(channel_dir))
+    os.environ.update(sm_variables(env))
     if len(env["hosts"]) > 1:  # as SageMaker's PyTorch containers do, for env:// initialization
         os.environ.setdefault("MASTER_ADDR", env["master_hostname"])
         os.environ.setdefault("MASTER_PORT", TOOLKIT_MASTER_PORT)
-    problem = install_requirements(code_dir)
+    problem = install_requirements(code_dir, python_of(config["interpreter"]), runner)
     if problem:
-        write_failure(problem)
+        write_failure(problem, runner)
         return 1
     command = interpreter_for(config["interpreter"], env) + [config["script"]] + cmd_args(env["hyperparameters"]) + list(config.get("args", []))
     child_env = dict(os.environ, PYTHONUNBUFFERED=os.environ.get("PYTHONUNBUFFERED", "1"))
     child_env["PYTHONPATH"] = os.pathsep.join(filter(None, [code_dir, os.environ.get("PYTHONPATH")]))
     try:
-        code, tail, stopped = run(command, child_env, code_dir)
+        code, tail = runner.run(command, child_env, code_dir)
     except OSError as error:
-        write_failure("ExecuteUserScriptError: cannot run %s (%s)" % (command[0], error))
+        write_failure("ExecuteUserScriptError: cannot run %s (%s)" % (command[0], error), runner)
         return 127
-    if code != 0 and not stopped:  # a stopped job is reported as stopped, not failed
-        shown = code if code > 0 else 128 - code  # killed by a signal: as a shell reports it
-        write_failure(
-            'AlgorithmError: ExecuteUserScriptError:\nExitCode %d\nErrorMessage "%s"\nCommand "%s"'
-            % (shown, error_message(tail), " ".join(command))
-        )
-        return shown
-    return 0 if code == 0 else 128 - code if code < 0 else code
+    if code != 0 and not runner.stopping:  # a stopped job is reported as stopped, not failed
+        write_failure(failure_of(code, tail, command), runner)
+    return shown_code(code)
+
+
+def main():
+    runner = Runner()  # TERM is passed on from the first moment: this is the container's first process
+    try:
+        return launch(runner)
+    except Exception as error:  # the launcher's own trouble: the job's reason, never a bare traceback
+        write_failure("AlgorithmError: jupyter_trainer launcher: %s: %s" % (type(error).__name__, error), runner)
+        return 1
 
 
 if __name__ == "__main__":

@@ -71,12 +71,15 @@ class ComposeLogCleaner:
     def __init__(self, out, hosts: int):
         self.out = out
         self.hosts = hosts
-        self._pending = ""
-        self.failure: str | None = None  # the first failure reason a host's launcher reported
+        self._pending: list[str] = []  # the unended line, in pieces (joined once it ends)
+        self._reasons: dict[str, str] = {}  # host -> the last failure reason its launcher reported
 
     def write(self, text: str) -> int:
-        self._pending += text
-        *lines, self._pending = self._pending.split("\n")
+        if "\n" not in text:
+            self._pending.append(text)
+            return len(text)
+        *lines, rest = "".join([*self._pending, text]).split("\n")
+        self._pending = [rest] if rest else []
         for line in lines:
             self.out.write(self.clean(line) + "\n")
         return len(text)
@@ -86,17 +89,24 @@ class ComposeLogCleaner:
         if not prefix:  # compose's or the SDK's own line: without compose's colours
             return COLOUR.sub("", line)
         text = line[prefix.end() :].removesuffix("\r")
-        if text.startswith(FAILURE_MARKER) and self.failure is None:
-            self.failure = _reason(text[len(FAILURE_MARKER) :])
+        if text.startswith(FAILURE_MARKER):  # the launcher's is the last a host prints: a script's own comes before
+            reason = _reason(text[len(FAILURE_MARKER) :])
+            if reason:
+                self._reasons[prefix.group(1)] = reason
         return f"[{prefix.group(1)}] {text}" if self.hosts > 1 else text
 
     def flush(self) -> None:
         self.out.flush()
 
+    @property
+    def failure(self) -> str | None:
+        """The failure reason of the host that failed first (as SageMaker reports one host's)."""
+        return next(iter(self._reasons.values()), None)
+
     def close_line(self) -> None:
         if self._pending:
-            self.out.write(self.clean(self._pending) + "\n")
-            self._pending = ""
+            self.out.write(self.clean("".join(self._pending)) + "\n")
+            self._pending = []
         self.out.flush()
 
     def __getattr__(self, name):  # isatty, fileno, encoding...: the real stdout's
@@ -206,6 +216,9 @@ def main(argv: list[str]) -> int:
         match = re.search(r"exited with code: (\d+)", str(exc))
         print(f"jupyter_trainer: the training container failed ({' '.join(str(exc).split())[-200:]})", flush=True)
         return int(match.group(1)) if match else 1
+    except Exception as exc:  # the SDK's own trouble (its error, a bug): one line in the log, not a traceback
+        print(f"jupyter_trainer: local mode failed: {exc.__class__.__name__}: {' '.join(str(exc).split())[:300]}", flush=True)
+        return 1
     finally:
         cleaner.close_line()
         keep_failure(cleaner.failure, run_dir)
