@@ -137,7 +137,7 @@ SAGEMAKER = (
         "interpreter", "--interpreter", "the command that runs the script on every host (default python3)", "CMD",
         config=True, default="python3",
     ),
-    Option("env", "--env", "the job's environment (repeatable); values are never stored or shown", "KEY=VALUE", "append"),
+    Option("env", "--env", "the job's environment (repeatable); values are never stored or shown", "KEY=VALUE", "append", config=True),
     Option("framework", "--framework", "instead of --image-uri: AWS's training image of pytorch, tensorflow, huggingface, sklearn or xgboost", "NAME", config=True),
     Option("framework_version", "--framework-version", "with --framework: its version (for huggingface, the transformers version)", "V", config=True),
     Option("py_version", "--py-version", "with --framework: the Python of the image, e.g. py310", "PY", config=True),

@@ -178,19 +178,20 @@ def test_every_option_users_set_on_real_jobs_reaches_the_request(aws, shell, cap
 
 def test_new_options_take_config_defaults_and_flags_win(aws, shell, capsys):
     settings = {"volume_size": "75", "subnets": "['subnet-0123456789abcdef0']", "security_group_ids": "['sg-0123456789abcdef0']",
-                "tags": "['team=config']"}  # fmt: skip
+                "tags": "['team=config']", "env": "['SEED=3']"}  # fmt: skip
     try:
         for name, value in settings.items():
             shell.run_line_magic("config", f"TrainerMagics.{name} = {value}")
         result, out = fit(shell, capsys, remote("configured", "--tag team=flag"))
         assert result.success, out
     finally:
-        for name, value in {"volume_size": "None", "subnets": "[]", "security_group_ids": "[]", "tags": "[]"}.items():
+        for name, value in {"volume_size": "None", "subnets": "[]", "security_group_ids": "[]", "tags": "[]", "env": "[]"}.items():
             shell.run_line_magic("config", f"TrainerMagics.{name} = {value}")
     (request,) = aws.create_requests
     assert request["ResourceConfig"]["VolumeSizeInGB"] == 75
     assert request["VpcConfig"] == {"SecurityGroupIds": ["sg-0123456789abcdef0"], "Subnets": ["subnet-0123456789abcdef0"]}
     assert request["Tags"] == [{"Key": "team", "Value": "flag"}]
+    assert request["Environment"] == {"SEED": "3"}
 
 
 def test_on_a_notebook_instance_the_default_bucket_is_the_output_path(aws, shell, capsys, tmp_path, monkeypatch):

@@ -434,3 +434,18 @@ def test_a_long_line_in_many_pieces_is_joined_once():
         cleaner.write("x" * 50)
     cleaner.write("\n")
     assert len(out.text) == 10_000_001 and time.monotonic() - started < 30
+
+
+def test_the_distribution_hosts_and_the_master_follow_the_toolkits_rules(tmp_path):
+    hosts = ("algo-1", "algo-2")
+    _, plain = probe(tmp_path, hosts=hosts, current="algo-2")
+    training = json.loads(plain["env"]["SM_TRAINING_ENV"])
+    assert (training["distribution_hosts"], training["distribution_instance_groups"], training["master_hostname"]) == ([], [], "algo-1")
+    _, ddp = probe(tmp_path / "ddp", hosts=hosts, current="algo-2", hyperparameters={"sagemaker_pytorch_ddp_enabled": "true"})
+    training = json.loads(ddp["env"]["SM_TRAINING_ENV"])
+    assert training["distribution_hosts"] == ["algo-1", "algo-2"] and training["distribution_instance_groups"] == ["homogeneousCluster"]
+
+
+def test_the_toolkits_plain_variables_are_exported_too(tmp_path):
+    base = container(tmp_path, "import os\nprint(os.environ['CURRENT_HOST'], os.environ['SAGEMAKER_JOB_NAME'])\n", hosts=("algo-1", "algo-2"), current="algo-2")
+    assert launch(base).stdout.strip() == "algo-2 job-1"

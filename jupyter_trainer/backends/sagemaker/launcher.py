@@ -33,6 +33,9 @@ BASE_DIR = os.environ.get("SAGEMAKER_BASE_DIR", "/opt/ml")  # as the toolkit, fo
 ERROR_TAIL_BYTES = 64 * 1024  # the end of the script's stderr kept for the failure reason
 FAILURE_LIMIT = 1024  # SageMaker keeps this much of the failure file as FailureReason
 LOG_LEVEL_INFO = 20
+DISTRIBUTION_FLAGS = ("sagemaker_mpi_enabled", "sagemaker_parameter_server_enabled", "sagemaker_distributed_dataparallel_enabled",
+                      "sagemaker_pytorch_ddp_enabled", "sagemaker_pytorch_xla_multi_worker_enabled",
+                      "sagemaker_multi_worker_mirrored_strategy_enabled")  # fmt: skip
 DRAIN_SECONDS = 1.0  # after the script exits, how long what it left running may still hold its output
 # Hyperparameters SageMaker's SDK and tuner add for the toolkit, not for the script (params.py)
 RESERVED_HYPERPARAMETERS = {
@@ -121,6 +124,15 @@ def training_environment(config, code_dir, code_channel):
     # the code channel is how the script arrived, not data (script mode ships code another way)
     inputs = {name: value for name, value in read_json("inputdataconfig.json", {}).items() if name != code_channel}
     channels = {name: path("input", "data", name) for name in inputs}
+    # the hosts a distribution strategy spans: the current group's when one is asked for; without
+    # instance groups (local mode) every host; the master is the first of them
+    distributed = any(framework.get(flag) for flag in DISTRIBUTION_FLAGS)
+    distribution_groups = [current_group] if groups and distributed else []
+    if groups:
+        distribution_hosts = [host for g in groups if g.get("instance_group_name") in distribution_groups for host in g.get("hosts", [])]
+    else:
+        distribution_hosts = list(hosts)
+    master = (distribution_hosts or hosts)[0]
     env = {
         "additional_framework_parameters": framework,
         "channel_input_dirs": channels,
@@ -128,8 +140,8 @@ def training_environment(config, code_dir, code_channel):
         "current_instance_group": current_group,
         "current_instance_group_hosts": next((g["hosts"] for g in groups if g.get("instance_group_name") == current_group), []),
         "current_instance_type": resources.get("current_instance_type", "local"),
-        "distribution_hosts": list(hosts),
-        "distribution_instance_groups": [],
+        "distribution_hosts": distribution_hosts,
+        "distribution_instance_groups": distribution_groups,
         "framework_module": None,
         "hosts": hosts,
         "hyperparameters": hyperparameters,
@@ -139,11 +151,11 @@ def training_environment(config, code_dir, code_channel):
         "instance_groups": [g.get("instance_group_name") for g in groups],
         "instance_groups_dict": {g.get("instance_group_name"): g for g in groups},
         "is_hetero": len(groups) > 1,
-        "is_master": current_host == hosts[0],
+        "is_master": current_host == master,
         "is_modelparallel_enabled": None,
         "job_name": os.environ.get("TRAINING_JOB_NAME") or config.get("job_name"),
         "log_level": framework.get("sagemaker_container_log_level", LOG_LEVEL_INFO),
-        "master_hostname": hosts[0],
+        "master_hostname": master,
         "model_dir": path("model"),
         "module_dir": config.get("module_dir") or code_dir,
         "module_name": config["script"][:-3] if config["script"].endswith(".py") else config["script"],
@@ -411,6 +423,9 @@ def launch(runner):
     copy_code(channel_dir, code_dir)
     env = training_environment(config, code_dir, os.path.basename(channel_dir))
     os.environ.update(sm_variables(env))
+    # as the toolkit exports them too
+    os.environ.update({"CURRENT_HOST": env["current_host"], "SAGEMAKER_JOB_NAME": env["job_name"] or "",
+                       "SAGEMAKER_REGION": os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION") or ""})  # fmt: skip
     if len(env["hosts"]) > 1:  # as SageMaker's PyTorch containers do, for env:// initialization
         os.environ.setdefault("MASTER_ADDR", env["master_hostname"])
         os.environ.setdefault("MASTER_PORT", TOOLKIT_MASTER_PORT)
