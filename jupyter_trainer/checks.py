@@ -13,8 +13,6 @@ import shlex
 from dataclasses import dataclass
 from typing import Iterable
 
-import regex as _regex
-
 from .errors import InvalidOption
 from .jobs import validate_name
 
@@ -72,6 +70,8 @@ def parse_metrics(items: Iterable[str] | None) -> tuple[Metric, ...]:
                 f"--metric expects NAME=REGEX, got {item[:60]!r}",
                 r"for example --metric 'loss=loss: ([0-9.]+)'",
             )
+        import regex as _regex  # here, not at load: the extension loads without it
+
         try:
             groups = re.compile(regex).groups
             _regex.compile(regex, _regex.VERSION0)  # what the log is matched with

@@ -11,7 +11,6 @@ import re
 import time
 from typing import Iterable, Iterator, Protocol
 
-import regex
 
 from .spec import Metric
 
@@ -270,7 +269,7 @@ class MetricParser:
         return found
 
     def _findall(self, name: str, pattern, subject, newline) -> list:
-        if not isinstance(pattern, regex.Pattern):
+        if isinstance(pattern, re.Pattern):
             return pattern.findall(subject)  # one of ours: linear
         try:
             return pattern.findall(subject, concurrent=True, timeout=SCAN_TIMEOUT)
@@ -297,7 +296,11 @@ class MetricParser:
 def _compile(source: str, bounded: bool):
     """A metric pattern; `bounded`: compiled by `regex` (re's syntax and matches, plus a timeout
     and a matcher that releases the GIL)."""
-    return regex.compile(source, regex.VERSION0) if bounded else re.compile(source)
+    if not bounded:
+        return re.compile(source)
+    import regex  # only for a user's pattern: loading the extension stays light
+
+    return regex.compile(source, regex.VERSION0)
 
 
 def literal_first(source: str) -> str:
@@ -324,9 +327,14 @@ def _as_bytes_pattern(pattern):
     if not pattern.pattern.isascii():
         return None
     source = pattern.pattern.encode("ascii")
+    if isinstance(pattern, re.Pattern):
+        try:
+            return re.compile(source, pattern.flags & ~re.UNICODE)
+        except (re.error, ValueError):  # an inline (?u), say
+            return None
+    import regex
+
     try:
-        if isinstance(pattern, regex.Pattern):
-            return regex.compile(source, (pattern.flags & ~regex.UNICODE) | regex.VERSION0)
-        return re.compile(source, pattern.flags & ~re.UNICODE)
-    except (re.error, regex.error, ValueError):  # an inline (?u), say
+        return regex.compile(source, (pattern.flags & ~regex.UNICODE) | regex.VERSION0)
+    except (regex.error, ValueError):
         return None

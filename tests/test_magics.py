@@ -38,7 +38,7 @@ def test_loading_imports_no_heavy_library():
     code = (
         "from IPython.core.interactiveshell import InteractiveShell\n"
         "InteractiveShell.instance().run_line_magic('load_ext', 'jupyter_trainer')\n"
-        "import sys; print(sorted(m for m in ('sagemaker', 'boto3', 'botocore', 'docker') if m in sys.modules))"
+        "import sys; print(sorted(m for m in ('sagemaker', 'boto3', 'botocore', 'docker', 'regex') if m in sys.modules))"
     )
     assert run_python(code).stdout.strip() == "[]"
 
