@@ -20,7 +20,7 @@ import argparse
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Mapping
 
-from .checks import parse_container, parse_env, parse_gpus, parse_image, parse_interpreter, parse_metrics, parse_workdir
+from .checks import parse_container, parse_env, parse_gpus, parse_image, parse_interpreter, parse_workdir
 
 
 @dataclass(frozen=True)
@@ -53,10 +53,7 @@ class Option:
 
 JOB = (
     Option("name", "--name", "the job's name (default: derived from the cell)", "NAME"),
-    Option(
-        "metrics", "--metric", "a metric to parse from the log (repeatable; one capture group)", "NAME=REGEX", "append",
-        parse=parse_metrics,
-    ),  # fmt: skip
+    Option("metrics", "--metric", "a metric to parse from the log (repeatable; one capture group)", "NAME=REGEX", "append"),
     Option("no_widget", "--no-widget", "print a one-line summary instead of displaying the widget", kind="switch"),
     Option("rerun", "--rerun", "train again under the name of a finished job", kind="switch"),
 )
@@ -135,9 +132,12 @@ SAGEMAKER = (
     Option("source_dir", "--source-dir", "more files shipped beside the script (its imports; its requirements.txt is installed first)", "DIR"),
     Option(
         "interpreter", "--interpreter", "the command that runs the script on every host (default python3)", "CMD",
-        config=True, default="python3",
+        config=True, default="python3", parse=parse_interpreter,
     ),
-    Option("env", "--env", "the job's environment (repeatable); values are never stored or shown", "KEY=VALUE", "append", config=True),
+    Option(
+        "env", "--env", "the job's environment (repeatable); values are never stored or shown", "KEY=VALUE", "append",
+        config=True, parse=parse_env,
+    ),
     Option("framework", "--framework", "instead of --image-uri: AWS's training image of pytorch, tensorflow, huggingface, sklearn or xgboost", "NAME", config=True),
     Option("framework_version", "--framework-version", "with --framework: its version (for huggingface, the transformers version)", "V", config=True),
     Option("py_version", "--py-version", "with --framework: the Python of the image, e.g. py310", "PY", config=True),

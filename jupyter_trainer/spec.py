@@ -19,7 +19,7 @@ from .checks import Metric, parse_metrics
 from .errors import InvalidOption
 from .options import DETACHED, DETACHED_BACKENDS, DetachedBackend, settle
 
-__all__ = ["DetachedSpec", "Metric", "added_field", "build_spec", "cell_values", "detached_spec", "public_options_of", "secret"]
+__all__ = ["DetachedSpec", "Metric", "added_field", "build_spec", "cell_values", "detached_spec", "parse_declared", "public_options_of", "secret"]
 
 
 
@@ -111,11 +111,7 @@ def build_spec(script: str, *, args: Iterable[str] = (), metrics: Iterable[str] 
     if backend.needs_one_of and not any(values[dest] for dest in backend.needs_one_of):
         raise InvalidOption(*backend.missing)
     held = {spec_field.name for spec_field in fields(DetachedSpec)}
-    parsed = {
-        option.dest: option.parse(values[option.dest]) if option.parse else values[option.dest]
-        for option in DETACHED
-        if option.dest in held
-    }
+    parsed = {dest: value for dest, value in parse_declared(DETACHED, values).items() if dest in held}
     return DetachedSpec(script=script, backend=backend.name, metrics=parse_metrics(metrics), args=tuple(args), **parsed)
 
 
@@ -128,6 +124,12 @@ def cell_values(script: str, options, values: Mapping[str, Any]) -> dict[str, An
     if unknown:
         raise TypeError(f"unexpected options {sorted(unknown)}")
     return settle(options, values, {})
+
+
+def parse_declared(options, values: Mapping[str, Any]) -> dict[str, Any]:
+    """Every value checked by the parser its option declares (`Option.parse`), the rest as they are."""
+    parsers = {option.dest: option.parse for option in options if option.parse}
+    return {dest: parsers[dest](value) if dest in parsers else value for dest, value in values.items()}
 
 
 def chosen_backend(values: Mapping[str, Any]) -> DetachedBackend:

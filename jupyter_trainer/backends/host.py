@@ -160,6 +160,7 @@ def observe_supervised(run_dir: Path, supervisor: ProcessIdentity) -> Observatio
         why_gone="the job's supervisor process ended without recording an exit code (was it killed?)",
     )
 
+
 def stop_supervised(run_dir: Path, supervisor: ProcessIdentity) -> None:
     """Stop a supervised job (its whole process group) and wait for it."""
     with contextlib.suppress(ProcessLookupError):  # it may end on its own meanwhile

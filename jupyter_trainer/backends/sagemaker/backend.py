@@ -33,7 +33,6 @@ from ..base import LOG_FILE, SCRIPT_FILE, FileLogSource, malformed_runtime, prep
 from ...proc import ProcessIdentity
 from ..host import observe_supervised, start_supervised, stop_supervised
 from . import launcher
-from .launcher import FAILURE_LIMIT
 from .spec import CODE_CHANNEL, JOB_ENV_VARIABLE, LAUNCHER_NAME, SCRIPT_NAME, SageMakerSpec, local_region, training_job_name
 
 
@@ -170,7 +169,7 @@ class SageMakerBackend:
         if seen.exit_code in (None, 0) or seen.stopped:
             return seen
         try:
-            reason = read_small(run_dir / FAILURE_FILE, FAILURE_LIMIT).decode("utf-8", "replace").strip()
+            reason = read_small(run_dir / FAILURE_FILE, launcher.FAILURE_LIMIT).decode("utf-8", "replace").strip()
         except OSError:  # none written: the exit code says what is known
             return seen
         return dataclasses.replace(seen, final=Status.FAILED, reason=reason) if reason else seen

@@ -197,9 +197,14 @@ class CloudWatchLogSync:
             os.truncate(self.log_path, size)
 
 
-def _is_not_found(exc: Exception) -> bool:
+def error_code(exc: Exception) -> str | None:
+    """The code of an AWS error ("ResourceNotFoundException", "404"...), None for any other exception."""
     response = getattr(exc, "response", None) or {}
-    return response.get("Error", {}).get("Code") == "ResourceNotFoundException"
+    return response.get("Error", {}).get("Code")
+
+
+def _is_not_found(exc: Exception) -> bool:
+    return error_code(exc) == "ResourceNotFoundException"
 
 
 class SyncedLogSource(FileLogSource):

@@ -54,8 +54,8 @@ class LaunchError(Exception):
     """Something the launcher itself cannot do: the job fails with this as its reason."""
 
 
-def read_json(name, default, kind=dict):
-    """A config file SageMaker writes; a missing one is `default`, an unreadable one an error."""
+def read_json(name, default):
+    """A config file SageMaker writes (a JSON object); a missing one is `default`, an unreadable one an error."""
     try:
         with open(path("input", "config", name)) as handle:
             value = json.load(handle)
@@ -63,8 +63,8 @@ def read_json(name, default, kind=dict):
         return default
     except (OSError, ValueError) as error:
         raise LaunchError("cannot read %s (%s)" % (name, error))
-    if not isinstance(value, kind):
-        raise LaunchError("%s holds a %s, not a %s" % (name, type(value).__name__, kind.__name__))
+    if not isinstance(value, dict):
+        raise LaunchError("%s holds a %s, not a dict" % (name, type(value).__name__))
     return value
 
 

@@ -46,10 +46,12 @@ def load_spec(run_dir: Path) -> tuple[str, SageMakerSpec]:
     return job_name, SageMakerSpec(script="", **data)
 
 
+COLOUR = r"\x1b\[[0-9;]*m"  # a terminal colour code, as compose writes them
 # docker-compose's prefix on each line of a training container ("PROJECT-algo-1-abcde  | " from
-# SDK v2, "algo-1_1  | " from v3), with
-# the colour codes compose may put around it; the host is named without local mode's random suffix
-COMPOSE_PREFIX = re.compile(r"(?:\x1b\[[0-9;]*m)*(?:[A-Za-z0-9_.-]*?[-_])?(algo-\d+)(?:-[a-z0-9]+)?(?:_\d+)?\s*(?:\x1b\[[0-9;]*m)*\|(?:\x1b\[[0-9;]*m)* ?")
+# SDK v2, "algo-1_1  | " from v3), with the colours compose may put around it; group 1 names the
+# host without local mode's random suffix
+COMPOSE_PREFIX = re.compile(rf"(?:{COLOUR})*(?:[A-Za-z0-9_.-]*?[-_])?(algo-\d+)(?:-[a-z0-9]+)?(?:_\d+)?\s*(?:{COLOUR})*\|(?:{COLOUR})* ?")
+COLOURS = re.compile(COLOUR)
 
 
 def _reason(encoded: str) -> str | None:
@@ -58,9 +60,6 @@ def _reason(encoded: str) -> str | None:
     except ValueError:
         return None
     return reason[:FAILURE_LIMIT] if isinstance(reason, str) else None
-
-
-COLOUR = re.compile(r"\x1b\[[0-9;]*m")
 
 
 class ComposeLogCleaner:
@@ -87,7 +86,7 @@ class ComposeLogCleaner:
     def clean(self, line: str) -> str:
         prefix = COMPOSE_PREFIX.match(line)
         if not prefix:  # compose's or the SDK's own line: without compose's colours
-            return COLOUR.sub("", line)
+            return COLOURS.sub("", line)
         text = line[prefix.end() :].removesuffix("\r")
         if text.startswith(FAILURE_MARKER):  # the launcher's is the last a host prints: a script's own comes before
             reason = _reason(text[len(FAILURE_MARKER) :])

@@ -276,7 +276,7 @@ def notebook_default_output(name: str | None) -> str | None:
     (s3://sagemaker-REGION-ACCOUNT/jupyter-trainer/NAME), made if missing as the SDK does; elsewhere None."""
     if not on_sagemaker_notebook():
         return None
-    from .cloudwatch import aws_error, aws_session, client
+    from .cloudwatch import aws_error, aws_session, client, error_code
 
     session = aws_session()
     region = session.region_name
@@ -287,7 +287,7 @@ def notebook_default_output(name: str | None) -> str | None:
         try:
             s3.head_bucket(Bucket=bucket)
         except Exception as exc:
-            if "404" not in str(exc) and "NotFound" not in str(exc):
+            if error_code(exc) not in ("404", "NoSuchBucket", "NotFound"):  # HeadBucket's word for a missing bucket is 404
                 raise
             location = {} if region == "us-east-1" else {"CreateBucketConfiguration": {"LocationConstraint": region}}
             s3.create_bucket(Bucket=bucket, **location)

@@ -9,8 +9,8 @@ from typing import Any, Iterable, Mapping
 
 from ...errors import InvalidOption
 from ...options import SAGEMAKER, settle
-from ...checks import IMAGE_REF, Metric, parse_env, parse_interpreter, parse_metrics
-from ...spec import added_field, cell_fingerprint, cell_values, public_options_of, secret
+from ...checks import IMAGE_REF, Metric, parse_metrics
+from ...spec import added_field, cell_fingerprint, cell_values, parse_declared, public_options_of, secret
 
 ROLE_ARN = re.compile(r"arn:aws[a-z-]*:iam::\d{12}:role/[\w+=,.@/-]{1,512}")
 INSTANCE_TYPE = re.compile(r"ml\.[a-z0-9]+[a-z0-9-]*\.[0-9]*x?(small|medium|large|xlarge)")
@@ -137,8 +137,7 @@ def build_sagemaker_spec(script: str, *, metrics: Iterable[str] = (), args: Iter
             raise InvalidOption(f"--source-dir {values['source_dir']!r} is not a directory")
     values["inputs"] = parse_channels(values["inputs"], local)
     values["hyperparameters"] = parse_hyperparameters(values["hyperparameters"])
-    values["interpreter"] = parse_interpreter(values["interpreter"])
-    values["env"] = parse_env(values["env"])
+    values = parse_declared(SAGEMAKER, values)  # --interpreter, --env: checked as for %%train_detached
     values["tags"] = parse_tags(values["tags"])
     values["subnets"], values["security_group_ids"] = parse_vpc(values["subnets"], values["security_group_ids"])
     _check_instances(values["volume_size"], values["keep_alive_period"])
