@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 from pathlib import Path
 
@@ -38,6 +39,10 @@ def build_parser() -> argparse.ArgumentParser:
     logs.add_argument("name")
     logs.add_argument("-n", "--lines", type=int, default=None, metavar="LINES", help="only the last LINES lines")
     logs.add_argument("-f", "--follow", action="store_true", help="keep printing new lines until the job ends")
+
+    metrics = commands.add_parser("metrics", help="every metric value in a job's log")
+    metrics.add_argument("name")
+    metrics.add_argument("--json", action="store_true", help='one JSON object: {"loss": [[x, value], ...], ...}')
 
     stop = commands.add_parser("stop", help="stop a job (its whole process group)")
     stop.add_argument("name")
@@ -89,9 +94,24 @@ def run(argv: list[str] | None = None) -> int:
         else:
             for line in job.log_lines(tail=args.lines):
                 sys.stdout.write(line + "\n")
+    elif args.command == "metrics":
+        print_metrics(job, args.json)
     elif args.command == "stop":
         print(summary.one_line(job.stop(container=args.container).record))
     return 0
+
+
+def print_metrics(job: Job, as_json: bool) -> None:
+    """As JSON, `job.metrics()` itself (a value that is not a number is null); as text, a
+    tab-separated table that pandas or awk read."""
+    found = job.metric_points()
+    if as_json:
+        print(json.dumps({name: [[x, value if math.isfinite(value) else None] for _, x, value in points] for name, points in found.items()}))
+        return
+    sys.stdout.write("metric\taxis\tx\tvalue\n")
+    for name, points in found.items():
+        for axis, x, value in points:
+            sys.stdout.write(f"{name}\t{axis}\t{x:g}\t{value!r}\n")
 
 
 def submit(args, script_args: list[str], store: JobStore) -> int:

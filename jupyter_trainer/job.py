@@ -11,7 +11,9 @@ from . import backends as _backends
 from .backends.base import Backend
 from .errors import BackendUnavailable, InvalidOption, StoreError, TrainerError
 from .jobs import JobRecord, Observation, Status, resolve
-from .logs import LogCursor, LogSource, clean_line, read_all_lines, tail_lines
+from .logs import LogCursor, LogSource, MetricParser, clean_line, read_all_lines, tail_lines
+from .metrics import MetricReader
+from .spec import Metric
 from .proc import ProcessIdentity
 from .store import JobStore
 
@@ -100,6 +102,39 @@ class Job:
                     yield clean_line(cursor.pending)
                 return
             time.sleep(interval)
+
+    def metrics(self) -> dict[str, list[tuple[float, float]]]:
+        """Every metric value the whole log gives, `{name: [(x, value), ...]}` in log order: x is the
+        step or epoch where the log says one, else the value's number (`metric_axes` says which).
+        The names found on their own and the job's `--metric` definitions, as its view plots them."""
+        return {name: [(x, value) for _, x, value in points] for name, points in self.metric_points().items()}
+
+    def metric_axes(self) -> dict[str, str]:
+        """What each metric's x is: "step", "epoch" or "n" (its number in its series)."""
+        return {name: points[0][0] for name, points in self.metric_points().items() if points}
+
+    def metric_points(self) -> dict[str, list[tuple[str, float, float]]]:
+        """`{name: [(axis, x, value), ...]}`: `metrics()` with what each x is."""
+        found: dict[str, list[tuple[str, float, float]]] = {}
+
+        def keep(point: tuple) -> None:
+            name, axis, x, value = point
+            found.setdefault(name, []).append((axis, x, value))
+
+        parser = MetricParser(Metric(name, regex) for name, regex in self.record.options.get("metrics", []))
+        reader = MetricReader(keep, parser.finders())
+        source = self.log_source()
+        cursor = LogCursor()
+        while True:
+            before = cursor.offset
+            data = cursor.read_bytes(source)
+            for chunk in cursor.metric_chunks(data):
+                reader.feed(chunk)
+            if cursor.offset == before:
+                break
+        reader.feed(cursor.unscanned)
+        reader.flush()
+        return found
 
     def log_source(self) -> LogSource:
         return self.backend_impl().log_source(self.record, self.run_dir)

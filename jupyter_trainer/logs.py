@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import re
 import time
-from typing import Iterable, Iterator, Protocol
+from functools import partial
+from typing import Callable, Iterable, Iterator, Protocol
 
 
 from .spec import Metric
@@ -34,9 +35,6 @@ TAIL_MIN_BYTES = 1 << 20  # ...and at least this much: a log of one endless line
 MAX_SHOWN_LINE = 16 * 1024  # a longer line is shown by its end
 CHECK_BYTES = 64  # log bytes before the read offset that must be unchanged: else the log was truncated
 LEADING_WORD = re.compile(r"\\b([A-Za-z0-9_]+)")  # a regex source that starts with \b and a word
-# Linear: after "loss", no two parts can match the same blanks, so a line of "loss" and
-# endless spaces costs one pass, not one pass per space.
-DEFAULT_METRICS = (Metric("loss", r"\bloss\b(?:\s*[:=])?\s*([-+]?\d*\.?\d+(?:[eE][-+]?\d+)?)"),)
 # Matching one chunk of the log with one metric's pattern: past this, the chunk is matched again
 # line by line, each line capped, and a line still too slow is skipped. Matching releases the GIL,
 # so the kernel answers meanwhile whatever a pattern does.
@@ -152,6 +150,11 @@ class LogCursor:
         return self.line_start + self._scanned
 
     @property
+    def unscanned(self) -> bytes:
+        """The unended last line's bytes not yet handed to metrics (read them once the log has ended)."""
+        return self._partial[self._scanned :]
+
+    @property
     def pending(self) -> str:
         """The last line so far, not yet ended by a newline (a progress bar, say)."""
         return self._partial.decode("utf-8", errors="replace")
@@ -226,8 +229,9 @@ class LogCursor:
 
 
 class MetricParser:
-    """Pulls metric values out of log text, SageMaker metric-definition style: every match of each
-    definition's regex, whose one capture group is the value.
+    """The user's `--metric NAME=REGEX` definitions, SageMaker metric-definition style: every match
+    of each definition's regex, whose one capture group is the value. (Metrics that common training
+    output prints are found without any: metrics.py.)
 
     No log may stall a poll: a pattern that takes too long on a chunk (a user's regex that
     backtracks over a line of spaces, say) is tried again line by line, on each line's last
@@ -235,12 +239,8 @@ class MetricParser:
     or not at all are counted in `skipped`."""
 
     def __init__(self, metrics: Iterable[Metric] = ()):
-        metrics = tuple(metrics) or DEFAULT_METRICS
-        # our own patterns are linear and run at re's full speed; a user's pattern may backtrack
-        # without end, so it runs under `regex`'s timeout (three times slower on a dense log)
-        self.patterns = [
-            (metric.name, _compile(literal_first(metric.regex), bounded=metric not in DEFAULT_METRICS)) for metric in metrics
-        ]
+        # a user's pattern may backtrack without end, so it runs under `regex`'s timeout
+        self.patterns = [(metric.name, _compile(literal_first(metric.regex))) for metric in metrics]
         # Matching the log's bytes directly saves decoding it. Over ASCII bytes a bytes pattern
         # matches as its text pattern does (but for \s, which leaves out \x1c-\x1f); text with other
         # characters, and a pattern that cannot be a bytes pattern (non-ASCII, an inline (?u)),
@@ -248,56 +248,70 @@ class MetricParser:
         self._byte_patterns = [(name, _as_bytes_pattern(pattern)) for name, pattern in self.patterns]
         self.skipped: dict[str, int] = {}  # per metric: lines given up on as too slow to match
 
+    def finders(self) -> list[tuple[str, Callable[[bytes], list[tuple[int, bytes | str]]]]]:
+        """(name, find) per definition: `find(data)` gives (byte position, value) of each match."""
+        return [(name, partial(self.find, index)) for index, (name, _) in enumerate(self.patterns)]
+
     def scan(self, data: bytes) -> list[tuple[str, list[bytes] | list[str]]]:
-        """Each metric's captured values in `data` (raw log bytes), in log order and unconverted:
-        converting only what a chart keeps is what makes a long backlog cheap."""
+        """Each metric's captured values in `data` (raw log bytes), in log order and unconverted."""
         if b"\x1b" in data:
             data = ANSI_ESCAPE_BYTES.sub(b"", data)
-        text = None
-        found = []
-        ascii_only = data.isascii()
-        for (name, pattern), (_, byte_pattern) in zip(self.patterns, self._byte_patterns):
-            if pattern.groups != 1:
-                continue
-            if byte_pattern is not None and ascii_only:
-                values = self._findall(name, byte_pattern, data, b"\n")
-            else:
-                if text is None:
-                    text = data.decode("utf-8", errors="replace")
-                values = self._findall(name, pattern, text, "\n")
-            found.append((name, values))
-        return found
+        return [(name, [value for _, value in self.find(index, data)]) for index, (name, _) in enumerate(self.patterns)]
 
-    def _findall(self, name: str, pattern, subject, newline) -> list:
-        if isinstance(pattern, re.Pattern):
-            return pattern.findall(subject)  # one of ours: linear
+    def find(self, index: int, data: bytes) -> list[tuple[int, bytes | str]]:
+        name, pattern = self.patterns[index]
+        if pattern.groups != 1:
+            return []
+        byte_pattern = self._byte_patterns[index][1]
+        if byte_pattern is not None and data.isascii():
+            return self._find(name, byte_pattern, data, b"\n")
+        text = data.decode("utf-8", errors="replace")
+        found = self._find(name, pattern, text, "\n")
+        return _byte_positions(text, found) if not data.isascii() else found
+
+    def _find(self, name: str, pattern, subject, newline) -> list:
         try:
-            return pattern.findall(subject, concurrent=True, timeout=SCAN_TIMEOUT)
+            return [(match.start(1), match.group(1)) for match in pattern.finditer(subject, concurrent=True, timeout=SCAN_TIMEOUT)]
         except TimeoutError:
             pass
-        values: list = []
+        found: list = []
         lines = subject.split(newline)
         deadline = time.monotonic() + FALLBACK_SECONDS
+        line_start = 0
         for index, line in enumerate(lines):
             if time.monotonic() > deadline:  # the chunk's whole budget is spent: the rest is skipped
                 self.skipped[name] = self.skipped.get(name, 0) + len(lines) - index
                 break
+            start, line_start = line_start, line_start + len(line) + 1
             try:
                 # the end of a line is where a progress bar's latest state is
-                values += pattern.findall(line[-MAX_MATCHED_LINE:], concurrent=True, timeout=LINE_SCAN_TIMEOUT)
+                tail = max(0, len(line) - MAX_MATCHED_LINE)
+                found += [
+                    (start + tail + match.start(1), match.group(1))
+                    for match in pattern.finditer(line, tail, concurrent=True, timeout=LINE_SCAN_TIMEOUT)
+                ]
                 if len(line) <= MAX_MATCHED_LINE:
                     continue
             except TimeoutError:
                 pass
             self.skipped[name] = self.skipped.get(name, 0) + 1  # read in part, or not at all
-        return values
+        return found
 
 
-def _compile(source: str, bounded: bool):
-    """A metric pattern; `bounded`: compiled by `regex` (re's syntax and matches, plus a timeout
-    and a matcher that releases the GIL)."""
-    if not bounded:
-        return re.compile(source)
+def _byte_positions(text: str, found: list[tuple[int, str]]) -> list[tuple[int, str]]:
+    """Matches in decoded text, placed at their bytes (found in order: each piece encoded once)."""
+    placed, characters, byte_count = [], 0, 0
+    for position, value in found:
+        if position >= characters:
+            byte_count += len(text[characters:position].encode("utf-8", errors="replace"))
+            characters = position
+        placed.append((byte_count, value))
+    return placed
+
+
+def _compile(source: str):
+    """A user's metric pattern, compiled by `regex`: re's syntax and matches, plus a timeout and a
+    matcher that releases the GIL."""
     import regex  # only for a user's pattern: loading the extension stays light
 
     return regex.compile(source, regex.VERSION0)

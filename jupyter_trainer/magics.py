@@ -9,7 +9,6 @@ import time
 from IPython.core.error import UsageError
 from IPython.core.magic import Magics, cell_magic, line_magic, magics_class
 from IPython.core.magic_arguments import MagicArgumentParser, argument, magic_arguments
-from IPython.display import display
 from traitlets import Bool, Int, List, Unicode
 
 from . import summary
@@ -211,7 +210,7 @@ class TrainerMagics(Magics):
 
         if widget and widgets_supported(self.shell):
             view = JobWidget(job, log_lines=self.log_lines)  # it asks for the status itself
-            display(view)
+            view.show()
             if not view.monitor.finished:
                 poller().watch(view)
             return

@@ -14,26 +14,25 @@ import json
 from pathlib import Path
 
 from .logs import LogSource
+from .metrics import MetricReader
 from .plot import MetricSeries
 from ._fs import write_private_file
 from .store import METRICS_FILE as CACHE_FILE
 
-VERSION = 1
+VERSION = 2  # 2: series by step or epoch, windows of lowest and highest values, the reader's place
 CHECK_BYTES = 64  # log bytes before the cached offset that must be unchanged
 
 
-def save(run_dir: Path, metrics: list[tuple[str, str]], offset: int, source: LogSource, series: MetricSeries) -> None:
-    """Keep `series`, read from the log up to `offset` (the start of a line)."""
+def save(run_dir: Path, metrics: list[tuple[str, str]], offset: int, source: LogSource, series: MetricSeries, reader: MetricReader) -> None:
+    """Keep `series` and where `reader` stands, read from the log up to `offset`."""
     start = max(0, offset - CHECK_BYTES)
     data = {
         "version": VERSION,
         "metrics": metrics,
         "offset": offset,
         "check": source.read(start, offset - start).hex(),
-        "points": series.points,
-        "counts": series.counts,
-        "latest": series.latest,
-        "stride": series.stride,
+        "series": series.state(),
+        "reader": reader.state(),
     }
     try:
         write_private_file(run_dir / CACHE_FILE, json.dumps(data).encode(), durable=False)
@@ -41,8 +40,9 @@ def save(run_dir: Path, metrics: list[tuple[str, str]], offset: int, source: Log
         pass  # only a cache: the next reader reads the log again
 
 
-def load(run_dir: Path, metrics: list[tuple[str, str]], source: LogSource, up_to: int) -> tuple[int, MetricSeries] | None:
-    """The cached offset and series, if they still describe the first bytes of this log (up to `up_to`)."""
+def load(run_dir: Path, metrics: list[tuple[str, str]], source: LogSource, up_to: int, series: MetricSeries, reader: MetricReader) -> int | None:
+    """The cached offset, with `series` and `reader` set as they were there, if the cache still
+    describes the first bytes of this log (up to `up_to`); else None and both untouched."""
     try:
         data = json.loads((run_dir / CACHE_FILE).read_text())
         offset = int(data["offset"])
@@ -51,11 +51,11 @@ def load(run_dir: Path, metrics: list[tuple[str, str]], source: LogSource, up_to
         start = max(0, offset - CHECK_BYTES)
         if source.read(start, offset - start).hex() != data["check"]:
             return None
-        series = MetricSeries()
-        series.points = {name: [(int(x), float(y)) for x, y in points] for name, points in data["points"].items()}
-        series.counts = {name: int(count) for name, count in data["counts"].items()}
-        series.latest = {name: (int(x), float(y)) for name, (x, y) in data["latest"].items()}
-        series.stride = {name: int(stride) for name, stride in data["stride"].items()}
+        cached_series, cached_reader = MetricSeries(series.max_points), MetricReader(reader.sink, reader.patterns)
+        cached_series.restore(data["series"])
+        cached_reader.restore(data["reader"])
     except (OSError, ValueError, KeyError, TypeError, AttributeError):
         return None
-    return offset, series
+    series.restore(cached_series.state())
+    reader.restore(cached_reader.state())
+    return offset

@@ -18,9 +18,10 @@ from . import metrics_cache
 from .job import Job
 from .jobs import Status, describe_outcome
 from .logs import LogCursor, MetricParser, clean_line, last_lines, tail_lines
+from .metrics import MetricReader, Progress, exception_line, progress_of
 from .plot import MetricSeries
 from .spec import Metric
-from .summary import where
+from .summary import facts, where
 
 # A poll reads until either budget is spent, so that a backlog never holds the kernel for long:
 # on a 2-core machine a log full of metric lines is read at about 8 MB a poll, one with a few at 50.
@@ -29,6 +30,7 @@ READ_SECONDS = 0.02
 SAVE_BYTES = 64 << 20  # the metrics are saved after this much more of the log is read...
 SAVE_SECONDS = 10.0  # ...or, once caught up, this long after the last save (at once when the job has ended)
 NOTE_HISTORY_FROM = 64 << 20  # bytes of history from which the view says it is still reading it
+QUIET_AFTER = 300.0  # seconds without output after which a running job's view says so
 
 
 @dataclass(frozen=True)
@@ -46,6 +48,9 @@ class Snapshot:
     lines: tuple[str, ...]  # the log's last lines, the unended one last
     metrics: MetricSeries  # the series read so far (the monitor's own: read it, never change it)
     notes: tuple[str, ...]  # what the view should say about itself (still reading, lines skipped)
+    progress: Progress | None = None  # what the progress bar being drawn says, while running
+    quiet_for: float | None = None  # seconds without output, once a running job has been quiet a while
+    facts: tuple[str, ...] = ()  # what the runtime says of the job besides its status (SageMaker's)
 
 
 class JobMonitor:
@@ -57,12 +62,14 @@ class JobMonitor:
         self.metrics = MetricSeries()
         self.metric_options = [[name, regex] for name, regex in job.record.options.get("metrics", [])]
         self.parser = MetricParser(Metric(name, regex) for name, regex in self.metric_options)
+        self.reader = MetricReader(self.metrics.add, self.parser.finders())
         self.cursor = LogCursor(chunk_size=1 << 20)
         self.read_budget = read_budget
         self.read_seconds = read_seconds
         self.caught_up = False
         self.history_end = 0  # log bytes that existed when the view opened (shown as a tail)
         self._saved = (0, time.monotonic())  # where the metrics cache stands, and since when
+        self.last_output_at: float | None = None  # when the log last grew (wall clock), if known
 
     @property
     def record(self):
@@ -84,20 +91,24 @@ class JobMonitor:
         """Show the log's last lines at once; metrics catch up from the start over later polls."""
         source = self.job.log_source()
         self.history_end = source.size()
+        modified = getattr(source, "modified", None)
+        self.last_output_at = modified() if modified else None
         tail = tail_lines(source, self.lines.maxlen or 0)
         if tail and self.history_end and source.read(self.history_end - 1, 1) != b"\n":
             tail.pop()  # an unfinished last line: the cursor will show it as it grows
         self.lines.extend(tail)
-        cached = metrics_cache.load(self.job.run_dir, self.metric_options, source, self.history_end)
+        cached = metrics_cache.load(self.job.run_dir, self.metric_options, source, self.history_end, self.metrics, self.reader)
         if cached is not None:
-            self.cursor.offset, self.metrics = cached
+            self.cursor.offset = cached
             self._saved = (self.cursor.offset, time.monotonic())
 
-    def read_log(self) -> bool:
-        """Read what the log gained, up to the budget; True if anything shown changed."""
+    def read_log(self, now: float | None = None) -> bool:
+        """Read what the log gained, up to the budget; True if anything shown changed. `now`: the
+        wall clock, to tell when the job last printed."""
         source = self.job.log_source()
+        offset_before = self.cursor.offset
         budget = self.read_budget
-        points_before = sum(self.metrics.counts.values())
+        points_before = sum(self.reader.counts.values())
         pending_before = self._shown_pending()
         notes_before = self.notes()
         shown: list[bytes] = []  # the last lines of each read after the history, decoded once at the end
@@ -121,18 +132,19 @@ class JobMonitor:
                 break
             budget -= max(1, self.cursor.offset - before if not truncation else self.cursor.offset)
             for chunk in self.cursor.metric_chunks(data):
-                for name, values in self.parser.scan(chunk):
-                    if values:
-                        self.metrics.extend(name, values)
+                self.reader.feed(chunk)
             if not in_history and data:  # a copy: the cursor reuses its buffer
                 shown.append(bytes(last_lines(data, self.lines.maxlen or 0)))
             if time.perf_counter() >= deadline:
                 break
         self._show(shown)
+        self.metrics.set_latest(self.reader.pending, self.reader.counts)
         self.caught_up = source.size() <= self.cursor.offset
+        if now is not None and self.cursor.offset != offset_before:
+            self.last_output_at = now
         self._keep_metrics(source)
         changed_note = self._shown_pending() != pending_before or self.notes() != notes_before
-        return bool(shown) or changed_note or sum(self.metrics.counts.values()) != points_before
+        return bool(shown) or changed_note or sum(self.reader.counts.values()) != points_before
 
     def _shown_pending(self) -> str | None:
         """The unended last line as the view shows it (None while the cursor is in the history)."""
@@ -145,7 +157,7 @@ class JobMonitor:
         read = scanned_to - offset
         quiet = self.caught_up and (self.record.status.is_final or time.monotonic() - saved_at >= SAVE_SECONDS)
         if read >= SAVE_BYTES or (read > 0 and quiet):
-            metrics_cache.save(self.job.run_dir, self.metric_options, scanned_to, source, self.metrics)
+            metrics_cache.save(self.job.run_dir, self.metric_options, scanned_to, source, self.metrics, self.reader)
             self._saved = (scanned_to, time.monotonic())
 
     def _show(self, chunks: list[bytes]) -> None:
@@ -171,6 +183,13 @@ class JobMonitor:
             end = record.ended_at if record.ended_at is not None else now
             elapsed = max(0.0, end - record.started_at)
         outcome = describe_outcome(record.status, record.exit_code, record.reason) if record.status is not Status.RUNNING else ""
+        if record.status is Status.FAILED:  # the exception says more than "the script raised an error"
+            raised = exception_line(self.lines)
+            if raised and raised not in outcome:
+                outcome = f"{outcome} · {raised}" if outcome else raised
+        lines = self._shown_lines()
+        running = record.status is Status.RUNNING
+        quiet = now - self.last_output_at if running and self.last_output_at is not None else None
         return Snapshot(
             name=record.name,
             run=record.run,
@@ -180,9 +199,12 @@ class JobMonitor:
             exit_code=record.exit_code,
             outcome=outcome,
             elapsed=elapsed,
-            lines=tuple(self._shown_lines()),
+            lines=tuple(lines),
             metrics=self.metrics,
             notes=tuple(self.notes()),
+            progress=progress_of(lines[-1]) if running and lines else None,
+            quiet_for=quiet if quiet is not None and quiet >= QUIET_AFTER else None,
+            facts=tuple(facts(record, self.job.backends)),
         )
 
     def _shown_lines(self) -> list[str]:

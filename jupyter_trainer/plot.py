@@ -1,93 +1,117 @@
 """Metric charts as inline SVG: no plotting library, nothing heavy to import, cheap to resend.
 
 A `MetricSeries` keeps a bounded number of points per metric however long the
-job runs: past the bound it keeps every other point, so the curve's shape stays
-while memory does not grow.
+job runs. Values go into windows of `stride` values each, and a window keeps
+only its lowest and its highest value (in their order): past the bound, the
+stride doubles and neighbouring windows merge, so a spike or a dip is never
+thinned away while memory does not grow.
+
+A chart shows a metric with its twins (`loss`, `val_loss`, `eval_loss`, ...) on
+one x axis, titled by what x is (step, epoch or value number), on a log scale
+when the values span more than two decades. Hovering shows the values at that
+x (SVG titles: the browser's own tooltip, no script).
 """
 
 from __future__ import annotations
 
 import html
 import math
-from typing import Sequence
 
-PALETTE = ("#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b")
+from .metrics import AXIS_TITLES, twin_key
+
+# Colours that read on a light and on a dark background alike (and tell a metric from its twin).
+PALETTE = ("#3b82f6", "#ef4444", "#22a06b", "#f59e0b", "#a855f7", "#ec4899")
 MAX_POINTS = 1000
+LOG_SCALE_SPAN = 100  # a chart goes logarithmic when its positive values span more than this factor
+HOVER_BANDS = 48  # vertical strips of a chart, each with a tooltip of the values nearest to it
 
 
 class MetricSeries:
     def __init__(self, max_points: int = MAX_POINTS):
         self.max_points = max_points
-        self.points: dict[str, list[tuple[int, float]]] = {}  # the kept points, by match number
-        self.counts: dict[str, int] = {}
-        self.latest: dict[str, tuple[int, float]] = {}
-        self.stride: dict[str, int] = {}  # per metric: the window of matches that gives one point
+        self.axes: dict[str, str] = {}
+        self.windows: dict[str, list[list]] = {}  # per metric: [values in it, lowest/highest points...]
+        self.stride: dict[str, int] = {}  # per metric: the values a window holds
+        self.latest: dict[str, tuple[float, float]] = {}  # per metric: its newest (x, value)
+        self.counts: dict[str, int] = {}  # per metric: the values read
 
-    def extend(self, name: str, values: Sequence[float | bytes | str]) -> None:
-        """Append a metric's next values, in log order. A value's x is its match number, and the
-        series keeps the first number in each window of `stride` matches (the stride doubles
-        whenever the bound is passed). Only the values looked at are converted to floats, so a
-        backlog of millions of matches costs about one conversion per kept point."""
-        index = self.counts.get(name, 0)
-        self.counts[name] = index + len(values)
-        self._note_latest(name, index, values)
-        points = self.points.get(name, [])
-        stride = self.stride.get(name, 1)
-        position = 0
-        while position < len(values):
-            window = (index + position) // stride
-            if points and points[-1][0] // stride == window:  # this window has its point: go to the next
-                position = (window + 1) * stride - index
-                continue
-            value = _number(values[position])
-            if value is None:  # not a number: the window's point is the next one that is
-                position += 1
-                continue
-            points.append((index + position, value))
-            if len(points) > self.max_points:
-                stride *= 2
-                points[:] = _first_in_each_window(points, stride)
-                self.stride[name] = stride
-        if points:
-            self.points[name] = points
+    def add(self, point: tuple) -> None:
+        """A metric's next value whose x is settled: (name, axis, x, value)."""
+        name, axis, x, value = point
+        if not (_finite(x) and _finite(value)):  # a gap: counted by the reader, never drawn
+            return
+        self.axes.setdefault(name, axis)
+        windows = self.windows.setdefault(name, [])
+        stride = self.stride.setdefault(name, 1)
+        if windows and windows[-1][0] < stride:
+            window = windows[-1]
+            window[0] += 1
+            window.append((x, value))
+            window[1:] = _extremes(window[1:])
+            return
+        windows.append([1, (x, value)])
+        if len(windows) > max(1, self.max_points // 2):
+            self.stride[name] = stride * 2
+            windows[:] = [_merged(windows[index : index + 2]) for index in range(0, len(windows), 2)]
 
-    def _note_latest(self, name: str, index: int, values: Sequence[float | bytes | str]) -> None:
-        for position in range(len(values) - 1, -1, -1):
-            value = _number(values[position])
-            if value is not None:
-                self.latest[name] = (index + position, value)
-                return
+    def set_latest(self, pending: dict, counts: dict) -> None:
+        """The newest value of each metric (not yet settled: a redraw may still replace it)."""
+        for name, axis, x, value in pending.values():
+            self.axes.setdefault(name, axis)
+            if _finite(x) and _finite(value):
+                self.latest[name] = (x, value)
+        self.counts = dict(counts)
 
-    def curve(self, name: str) -> list[tuple[int, float]]:
-        """The kept points, ending at the latest value even when the stride skipped it."""
-        points = self.points.get(name, [])
+    @property
+    def points(self) -> dict[str, list[tuple[float, float]]]:
+        return {name: [point for window in windows for point in window[1:]] for name, windows in self.windows.items()}
+
+    def curve(self, name: str) -> list[tuple[float, float]]:
+        """The kept points, ending at the newest value."""
+        points = [point for window in self.windows.get(name, []) for point in window[1:]]
         latest = self.latest.get(name)
-        if latest is not None and (not points or latest[0] > points[-1][0]):
-            return points + [latest]
+        if latest is not None and (not points or points[-1] != latest):
+            points.append(latest)
         return points
 
     def last(self, name: str) -> float | None:
         latest = self.latest.get(name)
-        return latest[1] if latest else None
+        if latest is not None:
+            return latest[1]
+        windows = self.windows.get(name)
+        return windows[-1][-1][1] if windows else None
+
+    def names(self) -> list[str]:
+        return list(dict.fromkeys([*self.windows, *self.latest]))
 
     def __bool__(self) -> bool:
-        return bool(self.points)
+        return bool(self.windows or self.latest)
+
+    # -- kept next to the record, for the next view --------------------------------
+
+    def state(self) -> dict:
+        return {"axes": self.axes, "windows": self.windows, "stride": self.stride, "latest": self.latest, "counts": self.counts}
+
+    def restore(self, state: dict) -> None:
+        self.axes = {str(name): str(axis) for name, axis in state["axes"].items()}
+        self.windows = {
+            str(name): [[int(window[0]), *((float(x), float(y)) for x, y in window[1:])] for window in windows]
+            for name, windows in state["windows"].items()
+        }
+        self.stride = {str(name): int(stride) for name, stride in state["stride"].items()}
+        self.latest = {str(name): (float(x), float(y)) for name, (x, y) in state["latest"].items()}
+        self.counts = {str(name): int(count) for name, count in state["counts"].items()}
 
 
-def _first_in_each_window(points: list[tuple[int, float]], stride: int) -> list[tuple[int, float]]:
-    kept: list[tuple[int, float]] = []
-    for point in points:
-        if not kept or kept[-1][0] // stride != point[0] // stride:
-            kept.append(point)
-    return kept
+def _extremes(points: list[tuple[float, float]]) -> list[tuple[float, float]]:
+    """The lowest and the highest of `points`, in their order (one point when they are the same)."""
+    low = min(range(len(points)), key=lambda index: points[index][1])
+    high = max(range(len(points)), key=lambda index: points[index][1])
+    return [points[low]] if low == high else [points[min(low, high)], points[max(low, high)]]
 
 
-def _number(value: float | bytes | str) -> float | None:
-    try:
-        number = float(value)
-    except (TypeError, ValueError):
-        return None
-    return number if math.isfinite(number) else None
+def _merged(windows: list[list]) -> list:
+    return [sum(window[0] for window in windows), *_extremes([point for window in windows for point in window[1:]])]
 
 
 def _format(value: float) -> str:
@@ -98,7 +122,7 @@ def _format(value: float) -> str:
     return f"{value:.4g}"
 
 
-def _finite(value: float) -> bool:
+def _finite(value) -> bool:
     try:
         return math.isfinite(value)
     except (OverflowError, TypeError):  # an int too large for a float, or not a number at all
@@ -128,54 +152,102 @@ def _value_range(ys: list[float]) -> tuple[float, float]:
     return low, high  # at the largest floats a flat line is drawn across the middle
 
 
-def chart_svg(name: str, points: list[tuple[int, float]], colour: str, width: int = 320, height: int = 140) -> str:
-    """One metric: its curve, its range and its latest value. Any numbers give coordinates inside
-    the chart: values that are not finite (which a metrics cache on disk could hold) are left out."""
-    left, right, top, bottom = 56, 10, 22, 20
+def uses_log_scale(ys: list[float]) -> bool:
+    return bool(ys) and min(ys) > 0 and max(ys) / min(ys) > LOG_SCALE_SPAN
+
+
+def chart_svg(title: str, axis: str, curves: list[tuple[str, list[tuple[float, float]], str]], width: int = 360, height: int = 170) -> str:
+    """One chart: each curve (name, points, colour) over one x axis; its range, its latest values,
+    what x is. Any numbers give coordinates inside the chart: values that are not finite (which a
+    metrics cache on disk could hold) are left out."""
+    left, right, top, bottom = 58, 10, 22, 32
     plot_w, plot_h = width - left - right, height - top - bottom
-    label, colour = html.escape(name), html.escape(colour)
-    points = [(x, y) for x, y in points if _finite(x) and _finite(y)]
+    curves = [(name, [(x, y) for x, y in points if _finite(x) and _finite(y)], colour) for name, points, colour in curves]
+    label = html.escape(title)
     head = (
         f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
         f'viewBox="0 0 {width} {height}" role="img" aria-label="{label}" class="jt-chart">'
     )
-    if not points:
-        return (
-            head + f'<text x="{left}" y="14" font-size="12" font-family="sans-serif" fill="#333">'
-            f'<tspan font-weight="bold">{label}</tspan> no finite value</text>'
-            f'<rect x="{left}" y="{top}" width="{plot_w}" height="{plot_h}" fill="#fafafa" stroke="#ddd"/></svg>'
-        )
-    xs = [x for x, _ in points]
-    ys = [y for _, y in points]
+    frame = f'<rect class="jt-frame" x="{left}" y="{top}" width="{plot_w}" height="{plot_h}"/>'
+    legend = "".join(
+        f'<tspan class="jt-swatch" style="fill:{html.escape(colour)}">■</tspan>'
+        f'<tspan class="jt-name"> {html.escape(name)}</tspan> {_format(points[-1][1]) if points else "no finite value"}  '
+        for name, points, colour in curves
+    )
+    legend_svg = f'<text class="jt-legend" x="{left}" y="14">{legend}</text>'
+    everything = [point for _, points, _ in curves for point in points]
+    if not everything:
+        return head + legend_svg + frame + "</svg>"
+    xs = [x for x, _ in everything]
+    ys = [y for _, y in everything]
     x0, x1 = min(xs), max(xs)
-    y0, y1 = _value_range(ys)
+    logarithmic = uses_log_scale(ys)
+    scale = math.log10 if logarithmic else (lambda value: value)
+    y0, y1 = (math.log10(min(ys)), math.log10(max(ys))) if logarithmic else _value_range(ys)
 
     def position(x: float, y: float) -> tuple[float, float]:
-        return left + _fraction(x, x0, x1) * plot_w, top + (1 - _fraction(y, y0, y1)) * plot_h
+        return left + _fraction(x, x0, x1) * plot_w, top + (1 - _fraction(scale(y), y0, y1)) * plot_h
 
-    path = " ".join(f"{px:.1f},{py:.1f}" for px, py in (position(x, y) for x, y in points))
-    dot = ""
-    if len(points) == 1:  # a one-point line draws nothing: show the point
-        px, py = position(*points[0])
-        dot = f'<circle cx="{px:.1f}" cy="{py:.1f}" r="2.5" fill="{colour}"/>'
-    return (
-        head + f'<text x="{left}" y="14" font-size="12" font-family="sans-serif" fill="#333">'
-        f'<tspan font-weight="bold">{label}</tspan> {_format(ys[-1])}</text>'
-        f'<rect x="{left}" y="{top}" width="{plot_w}" height="{plot_h}" fill="#fafafa" stroke="#ddd"/>'
-        f'<text x="{left - 4}" y="{top + 9}" font-size="10" text-anchor="end" fill="#666">{_format(y1)}</text>'
-        f'<text x="{left - 4}" y="{top + plot_h}" font-size="10" text-anchor="end" fill="#666">{_format(y0)}</text>'
-        f'<text x="{left}" y="{height - 5}" font-size="10" fill="#666">{x0 + 1}</text>'
-        f'<text x="{left + plot_w}" y="{height - 5}" font-size="10" text-anchor="end" fill="#666">{x1 + 1}</text>'
-        f'<polyline fill="none" stroke="{colour}" stroke-width="1.5" points="{path}"/>{dot}'
-        "</svg>"
+    lines = []
+    for name, points, colour in curves:
+        if not points:
+            continue
+        path = " ".join(f"{px:.1f},{py:.1f}" for px, py in (position(x, y) for x, y in points))
+        lines.append(f'<polyline class="jt-line" style="stroke:{html.escape(colour)}" points="{path}"><title>{html.escape(name)}</title></polyline>')
+        if len(points) == 1:  # a one-point line draws nothing: show the point
+            px, py = position(*points[0])
+            lines.append(f'<circle cx="{px:.1f}" cy="{py:.1f}" r="2.5" style="fill:{html.escape(colour)}"/>')
+    top_label, bottom_label = (max(ys), min(ys)) if logarithmic else (y1, y0)
+    axis_title = AXIS_TITLES.get(axis, axis) + (" · log scale" if logarithmic else "")
+    axes = (
+        f'<text class="jt-tick" x="{left - 4}" y="{top + 9}" text-anchor="end">{_format(top_label)}</text>'
+        f'<text class="jt-tick" x="{left - 4}" y="{top + plot_h}" text-anchor="end">{_format(bottom_label)}</text>'
+        f'<text class="jt-tick" x="{left}" y="{top + plot_h + 12}">{_format(x0)}</text>'
+        f'<text class="jt-tick" x="{left + plot_w}" y="{top + plot_h + 12}" text-anchor="end">{_format(x1)}</text>'
+        f'<text class="jt-axis-title" x="{left + plot_w / 2:.0f}" y="{height - 4}" text-anchor="middle">{html.escape(axis_title)}</text>'
     )
+    return head + legend_svg + frame + axes + "".join(lines) + _hover_bands(curves, x0, x1, left, top, plot_w, plot_h, axis) + "</svg>"
+
+
+def _hover_bands(curves, x0: float, x1: float, left: int, top: int, plot_w: int, plot_h: int, axis: str) -> str:
+    """Invisible strips across the chart; hovering one shows each curve's value nearest its middle."""
+    bands = HOVER_BANDS if x1 > x0 else 1
+    width = plot_w / bands
+    axis_name = AXIS_TITLES.get(axis, axis)
+    said: list[list[str]] = [[] for _ in range(bands)]
+    for name, points, _ in curves:
+        nearest: dict[int, tuple[float, float, float]] = {}  # band: (distance to its middle, x, y)
+        for x, y in points:
+            where = _fraction(x, x0, x1) * bands
+            band = min(bands - 1, int(where))
+            distance = abs(where - band - 0.5)
+            if band not in nearest or distance < nearest[band][0]:
+                nearest[band] = (distance, x, y)
+        for band, (_, x, y) in nearest.items():
+            said[band].append(f"{name} {_format(y)} at {axis_name} {_format(x)}")
+    return "".join(
+        f'<rect class="jt-hover" x="{left + band * width:.1f}" y="{top}" width="{width:.1f}" height="{plot_h}">'
+        f"<title>{html.escape(chr(10).join(lines))}</title></rect>"
+        for band, lines in enumerate(said)
+        if lines
+    )
+
+
+def chart_groups(series: MetricSeries) -> list[tuple[str, str, list[str]]]:
+    """(title, axis, names) of each chart: a metric and its twins share one when their x is the same."""
+    groups: dict[tuple[str, str], list[str]] = {}
+    for name in series.names():
+        axis = series.axes.get(name, "n")
+        groups.setdefault((twin_key(name), axis), []).append(name)
+    return [(key, axis, names) for (key, axis), names in groups.items()]
 
 
 def charts_html(series: MetricSeries) -> str:
     if not series:
         return ""
+    colours = {name: PALETTE[index % len(PALETTE)] for index, name in enumerate(series.names())}
     charts = [
-        chart_svg(name, series.curve(name), PALETTE[index % len(PALETTE)])
-        for index, name in enumerate(series.points)
+        chart_svg(title, axis, [(name, series.curve(name), colours[name]) for name in names])
+        for title, axis, names in chart_groups(series)
     ]
-    return '<div style="display:flex;flex-wrap:wrap;gap:8px">' + "".join(charts) + "</div>"
+    return '<div class="jt-charts">' + "".join(charts) + "</div>"

@@ -10,25 +10,9 @@ from typing import Iterable
 
 from .backends import DEFAULT, Backends, UnknownBackend
 from .errors import TrainerError
-from .jobs import JobRecord, describe_outcome
+from .jobs import JobRecord, describe_outcome, format_duration
 
 COLUMNS = ("name", "backend", "status", "started", "duration", "exit code")
-
-
-def format_duration(seconds: float | None) -> str:
-    if seconds is None:
-        return "-"
-    seconds = int(seconds)
-    days, rest = divmod(seconds, 86400)
-    hours, rest = divmod(rest, 3600)
-    minutes, seconds = divmod(rest, 60)
-    if days:
-        return f"{days}d {hours:02d}h{minutes:02d}m"
-    if hours:
-        return f"{hours}h{minutes:02d}m{seconds:02d}s"
-    if minutes:
-        return f"{minutes}m{seconds:02d}s"
-    return f"{seconds}s"
 
 
 def format_time(timestamp: float | None) -> str:
@@ -44,6 +28,15 @@ def where(record: JobRecord, backends: Backends | None = None) -> str:
         return (backends or DEFAULT).get(record.backend).describe_where(record)
     except (UnknownBackend, TrainerError):
         return record.backend
+
+
+def facts(record: JobRecord, backends: Backends | None = None) -> list[str]:
+    """What the job's runtime says of it besides its status, in its backend's words (none when
+    they cannot be had)."""
+    try:
+        return list((backends or DEFAULT).get(record.backend).describe_facts(record))
+    except (UnknownBackend, TrainerError):
+        return []
 
 
 def record_row(record: JobRecord) -> tuple[str, ...]:
@@ -128,6 +121,10 @@ def snapshot_text(snapshot) -> str:
     header = [snapshot.name, snapshot.status.value, f"{snapshot.backend} · {snapshot.where}", f"elapsed {format_duration(snapshot.elapsed)}"]
     if snapshot.outcome:
         header.append(snapshot.outcome)
+    if snapshot.progress:
+        header.append(f"{snapshot.progress.percent}%" + (f" ETA {snapshot.progress.eta}" if snapshot.progress.eta else ""))
+    if snapshot.quiet_for:
+        header.append(f"no output for {format_duration(snapshot.quiet_for)}")
     series = snapshot.metrics
-    metrics = ", ".join(f"{name} {series.last(name):.4g}" for name in series.points if series.last(name) is not None)
-    return "\n".join([" ".join(header), *([f"metrics: {metrics}"] if metrics else []), *snapshot.notes, *snapshot.lines[-10:]])
+    metrics = ", ".join(f"{name} {series.last(name):.4g}" for name in series.names() if series.last(name) is not None)
+    return "\n".join([" ".join(header), *snapshot.facts, *([f"metrics: {metrics}"] if metrics else []), *snapshot.notes, *snapshot.lines[-10:]])

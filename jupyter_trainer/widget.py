@@ -13,6 +13,7 @@ kernel go on.
 from __future__ import annotations
 
 import html
+import secrets
 import threading
 import time
 from typing import Callable
@@ -25,20 +26,73 @@ from .summary import format_duration
 from .store import RECORD_FILE
 
 PUSH_INTERVAL = 0.25  # seconds between two updates of one widget: at most 4 a second
+SAVE_INTERVAL = 15.0  # seconds between two updates of the view saved in the notebook (and at each change of status)
+SAVED_LINES = 40  # log lines the saved view keeps (it is written into the notebook file)
 POLL_INTERVAL = 0.25  # seconds between two reads of the logs
 ERROR_CHARS = 300  # an error line is cut to this many characters
 
 
+# Badge colours, each with white text at WCAG AA contrast (4.5:1 or more) on any theme.
 STATUS_COLOURS = {
-    Status.PENDING: "#6c757d",
-    Status.RUNNING: "#0d6efd",
-    Status.COMPLETED: "#198754",
-    Status.FAILED: "#dc3545",
-    Status.STOPPED: "#fd7e14",
+    Status.PENDING: "#5c636a",
+    Status.RUNNING: "#0b5ed7",
+    Status.COMPLETED: "#146c43",
+    Status.FAILED: "#b02a37",
+    Status.STOPPED: "#9a4a00",
     Status.LOST: "#6f42c1",
 }
 # What the view's final colour is, in ipywidgets' bar_style words.
 BAR_STYLES = {Status.COMPLETED: "success", Status.FAILED: "danger", Status.STOPPED: "warning", Status.LOST: "danger"}
+
+# The view's colours come from the frontend's theme: JupyterLab's and Notebook 7's CSS variables, then
+# VS Code's, then light defaults. A text and the background it sits on come from the same family, so
+# the two always belong to one theme. Sent once per view, not with every update.
+STYLE = """<style>
+.jupyter-trainer-job {
+  --jt-fg: var(--jp-ui-font-color1, var(--vscode-foreground, #1f2328));
+  --jt-muted: var(--jp-ui-font-color2, var(--vscode-descriptionForeground, #57606a));
+  --jt-border: var(--jp-border-color1, var(--vscode-panel-border, #d0d7de));
+  --jt-log-bg: var(--jp-cell-editor-background, var(--vscode-editor-background, #f6f8fa));
+  --jt-log-fg: var(--jp-content-font-color1, var(--vscode-editor-foreground, #1f2328));
+  --jt-error: var(--jp-error-color1, var(--vscode-errorForeground, #b00020));
+  --jt-warn-bg: var(--jp-warn-color3, #fff3cd);
+  --jt-warn-fg: var(--jp-ui-font-color0, #3d2c00);
+  color: var(--jt-fg);
+  border: 1px solid var(--jt-border);
+}
+.jupyter-trainer-job .jt-header { display: flex; flex-wrap: wrap; gap: 4px 12px; align-items: center; color: var(--jt-fg); }
+.jupyter-trainer-job .jt-name { font-size: 1.1em; font-weight: bold; }
+.jupyter-trainer-job .jt-status { color: #fff; border-radius: 4px; padding: 1px 8px; }
+.jupyter-trainer-job .jt-muted, .jupyter-trainer-job .jt-reading { color: var(--jt-muted); }
+.jupyter-trainer-job .jt-reading { font-size: 11px; }
+.jupyter-trainer-job .jt-quiet { color: var(--jt-warn-fg); background: var(--jt-warn-bg); border-radius: 4px; padding: 0 6px; }
+.jupyter-trainer-job .jt-error { color: var(--jt-error); }
+.jupyter-trainer-job .jt-exception { font-family: var(--jp-code-font-family, monospace); }
+.jupyter-trainer-job .jt-facts { color: var(--jt-muted); font-size: 12px; }
+.jupyter-trainer-job .jt-log-pane { display: flex; flex-direction: column-reverse; max-height: 320px; overflow-y: auto;
+  background: var(--jt-log-bg); border: 1px solid var(--jt-border); }
+.jupyter-trainer-job .jt-log { flex: none; overflow: visible; margin: 0; padding: 6px; font-size: 12px; line-height: 1.35;
+  white-space: pre-wrap; color: var(--jt-log-fg); background: transparent; font-family: var(--jp-code-font-family, monospace); }
+.jupyter-trainer-job .jt-charts { display: flex; flex-wrap: wrap; gap: 8px; }
+.jupyter-trainer-job .jt-chart text { fill: var(--jt-fg); font-family: var(--jp-ui-font-family, sans-serif); font-size: 10px; }
+.jupyter-trainer-job .jt-chart .jt-legend { font-size: 12px; }
+.jupyter-trainer-job .jt-chart .jt-name { font-weight: bold; }
+.jupyter-trainer-job .jt-chart .jt-tick, .jupyter-trainer-job .jt-chart .jt-axis-title { fill: var(--jt-muted); }
+.jupyter-trainer-job .jt-chart .jt-frame { fill: none; stroke: var(--jt-border); }
+.jupyter-trainer-job .jt-chart .jt-line { fill: none; stroke-width: 1.6; }
+.jupyter-trainer-job .jt-chart .jt-hover { fill: transparent; }
+.jupyter-trainer-job .jt-chart .jt-hover:hover { fill: var(--jt-border); fill-opacity: 0.35; }
+.jupyter-trainer-job .jt-disconnected { display: none; }
+.jupyter-trainer-job.jupyter-widgets-disconnected .jt-disconnected { display: block; color: var(--jt-warn-fg);
+  background: var(--jt-warn-bg); padding: 2px 6px; border-radius: 4px; }
+.jupyter-trainer-job.jupyter-widgets-disconnected .jt-stop { opacity: 0.4; pointer-events: none; }
+.jupyter-trainer-job.jupyter-widgets-disconnected .jt-status { filter: grayscale(1); opacity: 0.6; }
+.jupyter-trainer-job.jupyter-widgets-disconnected::before,
+.jupyter-trainer-job .jupyter-widgets-disconnected::before { content: none; }  /* the notice says it once */
+.jupyter-trainer-job .jt-saved-note { color: var(--jt-warn-fg); background: var(--jt-warn-bg); padding: 2px 6px;
+  border-radius: 4px; margin: 4px 0; }
+.jupyter-trainer-job.jt-saved .jt-disconnected { display: none; }
+</style>"""
 
 
 # -- a snapshot as HTML: everything a job controls is escaped -------------------------------
@@ -47,32 +101,69 @@ BAR_STYLES = {Status.COMPLETED: "success", Status.FAILED: "danger", Status.STOPP
 def header_html(snapshot: Snapshot) -> str:
     colour = STATUS_COLOURS[snapshot.status]
     parts = [
-        f'<b style="font-size:1.1em">{html.escape(snapshot.name)}</b>',
-        f'<span class="jt-status" style="background:{colour};color:white;border-radius:4px;'
-        f'padding:1px 8px">{snapshot.status.value}</span>',
+        f'<span class="jt-name">{html.escape(snapshot.name)}</span>',
+        f'<span class="jt-status" style="background:{colour}">{snapshot.status.value}</span>',
         f"<span>{html.escape(f'{snapshot.backend} · {snapshot.where}')}</span>",
         f"<span>elapsed {format_duration(snapshot.elapsed)}</span>",
     ]
+    if snapshot.progress:
+        eta = f" · ETA {snapshot.progress.eta}" if snapshot.progress.eta else ""
+        parts.append(f'<span class="jt-progress">{snapshot.progress.percent}%{html.escape(eta)}</span>')
+    if snapshot.quiet_for:
+        parts.append(f'<span class="jt-quiet">no output for {format_duration(snapshot.quiet_for)}</span>')
     if snapshot.outcome:
         kind = "jt-exit" if snapshot.exit_code is not None else "jt-reason"
         parts.append(f'<span class="{kind}">{html.escape(snapshot.outcome)}</span>')
-    return '<div class="jt-header" style="display:flex;gap:12px;align-items:center">' + "".join(parts) + "</div>"
-
-
-def log_html(snapshot: Snapshot) -> str:
-    text = html.escape("\n".join(snapshot.lines)) or '<span style="color:#999">(no output yet)</span>'
-    # column-reverse keeps the box scrolled to its newest line as lines arrive
+    facts = "".join(f"<span>{html.escape(fact)}</span>" for fact in snapshot.facts)
     return (
-        '<div style="display:flex;flex-direction:column-reverse;max-height:320px;overflow-y:auto;'
-        'background:#f6f8fa;border:1px solid #e1e4e8">'
-        '<pre class="jt-log" style="flex:none;overflow:visible;margin:0;padding:6px;font-size:12px;line-height:1.35;'
-        f'white-space:pre-wrap">{text}</pre></div>'
+        '<div class="jt-header">' + "".join(parts) + "</div>"
+        + (f'<div class="jt-header jt-facts">{facts}</div>' if facts else "")
+        + f'<div class="jt-disconnected">{html.escape(disconnected_text(snapshot.name))}</div>'
     )
 
 
+def disconnected_text(name: str) -> str:
+    return (
+        f"Disconnected: the kernel that showed this view has stopped, so it no longer changes; the job "
+        f"itself goes on. To follow it again, run %load_ext jupyter_trainer and %train_attach {name}."
+    )
+
+
+def log_html(snapshot: Snapshot) -> str:
+    text = html.escape("\n".join(snapshot.lines)) or '<span class="jt-muted">(no output yet)</span>'
+    # column-reverse keeps the box scrolled to its newest line as lines arrive
+    return f'<div class="jt-log-pane"><pre class="jt-log">{text}</pre></div>'
+
+
 def plot_html(snapshot: Snapshot) -> str:
-    notes = "".join(f'<div class="jt-reading" style="color:#666;font-size:11px">{html.escape(note)}</div>' for note in snapshot.notes)
+    notes = "".join(f'<div class="jt-reading">{html.escape(note)}</div>' for note in snapshot.notes)
     return notes + charts_html(snapshot.metrics)
+
+
+def saved_view_html(snapshot: Snapshot, view_id: str, saved_at: float) -> str:
+    """The view as a notebook keeps it: shown when no kernel shows the live one (the notebook
+    opened another day, the kernel gone), with how to bring it back. While the live view is on
+    the page, its stylesheet hides this copy; when the live one cannot be drawn ("model not
+    found"), this copy's stylesheet hides that message instead."""
+    shown = Snapshot(**{**snapshot.__dict__, "lines": snapshot.lines[-SAVED_LINES:], "quiet_for": None, "progress": None})
+    when = time.strftime("%Y-%m-%d %H:%M", time.localtime(saved_at))
+    ended = snapshot.status.is_final
+    how = (
+        f"Saved {when}, when the job had ended. Run this cell again (it attaches to the job and never starts it "
+        f"twice) or %train_attach {snapshot.name} to see it live; jupyter-trainer metrics {snapshot.name} gives its curves."
+        if ended
+        else f"Saved {when}: no kernel shows this job live now, and it may have gone on since. Run this cell again "
+        f"(it attaches to the job and never starts it twice) or %train_attach {snapshot.name} to follow it live."
+    )
+    hide_dead_widget = (
+        f".jp-OutputArea-child:has(+ .jp-OutputArea-child .jt-saved-{view_id}):not(:has(.jupyter-trainer-job)) {{ display: none; }}"
+    )
+    return (
+        STYLE + f"<style>{hide_dead_widget}</style>"
+        f'<div class="jupyter-trainer-job jt-saved jt-saved-{view_id}" style="padding:6px">'
+        + header_html(shown) + f'<div class="jt-saved-note">{html.escape(how)}</div>'
+        + plot_html(shown) + log_html(shown) + "</div>"
+    )
 
 
 def describe(exc: BaseException) -> str:
@@ -85,7 +176,7 @@ def error_html(text: str) -> str:
     line = " ".join(text.split())
     if len(line) > ERROR_CHARS:
         line = line[: ERROR_CHARS - 1] + "…"
-    return f'<div class="jt-error" style="color:#b00">{html.escape(line)}</div>'
+    return f'<div class="jt-error">{html.escape(line)}</div>'
 
 
 class JobWidget:
@@ -97,6 +188,7 @@ class JobWidget:
         self.status_interval = job.backend_impl().status_interval
         self.monitor.refresh_status()
         self.monitor.start()
+        self.style = widgets.HTML(layout={"display": "none"})
         self.header = widgets.HTML()
         self.plot = widgets.HTML()
         self.log = widgets.HTML()
@@ -104,11 +196,17 @@ class JobWidget:
             description="Stop", icon="stop", tooltip="stop the job (its whole process group)"
         )
         self.stop_button.on_click(self._stop_clicked)
+        self.stop_button.add_class("jt-stop")
         self.box = widgets.VBox(
-            [widgets.HBox([self.header, self.stop_button], layout={"justify_content": "space-between"}), self.plot, self.log],
-            layout={"border": "1px solid #d0d7de", "padding": "6px", "width": "100%"},
+            [self.style, widgets.HBox([self.header, self.stop_button], layout={"justify_content": "space-between"}), self.plot, self.log],
+            layout={"padding": "6px", "width": "100%"},
         )
         self.box.add_class("jupyter-trainer-job")
+        self.view_id = secrets.token_hex(8)
+        # while this view is drawn, the copy saved in the notebook is not shown
+        self.style.value = STYLE + f"<style>.jt-saved-{self.view_id} {{ display: none; }}</style>"
+        self._saved_handle = None  # the display of the saved copy, once the view is shown in a notebook
+        self._saved_state = None  # what the saved copy last showed: status and when
         self.error = ""  # the last failure, shown under the header until the step that failed succeeds
         self._error_step: str | None = None  # that step: "status", "log", "stop" or "poll"
         self.removed = False  # the job's record is gone from the store: nothing more to follow
@@ -125,6 +223,30 @@ class JobWidget:
     def _repr_mimebundle_(self, **kwargs):
         return self.box._repr_mimebundle_(**kwargs)
 
+    def show(self) -> None:
+        """Display the view, and after it the copy of it the notebook keeps (see saved_view_html)."""
+        from IPython.display import HTML, display
+
+        display(self)
+        self._saved_handle = display(HTML(self._saved_html()), display_id=True)
+        self._saved_state = (self.monitor.record.status, self.clock())
+
+    def _saved_html(self) -> str:
+        now = self.clock()
+        return saved_view_html(self.monitor.snapshot(now), self.view_id, now)
+
+    def _keep_saved(self) -> None:
+        """Update the saved copy now and then, at each change of status, and at the end."""
+        if self._saved_handle is None:
+            return
+        from IPython.display import HTML
+
+        status, saved_at = self._saved_state
+        now = self.clock()
+        if status != self.monitor.record.status or now - saved_at >= SAVE_INTERVAL or self.monitor.finished:
+            self._saved_state = (self.monitor.record.status, now)
+            self._saved_handle.update(HTML(self._saved_html()))
+
     # -- driven by the poller ------------------------------------------------
 
     def poll(self, now: float) -> bool:
@@ -138,7 +260,7 @@ class JobWidget:
                 self.last_status_check = now
                 self._dirty |= self.monitor.refresh_status()
             step = "log"
-            self._dirty |= self.monitor.read_log()
+            self._dirty |= self.monitor.read_log(now=self.clock())
         except Exception as exc:  # the view must survive a passing engine or disk error
             if self._record_gone():
                 self._show_removed()
@@ -155,6 +277,7 @@ class JobWidget:
         if finished or ((self._dirty or ticking) and due):
             self.push()  # the final state is always shown, whatever the rate
             self.last_push = now
+            self._keep_saved()
         return not finished
 
     def push(self) -> None:

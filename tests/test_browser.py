@@ -161,20 +161,20 @@ def _run_cell(page, index):
     page.wait_for_function(f"{cell}.executionCount !== null")
 
 
+def _write_notebook(lab, name, *cells):
+    notebook = nbformat.v4.new_notebook()
+    notebook.cells = [nbformat.v4.new_code_cell(cell) for cell in cells]
+    notebook.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    nbformat.write(notebook, lab["root"] / name)
+    ARTIFACTS.mkdir(exist_ok=True)
+
+
 def _kernel_id(page):
     return page.evaluate("window.jupyterapp.shell.currentWidget.sessionContext.session.kernel.id")
 
 
 def test_widget_in_jupyterlab(lab, browser):
-    notebook = nbformat.v4.new_notebook()
-    notebook.cells = [
-        nbformat.v4.new_code_cell("%load_ext jupyter_trainer"),
-        nbformat.v4.new_code_cell(TRAINING_CELL),
-        nbformat.v4.new_code_cell("%train_attach browser-job"),
-    ]
-    notebook.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
-    nbformat.write(notebook, lab["root"] / "widget.ipynb")
-    ARTIFACTS.mkdir(exist_ok=True)
+    _write_notebook(lab, "widget.ipynb", "%load_ext jupyter_trainer", TRAINING_CELL, "%train_attach browser-job")
 
     page = _open_notebook(browser, lab, "widget.ipynb")
     _run_cell(page, 0)
@@ -223,11 +223,7 @@ def test_widget_in_jupyterlab(lab, browser):
 
 
 def test_text_from_a_job_is_never_markup_in_jupyterlab(lab, browser):
-    notebook = nbformat.v4.new_notebook()
-    notebook.cells = [nbformat.v4.new_code_cell("%load_ext jupyter_trainer"), nbformat.v4.new_code_cell(HOSTILE_CELL)]
-    notebook.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
-    nbformat.write(notebook, lab["root"] / "hostile.ipynb")
-    ARTIFACTS.mkdir(exist_ok=True)
+    _write_notebook(lab, "hostile.ipynb", "%load_ext jupyter_trainer", HOSTILE_CELL)
     release = lab["root"] / "release-hostile-job"
 
     page = _open_notebook(browser, lab, "hostile.ipynb")
@@ -268,4 +264,160 @@ def test_text_from_a_job_is_never_markup_in_jupyterlab(lab, browser):
         widget.screenshot(path=str(ARTIFACTS / "widget-hostile-completed.png"))
     finally:
         release.touch()
+        page.close()
+
+
+# -- themes, the saved view, a restarted kernel -------------------------------------------------
+
+KERAS_LIKE_CELL = """%%train_detached --host --name themed-job
+import sys, time
+for epoch in range(1, 4):
+    print(f"Epoch {epoch}/3", flush=True)
+    for step in range(1, 11):
+        sys.stdout.write(f"\\r{step}/10 [{'=' * step}{'.' * (10 - step)}] - ETA: {10 - step}s - loss: {1 / (epoch * step):.4f}")
+        sys.stdout.flush()
+        time.sleep(0.05)
+    print(f" - val_loss: {1.5 / epoch:.4f}", flush=True)
+print("Traceback (most recent call last):")
+print("KeyError: 'images'")
+raise SystemExit(1)
+"""
+
+
+def _luminance(rgb):
+    def channel(value):
+        value /= 255
+        return value / 12.92 if value <= 0.03928 else ((value + 0.055) / 1.055) ** 2.4
+
+    red, green, blue = (channel(value) for value in rgb)
+    return 0.2126 * red + 0.7152 * green + 0.0722 * blue
+
+
+def _contrast(first, second):
+    high, low = sorted((_luminance(first), _luminance(second)), reverse=True)
+    return (high + 0.05) / (low + 0.05)
+
+
+# the colour an element's text is drawn in (`fill` for SVG text), and the first opaque background
+# behind it, as the browser computed them
+COLOURS_OF = """(element) => {
+    const parse = (value) => { const m = value.match(/rgba?\\(([^)]+)\\)/); if (!m) return null;
+        const parts = m[1].split(',').map(Number); return parts.length > 3 && parts[3] === 0 ? null : parts.slice(0, 3); };
+    const style = getComputedStyle(element);
+    const text = element instanceof SVGElement ? parse(style.fill) : parse(style.color);
+    let node = element, background = null;
+    while (node && !background) { background = node instanceof Element ? parse(getComputedStyle(node).backgroundColor) : null;
+        node = node.parentElement; }
+    return [text, background || [255, 255, 255]];
+}"""
+
+
+def _set_theme(page, theme):
+    _command(page, "apputils:change-theme", {"theme": theme})
+    light = "true" if "Light" in theme else "false"
+    page.wait_for_function(f"document.body.dataset.jpThemeLight === '{light}'", timeout=60_000)
+    page.wait_for_timeout(500)  # the theme's stylesheet applied
+
+
+def _readable(widget, selector):
+    text, background = widget.locator(selector).first.evaluate(COLOURS_OF)
+    return _contrast(text, background)
+
+
+def test_the_view_reads_well_in_the_light_and_the_dark_theme(lab, browser):
+    _write_notebook(lab, "themes.ipynb", "%load_ext jupyter_trainer", KERAS_LIKE_CELL)
+    page = _open_notebook(browser, lab, "themes.ipynb")
+    panel = f"#{page.evaluate('window.jupyterapp.shell.currentWidget.id')}"
+    try:
+        _run_cell(page, 0)
+        _run_cell(page, 1)
+        widget = page.locator(f"{panel} .jupyter-trainer-job:not(.jt-saved)").first
+        widget.wait_for()
+        widget.locator(".jt-progress").wait_for(timeout=30_000)  # the bar's percentage while it runs
+        assert "ETA" in widget.locator(".jt-progress").inner_text()
+        widget.locator(".jt-status", has_text="failed").wait_for(timeout=90_000)
+        assert "KeyError: 'images'" in widget.locator(".jt-header").first.inner_text()
+        chart = widget.locator("svg.jt-chart").first
+        assert chart.locator("polyline").count() == 2  # loss and val_loss share one chart
+        assert "epoch" in chart.locator(".jt-axis-title").text_content()
+        assert "val_loss" in chart.locator("rect.jt-hover title").last.text_content()  # what hovering shows
+        for theme, name in (("JupyterLab Light", "light"), ("JupyterLab Dark", "dark")):
+            _set_theme(page, theme)
+            widget.scroll_into_view_if_needed()
+            widget.screenshot(path=str(ARTIFACTS / f"widget-{name}.png"))
+            for selector in (".jt-log", ".jt-chart .jt-legend", ".jt-chart .jt-axis-title", ".jt-header span"):
+                ratio = _readable(widget, selector)
+                assert ratio >= 4.5, f"{selector} in the {name} theme: contrast {ratio:.2f}"
+    finally:
+        _set_theme(page, "JupyterLab Light")
+        page.close()
+
+
+def _shut_down_kernel(page):
+    page.evaluate("window.jupyterapp.shell.currentWidget.sessionContext.shutdown()")
+    page.wait_for_function("!window.jupyterapp.shell.currentWidget.sessionContext.session")
+
+
+def test_a_reopened_notebook_shows_the_saved_view_not_model_not_found(lab, browser):
+    cell = TRAINING_CELL.replace("browser-job", "saved-job").replace("range(40)", "range(8)")
+    _write_notebook(lab, "saved.ipynb", "%load_ext jupyter_trainer", cell)
+    page = _open_notebook(browser, lab, "saved.ipynb")
+    _run_cell(page, 0)
+    _run_cell(page, 1)
+    panel = f"#{page.evaluate('window.jupyterapp.shell.currentWidget.id')}"
+    live = page.locator(f"{panel} .jupyter-trainer-job:not(.jt-saved)")
+    live.locator(".jt-status", has_text="completed").wait_for(timeout=90_000)
+    saved = page.locator(f"{panel} .jt-saved")
+    assert saved.count() == 1 and not saved.is_visible()  # the live view is shown, its copy is not
+    page.wait_for_function(  # the copy is brought up to date at the end
+        f"document.querySelector('{panel} .jt-saved .jt-status')?.textContent === 'completed'"
+    )
+    _command(page, "docmanager:save")
+    page.wait_for_function("!window.jupyterapp.shell.currentWidget.context.model.dirty")
+    _shut_down_kernel(page)
+    page.close()
+
+    page = _open_notebook(browser, lab, "saved.ipynb")  # the next day: a new kernel, no widget models
+    panel = f"#{page.evaluate('window.jupyterapp.shell.currentWidget.id')}"
+    saved = page.locator(f"{panel} .jt-saved")
+    saved.wait_for()
+    page.wait_for_timeout(2000)  # the widget manager has given up on the old model by now
+    assert saved.is_visible() and "completed" in saved.locator(".jt-status").inner_text()
+    text = saved.inner_text()
+    assert "training done" in text and "%train_attach saved-job" in text and "Run this cell again" in text
+    assert saved.locator("svg.jt-chart polyline").count() == 1
+    errors = page.get_by_text("Error displaying widget")
+    assert all(not errors.nth(index).is_visible() for index in range(errors.count()))
+    page.locator(f"{panel} .jp-Cell").nth(1).screenshot(path=str(ARTIFACTS / "widget-saved-view.png"))
+    # running the cell again brings the live view back, and attaches rather than trains again
+    _run_cell(page, 0)
+    _run_cell(page, 1)
+    live = page.locator(f"{panel} .jupyter-trainer-job:not(.jt-saved)")
+    live.locator(".jt-status", has_text="completed").wait_for()
+    assert not page.locator(f"{panel} .jt-saved").first.is_visible()
+    page.close()
+
+
+def test_after_a_kernel_restart_the_old_view_says_it_is_disconnected(lab, browser):
+    cell = "%%train_detached --host --name long-job\nimport time\nfor i in range(600):\n    print('tick', i, flush=True)\n    time.sleep(1)\n"
+    _write_notebook(lab, "restart.ipynb", "%load_ext jupyter_trainer", cell)
+    page = _open_notebook(browser, lab, "restart.ipynb")
+    env = {**os.environ, "JUPYTER_TRAINER_HOME": str(lab["home"])}
+    try:
+        _run_cell(page, 0)
+        _run_cell(page, 1)
+        panel = f"#{page.evaluate('window.jupyterapp.shell.currentWidget.id')}"
+        widget = page.locator(f"{panel} .jupyter-trainer-job:not(.jt-saved)").first
+        widget.locator(".jt-status", has_text="running").wait_for()
+        assert not widget.locator(".jt-disconnected").is_visible()
+        page.evaluate("window.jupyterapp.shell.currentWidget.sessionContext.session.kernel.restart()")
+        page.wait_for_function(f"document.querySelector('{panel} .jupyter-trainer-job.jupyter-widgets-disconnected')")
+        notice = widget.locator(".jt-disconnected")
+        assert notice.is_visible() and "%train_attach long-job" in notice.inner_text()
+        button = widget.locator(".jt-stop")
+        assert button.evaluate("b => getComputedStyle(b).pointerEvents") == "none"
+        assert float(button.evaluate("b => getComputedStyle(b).opacity")) < 0.5
+        widget.screenshot(path=str(ARTIFACTS / "widget-disconnected.png"))
+    finally:
+        subprocess.run([sys.executable, "-m", "jupyter_trainer.cli", "stop", "long-job"], env=env, capture_output=True)
         page.close()

@@ -124,3 +124,34 @@ def test_submit_takes_its_defaults_from_the_ipython_profile_and_a_flag_wins(home
 def test_submit_errors_are_one_line(home, tmp_path):
     missing = cli("submit", str(tmp_path / "nope.py"), "--host")
     assert missing.returncode == 1 and missing.stderr.count("\n") == 1 and "cannot read the script" in missing.stderr
+
+
+def test_metrics_from_python_and_the_shell(home, workdir):
+    script = (
+        "import sys\n"
+        "for epoch in range(1, 4):\n"
+        "    print(f'Epoch {epoch}/3')\n"
+        "    for step in range(1, 5):\n"  # a bar redrawn in place, as Keras draws it
+        "        sys.stdout.write(f'\\r {step}/4 [======] - loss: {1 / (epoch * step):.4f}')\n"
+        "    print(f' - val_loss: {2 / epoch:.4f}')\n"
+        "print('loss: nan')\n"
+        "print('Traceback (most recent call last):')\n"
+        "print(\"KeyError: 'images'\")\n"
+        "print('done', end='')\n"  # an unended last line is read too
+    )
+    job = host_job("curves", script, workdir, metrics=["lr_used=lr_used=([\\d.]+)"])
+    assert job.wait(timeout=30).value == "completed"
+    found = job.metrics()
+    assert found["val_loss"] == [(1.0, 2.0), (2.0, 1.0), (3.0, 0.6667)]
+    assert found["loss"][:4] == [(0.25, 1.0), (0.5, 0.5), (0.75, 0.3333), (1.0, 0.25)]
+    # "loss: nan" comes at the end of epoch 3 too: the last value printed at an x is the one kept
+    assert len(found["loss"]) == 12 and found["loss"][-1][0] == 3.0 and found["loss"][-1][1] != found["loss"][-1][1]
+    assert job.metric_axes() == {"loss": "epoch", "val_loss": "epoch"}
+    result = cli("metrics", "curves", "--json")
+    assert result.returncode == 0
+    as_json = json.loads(result.stdout)
+    assert as_json["val_loss"] == [[1.0, 2.0], [2.0, 1.0], [3.0, 0.6667]] and as_json["loss"][-1] == [3.0, None]
+    table = cli("metrics", "curves").stdout.splitlines()
+    assert table[0] == "metric\taxis\tx\tvalue" and "val_loss\tepoch\t2\t1.0" in table and len(table) == 1 + 12 + 3
+    missing = cli("metrics", "no-such-job")
+    assert missing.returncode == 1 and missing.stderr.count("\n") == 1

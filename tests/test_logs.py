@@ -87,14 +87,6 @@ def test_metrics():
     assert parser.scan(b"nothing\n") == [("loss", []), ("acc", [])]
 
 
-def test_default_metric_is_loss():
-    parser = MetricParser()
-    assert parser.scan(b"step 10 loss: 1.5e-3\n") == [("loss", [b"1.5e-3"])]
-    assert parser.scan(b"train_loss=2 loss_scale=8\n") == [("loss", [])]  # "loss" as a word only
-    coloured = b"\x1b[1mloss\x1b[0m: \x1b[32m0.25\x1b[0m\n"
-    assert parser.scan(coloured) == [("loss", [b"0.25"])]
-
-
 def test_metrics_that_cannot_match_bytes_match_the_decoded_text():
     parser = MetricParser([Metric("verlust", r"Verlust·(\d+\.\d+)"), Metric("acc", r"(?u)acc=(\w+)")])
     line = "Verlust·0.75 acc=ü9\n".encode()

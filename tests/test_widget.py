@@ -126,12 +126,13 @@ def test_catching_up_on_a_backlog_misses_no_rare_metric_and_numbers_every_match(
     monitor.history_end = 0
     while not monitor.caught_up:
         monitor.read_log()
-    assert monitor.metrics.points["val_loss"] == [(0, 39_999.0), (1, 79_999.0), (2, 119_999.0)]
+    # each value at the step its line (or the last line before it) says
+    assert monitor.metrics.curve("val_loss") == [(39_999, 39_999.0), (79_999, 79_999.0), (119_999, 119_999.0)]
     expected = [step for step in range(120_000) if step % 7]  # loss_scale is not a loss
     assert monitor.metrics.counts["loss"] == len(expected)
     points = monitor.metrics.points["loss"]
-    assert 500 <= len(points) <= 1000 and all(value == expected[x] for x, value in points)
-    assert monitor.metrics.last("loss") == expected[-1]
+    assert 250 <= len(points) <= 1000 and all(value == x for x, value in points)
+    assert points[0] == (1, 1.0) and monitor.metrics.last("loss") == expected[-1]
 
 
 def test_one_poll_over_many_reads_shows_exactly_the_last_lines(store, fake_backend, backends):
@@ -178,16 +179,20 @@ def test_metrics_in_lines_with_other_characters_match_as_in_text(store, fake_bac
     monitor = JobMonitor(job)
     monitor.history_end = 0
     monitor.read_log()
-    assert monitor.metrics.points == {"loss": [(0, 0.5), (1, 0.25)], "acc": [(0, 12.0)]}
+    monitor.reader.flush()
+    monitor.metrics.set_latest({}, monitor.reader.counts)
+    assert monitor.metrics.points == {"loss": [(1, 0.5), (2, 0.25)], "acc": [(1, 12.0)]}  # numbered: no step in the log
 
 
 def test_an_unended_progress_bar_does_not_grow_memory(store, fake_backend, backends):
     job = fake_job(store, backends)
     view = JobWidget(job, clock=Clock())
     append(job, "".join(f"\r{i:>10}/1000000 it" for i in range(200_000)))
-    view.poll(now=1.0)
-    view.poll(now=2.0)
-    assert len(view.monitor.cursor.pending) <= 64 * 1024
+    now = 1.0
+    while not view.monitor.caught_up:
+        view.poll(now=now)
+        assert len(view.monitor.cursor.pending) <= 64 * 1024
+        now += 1
     assert view.monitor.log_text().endswith("199999/1000000 it")
 
 
@@ -269,13 +274,13 @@ def test_saved_metrics_are_not_used_for_a_rewritten_log_or_other_metrics(store, 
     first = JobMonitor(job)
     first.start()
     _read_through(first)
-    metrics_cache.save(job.run_dir, first.metric_options, first.cursor.line_start, job.log_source(), first.metrics)
+    metrics_cache.save(job.run_dir, first.metric_options, first.cursor.line_start, job.log_source(), first.metrics, first.reader)
     log = job.run_dir / "output.log"
     log.write_text(log.read_text().replace("loss: 999", "loss: 111"))  # refetched, say, with other content
     rewritten = JobMonitor(job)
     rewritten.start()
     assert rewritten.metrics.counts == {} and rewritten.cursor.offset == 0
-    assert metrics_cache.load(job.run_dir, [["acc", r"acc=(\d+)"]], job.log_source(), log.stat().st_size) is None
+    assert metrics_cache.load(job.run_dir, [["acc", r"acc=(\d+)"]], job.log_source(), log.stat().st_size, first.metrics, first.reader) is None
 
 
 def test_stop_button(store, fake_backend, backends):
@@ -299,49 +304,44 @@ def test_poller_thread_serves_widgets_and_ends(store, fake_backend, backends):
     assert poller.widgets == [] and "completed" in view.header.value
 
 
-def test_metric_series_is_bounded_and_keeps_its_shape():
+def test_metric_series_is_bounded_and_keeps_every_spike_and_dip():
     series = MetricSeries(max_points=100)
-    for i in range(10_000):
-        series.extend("loss", [1 / (i + 1)])
+    values = [1 / (i + 1) for i in range(10_000)]
+    values[4321], values[7777] = 50.0, -3.0  # one spike and one dip, far apart
+    for step, value in enumerate(values):
+        series.add(("loss", "step", float(step), value))
     points = series.points["loss"]
-    assert len(points) <= 100 and points[0] == (0, 1.0) and series.counts["loss"] == 10_000
-    assert all(a[0] < b[0] and a[1] > b[1] for a, b in zip(points, points[1:]))
-    series.extend("loss", [float("nan")])  # a gap: counted, not drawn, not the latest value
-    assert series.counts["loss"] == 10_001 and series.last("loss") == 1 / 10_000
+    assert len(points) <= 100 and points[0] == (0, 1.0) and (4321, 50.0) in points and (7777, -3.0) in points
+    assert [x for x, _ in points] == sorted(x for x, _ in points)  # in order, each kept point a real one
+    assert all(values[int(x)] == value for x, value in points)
+    series.add(("loss", "step", 10_000.0, float("nan")))  # a gap: not drawn
+    assert series.points["loss"] == points and series.axes == {"loss": "step"}
 
 
-def _first_valid_in_each_window(values, stride):
-    reference = {}
-    for x, value in enumerate(values):
-        try:
-            number = float(value)
-        except ValueError:
-            continue
-        if number == number and abs(number) != float("inf"):
-            reference.setdefault(x // stride, (x, number))
-    return list(reference.values())
+@pytest.mark.parametrize("max_points", [2, 10, 100])
+def test_each_window_keeps_its_lowest_and_highest_values(max_points):
+    import random
+
+    rng = random.Random(max_points)
+    values = [rng.uniform(-1, 1) for _ in range(5_000)]
+    series = MetricSeries(max_points=max_points)
+    for step, value in enumerate(values):
+        series.add(("acc", "epoch", step / 10, value))
+    stride = series.stride["acc"]
+    expected = []
+    for start in range(0, len(values), stride):
+        window = list(enumerate(values))[start : start + stride]
+        low, high = min(window, key=lambda item: item[1]), max(window, key=lambda item: item[1])
+        expected += [(index / 10, value) for index, value in sorted({low, high})]
+    assert series.points["acc"] == expected and len(expected) <= max(2, max_points)
+    assert min(values) in [y for _, y in expected] and max(values) in [y for _, y in expected]
 
 
-@pytest.mark.parametrize("chunk", [1, 7, 997, 25_000])
-def test_metric_series_keeps_the_first_number_of_each_window_however_values_arrive(chunk):
-    values = [str(1 / (i + 1)).encode() for i in range(25_000)]
-    for bad in (7, 8, 24_999):
-        values[bad] = b"oops"
-    values[3_000:3_200] = [b"nan"] * 200  # whole windows without a number leave gaps
-    series = MetricSeries(max_points=100)
-    for start in range(0, len(values), chunk):  # chunks that do not line up with any stride
-        series.extend("loss", values[start : start + chunk])
-    stride = series.stride["loss"]
-    assert series.counts == {"loss": 25_000} and 50 <= len(series.points["loss"]) <= 100
-    assert series.points["loss"] == _first_valid_in_each_window(values, stride)
-    # the chart ends at the latest number even though the stride skipped it
-    assert series.curve("loss")[-1] == (24_998, 1 / 24_999) and series.last("loss") == 1 / 24_999
-
-
-def test_metric_series_whose_numbers_all_fall_between_kept_match_numbers_still_has_points():
-    series = MetricSeries(max_points=10)
-    series.extend("loss", [b"n/a" if i % 2 == 0 else b"0.5" for i in range(2002)])
-    assert 5 <= len(series.points["loss"]) <= 10 and all(x % 2 == 1 for x, _ in series.points["loss"])
+def test_the_newest_value_ends_the_curve():
+    series = MetricSeries()
+    series.add(("loss", "n", 1.0, 3.0))
+    series.set_latest({"loss": ("loss", "n", 2.0, 2.5)}, {"loss": 2})
+    assert series.curve("loss") == [(1.0, 3.0), (2.0, 2.5)] and series.last("loss") == 2.5 and series.counts == {"loss": 2}
 
 
 def test_text_summary_without_a_widget_frontend(store, fake_backend, backends):
@@ -359,7 +359,7 @@ def test_text_summary_without_a_widget_frontend(store, fake_backend, backends):
 # one: an error message quotes what it read there), in the reason a runtime gives. None of it may
 # become markup.
 PAYLOAD = '<img src=x onerror="window.__jt_pwned=1"><script>window.__jt_pwned=1</script>'
-OWN_TAGS = {"div", "span", "b", "pre", "svg", "text", "tspan", "rect", "polyline", "circle"}
+OWN_TAGS = {"div", "span", "b", "pre", "svg", "text", "tspan", "rect", "polyline", "circle", "title"}
 
 
 class _Markup(HTMLParser):
@@ -460,7 +460,8 @@ def test_names_places_and_reasons_are_escaped_by_the_model(store, backends):
         assert PAYLOAD in shown_text(log_html(monitor.snapshot(0.0)))
     # a metric's name (from a record or a metrics cache a job could rewrite), also inside an attribute
     series = MetricSeries()
-    series.extend(PAYLOAD, [1.0, 2.0])
+    series.add((PAYLOAD, PAYLOAD, 1.0, 1.0))
+    series.add((PAYLOAD, PAYLOAD, 2.0, 2.0))
     chart = charts_html(series)
     assert PAYLOAD in shown_text(chart)
     assert [attrs["aria-label"] for tag, attrs in _Markup(chart).tags if tag == "svg"] == [PAYLOAD]
@@ -488,7 +489,7 @@ def test_a_chart_of_any_series_has_finite_coordinates_inside_its_box(values):
     from jupyter_trainer.plot import chart_svg
 
     width, height = 320, 140
-    svg = chart_svg("loss", list(enumerate(values)), "#1f77b4", width=width, height=height)
+    svg = chart_svg("loss", "step", [("loss", list(enumerate(values)), "#1f77b4"), ("val_loss", [(0, 1.0)], "#ef4444")], width=width, height=height)
     coordinates = [
         float(number)
         for points in re.findall(r'points="([^"]*)"', svg)
@@ -498,8 +499,8 @@ def test_a_chart_of_any_series_has_finite_coordinates_inside_its_box(values):
     assert coordinates and all(math.isfinite(value) and -1 <= value <= width + 1 for value in coordinates), svg
     assert all(0 <= float(y) <= height for y in re.findall(r'\b(?:y|cy)="([^"]*)"', svg))
     finite = [value for value in values if math.isfinite(value)]
-    drawn = re.search(r'points="([^"]*)"', svg)
-    assert len(drawn.group(1).split()) == len(finite) if finite else drawn is None
+    drawn = re.findall(r'points="([^"]*)"', svg)
+    assert [len(points.split()) for points in drawn] == ([len(finite), 1] if finite else [1])
 
 
 def test_a_huge_or_flat_metric_neither_breaks_its_widget_nor_the_poller(store, fake_backend, backends):
@@ -610,3 +611,96 @@ def test_a_metric_pattern_too_slow_for_the_log_says_so_in_the_view(store, fake_b
     monitor.read_log()
     assert monitor.metrics.last("slow") == 3.0
     assert "--metric slow: 5 lines too long or too slow for its pattern, read in part" in plot_html(monitor.snapshot(0.0))
+
+
+def test_the_header_says_how_far_how_long_to_go_and_whether_output_stopped(store, fake_backend, backends):
+    job = fake_job(store, backends)
+    clock = Clock(now=10_000.0)
+    view = JobWidget(job, clock=clock)
+    append(job, "Epoch 1/3\n 45/100 [=====>....] - ETA: 12s - loss: 0.41")
+    view.poll(now=1.0)
+    header = shown_text(view.header.value)
+    assert "45% · ETA 12s" in header and "no output for" not in header
+    clock.now += 299
+    view.poll(now=2.0)
+    assert "no output for" not in view.header.value  # quiet, but not for five minutes yet
+    clock.now += 2
+    view.poll(now=3.0)
+    assert "no output for 5m01s" in shown_text(view.header.value)
+    append(job, "\n")
+    view.poll(now=4.0)
+    assert "no output for" not in view.header.value  # it printed again
+
+
+def test_a_failure_shows_the_exception_it_ended_with(store, fake_backend, backends):
+    job = fake_job(store, backends)
+    view = JobWidget(job, clock=Clock())
+    append(job, 'Traceback (most recent call last):\n  File "script.py", line 3, in <module>\nKeyError: \'images\'\n')
+    fake_backend.finish("w", 1)
+    view.poll(now=1.0)
+    assert "exit code 1" in view.header.value and "KeyError: &#x27;images&#x27;" in view.header.value
+    assert "KeyError: 'images'" in snapshot_text(view.monitor.snapshot(0.0))
+
+
+def test_a_sagemaker_view_says_what_sagemaker_says(store, backends):
+    from jupyter_trainer.job import Job
+    from jupyter_trainer.jobs import JobRecord, Status
+    from jupyter_trainer.monitor import JobMonitor
+
+    record = JobRecord(
+        name="s", backend="sagemaker", status=Status.COMPLETED, exit_code=None, options={"instance_type": "ml.g5.xlarge"},
+        runtime={"training_job_name": "s-1", "mode": "remote", "sdk": 2, "region": "eu-west-1", "secondary_status": "Uploading",
+                 "billable_seconds": 754, "model_artifacts": "s3://bucket/s-1/output/model.tar.gz"},
+    )  # fmt: skip
+    snapshot = JobMonitor(Job(record, store, backends)).snapshot(0.0)
+    assert snapshot.facts == ("SageMaker: Uploading", "billable 12m34s", "model s3://bucket/s-1/output/model.tar.gz")
+    assert all(fact in shown_text(header_html(snapshot)) for fact in snapshot.facts)
+
+
+def test_colours_come_from_the_theme_with_both_text_and_background_from_one_family(store, fake_backend, backends):
+    from jupyter_trainer.widget import STYLE
+
+    view = JobWidget(fake_job(store, backends), clock=Clock())
+    assert view.style.value.startswith(STYLE) and "jupyter-trainer-job" in view.box._dom_classes
+    rules = dict(re.findall(r"(--jt-[a-z-]+): ([^;]+);", STYLE))
+    for background, text in (("--jt-log-bg", "--jt-log-fg"), ("--jt-warn-bg", "--jt-warn-fg")):
+        assert rules[background].startswith("var(--jp-") and rules[text].startswith("var(--jp-")
+    assert "var(--jt-log-fg)" in STYLE and "#f6f8fa" not in log_html(view.monitor.snapshot(0.0))  # no fixed pane colour
+    assert "style=" not in view.log.value  # every colour through the stylesheet
+
+
+def test_the_notebook_keeps_a_copy_of_the_view_for_when_no_kernel_shows_it(store, fake_backend, backends, monkeypatch):
+    import IPython.display
+
+    shown, updates = [], []
+
+    class Handle:
+        def update(self, obj):
+            updates.append(obj.data)
+
+    def display(obj, display_id=None):
+        shown.append(obj)
+        return Handle() if display_id else None
+
+    monkeypatch.setattr(IPython.display, "display", display)
+    job = fake_job(store, backends)
+    append(job, "step 1 loss: 0.5\n")
+    clock = Clock()
+    view = JobWidget(job, clock=clock)
+    view.show()
+    assert shown[0] is view and isinstance(shown[1], IPython.display.HTML)
+    saved = shown[1].data
+    assert f"jt-saved-{view.view_id}" in saved and f".jt-saved-{view.view_id} {{ display: none; }}" in view.style.value
+    text = shown_text(saved.split("</style>")[-1])
+    assert "no kernel shows this job live" in text and "%train_attach w" in text and "step 1 loss: 0.5" in text
+    append(job, "step 2 loss: 0.4\n")
+    view.poll(now=1.0)
+    assert updates == []  # not at every change: the notebook is written to now and then
+    clock.now += 16
+    view.poll(now=2.0)
+    assert len(updates) == 1 and "step 2 loss: 0.4" in updates[-1]
+    fake_backend.finish("w", 0)
+    view.poll(now=3.0)  # the end is saved at once
+    assert len(updates) == 2 and "completed" in updates[-1] and "when the job had ended" in updates[-1]
+    append(job, "".join(f"line {i}\n" for i in range(500)))
+    assert updates[-1].count("\n") < 100  # a bounded tail goes into the notebook, not the whole log

@@ -77,6 +77,10 @@ class Backend(Protocol):
         """Where the job runs, in a few words, for tables and headers. The record may not be
         launched yet (an empty runtime)."""
 
+    def describe_facts(self, record: JobRecord) -> list[str]:
+        """What the runtime last said of the job besides its status (a SageMaker job's secondary
+        status, billable time, model artifact), a few words each; often nothing."""
+
 
 def malformed_runtime(record: JobRecord, problem: str) -> CorruptRecord:
     return CorruptRecord(
@@ -210,6 +214,13 @@ class FileLogSource:
 
     def __init__(self, path: Path):
         self.path = path
+
+    def modified(self) -> float | None:
+        """When the log last grew (its modification time), if it exists."""
+        try:
+            return self.path.stat().st_mtime
+        except OSError:
+            return None
 
     def size(self) -> int:
         with self._reading():

@@ -513,6 +513,9 @@ class DockerBackend:
         name = record.runtime.get("container_name") if isinstance(record.runtime.get("container_name"), str) else None
         return f"container {name or record.options.get('container') or '?'}"
 
+    def describe_facts(self, record: JobRecord) -> list[str]:
+        return []  # the status and exit code say it all
+
     # -- stopping ----------------------------------------------------------
 
     def stop(self, record: JobRecord, run_dir: Path, container: bool = False) -> None:

@@ -46,6 +46,9 @@ class FakeBackend:
     def describe_where(self, record: JobRecord) -> str:
         return "nowhere (a fake backend)"
 
+    def describe_facts(self, record: JobRecord) -> list[str]:
+        return []  # the status and exit code say it all
+
     def stop(self, record: JobRecord, run_dir: Path, container: bool = False) -> None:
         self.stopped.append((record.name, container))
         self.observations[record.name] = Observation(exit_code=143, alive=False, started=True)

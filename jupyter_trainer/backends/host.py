@@ -126,6 +126,9 @@ class HostBackend:
         pid = HostRuntime.of(record).supervisor.pid if record.runtime else 0
         return f"this machine (pid {pid})" if pid else "this machine"
 
+    def describe_facts(self, record: JobRecord) -> list[str]:
+        return []  # the status and exit code say it all
+
     def stop(self, record: JobRecord, run_dir: Path, container: bool = False) -> None:
         stop_supervised(run_dir, HostRuntime.of(record).supervisor)
 

@@ -17,7 +17,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from ...jobs import JobRecord, Observation, Status
+from ...jobs import JobRecord, Observation, Status, format_duration
 from .cloudwatch import (
     CloudWatchLogSync,
     SyncedLogSource,
@@ -212,3 +212,16 @@ class SageMakerBackend:
         size = f"{record.options.get('instance_type')}" + (f" x{count}" if count != 1 else "")
         name = record.runtime.get("training_job_name") if isinstance(record.runtime.get("training_job_name"), str) else None
         return f"SageMaker job {name or '?'} ({size})"
+
+    def describe_facts(self, record: JobRecord) -> list[str]:
+        if not record.runtime:
+            return []
+        runtime = SageMakerRuntime.of(record)
+        said = []
+        if runtime.secondary_status:
+            said.append(f"SageMaker: {runtime.secondary_status}")
+        if runtime.billable_seconds is not None:
+            said.append(f"billable {format_duration(runtime.billable_seconds)}")
+        if runtime.model_artifacts:
+            said.append(f"model {runtime.model_artifacts}")
+        return said

@@ -1,0 +1,380 @@
+"""Metrics read from training output with no configuration, each at its step or epoch.
+
+A `MetricReader` is fed a log's bytes in order (whole lines, or a progress bar's
+completed redraws) and finds what common training output prints: `name: value`,
+`name=value`, `'name': value` and `'name': 'value'`, case-insensitively, for
+loss- and score-like names (`loss`, `val_loss`, `Test loss`, `accuracy`, `lr`,
+...). Each name is its own series (`test loss` is `test_loss`, not `loss`).
+
+A value's x is where the training was when it was printed: the step (`step 5`,
+`'step': 5`), else the epoch (`Epoch 3/10`, `'epoch': 0.5`, and inside an epoch
+the progress bar's `n/total` as a fraction of it), else a bare progress bar's
+`n`, else the value's number in its series. Markers count for the whole line or
+redraw they are on (Hugging Face prints the epoch after the loss), and carry on
+to later lines (Keras prints `Epoch 3/10` above its bars).
+
+Scanning starts at the separators (`:` and `=`), which the regex engine finds
+fast, and reads the name before each one backwards; a name is looked up, never
+matched by a pattern of many alternatives (which costs a regex attempt at every
+byte of the log).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+from typing import Callable, Iterable
+
+from .logs import ANSI_ESCAPE_BYTES
+
+# The words a metric's name is made of: a base, maybe a split before it and a reduction after it.
+BASES = (
+    "loss", "acc", "accuracy", "f1", "f1_score", "precision", "recall", "auc", "roc_auc", "lr",
+    "learning_rate", "grad_norm", "perplexity", "ppl", "mae", "mse", "rmse", "r2", "iou", "miou",
+    "map", "bleu", "rouge", "wer", "cer", "dice", "top1", "top5", "top1_acc", "top5_acc", "error",
+    "err", "reward", "score",
+)  # fmt: skip
+SPLITS = ("train", "training", "val", "valid", "validation", "eval", "test", "dev")
+REDUCTIONS = ("step", "epoch", "avg", "mean")
+EPOCH, STEP, NTH = "epoch", "step", "n"
+VALUE, BAR, EPOCH_HEADING, STEP_HEADING = "value", "bar", "epoch heading", "step heading"
+STEP_WORDS = ("step", "global_step", "iteration", "iter", "it")
+AXIS_TITLES = {EPOCH: "epoch", STEP: "step", NTH: "value number"}
+
+_NUMBER = rb"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?|nan|[-+]?inf"
+# a separator and the value after it; the name before it is read backwards (see _NAME_BEFORE)
+_VALUE_AFTER = re.compile(rb"[:=][ \t]*['\"]?(" + _NUMBER + rb")(?:/(\d+))?(?![\w.])")
+# a name, reversed: read from just before a separator towards the start of the line
+_NAME_BEFORE = re.compile(rb"[ \t]*['\"]?([a-z0-9_/-]{1,64}(?: [a-z0-9_/-]{1,64}){0,2})")
+# "loss 0.25" with no separator, as a loop's print may say it (possessive: a line of "loss" and
+# endless blanks costs one pass)
+_BARE_LOSS = re.compile(rb"loss(?<![a-z0-9_/-]loss)[ \t]++(" + _NUMBER + rb")(?![\w.])")
+# markers without a separator: "Epoch 3/10", "Epoch [1/10]", "epoch 3", "Step 5", "step [100/600]"
+_HEADINGS = tuple(
+    (kind, re.compile(word + rb"(?<![a-z0-9_]" + word + rb")[ \t]*\[?[ \t]*(\d+)(?:[ \t]*/[ \t]*(\d+))?(?![\w.])"))
+    for kind, word in (("epoch heading", b"epoch"), ("step heading", b"step"), ("step heading", b"iter"), ("step heading", b"iteration"))
+)
+# a progress bar's "n/total": tqdm's "| 45/100 [", Keras's " 45/100 [===" and Keras 3's "45/100 ━━"
+_BARS = (
+    (re.compile(rb"/(\d+)(?: ?\[| ?\xe2\x94\x81)"), b""),
+    (re.compile(rb"/(\d+) \(\d+%\)\]"), b"["),  # PyTorch's examples: "[640/60000 (1%)]"
+)
+_DIGITS_BEFORE = re.compile(rb"\d+(?![a-z0-9])")  # reversed: the digits, and no word before them
+# a line that starts with one of these reports on that split: "Test set: Average loss: 0.03" is test_loss
+_EVALUATION_LINE = re.compile(rb"[ \t]*(test|testing|val|valid|validation|eval|evaluation|dev)\b")
+_SPACES = re.compile(r"[\s\-]+")
+
+
+# A point is (name, axis, x, y): axis "step", "epoch" or "n" (the value's number in its series).
+Point = tuple
+
+def metric_name(words: str) -> str | None:
+    """The series a printed name belongs to, or None if it is not a metric's: `Val Loss` and
+    `val-loss` are `val_loss`; `train/loss` keeps its slash."""
+    name = _SPACES.sub("_", words.strip().lower())
+    if _is_metric(name):
+        return name
+    return None
+
+
+def _is_metric(name: str) -> bool:
+    rest = _without_split(name)
+    if rest in _BASE_SET:
+        return True
+    base, _, reduction = rest.rpartition("_")
+    return reduction in REDUCTIONS and base in _BASE_SET
+
+
+_BASE_SET = frozenset(BASES)
+
+
+def twin_key(name: str) -> str:
+    """What a metric's chart is named by: `loss`, `train_loss`, `val_loss` and `eval_loss` share one."""
+    rest = _without_split(name)
+    base, _, reduction = rest.rpartition("_")
+    return base if reduction in REDUCTIONS and base else rest
+
+
+def _without_split(name: str) -> str:
+    """`val_loss` without its split: `loss`."""
+    for split in SPLITS:
+        if name.startswith(split) and len(name) > len(split) and name[len(split)] in "_/":
+            return name[len(split) + 1 :]
+    return name
+
+
+class MetricReader:
+    """Reads metric values from a log, fed in order; `sink(point)` gets each value once its x is
+    settled (a progress bar redrawn at the same step replaces its value rather than adding one).
+
+    `patterns` are the user's `--metric NAME=REGEX` definitions as `(name, finditer)` pairs, where
+    `finditer(data)` gives `(position, value)` of each match in the bytes; a user's name overrides
+    the series of the same name found on its own."""
+
+    def __init__(self, sink: Callable[[Point], None], patterns: Iterable[tuple[str, Callable]] = ()):
+        self.sink = sink
+        self.patterns = list(patterns)
+        self.overridden = frozenset(name for name, _ in self.patterns)
+        self.epoch_base: float | None = None  # the epoch a progress bar's fraction is added to
+        self.epoch: float | None = None
+        self.step: float | None = None
+        self.bar: float | None = None  # a progress bar's n, when no epoch is known
+        self.axes: dict[str, str] = {}
+        self.counts: dict[str, int] = {}  # values read per name
+        self.pending: dict[str, Point] = {}  # each name's latest value, given out once the next has another x
+
+    # -- reading -------------------------------------------------------------
+
+    def feed(self, data: bytes) -> None:
+        data = bytes(data)
+        if b"\x1b" in data:
+            data = ANSI_ESCAPE_BYTES.sub(b"", data)
+        low = data.lower()
+        tokens = self._tokens(low, data)
+        if not tokens:
+            return
+        tokens.sort()  # by position: tokens of one pass are in order, so this merges runs
+        length = len(low)
+        segment_end = -1
+        split = ""
+        overridden = self.overridden
+        values: list[tuple[str, float]] = []
+        for position, kind, first, second in tokens:
+            if position >= segment_end:  # a new line or redraw: the last one's values take its x
+                if values:
+                    self._settle(values)
+                    values = []
+                start, segment_end = _segment(low, position, length)
+                line_split = _EVALUATION_LINE.match(low, start)
+                split = _SPLIT_NAMES[line_split.group(1)] if line_split else ""
+            if kind == VALUE:
+                if split and first not in overridden and twin_key(first) == first:
+                    first = f"{split}_{first}"
+                values.append((first, second))
+            else:
+                self._mark(kind, first, second)
+        if values:
+            self._settle(values)
+
+    def flush(self) -> None:
+        """The log has ended: give out every name's last value."""
+        for point in self.pending.values():
+            self.sink(point)
+        self.pending.clear()
+
+    def _tokens(self, low: bytes, data: bytes) -> list[tuple]:
+        """(position, kind, ...) of every value and marker in the bytes, unordered across kinds."""
+        tokens: list[tuple] = []
+        append = tokens.append
+        reversed_low = low[::-1]
+        length = len(low)
+        name_before = _NAME_BEFORE.match
+        overridden = self.overridden
+        seen = _NAMES_SEEN
+        for match in _VALUE_AFTER.finditer(low):
+            position = match.start()
+            found = name_before(reversed_low, length - position)
+            if found is None:
+                continue
+            words = found.group(1)
+            named = seen.get(words)
+            if named is None:
+                named = _name_of(words[::-1].decode("ascii"))
+                if len(seen) < MAX_NAMES_SEEN:
+                    seen[words] = named
+            kind, name = named
+            if kind is None:
+                continue
+            text, denominator = match.groups()
+            try:
+                value = float(text)
+            except ValueError:
+                continue
+            if kind == VALUE:
+                if name in overridden:
+                    continue
+                if denominator:  # "Accuracy: 9838/10000" is a fraction
+                    value = value / float(denominator) if float(denominator) else float("nan")
+                append((position, VALUE, name, value))
+            else:
+                append((position, kind, value, b"." in text))
+        for match in _BARE_LOSS.finditer(low):
+            found = name_before(reversed_low, length - match.start() - 4)
+            kind, name = _name_of(found.group(1)[::-1].decode("ascii")) if found else (None, None)
+            if kind == VALUE and name not in overridden:
+                append((match.start(1) - 1, VALUE, name, float(match.group(1))))
+        for kind, heading in _HEADINGS:
+            for match in heading.finditer(low):
+                total = match.group(2)
+                append((match.start(), kind, float(match.group(1)), float(total) if total else None))
+        for bar, opening in _BARS:
+            for match in bar.finditer(low):
+                start = match.start()
+                digits = _DIGITS_BEFORE.match(reversed_low, length - start)
+                if digits is None:
+                    continue
+                first = start - len(digits.group())  # where n starts
+                if opening and low[first - 1 : first] != opening:
+                    continue
+                total = float(match.group(1))
+                if total > 0:
+                    append((start, BAR, float(digits.group()[::-1]), total))
+        for name, finditer in self.patterns:
+            for position, text in finditer(data):
+                try:
+                    append((position, VALUE, name, float(text)))
+                except (TypeError, ValueError):
+                    pass
+        return tokens
+
+    def _mark(self, kind: str, value: float, extra) -> None:
+        if not math.isfinite(value):  # "epoch: nan" says nothing of where training is
+            return
+        if kind == EPOCH:  # "'epoch': 0.5" is where training is; "Epoch: 3" also starts epoch 3's bars
+            self.epoch = value
+            self.epoch_base = None if extra else value
+            self.bar = None
+        elif kind == STEP:
+            self.step = value
+        elif kind == EPOCH_HEADING:  # "Epoch 3/10" counts from 1 (epoch 3 ends at 3.0), "Epoch 3:" from 0
+            self.epoch_base = value - 1 if extra else value
+            self.epoch = value
+            self.bar = None
+        elif kind == STEP_HEADING:
+            if extra:  # "Step [100/600]": how far through the epoch, as a bar would say
+                self._bar(value, extra)
+            else:
+                self.step = value
+        elif kind == BAR:
+            self._bar(value, extra)
+
+    def _bar(self, done: float, total: float) -> None:
+        if self.epoch_base is not None:
+            self.epoch = self.epoch_base + done / total
+        else:
+            self.bar = done
+
+    def _settle(self, values: list[tuple[str, float]]) -> None:
+        axes, counts, pending, sink = self.axes, self.counts, self.pending, self.sink
+        step = self.step if self.step is not None else self.bar
+        for name, value in values:
+            axis = axes.get(name)
+            if axis is None:
+                axis = STEP if self.step is not None else EPOCH if self.epoch is not None else STEP if self.bar is not None else NTH
+                axes[name] = axis
+            count = counts.get(name, 0) + 1
+            counts[name] = count
+            x = step if axis == STEP else self.epoch if axis == EPOCH else float(count)
+            if x is None:
+                continue
+            last = pending.get(name)
+            if last is not None and last[2] != x:
+                sink(last)
+            pending[name] = (name, axis, x, value)
+
+    # -- a reader carried over to another view (the metrics cache) ---------------
+
+    def state(self) -> dict:
+        return {
+            "epoch_base": self.epoch_base,
+            "epoch": self.epoch,
+            "step": self.step,
+            "bar": self.bar,
+            "axes": self.axes,
+            "counts": self.counts,
+            "pending": [list(point) for point in self.pending.values()],
+        }
+
+    def restore(self, state: dict) -> None:
+        def number(value):
+            return None if value is None else float(value)
+
+        self.epoch_base, self.epoch = number(state["epoch_base"]), number(state["epoch"])
+        self.step, self.bar = number(state["step"]), number(state["bar"])
+        self.axes = {str(name): str(axis) for name, axis in state["axes"].items()}
+        self.counts = {str(name): int(count) for name, count in state["counts"].items()}
+        self.pending = {str(n): (str(n), str(a), float(x), float(y)) for n, a, x, y in state["pending"]}
+
+
+# What the words before a separator were found to be, by their reversed bytes: logs repeat a few
+# names millions of times. Bounded, as a log may print endless distinct words.
+_NAMES_SEEN: dict[bytes, tuple[str | None, str | None]] = {}
+MAX_NAMES_SEEN = 4096
+
+
+def _name_of(words: str) -> tuple[str | None, str | None]:
+    """(a marker's kind, or None; a metric's name, or None) for the words before a separator.
+    The name is the longest run of the last words that is a known one: in "Test set: Average
+    loss" only "loss" is; in "Test loss" and "val_loss" the split belongs to it."""
+    parts = words.split(" ")
+    for start in range(len(parts)):
+        candidate = "_".join(parts[start:])
+        if candidate in ("epoch", "train_epoch"):
+            return EPOCH, None
+        if candidate in STEP_WORDS:
+            return STEP, None
+        name = metric_name(candidate)
+        if name is not None:
+            return VALUE, name
+    return None, None
+
+
+def _segment(data: bytes, position: int, length: int) -> tuple[int, int]:
+    """Where the line or redraw that `position` is on starts and ends."""
+    line_start = data.rfind(b"\n", 0, position) + 1
+    start = data.rfind(b"\r", line_start, position) + 1 or line_start
+    newline = data.find(b"\n", position)
+    redraw = data.find(b"\r", position, newline if newline >= 0 else length)
+    if redraw >= 0:
+        return start, redraw
+    return start, newline if newline >= 0 else length
+
+
+_SPLIT_NAMES = {b"test": "test", b"testing": "test", b"val": "val", b"valid": "val", b"validation": "val", b"eval": "eval", b"evaluation": "eval", b"dev": "dev"}
+
+
+# -- the header's progress: "45%", "ETA 00:12" from the bar being drawn --------------------
+
+_TQDM = re.compile(r"(\d{1,3})%\|[^|]*\|\s*\d+/\d+\s*\[[^<\]]*<([^,\]]+)")
+_KERAS = re.compile(r"(\d+)/(\d+)\s*(?:\[[=>.]*\]|━+)\s*(?:-\s*)?(?:ETA:\s*(\S+))?")
+
+
+@dataclass(frozen=True)
+class Progress:
+    percent: int
+    eta: str  # as the bar says it ("00:12", "3s"), "" when it does not
+
+
+def progress_of(line: str) -> Progress | None:
+    """What the progress bar on `line` says: how far, and how long to go."""
+    match = _TQDM.search(line)
+    if match:
+        eta = match.group(2).strip()
+        return Progress(min(100, int(match.group(1))), "" if eta in ("?", "") else eta)
+    match = _KERAS.search(line)
+    if match and int(match.group(2)) > 0:
+        done, total = int(match.group(1)), int(match.group(2))
+        return Progress(min(100, done * 100 // total), match.group(3) or "")
+    return None
+
+
+# -- the exception a failed script ended with -------------------------------------------------
+
+_EXCEPTION = re.compile(r"^([A-Za-z_][\w.]*(?:Error|Exception|Exit|Interrupt|Warning|Failure|Fault))(?::\s?(.*))?$")
+
+
+def exception_line(lines: Iterable[str]) -> str:
+    """The last traceback's final line (`KeyError: 'images'`), or ""."""
+    seen_traceback = False
+    found = ""
+    for line in lines:
+        if line.startswith("Traceback (most recent call last)"):
+            seen_traceback, found = True, ""
+            continue
+        if seen_traceback and not line.startswith((" ", "\t")):
+            match = _EXCEPTION.match(line.strip())
+            if match:
+                found = line.strip()
+                seen_traceback = False
+    return found

@@ -1,0 +1,208 @@
+"""Metrics found with no configuration, each at its step or epoch (metrics.py)."""
+
+import json
+import random
+
+import pytest
+
+from jupyter_trainer.logs import MetricParser
+from jupyter_trainer.metrics import MetricReader, exception_line, metric_name, progress_of, twin_key
+from jupyter_trainer.spec import Metric
+
+
+def read(*chunks, metrics=()):
+    points = []
+    reader = MetricReader(points.append, MetricParser(metrics).finders())
+    for chunk in chunks:
+        reader.feed(chunk.encode() if isinstance(chunk, str) else chunk)
+    reader.flush()
+    return points
+
+
+def series(points):
+    found = {}
+    for name, axis, x, value in points:
+        found.setdefault(name, []).append((axis, round(x, 4), value))
+    return found
+
+
+@pytest.mark.parametrize(
+    "line, expected",
+    [
+        ("Loss: 0.5\n", {"loss": 0.5}),
+        ("loss=0.5\n", {"loss": 0.5}),
+        ("{'loss': 0.41, 'grad_norm': 3.2, 'learning_rate': 4.9e-05}\n", {"loss": 0.41, "grad_norm": 3.2, "learning_rate": 4.9e-05}),
+        ("{'loss': '0.41', 'eval_loss': '0.5'}\n", {"loss": 0.41, "eval_loss": 0.5}),
+        ('{"loss": 0.41, "accuracy": 0.9}\n', {"loss": 0.41, "accuracy": 0.9}),
+        ("v_num=0, train_loss=0.41, val_loss=0.5]\n", {"train_loss": 0.41, "val_loss": 0.5}),
+        (" - loss: 0.3745 - accuracy: 0.8916 - val_loss: 0.1186 - val_accuracy: 0.9661\n",
+         {"loss": 0.3745, "accuracy": 0.8916, "val_loss": 0.1186, "val_accuracy": 0.9661}),
+        ("test loss: 0.9\n", {"test_loss": 0.9}),
+        ("epoch 1 | Val Loss = 1e-3, LR: 0.01, F1: 0.7, acc: 0.25\n", {"val_loss": 0.001, "lr": 0.01, "f1": 0.7, "acc": 0.25}),
+        ("Validation: loss: 0.5, acc: 0.9\n", {"val_loss": 0.5, "val_acc": 0.9}),  # the line says which split
+        ("epoch 2 loss 0.25\n", {"loss": 0.25}),  # no separator, as many loops print it
+        ("train/loss=0.3 train_loss_step=0.2 val_acc_epoch: 0.8\n", {"train/loss": 0.3, "train_loss_step": 0.2, "val_acc_epoch": 0.8}),
+        ("Test set: Average loss: 0.0496, Accuracy: 9838/10000 (98%)\n", {"test_loss": 0.0496, "test_accuracy": 0.9838}),
+        ("\x1b[1mloss\x1b[0m: \x1b[32m0.25\x1b[0m\n", {"loss": 0.25}),
+    ],
+)  # fmt: skip
+def test_common_forms_are_found_each_under_its_own_name(line, expected):
+    assert {name: value for name, _, _, value in read(line)} == expected
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "loss_scale: 8 lossy=1 xloss: 3\n",  # other words that merely contain a metric's name
+        "ETA: 3s 00:10<00:12 eta: 5\n",  # times are not metrics
+        "epoch: 3 step=5 global_step: 7\n",  # where training is, not what it measures
+        "lossless 0.5 loss: abc loss=\n",
+    ],
+)
+def test_what_is_not_a_metric_is_left_alone(line):
+    assert read(line) == []
+
+
+def test_names_and_their_twins():
+    assert metric_name("Val Loss") == metric_name("val-loss") == "val_loss"
+    assert metric_name("Average loss") is None and metric_name("loss_scale") is None
+    assert [twin_key(name) for name in ("loss", "train_loss", "val_loss", "eval_loss", "test_loss", "train_loss_epoch")] == ["loss"] * 6
+    assert twin_key("val_accuracy") == "accuracy" and twin_key("lr") == "lr"
+
+
+KERAS = (
+    "Epoch 1/2\n"
+    " 1/3 [=========>....................] - ETA: 3s - loss: 0.9000 - accuracy: 0.5000\r"
+    " 2/3 [===================>..........] - ETA: 1s - loss: 0.8000 - accuracy: 0.5500\r"
+    " 3/3 [==============================] - 5s 10ms/step - loss: 0.7000 - accuracy: 0.6000 - val_loss: 0.8000 - val_accuracy: 0.5500\n"
+    "Epoch 2/2\n"
+    " 3/3 [==============================] - 5s 10ms/step - loss: 0.5000 - accuracy: 0.7000 - val_loss: 0.6000 - val_accuracy: 0.6500\n"
+)
+
+
+def test_keras_values_are_at_their_epoch_and_the_bar_inside_it():
+    found = series(read(KERAS))
+    assert found["loss"] == [("epoch", 0.3333, 0.9), ("epoch", 0.6667, 0.8), ("epoch", 1.0, 0.7), ("epoch", 2.0, 0.5)]
+    assert found["val_loss"] == [("epoch", 1.0, 0.8), ("epoch", 2.0, 0.6)]
+
+
+def test_keras_3_bars_with_their_own_characters():
+    line = "Epoch 1/2\n\x1b[1m3/3\x1b[0m \x1b[32m━━━━━━━━━━━━━━━━━━━━\x1b[0m\x1b[37m\x1b[0m \x1b[1m5s\x1b[0m 10ms/step - accuracy: 0.8916 - loss: 0.3745\n"
+    assert series(read(line.encode()))["loss"] == [("epoch", 1.0, 0.3745)]
+
+
+def test_hugging_face_epoch_comes_after_the_values_it_belongs_to():
+    log = (
+        "{'loss': 0.41, 'grad_norm': 3.2, 'learning_rate': 4.9e-05, 'epoch': 0.5}\n"
+        "{'loss': '0.38', 'learning_rate': '4.8e-05', 'epoch': '1.0'}\n"
+        "{'eval_loss': 0.3, 'eval_accuracy': 0.9, 'eval_runtime': 1.2, 'epoch': 1.0}\n"
+        " 50%|█████     | 10/20 [00:05<00:05,  2.00it/s]\n"  # the Trainer's own bar counts steps, not epochs
+        "{'loss': 0.2, 'epoch': 1.5}\n"
+    )
+    found = series(read(log))
+    assert found["loss"] == [("epoch", 0.5, 0.41), ("epoch", 1.0, 0.38), ("epoch", 1.5, 0.2)]
+    assert found["eval_loss"] == [("epoch", 1.0, 0.3)] and "eval_runtime" not in found
+
+
+def test_lightning_epochs_count_from_zero_and_redraws_at_one_step_replace_each_other():
+    log = (
+        "Epoch 0:  50%|#####     | 1/2 [00:01<00:01,  1.0it/s, v_num=0, train_loss=0.41]\r"
+        "Epoch 0:  50%|#####     | 1/2 [00:01<00:01,  1.0it/s, v_num=0, train_loss=0.40]\r"
+        "Epoch 0: 100%|##########| 2/2 [00:02<00:00,  1.0it/s, v_num=0, train_loss=0.38, val_loss=0.5]\n"
+        "Epoch 1: 100%|##########| 2/2 [00:02<00:00,  1.0it/s, v_num=0, train_loss=0.3, val_loss=0.4]\n"
+    )
+    points = read(log)
+    found = series(points)
+    assert found["train_loss"] == [("epoch", 0.5, 0.40), ("epoch", 1.0, 0.38), ("epoch", 2.0, 0.3)]
+    assert found["val_loss"] == [("epoch", 1.0, 0.5), ("epoch", 2.0, 0.4)]
+
+
+def test_steps_win_over_epochs_and_a_bare_bar_counts_steps():
+    found = series(read("Epoch 1\nstep 10 loss: 0.5\nstep 20 loss: 0.4\n"))
+    assert found["loss"] == [("step", 10.0, 0.5), ("step", 20.0, 0.4)]
+    tqdm = " 10%|█         | 1/10 [00:00<00:01, loss=0.9]\r 20%|██        | 2/10 [00:00<00:01, loss=0.8]\n"
+    assert series(read(tqdm))["loss"] == [("step", 1.0, 0.9), ("step", 2.0, 0.8)]
+    pytorch_example = "Epoch [1/2], Step [100/600], Loss: 0.5\nEpoch [1/2], Step [600/600], Loss: 0.3\nEpoch [2/2], Step [300/600], Loss: 0.2\n"
+    assert series(read(pytorch_example))["loss"] == [("epoch", 0.1667, 0.5), ("epoch", 1.0, 0.3), ("epoch", 1.5, 0.2)]
+
+
+def test_values_without_step_or_epoch_are_numbered():
+    assert series(read("loss: 3\nloss: 2\nloss: 1\n"))["loss"] == [("n", 1.0, 3.0), ("n", 2.0, 2.0), ("n", 3.0, 1.0)]
+
+
+def test_user_metrics_add_and_override():
+    metrics = [Metric("loss", r"L=([\d.]+)"), Metric("tokens", r"tok/s ([\d.]+)")]
+    found = series(read("step 1 L=0.5 loss: 9 tok/s 100\nstep 2 L=0.4 loss: 8 tok/s 120\n", metrics=metrics))
+    assert found == {
+        "loss": [("step", 1.0, 0.5), ("step", 2.0, 0.4)],  # the user's pattern, not the word "loss"
+        "tokens": [("step", 1.0, 100.0), ("step", 2.0, 120.0)],
+    }
+
+
+def test_user_metric_in_text_with_other_characters_is_placed_at_its_bytes():
+    log = "step 1 █████ Verlust·0.5\nstep 2 █ Verlust·0.4\n"
+    found = series(read(log, metrics=[Metric("verlust", r"Verlust·([\d.]+)")]))
+    assert found["verlust"] == [("step", 1.0, 0.5), ("step", 2.0, 0.4)]
+
+
+def test_every_value_counted_once_however_whole_lines_are_chunked():
+    rng = random.Random(7)
+    lines = [
+        random.choice([f"Epoch {e}/30\n", f"step {e * 10} loss: {e / 7:.4f} acc={e / 100}\n", f"{{'loss': {e}, 'epoch': {e / 3}}}\n", "noise: x\n"])
+        for e in range(1, 3000)
+    ]
+    whole = "".join(lines)
+    expected = read(whole)
+    chunks, position = [], 0
+    while position < len(lines):
+        size = rng.randint(1, 50)
+        chunks.append("".join(lines[position : position + size]))
+        position += size
+    assert len(expected) > 1000
+    assert read(*chunks) == expected
+
+
+def test_a_reader_carried_over_goes_on_where_it_stopped():
+    first, second = [], []
+    reader = MetricReader(first.append)
+    reader.feed(KERAS[: KERAS.index("Epoch 2/2")].encode())
+    state = json.loads(json.dumps(reader.state()))
+    carried = MetricReader(second.append)
+    carried.restore(state)
+    carried.feed(KERAS[KERAS.index("Epoch 2/2") :].encode())
+    carried.flush()
+    assert series(first + second) == series(read(KERAS))
+
+
+def test_markers_that_are_not_numbers_change_nothing():
+    assert series(read("step 5\nepoch: nan loss: 1\n"))["loss"] == [("step", 5.0, 1.0)]
+
+
+def test_a_hostile_log_costs_one_pass():
+    import time
+
+    line = b"loss" + b" " * 200_000 + b"\n" + (b"x" * 100_000 + b":1 ") * 20 + b"\n" + b"a: 1 " * 100_000 + b"\n"
+    started = time.process_time()
+    assert read(line) == []
+    assert time.process_time() - started < 5  # a bound, not a speed target: quadratic would take minutes
+
+
+def test_progress_and_eta_of_the_bar_being_drawn():
+    assert progress_of("Epoch 0:  50%|#####     | 1/2 [00:01<00:12,  1.0it/s, train_loss=0.41]").__dict__ == {"percent": 50, "eta": "00:12"}
+    assert progress_of(" 45/469 [=====>.......] - ETA: 3s - loss: 0.4123").__dict__ == {"percent": 9, "eta": "3s"}
+    assert progress_of(" 10%|█         | 1/10 [00:00<?, ?it/s]").eta == ""
+    assert progress_of("just a line 3/4") is None
+
+
+def test_the_exception_a_script_ended_with():
+    lines = [
+        "Traceback (most recent call last):",
+        '  File "/job/script.py", line 3, in <module>',
+        "    batch['images']",
+        "KeyError: 'images'",
+        "done",
+    ]
+    assert exception_line(lines) == "KeyError: 'images'"
+    assert exception_line(["ValueError: printed, not raised"]) == ""
+    nested = lines[:4] + ["", "During handling of the above exception, another exception occurred:", ""] + lines[:2] + ["torch.cuda.OutOfMemoryError: CUDA out of memory"]
+    assert exception_line(nested) == "torch.cuda.OutOfMemoryError: CUDA out of memory"
