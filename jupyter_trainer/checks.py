@@ -102,3 +102,30 @@ def parse_workdir(workdir: str | None) -> str:
     if not os.path.isdir(path):
         raise InvalidOption(f"--workdir {path!r} is not a directory")
     return path
+
+
+def parse_notify(url: str | None) -> str | None:
+    """A URL to POST to when the job ends: http or https, a host, no blanks. A bad one is shown by
+    its scheme and host alone (a webhook's path is often its secret)."""
+    if url is None or url == "":
+        return None
+    from urllib.parse import urlsplit
+
+    try:
+        parts = urlsplit(url)
+        host = parts.hostname
+        parts.port  # noqa: B018 (a port that is not a number raises here)
+    except ValueError:
+        parts, host = None, None
+    shown = f"{parts.scheme}://{parts.netloc.rpartition('@')[2]}/…" if parts and parts.scheme else "that value"
+    if parts is None or parts.scheme not in ("http", "https") or not host or any(c.isspace() or ord(c) < 32 for c in url) or len(url) > 2048:
+        raise InvalidOption(f"--notify expects an http:// or https:// URL, got {shown}", "for example --notify https://hooks.slack.com/services/...")
+    return url
+
+
+def shown_url(url: str) -> str:
+    """A URL as the store keeps and shows it: its scheme and host, never its path or query."""
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(url)
+    return f"{parts.scheme}://{parts.hostname}{f':{parts.port}' if parts.port else ''}/…"

@@ -10,12 +10,16 @@ from typing import Iterator
 from . import backends as _backends
 from .backends.base import Backend
 from .errors import BackendUnavailable, InvalidOption, StoreError, TrainerError
-from .jobs import JobRecord, Observation, Status, resolve
+from . import _fs
+from .jobs import JobRecord, Observation, Status, describe_exit_code, parse_notification, resolve
 from .logs import LogCursor, LogSource, MetricParser, clean_line, read_all_lines, tail_lines
-from .metrics import MetricReader
+from .metrics import MetricReader, exception_line
 from .spec import Metric
 from .proc import ProcessIdentity
-from .store import JobStore
+from .store import NOTIFIED_FILE, JobStore
+
+
+EXCEPTION_LINES = 60  # of a failed job's log, read for the exception it ended with
 
 
 class Job:
@@ -174,6 +178,7 @@ class Job:
         """Ask the backend what it sees now and record any change of status."""
         self.record = self.store.load(self.name, self.run)
         if self.record.status.is_final:
+            self._record_notification()
             return self
         seen = self._observe()
         outcome = resolve(self.record, seen)
@@ -186,12 +191,16 @@ class Job:
             return self
 
         disk_full = outcome.status is Status.FAILED and _disk_full(self.run_dir)
+        said_by_code = outcome.exit_code is not None and outcome.reason == describe_exit_code(outcome.exit_code)
+        raised = self._exception_line() if outcome.status is Status.FAILED and said_by_code else ""
 
         def apply(record: JobRecord) -> None:
             latest = resolve(record, seen)  # again under the lock: a stop may have been asked meanwhile
             record.status, record.exit_code, record.reason = latest.status, latest.exit_code, latest.reason
             if seen.details:
                 record.runtime.update(seen.details)
+            if raised and latest.status is Status.FAILED and latest.reason == describe_exit_code(latest.exit_code):
+                record.reason = raised  # what the script raised says more than its exit code
             if disk_full and latest.status is Status.FAILED:
                 record.reason += f"; the disk holding its log ({self.run_dir}) is full"
             if latest.status.is_final and record.ended_at is None:
@@ -201,7 +210,35 @@ class Job:
             self.record = self.store.update(self.name, self.run, apply)
         except StoreError:
             apply(self.record)  # the store is full or read-only: report the truth, record it later
+        if self.record.status.is_final:
+            self._record_notification()
         return self
+
+    def _exception_line(self) -> str:
+        """The exception a failed script ended with, from its log's last lines ("" if none)."""
+        try:
+            return exception_line(tail_lines(self.log_source(), EXCEPTION_LINES))
+        except (OSError, TrainerError):
+            return ""
+
+    def _record_notification(self) -> None:
+        """What came of --notify, once the notifier has written it: into the record, once."""
+        if "notify_to" not in self.record.options or self.record.notification:
+            return
+        try:
+            result = parse_notification(_fs.read_small(self.run_dir / NOTIFIED_FILE, 4096))
+        except OSError:
+            return
+        if result is None:
+            return
+
+        def note(record: JobRecord) -> None:
+            record.notification = record.notification or result
+
+        try:
+            self.record = self.store.update(self.name, self.run, note)
+        except StoreError:
+            note(self.record)
 
     def _observe(self) -> Observation:
         if not self.record.runtime:

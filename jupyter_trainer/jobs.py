@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import json
+import math
 import re
 import secrets
 import time
@@ -72,6 +74,7 @@ class JobRecord:
     runtime: dict[str, Any] = field(default_factory=dict)
     submitter: dict[str, Any] = field(default_factory=dict)
     stop_requested: bool = False
+    notification: dict[str, Any] = field(default_factory=dict)  # with --notify: what came of it
 
     def to_dict(self) -> dict[str, Any]:
         data = dataclasses.asdict(self)
@@ -107,7 +110,7 @@ _FIELD_TYPES: dict[str, tuple[type, ...]] = {
     "name": (str,), "backend": (str,), "run": (int,), "status": (str,), "reason": (str,),
     "exit_code": (int, type(None)), "created_at": _NUMBER, "started_at": (*_NUMBER, type(None)),
     "ended_at": (*_NUMBER, type(None)), "fingerprint": (str,), "options": (dict,), "runtime": (dict,),
-    "submitter": (dict,), "stop_requested": (bool,),
+    "submitter": (dict,), "stop_requested": (bool,), "notification": (dict,),
 }  # fmt: skip
 # Numbers a record can hold: times are seconds since 1970 (until the year 5000), runs and exit
 # codes are small. Anything else (nan, inf, 1e309, 300 digits) was not written by us.
@@ -219,3 +222,21 @@ def format_duration(seconds: float | None) -> str:
     if minutes:
         return f"{minutes}m{seconds:02d}s"
     return f"{seconds}s"
+
+
+def parse_notification(data: bytes) -> dict[str, Any] | None:
+    """What the notifier wrote (see backends/notify.py), checked field by field: the job could have
+    written anything there. None while nothing (or nothing sensible) is written."""
+    try:
+        written = json.loads(data.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError):
+        return None
+    if not isinstance(written, dict) or not isinstance(written.get("delivered"), bool):
+        return None
+    detail, attempts, at = written.get("detail"), written.get("attempts"), written.get("at")
+    return {
+        "delivered": written["delivered"],
+        "detail": detail[:300] if isinstance(detail, str) else "",
+        "attempts": attempts if isinstance(attempts, int) and not isinstance(attempts, bool) and 0 <= attempts < 100 else None,
+        "at": at if isinstance(at, (int, float)) and not isinstance(at, bool) and math.isfinite(at) else None,
+    }

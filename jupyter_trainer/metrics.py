@@ -38,7 +38,7 @@ BASES = (
 SPLITS = ("train", "training", "val", "valid", "validation", "eval", "test", "dev")
 REDUCTIONS = ("step", "epoch", "avg", "mean")
 EPOCH, STEP, NTH = "epoch", "step", "n"
-VALUE, BAR, EPOCH_HEADING, STEP_HEADING = "value", "bar", "epoch heading", "step heading"
+VALUE, BAR, RICH_BAR, EPOCH_HEADING, STEP_HEADING = "value", "bar", "rich bar", "epoch heading", "step heading"
 STEP_WORDS = ("step", "global_step", "iteration", "iter", "it")
 AXIS_TITLES = {EPOCH: "epoch", STEP: "step", NTH: "value number"}
 
@@ -56,9 +56,12 @@ _HEADINGS = tuple(
     for kind, word in (("epoch heading", b"epoch"), ("step heading", b"step"), ("step heading", b"iter"), ("step heading", b"iteration"))
 )
 # a progress bar's "n/total": tqdm's "| 45/100 [", Keras's " 45/100 [===" and Keras 3's "45/100 ━━"
+# (pattern, what n must follow, whether an "Epoch E/T" on the bar's own line counts from 0)
 _BARS = (
-    (re.compile(rb"/(\d+)(?: ?\[| ?\xe2\x94\x81)"), b""),
-    (re.compile(rb"/(\d+) \(\d+%\)\]"), b"["),  # PyTorch's examples: "[640/60000 (1%)]"
+    (re.compile(rb"/(\d+)(?: ?\[| ?\xe2\x94\x81)"), b"", False),
+    (re.compile(rb"/(\d+) \(\d+%\)\]"), b"[", False),  # PyTorch's examples: "[640/60000 (1%)]"
+    # Rich's bar, as Lightning draws it: "Epoch 1/1 ━━━━ 4/4 0:00:00 • ..." (its epoch counts from 0)
+    (re.compile(rb"/(\d+) \d+:\d\d:\d\d"), b"\xe2\x94\x81 ", True),
 )
 _DIGITS_BEFORE = re.compile(rb"\d+(?![a-z0-9])")  # reversed: the digits, and no word before them
 # a line that starts with one of these reports on that split: "Test set: Average loss: 0.03" is test_loss
@@ -123,6 +126,14 @@ class MetricReader:
         self.axes: dict[str, str] = {}
         self.counts: dict[str, int] = {}  # values read per name
         self.pending: dict[str, Point] = {}  # each name's latest value, given out once the next has another x
+        self.segment: tuple[int, int] = (0, -1)  # the line or redraw being read
+        self.heading: tuple[tuple[int, int], float] | None = None  # where the last "Epoch E/T" was, and E
+        self.restarted = False  # the line being read shows a bar just reset (its values are stale)
+        self.redraw = False  # the line being read redraws the one before it (it followed a \r)
+        self.done = 0.0  # the last bar's n
+        self.epoch_total: float | None = None  # the total of the epoch's own bar, once it has one
+        self.evaluating = False  # the line being read shows another loop's bar (evaluate's)
+        self._last_byte = b""  # of what was fed last
 
     # -- reading -------------------------------------------------------------
 
@@ -133,6 +144,7 @@ class MetricReader:
         low = data.lower()
         tokens = self._tokens(low, data)
         if not tokens:
+            self._last_byte = low[-1:] or self._last_byte
             return
         tokens.sort()  # by position: tokens of one pass are in order, so this merges runs
         length = len(low)
@@ -145,7 +157,10 @@ class MetricReader:
                 if values:
                     self._settle(values)
                     values = []
+                self.restarted = self.evaluating = False
                 start, segment_end = _segment(low, position, length)
+                self.segment = (id(data), start)
+                self.redraw = (low[start - 1 : start] if start else self._last_byte) == b"\r"
                 line_split = _EVALUATION_LINE.match(low, start)
                 split = _SPLIT_NAMES[line_split.group(1)] if line_split else ""
             if kind == VALUE:
@@ -156,6 +171,7 @@ class MetricReader:
                 self._mark(kind, first, second)
         if values:
             self._settle(values)
+        self._last_byte = low[-1:]
 
     def flush(self) -> None:
         """The log has ended: give out every name's last value."""
@@ -208,18 +224,18 @@ class MetricReader:
             for match in heading.finditer(low):
                 total = match.group(2)
                 append((match.start(), kind, float(match.group(1)), float(total) if total else None))
-        for bar, opening in _BARS:
+        for bar, opening, zero_based in _BARS:
             for match in bar.finditer(low):
                 start = match.start()
                 digits = _DIGITS_BEFORE.match(reversed_low, length - start)
                 if digits is None:
                     continue
                 first = start - len(digits.group())  # where n starts
-                if opening and low[first - 1 : first] != opening:
+                if opening and low[first - len(opening) : first] != opening:
                     continue
                 total = float(match.group(1))
                 if total > 0:
-                    append((start, BAR, float(digits.group()[::-1]), total))
+                    append((start, RICH_BAR if zero_based else BAR, float(digits.group()[::-1]), total))
         for name, finditer in self.patterns:
             for position, text in finditer(data):
                 try:
@@ -235,12 +251,20 @@ class MetricReader:
             self.epoch = value
             self.epoch_base = None if extra else value
             self.bar = None
+            self.epoch_total = None
         elif kind == STEP:
             self.step = value
         elif kind == EPOCH_HEADING:  # "Epoch 3/10" counts from 1 (epoch 3 ends at 3.0), "Epoch 3:" from 0
             self.epoch_base = value - 1 if extra else value
+            self.heading = (self.segment, value) if extra else None
+            self.epoch_total = None
             self.epoch = value
             self.bar = None
+        elif kind == RICH_BAR:
+            heading = self.heading
+            if heading is not None and heading[0] == self.segment:  # "Epoch 1/1 ━━━ 4/4": 1 of 0..1
+                self.epoch_base = heading[1]
+            self._bar(value, extra)
         elif kind == STEP_HEADING:
             if extra:  # "Step [100/600]": how far through the epoch, as a bar would say
                 self._bar(value, extra)
@@ -250,12 +274,25 @@ class MetricReader:
             self._bar(value, extra)
 
     def _bar(self, done: float, total: float) -> None:
+        if done == 0 and self.redraw and self.done:  # a bar redrawn from 0: what it shows beside is the last run's
+            self.restarted = True
+        self.done = done
+        if self.epoch_base is not None and self.epoch_total not in (None, total):
+            # another loop's bar inside an epoch (Keras's evaluate after fit): it does not move the
+            # epoch on, and what it shows is an evaluation's
+            self.evaluating = True
+            return
         if self.epoch_base is not None:
+            self.epoch_total = total
             self.epoch = self.epoch_base + done / total
         else:
             self.bar = done
 
     def _settle(self, values: list[tuple[str, float]]) -> None:
+        if self.restarted:
+            return
+        if self.evaluating:
+            values = [(f"eval_{name}" if twin_key(name) == name else name, value) for name, value in values]
         axes, counts, pending, sink = self.axes, self.counts, self.pending, self.sink
         step = self.step if self.step is not None else self.bar
         for name, value in values:
@@ -281,6 +318,7 @@ class MetricReader:
             "epoch": self.epoch,
             "step": self.step,
             "bar": self.bar,
+            "epoch_total": self.epoch_total,
             "axes": self.axes,
             "counts": self.counts,
             "pending": [list(point) for point in self.pending.values()],
@@ -292,6 +330,7 @@ class MetricReader:
 
         self.epoch_base, self.epoch = number(state["epoch_base"]), number(state["epoch"])
         self.step, self.bar = number(state["step"]), number(state["bar"])
+        self.epoch_total = number(state.get("epoch_total"))
         self.axes = {str(name): str(axis) for name, axis in state["axes"].items()}
         self.counts = {str(name): int(count) for name, count in state["counts"].items()}
         self.pending = {str(n): (str(n), str(a), float(x), float(y)) for n, a, x, y in state["pending"]}

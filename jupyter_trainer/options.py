@@ -20,7 +20,7 @@ import argparse
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Mapping
 
-from .checks import parse_container, parse_env, parse_gpus, parse_image, parse_interpreter, parse_workdir
+from .checks import parse_container, parse_env, parse_gpus, parse_image, parse_interpreter, parse_notify, parse_workdir
 
 
 @dataclass(frozen=True)
@@ -58,6 +58,12 @@ JOB = (
     Option("rerun", "--rerun", "train again under the name of a finished job", kind="switch"),
 )
 
+# Both cell magics take it: a detached job's supervisor, wherever it runs, sends the message.
+NOTIFY = Option(
+    "notify", "--notify", "when the job ends, POST a JSON message to URL (Slack-style 'text' and the job's facts), "
+    "also with no notebook open; the URL is never stored or shown", "URL", config=True, parse=parse_notify,
+)
+
 # -- %%train_detached and `jupyter-trainer submit` ---------------------------------------------
 
 CONTAINER = ("docker",)  # the backends that run a job in a container
@@ -92,6 +98,7 @@ DETACHED = (
         kind="switch", config=True, default=False, backends=CONTAINER,
     ),
     Option("host", "--host", "no container: run the job as a detached process on this machine", kind="switch", config=True, default=False),
+    NOTIFY,
 )  # fmt: skip
 
 
@@ -146,6 +153,7 @@ SAGEMAKER = (
     Option("subnets", "--subnet", "a VPC subnet to train in (repeatable; with --security-group-id)", "ID", "append", config=True),
     Option("security_group_ids", "--security-group-id", "a VPC security group (repeatable; with --subnet)", "ID", "append", config=True),
     Option("keep_alive_period", "--keep-alive-period", "keep the instances warm this long after the job (warm pools)", "SECONDS", "int", config=True),
+    NOTIFY,
 )  # fmt: skip
 
 

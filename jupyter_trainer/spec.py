@@ -2,9 +2,9 @@
 
 Pure logic: turns option strings into a `DetachedSpec`, and a spec into the
 non-secret options kept in the record plus a fingerprint that tells whether a
-re-run cell is the same cell. Environment values are secrets: they reach the
-job's process and nothing else; the fingerprint covers them through an HMAC
-keyed by a private per-store key.
+re-run cell is the same cell. Environment values and the --notify URL are
+secrets: they reach the job's (or its supervisor's) process and nothing else;
+the fingerprint covers them through an HMAC keyed by a private per-store key.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import json
 from dataclasses import MISSING, dataclass, field, fields
 from typing import Any, Iterable, Mapping
 
-from .checks import Metric, parse_metrics
+from .checks import Metric, parse_metrics, shown_url
 from .errors import InvalidOption
 from .options import DETACHED, DETACHED_BACKENDS, DetachedBackend, settle
 
@@ -47,7 +47,9 @@ def public_options_of(spec) -> dict:
         value = getattr(spec, spec_field.name)
         if spec_field.metadata.get("omit_default") and value == _default_of(spec_field):
             continue
-        if spec_field.metadata.get("secret"):
+        if spec_field.metadata.get("secret") and isinstance(value, str):
+            options[f"{spec_field.name}_to"] = shown_url(value)  # a URL: where it goes, not its token
+        elif spec_field.metadata.get("secret"):
             options[f"{spec_field.name}_keys"] = sorted(value)
         else:
             options[spec_field.name] = _plain(value)
@@ -82,6 +84,7 @@ class DetachedSpec:
     stop_container_when_done: bool = False
     metrics: tuple[Metric, ...] = ()
     args: tuple[str, ...] = added_field(())  # the script's arguments (after `--`)
+    notify: str | None = secret(added=True, default=None)  # the URL told when the job ends
 
     def public_options(self) -> dict:
         """The options as stored and shown: environment keys, never values."""
@@ -90,7 +93,11 @@ class DetachedSpec:
     def fingerprint(self, key: bytes, rerun: bool = False) -> str:
         """Same cell, same fingerprint. `rerun` counts: adding it trains once more, and
         running that cell again attaches to the new run."""
-        return cell_fingerprint(key, self.script, self.backend, self.public_options(), rerun, env=self.env)
+        return cell_fingerprint(key, self.script, self.backend, self.public_options(), rerun, **self.secrets())
+
+    def secrets(self) -> dict:
+        """The secret values that make the cell what it is (in its fingerprint's HMAC only)."""
+        return {"env": self.env, **({"notify": self.notify} if self.notify else {})}
 
 
 def cell_fingerprint(key: bytes, script: str, backend: str, options: dict, rerun: bool, **secret) -> str:

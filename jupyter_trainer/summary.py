@@ -113,6 +113,7 @@ def status_json(record: JobRecord) -> dict:
         "duration": record.duration,
         "where": where(record),
         "options": record.options,
+        **({"notification": record.notification} if record.notification else {}),
     }
 
 

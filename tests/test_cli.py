@@ -155,3 +155,11 @@ def test_metrics_from_python_and_the_shell(home, workdir):
     assert table[0] == "metric\taxis\tx\tvalue" and "val_loss\tepoch\t2\t1.0" in table and len(table) == 1 + 12 + 3
     missing = cli("metrics", "no-such-job")
     assert missing.returncode == 1 and missing.stderr.count("\n") == 1
+
+
+def test_a_traceback_counts_lines_as_the_cell_does(home, workdir):
+    # the cell: line 1 is the magic's, so `raise` is on line 3, as the notebook numbers it
+    job = host_job("numbered", "batch = {}\nbatch['images']\n", workdir)
+    assert job.wait(timeout=30).value == "failed"
+    assert 'line 2' not in job.logs() and ", line 3, in <module>" in job.logs()
+    assert "KeyError: 'images'" in cli("status", "numbered").stdout  # the reason, where the exit code said little

@@ -206,3 +206,29 @@ def test_the_exception_a_script_ended_with():
     assert exception_line(["ValueError: printed, not raised"]) == ""
     nested = lines[:4] + ["", "During handling of the above exception, another exception occurred:", ""] + lines[:2] + ["torch.cuda.OutOfMemoryError: CUDA out of memory"]
     assert exception_line(nested) == "torch.cuda.OutOfMemoryError: CUDA out of memory"
+
+
+def test_a_bar_redrawn_from_zero_shows_the_last_runs_values_and_they_are_not_read_again():
+    # Lightning resets its bar before relabelling it for the next epoch
+    log = (
+        "Epoch 0: 100%|##########| 4/4 [00:01<00:00, train_loss=0.31]\r"
+        "Epoch 0:   0%|          | 0/4 [00:00<?, ?it/s, train_loss=0.31]\r"
+        "Epoch 1:  25%|##5       | 1/4 [00:00<00:01, train_loss=0.15]\n"
+    )
+    assert series(read(log))["train_loss"] == [("epoch", 1.0, 0.31), ("epoch", 1.25, 0.15)]
+    # a first bar at 0 with values already set is not a reset
+    assert series(read(" 0%|          | 0/5 [00:00<?, ?it/s, loss=2.0]\r 20%|##        | 1/5 [00:00<00:01, loss=1.0]\n"))["loss"] == [
+        ("step", 0.0, 2.0), ("step", 1.0, 1.0)
+    ]
+
+
+def test_richs_epoch_counts_from_zero_on_the_bars_own_line():
+    log = "Epoch 1/1  ━━━━━━━━━━━━━━━━━━ 4/4 0:00:00 • 0:00:00 43.53it/s train_loss: 0.166\n"
+    assert series(read(log))["train_loss"] == [("epoch", 2.0, 0.166)]
+
+
+def test_another_loops_bar_inside_an_epoch_is_an_evaluation():
+    log = KERAS + "\r1/1 ━━━━━━━━━━━━━━━━━━━━ 0s 3ms/step - accuracy: 0.3750 - loss: 0.7261\n"
+    found = series(read(log.encode()))
+    assert found["loss"][-1] == ("epoch", 2.0, 0.5)  # fit's, kept
+    assert found["eval_loss"] == [("epoch", 2.0, 0.7261)] and found["eval_accuracy"] == [("epoch", 2.0, 0.375)]

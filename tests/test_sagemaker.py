@@ -140,7 +140,7 @@ def test_create_training_job_request_is_exact(aws, shell, capsys, monkeypatch, t
 
     s3 = boto3.client("s3")
     prefix = f"out/{job_name}/code/"
-    assert s3.get_object(Bucket=BUCKET, Key=prefix + "train_script.py")["Body"].read() == SCRIPT.encode()
+    assert s3.get_object(Bucket=BUCKET, Key=prefix + "train_script.py")["Body"].read() == b"\n" + SCRIPT.encode()  # the magic's line
     assert s3.get_object(Bucket=BUCKET, Key=prefix + "helpers.py")["Body"].read() == b"VALUE = 42\n"
     launcher = s3.get_object(Bucket=BUCKET, Key=prefix + "_jupyter_trainer_launch.py")["Body"].read()
     assert launcher == Path(jupyter_trainer.backends.sagemaker.launcher.__file__).read_bytes()

@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import functools
+import json
 import os
 import re
 from dataclasses import dataclass
@@ -24,7 +25,7 @@ from ..errors import CorruptRecord, RunFileError
 from ..jobs import JobRecord, Observation
 from ..logs import LogSource
 from ..spec import DetachedSpec, Metric
-from ..store import EXIT_CODE_FILE, LOG_FILE, PID_FILE, SCRIPT_FILE, SUPERVISOR_FILE
+from ..store import EXIT_CODE_FILE, LOG_FILE, NOTIFIED_FILE, NOTIFY_FILE, PID_FILE, SCRIPT_FILE, SUPERVISOR_FILE
 
 # pid and exit_code are overwritten in place by the supervisor: room reserved beforehand.
 RESERVED = b" " * 64
@@ -189,24 +190,36 @@ def read_supervisor_facts(run_dir: Path) -> SupervisorFacts:
     return dataclasses.replace(facts, ended_at=ended_at)
 
 
-@functools.lru_cache(maxsize=1)
-def _supervisor_source() -> bytes:
-    return resources.files("jupyter_trainer.backends").joinpath(SUPERVISOR_FILE).read_bytes()
+@functools.lru_cache(maxsize=2)
+def _source(name: str) -> bytes:
+    return resources.files("jupyter_trainer.backends").joinpath(name).read_bytes()
 
 
 def write_script(run_dir: Path, script: str) -> None:
-    """Write the cell's script, and create the log it will append to."""
+    """Write the cell's script, and create the log it will append to. The script starts with an
+    empty line, standing for the magic's line: a traceback's line numbers are the cell's own."""
     # the run is not recorded as launched before these are used, so they need no fsync of their own
-    write_private_file(run_dir / SCRIPT_FILE, script.encode(), durable=False)
+    write_private_file(run_dir / SCRIPT_FILE, b"\n" + script.encode(), durable=False)
     create_private_file(run_dir / LOG_FILE)
 
 
 def prepare_supervised_run(run_dir: Path, script: str) -> None:
-    """The script, the supervisor, and the files the supervisor writes into (see supervise.sh)."""
+    """The script, the supervisor and its notifier, and the files they write into (see supervise.sh)."""
     write_script(run_dir, script)
-    write_private_file(run_dir / SUPERVISOR_FILE, _supervisor_source(), durable=False)
+    write_private_file(run_dir / SUPERVISOR_FILE, _source(SUPERVISOR_FILE), durable=False)
+    write_private_file(run_dir / NOTIFY_FILE, _source(NOTIFY_FILE), durable=False)
     for name in (PID_FILE, EXIT_CODE_FILE):
         create_private_file(run_dir / name, RESERVED)
+    create_private_file(run_dir / NOTIFIED_FILE)
+
+
+def notify_environment(record: JobRecord, url: str | None) -> dict[str, str]:
+    """What the supervisor needs to tell `url` that the job has ended (see notify.py): handed to
+    the supervisor's process only, never written to a file."""
+    if not url:
+        return {}
+    job = {"name": record.name, "run": record.run, "backend": record.backend}
+    return {"JUPYTER_TRAINER_NOTIFY_URL": url, "JUPYTER_TRAINER_NOTIFY_JOB": json.dumps(job)}
 
 
 class FileLogSource:

@@ -29,6 +29,8 @@ from ..store import JobStore
 from .base import (
     EXIT_CODE_FILE,
     LOG_FILE,
+    NOTIFIED_FILE,
+    NOTIFY_FILE,
     PID_FILE,
     RUN_FILE_LIMIT,
     SCRIPT_FILE,
@@ -37,6 +39,7 @@ from .base import (
     FileLogSource,
     SupervisorFacts,
     job_environment,
+    notify_environment,
     malformed_runtime,
     prepare_supervised_run,
     read_runtime,
@@ -56,7 +59,7 @@ from .in_container import (
 from .links import link_run, unlink_run
 
 MOUNTED_JOBS_DIR = "/jupyter_trainer/jobs"  # where containers we create see their runs' files
-RUN_FILES = (SCRIPT_FILE, SUPERVISOR_FILE, LOG_FILE, PID_FILE, EXIT_CODE_FILE)
+RUN_FILES = (SCRIPT_FILE, SUPERVISOR_FILE, NOTIFY_FILE, LOG_FILE, PID_FILE, EXIT_CODE_FILE, NOTIFIED_FILE)
 SHIPPED_JOBS_DIR = "/tmp/jupyter_trainer/jobs"  # run files copied into containers we did not create
 # A run's directory in a container: MOUNTED_JOBS_DIR/NAME/RUN or SHIPPED_JOBS_DIR/STORE_ID/NAME/RUN
 INNER_RUN_DIR = re.compile(
@@ -216,7 +219,7 @@ class DockerBackend:
                 command,
                 stdout=False,
                 stderr=False,
-                environment=job_environment(spec),
+                environment={**job_environment(spec), **notify_environment(record, spec.notify)},
                 workdir=WORKSPACE if ours else None,
             )["Id"]
             self.client.api.exec_start(exec_id, detach=True)
@@ -341,6 +344,8 @@ class DockerBackend:
                     LABEL_GPUS: spec.gpus or "",
                 },
                 tmpfs={cover: "ro,size=4k,mode=0500" for cover in needed.covers},
+                # a job's --notify URL on this machine is reachable from inside as host.docker.internal
+                extra_hosts={"host.docker.internal": "host-gateway"},
                 device_requests=gpu_requests(spec.gpus),
             )
         except docker.errors.APIError as exc:

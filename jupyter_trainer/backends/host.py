@@ -20,6 +20,7 @@ from .base import (
     SUPERVISOR_FILE,
     FileLogSource,
     job_environment,
+    notify_environment,
     prepare_supervised_run,
     read_supervisor_facts,
 )
@@ -114,7 +115,8 @@ class HostBackend:
 
     def launch(self, record: JobRecord, run_dir: Path, spec: DetachedSpec) -> HostRuntime:
         command = [*spec.interpreter, str(run_dir / SCRIPT_FILE), *spec.args]
-        return start_supervised(run_dir, command, cwd=spec.workdir, env=job_environment(spec))
+        env = {**job_environment(spec), **notify_environment(record, spec.notify)}
+        return start_supervised(run_dir, command, cwd=spec.workdir, env=env)
 
     def observe(self, record: JobRecord, run_dir: Path) -> Observation:
         return observe_supervised(run_dir, HostRuntime.of(record).supervisor)

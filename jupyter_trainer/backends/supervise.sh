@@ -10,6 +10,8 @@
 # into here, so they keep their owner and mode even when a container's root
 # writes them; pid and exit_code are pre-filled with spaces and overwritten in
 # place, so recording them needs no new disk space even when the log filled it.
+# With JUPYTER_TRAINER_NOTIFY_URL set, it then has notify.py tell that URL the job
+# has ended; the job itself never sees the URL.
 run_dir=$1
 grace=$2
 stop_container=$3
@@ -17,6 +19,11 @@ shift 3
 
 exec >>"$run_dir/output.log" 2>&1 </dev/null
 trap '' HUP
+
+started_at=$(date +%s)
+notify_url=${JUPYTER_TRAINER_NOTIFY_URL:-}
+notify_job=${JUPYTER_TRAINER_NOTIFY_JOB:-}
+unset JUPYTER_TRAINER_NOTIFY_URL JUPYTER_TRAINER_NOTIFY_JOB
 
 child=
 killer=
@@ -69,6 +76,23 @@ if [ -n "$stopping" ]; then
 fi
 [ -z "$killer" ] || { kill "$killer" 2>/dev/null; wait "$killer" 2>/dev/null; }
 printf '%s %s\n' "$code" "$how" 1<>"$run_dir/exit_code"
+
+# The notifier runs on its own, after this supervisor is gone: the job's outcome counts once its
+# supervisor has ended, and must not wait for a slow receiver. It stops the container, when
+# asked to, once it has told (this supervisor would stop it from under it).
+if [ -n "$notify_url" ]; then
+    if command -v python3 >/dev/null 2>&1; then
+        # its files are opened here, while this supervisor holds the run: once the job is seen
+        # ended, a container's names for them may go (the files stay the store's)
+        set -- python3 - "$run_dir" "$code" "$how" "$started_at" "$stop_container"
+        ! command -v setsid >/dev/null 2>&1 || set -- setsid "$@"
+        JUPYTER_TRAINER_NOTIFY_URL=$notify_url JUPYTER_TRAINER_NOTIFY_JOB=$notify_job \
+            "$@" <"$run_dir/notify.py" 3<>"$run_dir/notified" 4<"$run_dir/output.log" >/dev/null 2>&1 &
+        stop_container=0
+    else
+        printf '{"delivered": false, "detail": "no python3 here to send the notification", "attempts": 0}' 1<>"$run_dir/notified"
+    fi
+fi
 
 # Stop the container (its init forwards TERM to the keep-alive process) unless
 # another jupyter_trainer job still runs in it, from any store: every run's files

@@ -58,6 +58,7 @@ class SageMakerSpec:
     subnets: tuple[str, ...] = added_field(())
     security_group_ids: tuple[str, ...] = added_field(())
     keep_alive_period: int | None = added_field(None)
+    notify: str | None = secret(added=True, default=None)  # the URL told when the job ends
 
     @property
     def local(self) -> bool:

@@ -1,0 +1,26 @@
+"""tqdm bars with set_postfix, as training loops draw them. Arguments: KIND [LOG]: without LOG the bars go
+to stderr (tqdm's default), as in a job's log. Every redraw is drawn (mininterval=0), as a loop whose
+steps take longer than tqdm's 0.1 s between redraws would draw them."""
+
+import sys
+
+from tqdm import tqdm
+
+kind = sys.argv[1]
+log = open(sys.argv[2], "w") if len(sys.argv) > 2 else sys.stderr
+
+if kind == "update":  # a bar updated by hand: step k's values are drawn at n = k
+    with tqdm(total=5, file=log, mininterval=0) as bar:
+        for k in range(1, 6):
+            bar.update(1)
+            bar.set_postfix(loss=round(1.0 / k, 3), lr=3e-05 * k)
+elif kind == "loop":  # `for batch in tqdm(...)`: a batch's values are drawn before n counts it
+    for k in (bar := tqdm(range(5), file=log, mininterval=0)):
+        bar.set_postfix(loss=round(2.0 / (k + 1), 3))
+elif kind == "epochs":  # a bar per epoch, described "Epoch 1/2" as Keras counts them
+    for epoch in range(2):
+        for k in (bar := tqdm(range(4), desc=f"Epoch {epoch + 1}/2", file=log, mininterval=0)):
+            bar.set_postfix(loss=round(epoch + (k + 1) / 10, 3))
+else:
+    raise SystemExit(f"unknown kind {kind!r}")
+log.flush()
