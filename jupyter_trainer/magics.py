@@ -102,6 +102,12 @@ def config_traits(options) -> dict:
     return traits
 
 
+REMOTE_NOTIFY_NOTE = (
+    "--notify: a remote SageMaker job runs no process of ours, so nothing will be sent when it ends; "
+    "an EventBridge rule on its state change can post to the URL (see the README), or run it in local mode."
+)
+
+
 @magics_class
 class TrainerMagics(Magics):
     """Detached training jobs from a cell. Defaults can be set with %config; flags win."""
@@ -136,6 +142,8 @@ class TrainerMagics(Magics):
         words, script_args = options_and_arguments(line)
         args = SAGEMAKER_PARSER.parse_args(words)
         spec = sagemaker_spec(cell, vars(args), self._config(SAGEMAKER), notebook_instance_role, script_args, notebook_default_output)
+        if spec.notify and not spec.local:
+            print(REMOTE_NOTIFY_NOTE)
         self._submit(spec, args)
 
     # -- line magics -------------------------------------------------------------

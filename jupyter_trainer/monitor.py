@@ -51,6 +51,7 @@ class Snapshot:
     progress: Progress | None = None  # what the progress bar being drawn says, while running
     quiet_for: float | None = None  # seconds without output, once a running job has been quiet a while
     facts: tuple[str, ...] = ()  # what the runtime says of the job besides its status (SageMaker's)
+    ended_at: float | None = None  # when it ended (wall clock), once it has
 
 
 class JobMonitor:
@@ -204,7 +205,8 @@ class JobMonitor:
             notes=tuple(self.notes()),
             progress=progress_of(lines[-1]) if running and lines else None,
             quiet_for=quiet if quiet is not None and quiet >= QUIET_AFTER else None,
-            facts=tuple(facts(record, self.job.backends)),
+            facts=tuple(facts(record, self.job.backends)) + notification_facts(record.notification),
+            ended_at=record.ended_at,
         )
 
     def _shown_lines(self) -> list[str]:
@@ -227,3 +229,12 @@ class JobMonitor:
         if self.cursor.offset < self.history_end and self.history_end >= NOTE_HISTORY_FROM:
             notes.insert(0, f"reading the log for metrics: {self.cursor.offset / self.history_end:.0%}")
         return notes
+
+
+def notification_facts(notification: dict) -> tuple[str, ...]:
+    """What came of --notify, in a few words."""
+    if not notification:
+        return ()
+    if notification.get("delivered"):
+        return ("notified",)
+    return (f"could not notify: {notification.get('detail') or 'no answer'}",)

@@ -13,6 +13,7 @@ kernel go on.
 from __future__ import annotations
 
 import html
+import json
 import secrets
 import threading
 import time
@@ -91,7 +92,10 @@ STYLE = """<style>
 .jupyter-trainer-job .jupyter-widgets-disconnected::before { content: none; }  /* the notice says it once */
 .jupyter-trainer-job .jt-saved-note { color: var(--jt-warn-fg); background: var(--jt-warn-bg); padding: 2px 6px;
   border-radius: 4px; margin: 4px 0; }
-.jupyter-trainer-job.jt-saved .jt-disconnected { display: none; }
+.jupyter-trainer-job.jt-saved .jt-disconnected, .jupyter-trainer-job.jt-saved .jt-bell { display: none; }
+.jupyter-trainer-job .jt-bell { font-size: 11px; padding: 0 6px; border: 1px solid var(--jt-border); border-radius: 4px;
+  background: transparent; color: var(--jt-muted); cursor: pointer; }
+body:not([data-jt-notify="default"]) .jupyter-trainer-job .jt-bell { display: none; }
 </style>"""
 
 
@@ -114,6 +118,8 @@ def header_html(snapshot: Snapshot) -> str:
     if snapshot.outcome:
         kind = "jt-exit" if snapshot.exit_code is not None else "jt-reason"
         parts.append(f'<span class="{kind}">{html.escape(snapshot.outcome)}</span>')
+    if not snapshot.status.is_final:  # the browser can say when it ends (see notification_script)
+        parts.append('<button class="jt-bell" title="a browser notification when the job ends (while this page is open)">🔔 notify me</button>')
     facts = "".join(f"<span>{html.escape(fact)}</span>" for fact in snapshot.facts)
     return (
         '<div class="jt-header">' + "".join(parts) + "</div>"
@@ -163,7 +169,47 @@ def saved_view_html(snapshot: Snapshot, view_id: str, saved_at: float) -> str:
         f'<div class="jupyter-trainer-job jt-saved jt-saved-{view_id}" style="padding:6px">'
         + header_html(shown) + f'<div class="jt-saved-note">{html.escape(how)}</div>'
         + plot_html(shown) + log_html(shown) + "</div>"
+        + notification_script(snapshot)
     )
+
+
+# Run by the frontend each time the saved copy is drawn (a trusted output's script): it makes the
+# views' bells ask the browser for permission, and when a job this page saw running has ended,
+# shows one browser notification (once per job run and browser; a notebook reopened later, whose
+# jobs ended meanwhile, shows none).
+NOTIFICATION_SCRIPT = """<script>(function (job) {
+  if (!("Notification" in window)) { return; }
+  document.body.dataset.jtNotify = Notification.permission;
+  if (!window.__jupyterTrainerBell) {
+    window.__jupyterTrainerBell = true;
+    document.addEventListener("click", function (event) {
+      if (event.target && event.target.closest && event.target.closest(".jt-bell")) {
+        Notification.requestPermission().then(function (answer) { document.body.dataset.jtNotify = answer; });
+      }
+    });
+  }
+  var running = window.__jupyterTrainerRunning || (window.__jupyterTrainerRunning = {});
+  var id = job.name + ":" + job.run;
+  if (!job.ended_at) { running[id] = true; return; }
+  if (!running[id]) { return; }  /* it ended before this page saw it run: nothing new to tell */
+  delete running[id];
+  if (Notification.permission !== "granted") { return; }
+  var key = "jupyter-trainer-notified:" + id + ":" + job.ended_at;
+  try { if (localStorage.getItem(key)) { return; } localStorage.setItem(key, "1"); } catch (error) { return; }
+  new Notification(job.title, { body: job.body, tag: key });
+})(%s);</script>"""
+
+
+def notification_script(snapshot: Snapshot) -> str:
+    job = {
+        "name": snapshot.name,
+        "run": snapshot.run,
+        "ended_at": snapshot.ended_at if snapshot.status.is_final else None,
+        "title": f"{snapshot.name} {snapshot.status.value}",
+        "body": snapshot.outcome or f"after {format_duration(snapshot.elapsed)}",
+    }
+    # inside a script element only "</" could end it early: written as its JSON escape
+    return NOTIFICATION_SCRIPT % json.dumps(job).replace("<", "\\u003c")
 
 
 def describe(exc: BaseException) -> str:
@@ -245,7 +291,10 @@ class JobWidget:
         now = self.clock()
         if status != self.monitor.record.status or now - saved_at >= SAVE_INTERVAL or self.monitor.finished:
             self._saved_state = (self.monitor.record.status, now)
-            self._saved_handle.update(HTML(self._saved_html()))
+            try:
+                self._saved_handle.update(HTML(self._saved_html()))
+            except Exception as exc:  # only the copy: the live view goes on, and says why
+                self._set_error("save", f"cannot keep the view's copy in the notebook: {describe(exc)}")
 
     # -- driven by the poller ------------------------------------------------
 

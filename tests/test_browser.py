@@ -1,5 +1,6 @@
 """The widget in a real JupyterLab, driven through headless Chromium by Playwright."""
 
+import contextlib
 import os
 import secrets
 import shutil
@@ -60,6 +61,45 @@ def _free_port():
         return sock.getsockname()[1]
 
 
+@contextlib.contextmanager
+def _jupyter_server(module, *options, root, home):
+    """A Jupyter server (`python -m module`) on a free port of 127.0.0.1, serving `root`; its output
+    in a file beside it, stdin from /dev/null; stopped on leaving."""
+    port, token = _free_port(), secrets.token_hex(16)
+    log_path = root / f"{module}.log"
+    log = open(log_path, "wb")
+    server = subprocess.Popen(
+        [
+            sys.executable, "-m", module, "--no-browser", "--allow-root", "--ServerApp.ip=127.0.0.1",
+            f"--ServerApp.port={port}", f"--IdentityProvider.token={token}", f"--ServerApp.root_dir={root}",
+            "--ServerApp.disable_check_xsrf=True", *options,
+        ],  # fmt: skip
+        stdin=subprocess.DEVNULL,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        env={**os.environ, "JUPYTER_TRAINER_HOME": str(home)},
+    )
+    base = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 60
+    try:
+        while True:
+            try:
+                urllib.request.urlopen(f"{base}/api/status?token={token}", timeout=2)
+                break
+            except OSError:
+                if time.monotonic() > deadline or server.poll() is not None:
+                    raise AssertionError(f"{module} did not start:\n" + log_path.read_text()[-3000:]) from None
+                time.sleep(0.5)
+        yield base, token
+    finally:
+        server.terminate()
+        try:
+            server.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            server.kill()
+        log.close()
+
+
 @pytest.fixture(scope="module")
 def lab(tmp_path_factory):
     problem = None
@@ -78,38 +118,8 @@ def lab(tmp_path_factory):
 
     root = tmp_path_factory.mktemp("lab")
     home = root / "trainer-home"
-    port, token = _free_port(), secrets.token_hex(16)
-    log = open(root / "jupyterlab.log", "wb")
-    server = subprocess.Popen(
-        [
-            sys.executable, "-m", "jupyterlab", "--no-browser", "--allow-root",
-            "--ServerApp.ip=127.0.0.1", f"--ServerApp.port={port}", f"--IdentityProvider.token={token}",
-            f"--ServerApp.root_dir={root}", "--LabApp.expose_app_in_browser=True",
-            "--ServerApp.disable_check_xsrf=True",
-        ],  # fmt: skip
-        stdin=subprocess.DEVNULL,
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        env={**os.environ, "JUPYTER_TRAINER_HOME": str(home)},
-    )
-    base = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 60
-    while True:
-        try:
-            urllib.request.urlopen(f"{base}/api/status?token={token}", timeout=2)
-            break
-        except OSError:
-            if time.monotonic() > deadline or server.poll() is not None:
-                server.kill()
-                raise AssertionError("JupyterLab did not start:\n" + (root / "jupyterlab.log").read_text()[-3000:])
-            time.sleep(0.5)
-    yield {"base": base, "token": token, "root": root, "home": home}
-    server.terminate()
-    try:
-        server.wait(timeout=20)
-    except subprocess.TimeoutExpired:
-        server.kill()
-    log.close()
+    with _jupyter_server("jupyterlab", "--LabApp.expose_app_in_browser=True", root=root, home=home) as (base, token):
+        yield {"base": base, "token": token, "root": root, "home": home}
     subprocess.run([sys.executable, "-m", "jupyter_trainer.cli", "stop", "browser-job"], env={**os.environ, "JUPYTER_TRAINER_HOME": str(home)}, capture_output=True)
 
 
@@ -187,6 +197,7 @@ def test_widget_in_jupyterlab(lab, browser):
     page.wait_for_function(
         "document.querySelector('.jupyter-trainer-job .jt-status')?.textContent === 'completed'", timeout=90_000
     )
+    widget.locator(".jt-log", has_text="training done").wait_for()  # the log's last update may follow the header's
     log_text = widget.locator(".jt-log").inner_text()
     assert "step  39" in log_text and "training done" in log_text
     assert widget.locator("svg.jt-chart polyline").count() == 1
@@ -232,7 +243,7 @@ def test_text_from_a_job_is_never_markup_in_jupyterlab(lab, browser):
     try:
         _run_cell(page, 0)
         _run_cell(page, 1)
-        widget = page.locator(f"#{page.evaluate('window.jupyterapp.shell.currentWidget.id')} .jupyter-trainer-job")
+        widget = page.locator(f"#{page.evaluate('window.jupyterapp.shell.currentWidget.id')} .jupyter-trainer-job:not(.jt-saved)")
         widget.wait_for()
         page.wait_for_function(
             f"{panel}.querySelector('.jupyter-trainer-job .jt-log')?.textContent.includes('rewriting the record')"
@@ -420,4 +431,87 @@ def test_after_a_kernel_restart_the_old_view_says_it_is_disconnected(lab, browse
         widget.screenshot(path=str(ARTIFACTS / "widget-disconnected.png"))
     finally:
         subprocess.run([sys.executable, "-m", "jupyter_trainer.cli", "stop", "long-job"], env=env, capture_output=True)
+        page.close()
+
+
+# every Notification the page shows, kept where the test can read it (headless Chromium shows none)
+RECORD_NOTIFICATIONS = """
+window.__jt_notes = [];
+const Real = window.Notification;
+class Recorded extends Real {
+    constructor(title, options) { super(title, options); window.__jt_notes.push([title, options && options.body]); }
+}
+window.Notification = Recorded;
+"""
+
+
+def test_the_browser_tells_when_a_job_ends_once(lab, browser):
+    cell = TRAINING_CELL.replace("browser-job", "bell-job").replace("range(40)", "range(20)")
+    _write_notebook(lab, "bell.ipynb", "%load_ext jupyter_trainer", cell)
+    context = browser.new_context(viewport={"width": 1280, "height": 1000})
+    context.add_init_script(RECORD_NOTIFICATIONS)
+    page = context.new_page()
+    page.set_default_timeout(60_000)
+    page.goto(f"{lab['base']}/lab/tree/bell.ipynb?token={lab['token']}")
+    page.wait_for_function(
+        "window.jupyterapp?.shell.currentWidget?.context?.path === 'bell.ipynb'"
+        " && window.jupyterapp.shell.currentWidget.sessionContext.session?.kernel?.status === 'idle'"
+    )
+    try:
+        _run_cell(page, 0)
+        _run_cell(page, 1)
+        panel = f"#{page.evaluate('window.jupyterapp.shell.currentWidget.id')}"
+        bell = page.locator(f"{panel} .jupyter-trainer-job:not(.jt-saved) .jt-bell")
+        bell.wait_for()  # offered while the job runs, the browser not asked yet
+        assert page.evaluate("document.body.dataset.jtNotify") == "default"
+        context.grant_permissions(["notifications"])
+        bell.click()  # the user allows it
+        page.wait_for_function("document.body.dataset.jtNotify === 'granted'")
+        page.locator(f"{panel} .jupyter-trainer-job:not(.jt-saved) .jt-status", has_text="completed").wait_for(timeout=90_000)
+        page.wait_for_function("window.__jt_notes.length > 0")
+        page.wait_for_timeout(2000)
+        assert page.evaluate("window.__jt_notes") == [["bell-job completed", "exit code 0"]]
+        _command(page, "docmanager:save")
+        page.wait_for_function("!window.jupyterapp.shell.currentWidget.context.model.dirty")
+        page.reload()  # the saved copy is drawn again: no second notification
+        page.wait_for_function("window.jupyterapp?.shell.currentWidget?.context?.path === 'bell.ipynb'")
+        page.locator(".jt-saved").first.wait_for(state="attached")
+        page.wait_for_timeout(3000)
+        assert page.evaluate("window.__jt_notes") == []
+    finally:
+        context.close()
+
+
+@pytest.fixture(scope="module")
+def notebook7(lab):
+    """Notebook 7 on the same root and job store as the lab."""
+    with _jupyter_server("notebook", "--JupyterNotebookApp.expose_app_in_browser=True", root=lab["root"], home=lab["home"]) as (base, token):
+        yield {"base": base, "token": token}
+
+
+def test_the_view_in_notebook_7_in_both_themes(lab, notebook7, browser):
+    cell = KERAS_LIKE_CELL.replace("themed-job", "nb7-job")
+    _write_notebook(lab, "nb7.ipynb", "%load_ext jupyter_trainer", cell)
+    page = browser.new_page(viewport={"width": 1280, "height": 1000})
+    page.set_default_timeout(60_000)
+    page.goto(f"{notebook7['base']}/notebooks/nb7.ipynb?token={notebook7['token']}")
+    page.wait_for_function(
+        "window.jupyterapp?.shell.currentWidget?.sessionContext?.session?.kernel?.status === 'idle'"
+    )
+    try:
+        _run_cell(page, 0)
+        _run_cell(page, 1)
+        widget = page.locator(".jupyter-trainer-job:not(.jt-saved)").first
+        widget.locator(".jt-status", has_text="failed").wait_for(timeout=90_000)
+        assert "KeyError: 'images'" in widget.locator(".jt-header").first.inner_text()
+        assert widget.locator("svg.jt-chart polyline").count() == 2
+        assert not page.locator(".jt-saved").first.is_visible()
+        for theme, name in (("JupyterLab Light", "light"), ("JupyterLab Dark", "dark")):
+            _set_theme(page, theme)
+            widget.screenshot(path=str(ARTIFACTS / f"notebook7-{name}.png"))
+            for selector in (".jt-log", ".jt-chart .jt-legend", ".jt-header span"):
+                ratio = _readable(widget, selector)
+                assert ratio >= 4.5, f"{selector} in Notebook 7's {name} theme: contrast {ratio:.2f}"
+    finally:
+        _set_theme(page, "JupyterLab Light")
         page.close()

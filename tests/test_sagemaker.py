@@ -215,6 +215,14 @@ def test_on_a_notebook_instance_the_default_bucket_is_the_output_path(aws, shell
     assert not result.success and "no output path given" in out
 
 
+def test_notify_on_a_remote_job_says_nothing_will_be_sent_and_keeps_the_url_out_of_the_store(aws, shell, capsys, home):
+    result, out = fit(shell, capsys, remote("told-remotely", "--notify https://hooks.example.com/services/T0KEN-b7f3a9c1e5d2"))
+    assert result.success, out
+    assert "nothing will be sent when it ends" in out and "EventBridge" in out
+    assert Job.load("told-remotely").record.options["notify_to"] == "https://hooks.example.com/…"
+    assert not any(b"T0KEN-b7f3a9c1e5d2" in path.read_bytes() for path in home.rglob("*") if path.is_file())
+
+
 def test_options_left_out_keep_the_request_as_it_was(aws, shell, capsys):
     result, out = fit(shell, capsys, remote("plain"))
     assert result.success, out
@@ -419,15 +427,26 @@ def test_local_mode_end_to_end_outlives_the_kernel(docker_client, docker_image, 
         "os.makedirs('/opt/ml/model', exist_ok=True)\n"
         "json.dump({'rows': len(rows), 'lr': hp['lr']}, open('/opt/ml/model/model.json', 'w'))\n"
     )
+    from test_notify import TOKEN, Receiver
+
+    receiver = Receiver()
     line = (
         f"--name local-e2e --image-uri {TEST_IMAGE} --role {ROLE} --instance-type local "
-        f"--input train=file://{train} --output-path file://{output} --hyperparameter lr=0.5 --no-widget"
+        f"--input train=file://{train} --output-path file://{output} --hyperparameter lr=0.5 --no-widget "
+        f"--notify {receiver.url}"
     )
     kernel = ipython_submitting(line, script, magic="sagemaker_fit")
     kernel.kill()  # the kernel dies while the training container runs
     kernel.wait()
     job = Job.load("local-e2e")
     assert job.wait(timeout=240) is Status.COMPLETED, job.logs()
+    try:  # told by the runner's supervisor, with no kernel left
+        wait_for(lambda: receiver.received, timeout=60, what="the notification")
+    finally:
+        receiver.close()
+    message = receiver.received[0][2]
+    assert (message["name"], message["backend"], message["status"]) == ("local-e2e", "sagemaker", "completed")
+    assert not any(TOKEN.encode() in path.read_bytes() for path in home.rglob("*") if path.is_file())
     log = job.logs()
     assert "epoch 5 loss: 0.167" in log
     import tarfile

@@ -359,7 +359,7 @@ def test_text_summary_without_a_widget_frontend(store, fake_backend, backends):
 # one: an error message quotes what it read there), in the reason a runtime gives. None of it may
 # become markup.
 PAYLOAD = '<img src=x onerror="window.__jt_pwned=1"><script>window.__jt_pwned=1</script>'
-OWN_TAGS = {"div", "span", "b", "pre", "svg", "text", "tspan", "rect", "polyline", "circle", "title"}
+OWN_TAGS = {"div", "span", "b", "pre", "svg", "text", "tspan", "rect", "polyline", "circle", "title", "button"}
 
 
 class _Markup(HTMLParser):
@@ -691,7 +691,7 @@ def test_the_notebook_keeps_a_copy_of_the_view_for_when_no_kernel_shows_it(store
     assert shown[0] is view and isinstance(shown[1], IPython.display.HTML)
     saved = shown[1].data
     assert f"jt-saved-{view.view_id}" in saved and f".jt-saved-{view.view_id} {{ display: none; }}" in view.style.value
-    text = shown_text(saved.split("</style>")[-1])
+    text = shown_text(saved.split("</style>")[-1].split("<script>")[0])
     assert "no kernel shows this job live" in text and "%train_attach w" in text and "step 1 loss: 0.5" in text
     append(job, "step 2 loss: 0.4\n")
     view.poll(now=1.0)
@@ -702,5 +702,9 @@ def test_the_notebook_keeps_a_copy_of_the_view_for_when_no_kernel_shows_it(store
     fake_backend.finish("w", 0)
     view.poll(now=3.0)  # the end is saved at once
     assert len(updates) == 2 and "completed" in updates[-1] and "when the job had ended" in updates[-1]
+    # the browser is told once it has just ended, by the copy's script (job text as JSON, never markup)
+    script = updates[-1].split("<script>")[1].split("</script>")[0]
+    told = json.loads(script.rsplit("})(", 1)[1].rsplit(");", 1)[0])
+    assert told["name"] == "w" and told["title"] == "w completed" and told["ended_at"] == view.monitor.record.ended_at
     append(job, "".join(f"line {i}\n" for i in range(500)))
     assert updates[-1].count("\n") < 100  # a bounded tail goes into the notebook, not the whole log

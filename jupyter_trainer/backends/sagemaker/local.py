@@ -42,6 +42,7 @@ def load_spec(run_dir: Path) -> tuple[str, SageMakerSpec]:
         if name in data:
             data[name] = tuple(data[name])
     data.pop("env_keys", None)
+    data.pop("notify_to", None)  # the notification is the supervisor's business, not the runner's
     data["env"] = json.loads(os.environ.pop(JOB_ENV_VARIABLE, "{}"))  # not inherited by what this starts
     return job_name, SageMakerSpec(script="", **data)
 
