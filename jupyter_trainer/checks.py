@@ -105,8 +105,9 @@ def parse_workdir(workdir: str | None) -> str:
 
 
 def parse_notify(url: str | None) -> str | None:
-    """A URL to POST to when the job ends: http or https, a host, no blanks. A bad one is shown by
-    its scheme and host alone (a webhook's path is often its secret)."""
+    """A URL to POST to when the job ends: http or https, a host, printable ASCII only (percent-encode
+    the rest), no user name or password in it. A bad one is shown by its scheme and host alone (a
+    webhook's path is often its secret)."""
     if url is None or url == "":
         return None
     from urllib.parse import urlsplit
@@ -117,9 +118,13 @@ def parse_notify(url: str | None) -> str | None:
         parts.port  # noqa: B018 (a port that is not a number raises here)
     except ValueError:
         parts, host = None, None
-    shown = f"{parts.scheme}://{parts.netloc.rpartition('@')[2]}/…" if parts and parts.scheme else "that value"
-    if parts is None or parts.scheme not in ("http", "https") or not host or any(c.isspace() or ord(c) < 32 for c in url) or len(url) > 2048:
-        raise InvalidOption(f"--notify expects an http:// or https:// URL, got {shown}", "for example --notify https://hooks.slack.com/services/...")
+    printable = all(33 <= ord(c) <= 126 for c in url) and "\\" not in url
+    plain_host = host and re.fullmatch(r"[A-Za-z0-9.:\[\]_-]+", host)
+    shown = f"{parts.scheme}://{host}/…" if parts and parts.scheme and plain_host else "that value"
+    if parts is None or parts.scheme not in ("http", "https") or not host or not printable or len(url) > 2048:
+        raise InvalidOption(f"--notify expects an http:// or https:// URL of printable ASCII, got {shown}", "for example --notify https://hooks.slack.com/services/...")
+    if "@" in parts.netloc:
+        raise InvalidOption(f"--notify: {shown} has a user name or password in it, which cannot be sent", "put the secret in the URL's path or query, as webhooks do")
     return url
 
 
@@ -128,4 +133,5 @@ def shown_url(url: str) -> str:
     from urllib.parse import urlsplit
 
     parts = urlsplit(url)
-    return f"{parts.scheme}://{parts.hostname}{f':{parts.port}' if parts.port else ''}/…"
+    host = f"[{parts.hostname}]" if ":" in (parts.hostname or "") else parts.hostname
+    return f"{parts.scheme}://{host}{f':{parts.port}' if parts.port else ''}/…"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import math
 import sys
@@ -119,7 +120,7 @@ def submit(args, script_args: list[str], store: JobStore) -> int:
         script = Path(args.script).read_text()
     except (OSError, UnicodeDecodeError) as exc:
         raise TrainerError(f"cannot read the script {args.script} ({getattr(exc, 'strerror', None) or exc})") from None
-    spec = detached_spec(script, vars(args), configured_defaults(), script_args)
+    spec = dataclasses.replace(detached_spec(script, vars(args), configured_defaults(), script_args), from_cell=False)
     submission = submit_detached(spec, name=args.name, rerun=bool(args.rerun), store=store)
     if submission.attached:
         print(submission.message)

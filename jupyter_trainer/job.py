@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import hmac
 import os
 import time
 from pathlib import Path
 from typing import Iterator
 
 from . import backends as _backends
-from .backends.base import Backend
+from .backends.base import Backend, notification_check
 from .errors import BackendUnavailable, InvalidOption, StoreError, TrainerError
 from . import _fs
 from .jobs import JobRecord, Observation, Status, describe_exit_code, parse_notification, resolve
@@ -19,7 +20,8 @@ from .proc import ProcessIdentity
 from .store import NOTIFIED_FILE, JobStore
 
 
-EXCEPTION_LINES = 60  # of a failed job's log, read for the exception it ended with
+EXCEPTION_LINES = 200  # of a failed job's log, read for the exception it ended with
+PYTHON_RAISED = 1  # the exit code of a Python script that ended with an exception
 
 
 class Job:
@@ -123,7 +125,10 @@ class Job:
 
         def keep(point: tuple) -> None:
             name, axis, x, value = point
-            found.setdefault(name, []).append((axis, x, value))
+            points = found.setdefault(name, [])
+            if points and points[-1][0] != axis:  # moved to another x (see MetricReader._settle)
+                points.clear()
+            points.append((axis, x, value))
 
         parser = MetricParser(Metric(name, regex) for name, regex in self.record.options.get("metrics", []))
         reader = MetricReader(keep, parser.finders())
@@ -191,8 +196,9 @@ class Job:
             return self
 
         disk_full = outcome.status is Status.FAILED and _disk_full(self.run_dir)
-        said_by_code = outcome.exit_code is not None and outcome.reason == describe_exit_code(outcome.exit_code)
-        raised = self._exception_line() if outcome.status is Status.FAILED and said_by_code else ""
+        # exit code 1 is how a Python script ends on an exception: then the exception says more (a
+        # job killed, by SIGKILL say, may have printed a traceback it had handled long before)
+        raised = self._exception_line() if outcome.status is Status.FAILED and outcome.exit_code == PYTHON_RAISED else ""
 
         def apply(record: JobRecord) -> None:
             latest = resolve(record, seen)  # again under the lock: a stop may have been asked meanwhile
@@ -227,9 +233,11 @@ class Job:
             return
         try:
             result = parse_notification(_fs.read_small(self.run_dir / NOTIFIED_FILE, 4096))
-        except OSError:
+            expected = notification_check(self.record, self.run_dir)
+        except (OSError, TrainerError):
             return
-        if result is None:
+        # only what the notifier wrote: a job can write the file too, but cannot sign it
+        if result is None or not hmac.compare_digest(result.pop("check"), expected):
             return
 
         def note(record: JobRecord) -> None:

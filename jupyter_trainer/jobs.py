@@ -233,8 +233,9 @@ def parse_notification(data: bytes) -> dict[str, Any] | None:
         return None
     if not isinstance(written, dict) or not isinstance(written.get("delivered"), bool):
         return None
-    detail, attempts, at = written.get("detail"), written.get("attempts"), written.get("at")
+    detail, attempts, at, check = written.get("detail"), written.get("attempts"), written.get("at"), written.get("check")
     return {
+        "check": check if isinstance(check, str) else "",  # checked, then left out of the record
         "delivered": written["delivered"],
         "detail": detail[:300] if isinstance(detail, str) else "",
         "attempts": attempts if isinstance(attempts, int) and not isinstance(attempts, bool) and 0 <= attempts < 100 else None,

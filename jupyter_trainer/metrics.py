@@ -32,9 +32,12 @@ from .logs import ANSI_ESCAPE_BYTES
 BASES = (
     "loss", "acc", "accuracy", "f1", "f1_score", "precision", "recall", "auc", "roc_auc", "lr",
     "learning_rate", "grad_norm", "perplexity", "ppl", "mae", "mse", "rmse", "r2", "iou", "miou",
-    "map", "bleu", "rouge", "wer", "cer", "dice", "top1", "top5", "top1_acc", "top5_acc", "error",
-    "err", "reward", "score",
+    "map", "bleu", "rouge", "wer", "cer", "dice", "top1", "top5", "top_1", "top_5", "top1_acc", "top5_acc",
+    "reward", "score",
 )  # fmt: skip
+# a one-word name ending or starting so is a metric too: total_loss, kl_loss, loss_cls, mean_reward
+GENERIC_ENDS = ("_loss", "_acc", "_accuracy", "_reward")
+NOT_METRICS = frozenset({"loss_scale", "loss_scaler"})  # mixed precision's scale: a setting
 SPLITS = ("train", "training", "val", "valid", "validation", "eval", "test", "dev")
 REDUCTIONS = ("step", "epoch", "avg", "mean")
 EPOCH, STEP, NTH = "epoch", "step", "n"
@@ -46,7 +49,8 @@ _NUMBER = rb"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?|nan|[-+]?inf"
 # a separator and the value after it; the name before it is read backwards (see _NAME_BEFORE)
 _VALUE_AFTER = re.compile(rb"[:=][ \t]*['\"]?(" + _NUMBER + rb")(?:/(\d+))?(?![\w.])")
 # a name, reversed: read from just before a separator towards the start of the line
-_NAME_BEFORE = re.compile(rb"[ \t]*['\"]?([a-z0-9_/-]{1,64}(?: [a-z0-9_/-]{1,64}){0,2})")
+# (each word starts with a letter: "step 123 loss" is "loss", and the same name is the same key)
+_NAME_BEFORE = re.compile(rb"[ \t]*['\"]?([a-z0-9_/-]{0,63}[a-z](?: [a-z0-9_/-]{0,63}[a-z]){0,2})")
 # "loss 0.25" with no separator, as a loop's print may say it (possessive: a line of "loss" and
 # endless blanks costs one pass)
 _BARE_LOSS = re.compile(rb"loss(?<![a-z0-9_/-]loss)[ \t]++(" + _NUMBER + rb")(?![\w.])")
@@ -72,11 +76,17 @@ _SPACES = re.compile(r"[\s\-]+")
 # A point is (name, axis, x, y): axis "step", "epoch" or "n" (the value's number in its series).
 Point = tuple
 
-def metric_name(words: str) -> str | None:
+def metric_name(words: str, generic: bool | None = None) -> str | None:
     """The series a printed name belongs to, or None if it is not a metric's: `Val Loss` and
-    `val-loss` are `val_loss`; `train/loss` keeps its slash."""
+    `val-loss` are `val_loss`; `train/loss` keeps its slash. A one-word name (`generic`, by
+    default when there is no blank in it) may also be any `..._loss` or `loss_...`: not so
+    "Average loss", whose metric is the loss."""
+    if generic is None:
+        generic = " " not in words.strip()
     name = _SPACES.sub("_", words.strip().lower())
-    if _is_metric(name):
+    if name in NOT_METRICS:
+        return None
+    if _is_metric(name) or (generic and (name.endswith(GENERIC_ENDS) or name.startswith("loss_")) and name[0].isalpha()):
         return name
     return None
 
@@ -134,6 +144,9 @@ class MetricReader:
         self.epoch_total: float | None = None  # the total of the epoch's own bar, once it has one
         self.evaluating = False  # the line being read shows another loop's bar (evaluate's)
         self._last_byte = b""  # of what was fed last
+        # what the words before a separator were found to be, by their reversed bytes: logs repeat a
+        # few names millions of times
+        self._names: dict[bytes, tuple[str | None, str | None]] = {}
 
     # -- reading -------------------------------------------------------------
 
@@ -187,7 +200,7 @@ class MetricReader:
         length = len(low)
         name_before = _NAME_BEFORE.match
         overridden = self.overridden
-        seen = _NAMES_SEEN
+        seen = self._names
         for match in _VALUE_AFTER.finditer(low):
             position = match.start()
             found = name_before(reversed_low, length - position)
@@ -232,6 +245,8 @@ class MetricReader:
                     continue
                 first = start - len(digits.group())  # where n starts
                 if opening and low[first - len(opening) : first] != opening:
+                    continue
+                if low[first - 6 : first] == b"epoch ":  # "Epoch 11/11 ━━━ 4/4": the heading, not the bar
                     continue
                 total = float(match.group(1))
                 if total > 0:
@@ -295,10 +310,16 @@ class MetricReader:
             values = [(f"eval_{name}" if twin_key(name) == name else name, value) for name, value in values]
         axes, counts, pending, sink = self.axes, self.counts, self.pending, self.sink
         step = self.step if self.step is not None else self.bar
+        preferred = STEP if self.step is not None else EPOCH if self.epoch is not None else STEP if self.bar is not None else NTH
         for name, value in values:
             axis = axes.get(name)
-            if axis is None:
-                axis = STEP if self.step is not None else EPOCH if self.epoch is not None else STEP if self.bar is not None else NTH
+            if axis is None or (axis == NTH and preferred != NTH):
+                # a name first seen with no step or epoch (a config printed before training) moves to
+                # the step or epoch once the log gives one: its numbered values were not training's
+                if axis is not None:
+                    pending.pop(name, None)
+                    counts[name] = 0
+                axis = preferred
                 axes[name] = axis
             count = counts.get(name, 0) + 1
             counts[name] = count
@@ -336,10 +357,7 @@ class MetricReader:
         self.pending = {str(n): (str(n), str(a), float(x), float(y)) for n, a, x, y in state["pending"]}
 
 
-# What the words before a separator were found to be, by their reversed bytes: logs repeat a few
-# names millions of times. Bounded, as a log may print endless distinct words.
-_NAMES_SEEN: dict[bytes, tuple[str | None, str | None]] = {}
-MAX_NAMES_SEEN = 4096
+MAX_NAMES_SEEN = 4096  # words before a separator a reader remembers the meaning of (a log may print endless ones)
 
 
 def _name_of(words: str) -> tuple[str | None, str | None]:
@@ -353,7 +371,7 @@ def _name_of(words: str) -> tuple[str | None, str | None]:
             return EPOCH, None
         if candidate in STEP_WORDS:
             return STEP, None
-        name = metric_name(candidate)
+        name = metric_name(candidate, generic=start == len(parts) - 1)
         if name is not None:
             return VALUE, name
     return None, None
@@ -375,8 +393,11 @@ _SPLIT_NAMES = {b"test": "test", b"testing": "test", b"val": "val", b"valid": "v
 
 # -- the header's progress: "45%", "ETA 00:12" from the bar being drawn --------------------
 
-_TQDM = re.compile(r"(\d{1,3})%\|[^|]*\|\s*\d+/\d+\s*\[[^<\]]*<([^,\]]+)")
-_KERAS = re.compile(r"(\d+)/(\d+)\s*(?:\[[=>.]*\]|━+)\s*(?:-\s*)?(?:ETA:\s*(\S+))?")
+# each starts only where a number starts, and no part can match what the next one does: linear on
+# any line (a run of 20,000 digits costs one pass, not one per digit)
+_TQDM = re.compile(r"(?<!\d)(\d{1,3})%\|[^|]*\|\s*\d++/\d++\s*\[[^<\]]*+<([^,\]]+)")
+_KERAS = re.compile(r"(?<!\d)(\d++)/(\d++)\s*+(?:\[[=>.]*+\]|━++)\s*+(?:-\s*+)?(?:ETA:\s*+(\S++))?")
+PROGRESS_CHARS = 2048  # of a line's end, where a bar's latest state is
 
 
 @dataclass(frozen=True)
@@ -387,6 +408,7 @@ class Progress:
 
 def progress_of(line: str) -> Progress | None:
     """What the progress bar on `line` says: how far, and how long to go."""
+    line = line[-PROGRESS_CHARS:]
     match = _TQDM.search(line)
     if match:
         eta = match.group(2).strip()
@@ -400,20 +422,20 @@ def progress_of(line: str) -> Progress | None:
 
 # -- the exception a failed script ended with -------------------------------------------------
 
+EXCEPTION_CHARS = 300
 _EXCEPTION = re.compile(r"^([A-Za-z_][\w.]*(?:Error|Exception|Exit|Interrupt|Warning|Failure|Fault))(?::\s?(.*))?$")
 
 
 def exception_line(lines: Iterable[str]) -> str:
-    """The last traceback's final line (`KeyError: 'images'`), or ""."""
+    """The last traceback's final line (`KeyError: 'images'`, or a SyntaxError's), or "": the line
+    after a traceback's frames that names an exception, cut to 300 characters."""
     seen_traceback = False
     found = ""
     for line in lines:
-        if line.startswith("Traceback (most recent call last)"):
-            seen_traceback, found = True, ""
-            continue
-        if seen_traceback and not line.startswith((" ", "\t")):
-            match = _EXCEPTION.match(line.strip())
-            if match:
-                found = line.strip()
-                seen_traceback = False
+        if line.startswith("Traceback (most recent call last)") or line.startswith('  File "'):
+            seen_traceback = True
+        elif seen_traceback and line.strip() and not line.startswith((" ", "\t")):
+            if _EXCEPTION.match(line.strip()):
+                found = line.strip()[:EXCEPTION_CHARS]
+            seen_traceback = False
     return found

@@ -16,11 +16,12 @@ from pathlib import Path
 from .logs import LogSource
 from .metrics import MetricReader
 from .plot import MetricSeries
-from ._fs import write_private_file
+from ._fs import read_small, write_private_file
 from .store import METRICS_FILE as CACHE_FILE
 
 VERSION = 2  # 2: series by step or epoch, windows of lowest and highest values, the reader's place
 CHECK_BYTES = 64  # log bytes before the cached offset that must be unchanged
+MAX_BYTES = 16 << 20  # a cache larger than this is not one this wrote (1,000 points a metric)
 
 
 def save(run_dir: Path, metrics: list[tuple[str, str]], offset: int, source: LogSource, series: MetricSeries, reader: MetricReader) -> None:
@@ -44,7 +45,11 @@ def load(run_dir: Path, metrics: list[tuple[str, str]], source: LogSource, up_to
     """The cached offset, with `series` and `reader` set as they were there, if the cache still
     describes the first bytes of this log (up to `up_to`); else None and both untouched."""
     try:
-        data = json.loads((run_dir / CACHE_FILE).read_text())
+        # a job can write its run files: a regular file only (not a FIFO, not a link), bounded
+        raw = read_small(run_dir / CACHE_FILE, MAX_BYTES + 1)
+        if len(raw) > MAX_BYTES:
+            return None
+        data = json.loads(raw)
         offset = int(data["offset"])
         if data["version"] != VERSION or data["metrics"] != metrics or not 0 <= offset <= up_to:
             return None
@@ -54,7 +59,9 @@ def load(run_dir: Path, metrics: list[tuple[str, str]], source: LogSource, up_to
         cached_series, cached_reader = MetricSeries(series.max_points), MetricReader(reader.sink, reader.patterns)
         cached_series.restore(data["series"])
         cached_reader.restore(data["reader"])
-    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        if any(len(windows) > cached_series.max_points for windows in cached_series.windows.values()):
+            return None  # more than a series ever keeps: not ours
+    except (OSError, ValueError, KeyError, TypeError, AttributeError, MemoryError, RecursionError):
         return None
     series.restore(cached_series.state())
     reader.restore(cached_reader.state())

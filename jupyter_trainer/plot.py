@@ -40,7 +40,11 @@ class MetricSeries:
         name, axis, x, value = point
         if not (_finite(x) and _finite(value)):  # a gap: counted by the reader, never drawn
             return
-        self.axes.setdefault(name, axis)
+        if self.axes.get(name, axis) != axis:  # the reader moved the metric to another x: start again
+            self.windows.pop(name, None)
+            self.stride.pop(name, None)
+            self.latest.pop(name, None)
+        self.axes[name] = axis
         windows = self.windows.setdefault(name, [])
         stride = self.stride.setdefault(name, 1)
         if windows and windows[-1][0] < stride:
@@ -57,7 +61,10 @@ class MetricSeries:
     def set_latest(self, pending: dict, counts: dict) -> None:
         """The newest value of each metric (not yet settled: a redraw may still replace it)."""
         for name, axis, x, value in pending.values():
-            self.axes.setdefault(name, axis)
+            if self.axes.get(name, axis) != axis:
+                self.windows.pop(name, None)
+                self.stride.pop(name, None)
+            self.axes[name] = axis
             if _finite(x) and _finite(value):
                 self.latest[name] = (x, value)
         self.counts = dict(counts)

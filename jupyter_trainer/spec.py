@@ -85,6 +85,7 @@ class DetachedSpec:
     metrics: tuple[Metric, ...] = ()
     args: tuple[str, ...] = added_field(())  # the script's arguments (after `--`)
     notify: str | None = secret(added=True, default=None)  # the URL told when the job ends
+    from_cell: bool = added_field(True)  # a cell's script (its line 1 is the magic's), or a file's
 
     def public_options(self) -> dict:
         """The options as stored and shown: environment keys, never values."""

@@ -163,3 +163,25 @@ def test_a_traceback_counts_lines_as_the_cell_does(home, workdir):
     assert job.wait(timeout=30).value == "failed"
     assert 'line 2' not in job.logs() and ", line 3, in <module>" in job.logs()
     assert "KeyError: 'images'" in cli("status", "numbered").stdout  # the reason, where the exit code said little
+
+
+def test_a_submitted_files_traceback_counts_the_files_lines(home, workdir, tmp_path):
+    script = tmp_path / "train.py"
+    script.write_text("batch = {}\nbatch['images']\n")
+    assert cli("submit", "--host", "--name", "filed", "--workdir", str(workdir), str(script)).returncode == 0
+    from jupyter_trainer.job import Job
+
+    job = Job.load("filed")
+    assert job.wait(timeout=30).value == "failed" and ", line 2, in <module>" in job.logs()
+
+
+def test_a_kill_after_a_handled_exception_is_reported_as_the_kill(home, workdir):
+    script = (
+        "import os, traceback\n"
+        "try:\n    {}['warmup']\nexcept KeyError:\n    traceback.print_exc()\n"
+        "print('step 1 loss: 1', flush=True)\n"
+        "os.kill(os.getpid(), 9)\n"
+    )
+    job = host_job("oom", script, workdir)
+    assert job.wait(timeout=30).value == "failed" and job.exit_code == 137
+    assert "KeyError" not in job.reason and "KeyError" not in cli("status", "oom").stdout.split("reason", 1)[-1]

@@ -232,3 +232,44 @@ def test_another_loops_bar_inside_an_epoch_is_an_evaluation():
     found = series(read(log.encode()))
     assert found["loss"][-1] == ("epoch", 2.0, 0.5)  # fit's, kept
     assert found["eval_loss"] == [("epoch", 2.0, 0.7261)] and found["eval_accuracy"] == [("epoch", 2.0, 0.375)]
+
+
+def test_a_name_first_printed_with_no_step_moves_to_the_step_once_there_is_one():
+    log = "Namespace(batch_size=64, lr=0.01, epochs=3)\nstep 1 loss: 3 lr: 0.01\nstep 2 loss: 2 lr: 0.005\n"
+    found = series(read(log))
+    assert found["lr"] == [("step", 1.0, 0.01), ("step", 2.0, 0.005)] and found["loss"][0] == ("step", 1.0, 3.0)
+
+
+def test_the_words_before_a_value_are_remembered_by_name_not_by_the_numbers_around_them():
+    reader = MetricReader(lambda point: None)
+    reader.feed(b"".join(b"step %d loss: 0.5 acc %d.1: 0.7\n" % (i, i) for i in range(5000)))
+    assert len(reader._names) < 10 and reader.counts["loss"] == 5000
+    assert MetricReader(lambda point: None)._names == {}  # each reader its own: one log cannot slow another
+
+
+def test_more_names_and_fewer_false_ones():
+    line = "total_loss: 1 kl_loss=2 loss_cls: 3 mean_reward: 4 Top-1: 0.5 loss_scale: 65536 HTTP error: 404 Error: 2\n"
+    assert {name: value for name, _, _, value in read(line)} == {
+        "total_loss": 1.0, "kl_loss": 2.0, "loss_cls": 3.0, "mean_reward": 4.0, "top_1": 0.5,
+    }  # fmt: skip
+
+
+def test_richs_heading_with_two_digits_is_not_a_bar():
+    log = "Epoch 11/11 ━━━━━━━━━━━━━━━━━━ 4/4 0:00:00 • 0:00:00 43.53it/s train_loss: 0.166\n"
+    assert series(read(log))["train_loss"] == [("epoch", 12.0, 0.166)]
+
+
+def test_progress_on_a_line_of_digits_costs_one_pass():
+    import time
+
+    started = time.process_time()
+    for line in ("1" * 20_000, "1/" * 10_000, "5%|" * 10_000, "4" * 10_000 + "/" + "2" * 10_000):
+        assert progress_of(line) is None
+    assert time.process_time() - started < 0.5  # quadratic, it took seconds a line
+
+
+def test_a_syntax_error_and_a_long_exception_line():
+    assert exception_line(['  File "/job/script.py", line 3', "    print(", "         ^", "SyntaxError: '(' was never closed"]) == (
+        "SyntaxError: '(' was never closed"
+    )
+    assert len(exception_line(["Traceback (most recent call last):", "ValueError: " + "x" * 15_000])) == 300

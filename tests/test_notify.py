@@ -140,12 +140,15 @@ def test_a_failed_delivery_is_recorded_and_the_job_keeps_its_outcome(home, workd
 
 @pytest.mark.parametrize(
     "url",
-    ["ftp://example.com/x", "hooks.slack.com/services/x", "https://", "http://exa mple.com/", "javascript:alert(1)", "https://h:port/x"],
-)
+    [
+        "ftp://example.com/x", "hooks.slack.com/services/x", "https://", "http://exa mple.com/", "javascript:alert(1)",
+        "https://h:port/x", "http://evil.com\\", "http://user:pw@example.com/x", "http://example.com/\x7f", "http://example.com/é",
+    ],
+)  # fmt: skip
 def test_bad_urls_are_one_clear_line_that_never_shows_the_path(url):
     with pytest.raises(InvalidOption) as error:
         build_spec("print(1)", host=True, workdir="/tmp", notify=url + "/" + TOKEN)
-    assert "--notify expects an http:// or https:// URL" in str(error.value) and TOKEN not in str(error.value)
+    assert str(error.value).startswith("--notify") and str(error.value).count("\n") == 0 and TOKEN not in str(error.value)
 
 
 def test_notify_can_be_configured_and_a_flag_wins(home, workdir, receiver):
@@ -201,3 +204,130 @@ def test_the_message_of_a_killed_job_and_of_one_that_printed_an_error_but_exited
     assert printed["reason"] == "exit code 1"  # no traceback: the exit code, not a line the script printed
     redrawn = "Traceback (most recent call last):\n  File \"x\", line 3\n\rKeyError: 'images'\n"
     assert notifier.build_message({}, 1, "exited", 0.0, 1.0, redrawn)["reason"] == "KeyError: 'images'"
+
+
+# -- a job that goes after its own notification ---------------------------------------------------
+
+THIEF = f"""
+import os
+found = []
+for pid in os.listdir('/proc'):
+    for part in ('environ', 'cmdline'):
+        try:
+            with open(f'/proc/{{pid}}/{{part}}', 'rb') as handle:
+                if {TOKEN!r}.encode() in handle.read():
+                    found.append((pid, part))
+        except OSError:
+            pass
+print('found', found, flush=True)
+"""
+
+
+def test_the_job_can_neither_read_the_url_nor_replace_the_code_that_sends_it(home, workdir, receiver):
+    script = THIEF + (
+        "here = os.path.dirname(os.path.abspath(__file__))\n"
+        "with open(os.path.join(here, 'notify.py'), 'w') as handle:\n"  # in place, and by a new file
+        "    handle.write('import os, sys\\nopen(\"/tmp/stolen\", \"w\").write(sys.stdin.read())\\n')\n"
+        "os.replace(os.path.join(here, 'notify.py'), os.path.join(here, 'notify.py'))\n"
+    )
+    job = host_job("thief", script, workdir, notify=receiver.url)
+    wait_for(lambda: receiver.received, timeout=60, what="the real notification")
+    assert job.logs().splitlines()[0] == "found []"
+    wait_for(lambda: job.refresh().record.notification, timeout=30, what="the result")
+    assert job.record.notification["delivered"] is True and job.record.notification["detail"] == "HTTP 200"
+
+
+def test_a_result_the_job_forged_is_not_recorded(home, workdir):
+    server = Receiver(status=404)
+    forge = (
+        "import json, os\n"
+        "here = os.path.dirname(os.path.abspath(__file__))\n"
+        "with open(os.path.join(here, 'notified'), 'w') as handle:\n"
+        "    json.dump({'delivered': True, 'detail': 'HTTP 200', 'attempts': 1, 'at': 1700000000, 'check': 'x' * 64}, handle)\n"
+    )
+    try:
+        job = host_job("forger", forge, workdir, notify=server.url)
+        assert job.wait(timeout=30).value == "completed"
+        # the forged result is there first; only the notifier's own is taken
+        wait_for(lambda: job.refresh().record.notification, timeout=60, what="the notifier's own result")
+    finally:
+        server.close()
+    assert job.record.notification["delivered"] is False and job.record.notification["detail"] == "HTTP 404 Not Found"
+
+
+class RawServer:
+    """A TCP server on 127.0.0.1 answering every connection with `answer` (bytes), `pause` seconds apart a byte."""
+
+    def __init__(self, answer, pause=0.0):
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(8)
+        self.url = f"http://127.0.0.1:{self.sock.getsockname()[1]}/hooks/{TOKEN}"
+
+        def serve():
+            while True:
+                try:
+                    conn, _ = self.sock.accept()
+                except OSError:
+                    return
+                conn.recv(65536)
+                try:
+                    for byte in answer if pause else [answer]:
+                        conn.sendall(bytes([byte]) if pause else byte)
+                        time.sleep(pause)
+                except OSError:
+                    pass
+                conn.close()
+
+        threading.Thread(target=serve, daemon=True).start()
+
+    def close(self):
+        self.sock.close()
+
+
+@pytest.mark.parametrize(
+    "answer, said",
+    [(b"HELLO THERE\r\n\r\n", "BadStatusLine"), (b"HTTP/1.1 301 Moved\r\nLocation: http://example.com/\r\nContent-Length: 0\r\n\r\n", "HTTP 301")],
+)
+def test_a_strange_answer_is_recorded_as_not_delivered(answer, said, monkeypatch):
+    monkeypatch.setattr(notifier, "PAUSES", ())
+    server = RawServer(answer)
+    try:
+        result = notifier.deliver(server.url, {"text": "x"})
+    finally:
+        server.close()
+    assert result["delivered"] is False and said in result["detail"] and TOKEN not in result["detail"]
+
+
+def test_an_answer_that_never_ends_is_given_up_on(monkeypatch):
+    monkeypatch.setattr(notifier, "PAUSES", (0,))
+    monkeypatch.setattr(notifier, "ATTEMPT_SECONDS", 2)
+    server = RawServer(b"HTTP/1.1 200 OK\r\n" + b"X: " + b"y" * 100, pause=0.5)  # a byte every half second
+    started = time.monotonic()
+    try:
+        result = notifier.deliver(server.url, {"text": "x"})
+    finally:
+        server.close()
+    assert result == {**result, "delivered": False, "detail": "no answer within 2 s", "attempts": 2}
+    assert time.monotonic() - started < 10
+
+
+def test_chat_markup_in_a_failure_is_shown_as_text():
+    message = notifier.build_message({"name": "x"}, 1, "exited", 0.0, 1.0, "Traceback (most recent call last):\nKeyError: '<!channel> <https://evil|click>'\n")
+    assert "<!channel>" not in message["text"] and "&lt;!channel&gt;" in message["text"]
+    assert message["reason"] == "KeyError: '<!channel> <https://evil|click>'"  # the field itself is the exception as it was
+
+
+@pytest.mark.parametrize(
+    "lines",
+    [
+        ["Traceback (most recent call last):", '  File "x", line 3, in <module>', "KeyError: 'images'"],
+        ['  File "x", line 3', "    print(", "SyntaxError: '(' was never closed"],
+        ["ValueError: printed, never raised"],
+        ["Traceback (most recent call last):", '  File "x"', "", "RuntimeError: " + "y" * 1000, "after"],
+    ],
+)
+def test_the_notifier_and_the_view_find_the_same_exception(lines):
+    from jupyter_trainer.metrics import exception_line
+
+    assert notifier.exception_line(lines) == exception_line(lines)

@@ -708,3 +708,35 @@ def test_the_notebook_keeps_a_copy_of_the_view_for_when_no_kernel_shows_it(store
     assert told["name"] == "w" and told["title"] == "w completed" and told["ended_at"] == view.monitor.record.ended_at
     append(job, "".join(f"line {i}\n" for i in range(500)))
     assert updates[-1].count("\n") < 100  # a bounded tail goes into the notebook, not the whole log
+
+
+@pytest.mark.parametrize("kind", ["fifo", "link to /dev/zero", "too many points"])
+def test_a_metrics_cache_the_job_wrote_neither_hangs_nor_floods_the_view(store, fake_backend, backends, kind):
+    import threading
+
+    from jupyter_trainer.monitor import JobMonitor
+
+    job = fake_job(store, backends)
+    append(job, "step 1 loss: 0.5\n")
+    cache = job.run_dir / "metrics.json"
+    if kind == "fifo":
+        os.mkfifo(cache)
+    elif kind == "link to /dev/zero":
+        cache.symlink_to("/dev/zero")
+    else:
+        first = JobMonitor(job)
+        first.start()
+        _read_through(first)
+        first.reader.flush()
+        from jupyter_trainer import metrics_cache
+
+        metrics_cache.save(job.run_dir, first.metric_options, first.cursor.line_start, job.log_source(), first.metrics, first.reader)
+        data = json.loads(cache.read_text())
+        data["series"]["windows"]["loss"] = [[1, [i, 0.5]] for i in range(2_000_000)]
+        cache.write_text(json.dumps(data))
+    monitor = JobMonitor(job)
+    started = threading.Thread(target=monitor.start, daemon=True)
+    started.start()
+    started.join(timeout=20)
+    assert not started.is_alive(), "opening the view hung on the cache"
+    assert monitor.cursor.offset == 0 and monitor.metrics.points == {}  # not used: the log is read instead

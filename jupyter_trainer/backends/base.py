@@ -11,6 +11,8 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import functools
+import hashlib
+import hmac
 import json
 import os
 import re
@@ -25,7 +27,7 @@ from ..errors import CorruptRecord, RunFileError
 from ..jobs import JobRecord, Observation
 from ..logs import LogSource
 from ..spec import DetachedSpec, Metric
-from ..store import EXIT_CODE_FILE, LOG_FILE, NOTIFIED_FILE, NOTIFY_FILE, PID_FILE, SCRIPT_FILE, SUPERVISOR_FILE
+from ..store import EXIT_CODE_FILE, LOG_FILE, NOTIFIED_FILE, NOTIFY_FILE, PID_FILE, SCRIPT_FILE, SUPERVISOR_FILE, JobStore
 
 # pid and exit_code are overwritten in place by the supervisor: room reserved beforehand.
 RESERVED = b" " * 64
@@ -195,17 +197,17 @@ def _source(name: str) -> bytes:
     return resources.files("jupyter_trainer.backends").joinpath(name).read_bytes()
 
 
-def write_script(run_dir: Path, script: str) -> None:
-    """Write the cell's script, and create the log it will append to. The script starts with an
+def write_script(run_dir: Path, script: str, from_cell: bool = True) -> None:
+    """Write the script, and create the log it will append to. A cell's script starts with an
     empty line, standing for the magic's line: a traceback's line numbers are the cell's own."""
     # the run is not recorded as launched before these are used, so they need no fsync of their own
-    write_private_file(run_dir / SCRIPT_FILE, b"\n" + script.encode(), durable=False)
+    write_private_file(run_dir / SCRIPT_FILE, (b"\n" if from_cell else b"") + script.encode(), durable=False)
     create_private_file(run_dir / LOG_FILE)
 
 
-def prepare_supervised_run(run_dir: Path, script: str) -> None:
+def prepare_supervised_run(run_dir: Path, script: str, from_cell: bool = True) -> None:
     """The script, the supervisor and its notifier, and the files they write into (see supervise.sh)."""
-    write_script(run_dir, script)
+    write_script(run_dir, script, from_cell)
     write_private_file(run_dir / SUPERVISOR_FILE, _source(SUPERVISOR_FILE), durable=False)
     write_private_file(run_dir / NOTIFY_FILE, _source(NOTIFY_FILE), durable=False)
     for name in (PID_FILE, EXIT_CODE_FILE):
@@ -213,13 +215,21 @@ def prepare_supervised_run(run_dir: Path, script: str) -> None:
     create_private_file(run_dir / NOTIFIED_FILE)
 
 
-def notify_environment(record: JobRecord, url: str | None) -> dict[str, str]:
-    """What the supervisor needs to tell `url` that the job has ended (see notify.py): handed to
-    the supervisor's process only, never written to a file."""
+def notify_input(record: JobRecord, run_dir: Path, url: str | None) -> bytes:
+    """What the supervisor reads on its stdin before it starts the job, for --notify (see
+    supervise.sh and notify.py): the URL, what names the job, and the check its notifier signs
+    its result with. None of it is put in an environment or a file the job can read."""
     if not url:
-        return {}
-    job = {"name": record.name, "run": record.run, "backend": record.backend}
-    return {"JUPYTER_TRAINER_NOTIFY_URL": url, "JUPYTER_TRAINER_NOTIFY_JOB": json.dumps(job)}
+        return b""
+    job = json.dumps({"name": record.name, "run": record.run, "backend": record.backend})
+    return f"{url}\n{job}\n{notification_check(record, run_dir)}\n".encode()
+
+
+def notification_check(record: JobRecord, run_dir: Path) -> str:
+    """The check a notifier's result must carry to be recorded: keyed by the store's own key,
+    which a job in a container never sees."""
+    key = JobStore.of_run(run_dir).fingerprint_key()
+    return hmac.new(key, f"notify {record.name} {record.run} {record.created_at!r}".encode(), hashlib.sha256).hexdigest()
 
 
 class FileLogSource:

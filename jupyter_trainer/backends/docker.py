@@ -16,6 +16,7 @@ import hashlib
 import io
 import os
 import re
+import socket
 import tarfile
 import time
 from dataclasses import dataclass
@@ -39,7 +40,7 @@ from .base import (
     FileLogSource,
     SupervisorFacts,
     job_environment,
-    notify_environment,
+    notify_input,
     malformed_runtime,
     prepare_supervised_run,
     read_runtime,
@@ -181,7 +182,7 @@ class DockerBackend:
             raise _unreachable() from exc
 
     def prepare(self, run_dir: Path, spec: DetachedSpec) -> None:
-        prepare_supervised_run(run_dir, spec.script)
+        prepare_supervised_run(run_dir, spec.script, spec.from_cell)
 
     def launch(self, record: JobRecord, run_dir: Path, spec: DetachedSpec) -> DockerRuntime:
         import docker
@@ -214,15 +215,20 @@ class DockerBackend:
             *spec.interpreter, f"{inner_run_dir}/{SCRIPT_FILE}", *spec.args,
         ]  # fmt: skip
         try:
+            given = notify_input(record, run_dir, spec.notify)
             exec_id = self.client.api.exec_create(
                 container.id,
                 command,
+                stdin=bool(given),
                 stdout=False,
                 stderr=False,
-                environment={**job_environment(spec), **notify_environment(record, spec.notify)},
+                environment=job_environment(spec),
                 workdir=WORKSPACE if ours else None,
             )["Id"]
-            self.client.api.exec_start(exec_id, detach=True)
+            if given:  # handed to the supervisor on its stdin, then let go: it goes on detached
+                give_stdin(self.client.api.exec_start(exec_id, socket=True), given)
+            else:
+                self.client.api.exec_start(exec_id, detach=True)
         except BaseException:
             if shared_dir is not None:
                 unlink_run(shared_dir, record.name, record.run, RUN_FILES)  # the store discards the run
@@ -597,3 +603,13 @@ class ContainerLogSource:
             if container.status != "running":
                 return read_container_file(container, self.path, offset, limit)
             return run_in(container, 'tail -c +"$1" "$2" | head -c "$3"', str(offset + 1), self.path, str(limit), limit=limit)
+
+
+def give_stdin(stream, data: bytes) -> None:
+    """Write `data` to an attached exec's stdin and close it: the process reads it, then EOF."""
+    sock = getattr(stream, "_sock", stream)
+    try:
+        sock.sendall(data)
+        sock.shutdown(socket.SHUT_WR)
+    finally:
+        stream.close()

@@ -29,7 +29,7 @@ class FakeBackend:
         pass
 
     def prepare(self, run_dir: Path, spec: DetachedSpec) -> None:
-        write_script(run_dir, spec.script)
+        write_script(run_dir, spec.script, spec.from_cell)
 
     def launch(self, record: JobRecord, run_dir: Path, spec: DetachedSpec) -> "FakeRuntime":
         if self.fail_launch is not None:

@@ -20,7 +20,7 @@ from .base import (
     SUPERVISOR_FILE,
     FileLogSource,
     job_environment,
-    notify_environment,
+    notify_input,
     prepare_supervised_run,
     read_supervisor_facts,
 )
@@ -60,19 +60,24 @@ class HostRuntime:
         return cls(ProcessIdentity.from_dict(record.runtime.get("supervisor")))
 
 
-def start_supervised(run_dir: Path, command: list[str], cwd: str, env: dict[str, str]) -> HostRuntime:
-    """Start `command` under the supervisor as a detached process of its own session; return its identity."""
+def start_supervised(run_dir: Path, command: list[str], cwd: str, env: dict[str, str], given: bytes = b"") -> HostRuntime:
+    """Start `command` under the supervisor as a detached process of its own session; return its
+    identity. `given` is what the supervisor reads on its stdin before the job starts (notify_input)."""
     _reap_children()
     child = subprocess.Popen(
         ["sh", str(run_dir / SUPERVISOR_FILE), str(run_dir), str(STOP_GRACE_SECONDS), "0", *command],
         cwd=cwd,
         env={**_inherited_environment(), **env},
-        stdin=subprocess.DEVNULL,
+        stdin=subprocess.PIPE if given else subprocess.DEVNULL,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
         start_new_session=True,
         close_fds=True,
     )
+    if given:  # a few hundred bytes: the pipe holds them whole, the supervisor reads them at once
+        with contextlib.suppress(BrokenPipeError):
+            child.stdin.write(given)
+        child.stdin.close()
     _children.append(child)
     return HostRuntime(ProcessIdentity.of(child.pid))
 
@@ -111,12 +116,11 @@ class HostBackend:
         pass
 
     def prepare(self, run_dir: Path, spec: DetachedSpec) -> None:
-        prepare_supervised_run(run_dir, spec.script)
+        prepare_supervised_run(run_dir, spec.script, spec.from_cell)
 
     def launch(self, record: JobRecord, run_dir: Path, spec: DetachedSpec) -> HostRuntime:
         command = [*spec.interpreter, str(run_dir / SCRIPT_FILE), *spec.args]
-        env = {**job_environment(spec), **notify_environment(record, spec.notify)}
-        return start_supervised(run_dir, command, cwd=spec.workdir, env=env)
+        return start_supervised(run_dir, command, cwd=spec.workdir, env=job_environment(spec), given=notify_input(record, run_dir, spec.notify))
 
     def observe(self, record: JobRecord, run_dir: Path) -> Observation:
         return observe_supervised(run_dir, HostRuntime.of(record).supervisor)

@@ -1,16 +1,21 @@
 """Tell a URL that a job has ended: run by the job's supervisor (supervise.sh) once it has written
 the exit code, wherever the job runs, with no notebook or kernel needed.
 
-    python3 - RUN_DIR EXIT_CODE HOW STARTED_AT STOP_CONTAINER <notify.py 3<>notified 4<output.log
+    printf 'URL\\nJOB\\nCHECK\\n' | python3 -c "$(notify.py as the supervisor read it)" \\
+        EXIT_CODE HOW STARTED_AT STOP_CONTAINER 3<>notified 4<output.log
 
-The URL and what names the job come from the environment (JUPYTER_TRAINER_NOTIFY_URL,
-JUPYTER_TRAINER_NOTIFY_JOB), never from a file the job could rewrite or a command line others
-can read. It POSTs one JSON message with a `text` field (which Slack, Mattermost and other
-incoming webhooks show) and the job's facts, tries again on a failure for about half a minute,
-and writes what came of it to RUN_DIR/notified (open as fd 3, with the log as fd 4: the supervisor
-opened them while the run was surely there), where the next look at the job records it.
-Whatever happens, the job's outcome is already written: a notification never changes it.
-With STOP_CONTAINER 1 it then stops the container, as the supervisor would have (see supervise.sh).
+What it must keep from the job comes on its stdin: the URL (a webhook's token is often in it),
+what names the job, and the check it signs its result with (so that a result the job forged is
+not recorded). The supervisor read all of it, and this code, before the job started: the job can
+neither read the URL in an environment nor replace the code that is given it. The result file
+and the log are open as fds 3 and 4 (a container's names for them may go once the job is seen
+ended).
+
+It POSTs one JSON message with a `text` field (which Slack, Mattermost and other incoming
+webhooks show) and the job's facts, without following redirects, each attempt bounded in time;
+tries again for about half a minute; writes what came of it into fd 3, where the next look at the
+job records it. Whatever happens, the job's outcome is already written: a notification never
+changes it. With STOP_CONTAINER 1 it then stops the container, as the supervisor would have.
 
 Standard library only, Python 3.6 or later: it runs in the job's container, on the image's python3.
 """
@@ -18,47 +23,58 @@ Standard library only, Python 3.6 or later: it runs in the job's container, on t
 import json
 import os
 import re
+import signal
 import sys
 import time
 import urllib.error
 import urllib.request
 
-URL_VARIABLE = "JUPYTER_TRAINER_NOTIFY_URL"
-JOB_VARIABLE = "JUPYTER_TRAINER_NOTIFY_JOB"
-RESULT_FILE = "notified"  # store.NOTIFIED_FILE
-LOG_FILE = "output.log"  # store.LOG_FILE
-RESULT_FD, LOG_FD = 3, 4  # the two, opened by the supervisor
-TIMEOUT = 10  # seconds per attempt
+RESULT_FILE = "notified"  # store.NOTIFIED_FILE, open as RESULT_FD
+LOG_FILE = "output.log"  # store.LOG_FILE, open as LOG_FD
+RESULT_FD, LOG_FD = 3, 4
+ATTEMPT_SECONDS = 30  # the most one attempt may take, however the receiver answers
 PAUSES = (2, 8, 20)  # seconds before each new attempt
 TAIL_BYTES = 64 * 1024  # of the log, read for the exception the script ended with
 DETAIL_CHARS = 300
+PYTHON_RAISED = 1  # the exit code of a Python script that ended with an exception
 EXCEPTION = re.compile(r"^([A-Za-z_][\w.]*(?:Error|Exception|Exit|Interrupt|Failure|Fault))(?::\s?.*)?$")
 SIGNALS = {9: "killed (SIGKILL: out of memory, or killed by hand)", 15: "terminated (SIGTERM)", 2: "interrupted (SIGINT)"}
+# what every jupyter_trainer process in a container has in its command line (written so that this
+# code, which a notifier's command line holds, does not contain it)
+RUN_FILES_MARK = "/jupyter_trainer" + "/jobs/"
+
+
+class TooSlow(Exception):
+    pass
 
 
 def main(argv):
-    run_dir, code, how, started = argv[1], int(argv[2]), argv[3], float(argv[4])
-    stop_container = argv[5:6] == ["1"]
-    url = os.environ.get(URL_VARIABLE, "")
-    job = json.loads(os.environ.get(JOB_VARIABLE) or "{}")
+    code, how, started = int(argv[1]), argv[2], float(argv[3])
+    stop_container = argv[4:5] == ["1"]
+    url, job_line, check = (sys.stdin.readline().strip() for _ in range(3))
+    try:
+        job = json.loads(job_line)
+    except ValueError:
+        job = {}
     ended = time.time()
-    message = build_message(job, code, how, started, ended, read_tail(LOG_FD, os.path.join(run_dir, LOG_FILE)))
+    message = build_message(job, code, how, started, ended, read_tail(LOG_FD))
     result = deliver(url, message)
-    write_result(RESULT_FD, os.path.join(run_dir, RESULT_FILE), result)
+    result["check"] = check
+    write_result(RESULT_FD, result)
     if stop_container and not other_jobs_running():
-        os.kill(1, 15)  # the container's init passes TERM on to its keep-alive process
+        os.kill(1, signal.SIGTERM)  # the container's init passes TERM on to its keep-alive process
     return 0
 
 
 def other_jobs_running():
-    """Whether any other jupyter_trainer process (a job's supervisor or notifier, from any store)
-    runs in this container: every run's files are under a .../jupyter_trainer/jobs/ directory."""
+    """Whether any jupyter_trainer job's supervisor (from any store) still runs in this container:
+    every run's files are under a .../jupyter_trainer/jobs/ directory."""
     for entry in os.listdir("/proc"):
         if not entry.isdigit() or int(entry) == os.getpid():
             continue
         try:
             with open("/proc/{}/cmdline".format(entry), "rb") as handle:
-                if b"/jupyter_trainer/jobs/" in handle.read():
+                if RUN_FILES_MARK.encode() in handle.read():
                     return True
         except OSError:
             continue
@@ -69,15 +85,16 @@ def build_message(job, code, how, started, ended, log_tail):
     status = "stopped" if how == "stopped" else "completed" if code == 0 else "failed"
     reason = ""
     if status == "failed":
-        reason = exception_line(log_tail.splitlines()) or describe_code(code)
-    name, run, backend = job.get("name", "?"), job.get("run", 1), job.get("backend", "?")
+        raised = exception_line(log_tail.split("\n")) if code == PYTHON_RAISED else ""
+        reason = raised or describe_code(code)
+    name, run, backend = str(job.get("name", "?")), job.get("run", 1), str(job.get("backend", "?"))
     took = format_duration(ended - started)
     mark = {"completed": "✅", "failed": "❌", "stopped": "⏹"}[status]
     text = "{} {}{} {} after {} on {}".format(mark, name, "" if run == 1 else " (run {})".format(run), status, took, backend)
     if status == "failed":
         text += ": " + reason
     return {
-        "text": text,
+        "text": slack_text(text),
         "name": name,
         "run": run,
         "backend": backend,
@@ -89,56 +106,71 @@ def build_message(job, code, how, started, ended, log_tail):
     }
 
 
+def slack_text(text):
+    """Text as chat webhooks show it, not as markup: what the script raised could hold
+    `<!channel>` or a disguised link."""
+    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
+class NoRedirect(urllib.request.HTTPRedirectHandler):
+    """A redirect is an answer, not a place to send the message (urllib would send it on as a GET
+    without its body, and the token could go to another host)."""
+
+    def redirect_request(self, request, fp, code, message, headers, new_url):
+        return None
+
+
 def deliver(url, message):
     """POST the message; what came of it, never quoting the URL (it may hold a token)."""
     body = json.dumps(message).encode("utf-8")
-    detail = "no URL to notify"
+    opener = urllib.request.build_opener(NoRedirect)
+    detail, attempt = "no URL to notify", 0
+    signal.signal(signal.SIGALRM, _too_slow)
     for attempt, pause in enumerate((0,) + PAUSES, start=1):
         time.sleep(pause)
         request = urllib.request.Request(url, data=body, method="POST", headers={"Content-Type": "application/json", "User-Agent": "jupyter-trainer"})
+        signal.alarm(ATTEMPT_SECONDS)
         try:
-            with urllib.request.urlopen(request, timeout=TIMEOUT) as response:
+            with opener.open(request, timeout=ATTEMPT_SECONDS) as response:
                 return {"delivered": True, "detail": "HTTP {}".format(response.status), "attempts": attempt, "at": time.time()}
         except urllib.error.HTTPError as exc:
             detail = "HTTP {} {}".format(exc.code, exc.reason)
             if exc.code < 500 and exc.code != 429:  # the receiver refused it: trying again will not help
                 break
-        except (urllib.error.URLError, OSError, ValueError) as exc:
-            reason = getattr(exc, "reason", exc)
-            detail = "{}: {}".format(type(exc).__name__, reason if not isinstance(reason, str) or url not in reason else "(the URL)")
+        except TooSlow:
+            detail = "no answer within {} s".format(ATTEMPT_SECONDS)
+        except Exception as exc:  # an unreachable host, a malformed answer: said, never raised
+            reason = getattr(exc, "reason", None) or exc
+            detail = "{}: {}".format(type(exc).__name__, reason).replace(url, "(the URL)")
+        finally:
+            signal.alarm(0)
     return {"delivered": False, "detail": detail[:DETAIL_CHARS], "attempts": attempt, "at": time.time()}
 
 
-def write_result(fd, path, result):
+def _too_slow(signum, frame):
+    raise TooSlow()
+
+
+def write_result(fd, result):
     data = json.dumps(result).encode("utf-8")
     # the file was created by the submitter and is only written into: it keeps its owner and mode
     try:
-        handle = open(fd if is_open(fd) else path, "r+b", closefd=True)
+        with open(fd, "r+b") as handle:
+            handle.seek(0)
+            handle.write(data)
+            handle.truncate()
     except OSError:
-        return
-    with handle:
-        handle.seek(0)
-        handle.write(data)
-        handle.truncate()
+        pass
 
 
-def read_tail(fd, path):
+def read_tail(fd):
     try:
-        handle = open(fd if is_open(fd) else path, "rb")
+        with open(fd, "rb") as handle:
+            handle.seek(0, os.SEEK_END)
+            handle.seek(max(0, handle.tell() - TAIL_BYTES))
+            return handle.read().decode("utf-8", errors="replace")
     except OSError:
         return ""
-    with handle:
-        handle.seek(0, os.SEEK_END)
-        handle.seek(max(0, handle.tell() - TAIL_BYTES))
-        return handle.read().decode("utf-8", errors="replace")
-
-
-def is_open(fd):
-    try:
-        os.fstat(fd)
-        return True
-    except OSError:
-        return False
 
 
 def exception_line(lines):
@@ -146,10 +178,12 @@ def exception_line(lines):
     seen_traceback, found = False, ""
     for line in lines:
         line = line.rsplit("\r", 1)[-1]
-        if line.startswith("Traceback (most recent call last)"):
-            seen_traceback, found = True, ""
-        elif seen_traceback and not line.startswith((" ", "\t")) and EXCEPTION.match(line.strip()):
-            found, seen_traceback = line.strip()[:DETAIL_CHARS], False
+        if line.startswith("Traceback (most recent call last)") or line.startswith('  File "'):
+            seen_traceback = True
+        elif seen_traceback and line.strip() and not line.startswith((" ", "\t")):
+            if EXCEPTION.match(line.strip()):
+                found = line.strip()[:DETAIL_CHARS]
+            seen_traceback = False
     return found
 
 

@@ -10,20 +10,23 @@
 # into here, so they keep their owner and mode even when a container's root
 # writes them; pid and exit_code are pre-filled with spaces and overwritten in
 # place, so recording them needs no new disk space even when the log filled it.
-# With JUPYTER_TRAINER_NOTIFY_URL set, it then has notify.py tell that URL the job
-# has ended; the job itself never sees the URL.
+# With --notify, what notify.py needs (the URL, what names the job, the check it
+# signs its result with) comes on stdin, and notify.py is read, before the job
+# starts: the job never sees the URL nor replaces the code that gets it.
 run_dir=$1
 grace=$2
 stop_container=$3
 shift 3
 
+notify_url= notify_job= notify_check= notifier=
+IFS= read -r notify_url || :
+IFS= read -r notify_job || :
+IFS= read -r notify_check || :
+[ -z "$notify_url" ] || notifier=$(cat "$run_dir/notify.py")
+
 exec >>"$run_dir/output.log" 2>&1 </dev/null
 trap '' HUP
-
 started_at=$(date +%s)
-notify_url=${JUPYTER_TRAINER_NOTIFY_URL:-}
-notify_job=${JUPYTER_TRAINER_NOTIFY_JOB:-}
-unset JUPYTER_TRAINER_NOTIFY_URL JUPYTER_TRAINER_NOTIFY_JOB
 
 child=
 killer=
@@ -80,14 +83,14 @@ printf '%s %s\n' "$code" "$how" 1<>"$run_dir/exit_code"
 # The notifier runs on its own, after this supervisor is gone: the job's outcome counts once its
 # supervisor has ended, and must not wait for a slow receiver. It stops the container, when
 # asked to, once it has told (this supervisor would stop it from under it).
-if [ -n "$notify_url" ]; then
+if [ -n "$notify_url" ] && [ -n "$notifier" ]; then
     if command -v python3 >/dev/null 2>&1; then
         # its files are opened here, while this supervisor holds the run: once the job is seen
         # ended, a container's names for them may go (the files stay the store's)
-        set -- python3 - "$run_dir" "$code" "$how" "$started_at" "$stop_container"
+        set -- python3 -c "$notifier" "$code" "$how" "$started_at" "$stop_container"
         ! command -v setsid >/dev/null 2>&1 || set -- setsid "$@"
-        JUPYTER_TRAINER_NOTIFY_URL=$notify_url JUPYTER_TRAINER_NOTIFY_JOB=$notify_job \
-            "$@" <"$run_dir/notify.py" 3<>"$run_dir/notified" 4<"$run_dir/output.log" >/dev/null 2>&1 &
+        printf '%s\n%s\n%s\n' "$notify_url" "$notify_job" "$notify_check" \
+            | "$@" 3<>"$run_dir/notified" 4<"$run_dir/output.log" >/dev/null 2>&1 &
         stop_container=0
     else
         printf '{"delivered": false, "detail": "no python3 here to send the notification", "attempts": 0}' 1<>"$run_dir/notified"

@@ -29,7 +29,7 @@ from .cloudwatch import (
 from ..._fs import read_small, write_private_file
 from ...store import CODE_DIR, FAILURE_FILE
 from ...store import SAGEMAKER_SPEC_FILE as SPEC_FILE
-from ..base import LOG_FILE, SCRIPT_FILE, FileLogSource, malformed_runtime, notify_environment, prepare_supervised_run, read_runtime, write_script
+from ..base import LOG_FILE, SCRIPT_FILE, FileLogSource, malformed_runtime, notify_input, prepare_supervised_run, read_runtime, write_script
 from ...proc import ProcessIdentity
 from ..host import observe_supervised, start_supervised, stop_supervised
 from . import launcher
@@ -112,8 +112,8 @@ class SageMakerBackend:
             write_private_file(run_dir / SPEC_FILE, json.dumps(job).encode())
             command = [sys.executable, "-m", "jupyter_trainer.backends.sagemaker.local", str(run_dir)]
             # the job's environment values reach the runner's process only, never a file
-            env = {"PYTHONUNBUFFERED": "1", JOB_ENV_VARIABLE: json.dumps(spec.env), **notify_environment(record, spec.notify)}
-            supervised = start_supervised(run_dir, command, cwd=str(run_dir), env=env)
+            env = {"PYTHONUNBUFFERED": "1", JOB_ENV_VARIABLE: json.dumps(spec.env)}
+            supervised = start_supervised(run_dir, command, cwd=str(run_dir), env=env, given=notify_input(record, run_dir, spec.notify))
             return SageMakerRuntime(job_name, "local", sdk, supervisor=supervised.supervisor.to_dict(), image_uri=spec.image_uri)
         session = aws_session()
         code_uri = self._upload_code(session, code_dir, spec.output_path, job_name)
