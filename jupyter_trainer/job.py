@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import hmac
 import os
 import time
@@ -14,14 +15,15 @@ from .errors import BackendUnavailable, InvalidOption, StoreError, TrainerError
 from . import _fs
 from .jobs import JobRecord, Observation, Status, describe_exit_code, parse_notification, resolve
 from .logs import LogCursor, LogSource, MetricParser, clean_line, read_all_lines, tail_lines
-from .metrics import MetricReader, exception_line
+from .metrics import LogClock, MetricReader, exception_line
 from .spec import Metric
 from .proc import ProcessIdentity
-from .store import NOTIFIED_FILE, JobStore
+from .store import CLOCK_FILE, NOTIFIED_FILE, JobStore
 
 
 EXCEPTION_LINES = 200  # of a failed job's log, read for the exception it ended with
 PYTHON_RAISED = 1  # the exit code of a Python script that ended with an exception
+CLOCK_BYTES = 16 << 20  # of the log's clock read for its metrics' times
 
 
 class Job:
@@ -131,14 +133,18 @@ class Job:
             points.append((axis, x, value))
 
         parser = MetricParser(Metric(name, regex) for name, regex in self.record.options.get("metrics", []))
-        reader = MetricReader(keep, parser.finders())
+        clock = LogClock(self.record.started_at)
         source = self.log_source()
+        with contextlib.suppress(OSError):
+            clock.add(_fs.read_range(self.run_dir / CLOCK_FILE, 0, CLOCK_BYTES))
+        clock.until(source.size(), time.time())
+        reader = MetricReader(keep, parser.finders(), clock)
         cursor = LogCursor()
         while True:
             before = cursor.offset
             data = cursor.read_bytes(source)
-            for chunk in cursor.metric_chunks(data):
-                reader.feed(chunk)
+            for start, chunk in cursor.metric_chunks(data):
+                reader.feed(chunk, start)
             if cursor.offset == before:
                 break
         reader.feed(cursor.unscanned)

@@ -133,7 +133,8 @@ class LogCursor:
         self._partial = b""
         self._scanned = 0  # bytes at the start of the unended line already handed to metrics
         self._skip = 0  # of the last read's complete lines, the bytes already handed to metrics
-        self._redraws: list[bytes] = []  # of the last read, completed redraws not yet handed out
+        self._redraws: list[tuple[int, bytes]] = []  # of the last read, completed redraws not yet handed out
+        self._buffer_start = 0  # where the last read's buffer starts in the log
         self._check = b""  # the log's bytes just before `offset`, as they were read
         self._truncated_at: int | None = None
         self._buffer = bytearray()
@@ -192,6 +193,7 @@ class LogCursor:
         self._check = bytes(data[-CHECK_BYTES:])
         buffer += self._partial
         buffer += view
+        self._buffer_start = self.offset - len(buffer)
         cut = buffer.rfind(b"\n")
         if cut >= 0:
             self._skip, scanned = self._scanned, 0
@@ -201,25 +203,28 @@ class LogCursor:
         del buffer[cut + 1 :]
         return buffer
 
-    def metric_chunks(self, data: bytearray) -> list:
-        """What of the last read (`data`, from `read_bytes`) is new to metrics: its complete lines,
-        less what was handed out of the first while it was unended, and the redraws since."""
-        chunks = [data if not self._skip else bytes(data[self._skip :])] if len(data) > self._skip else []
+    def metric_chunks(self, data: bytearray) -> list[tuple[int, bytes | bytearray]]:
+        """What of the last read (`data`, from `read_bytes`) is new to metrics, each piece with where
+        it starts in the log: its complete lines, less what was handed out of the first while it was
+        unended, and the redraws since."""
+        skip = self._skip
+        chunks = [(self._buffer_start + skip, data if not skip else bytes(data[skip:]))] if len(data) > skip else []
         return chunks + self._redraws
 
     def _bounded(self, partial: bytes, scanned: int) -> tuple[bytes, int]:
         """Hand out the unended line's completed redraws, and keep the line bounded: a progress bar
         redraws with \r and may never end its line, so only its last state is kept."""
+        start = self.offset - len(partial)  # where the unended line starts in the log
         redraw_end = partial.rfind(b"\r") + 1
         if redraw_end > scanned:
-            self._redraws.append(partial[scanned:redraw_end])
+            self._redraws.append((start + scanned, partial[scanned:redraw_end]))
             scanned = redraw_end
         if len(partial) <= MAX_PENDING:
             return partial, scanned
         redraw = partial.rfind(b"\r", 0, len(partial) - 1)
         drop = redraw + 1 if redraw >= 0 else len(partial) - MAX_PENDING
         if drop > scanned:  # one endless line without redraws: what is let go is still read for metrics
-            self._redraws.append(partial[scanned:drop])
+            self._redraws.append((start + scanned, partial[scanned:drop]))
             scanned = drop
         return partial[drop:], scanned - drop
 

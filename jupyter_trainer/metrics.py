@@ -9,7 +9,8 @@ loss- and score-like names (`loss`, `val_loss`, `Test loss`, `accuracy`, `lr`,
 A value's x is where the training was when it was printed: the step (`step 5`,
 `'step': 5`), else the epoch (`Epoch 3/10`, `'epoch': 0.5`, and inside an epoch
 the progress bar's `n/total` as a fraction of it), else a bare progress bar's
-`n`, else the value's number in its series. Markers count for the whole line or
+`n`, else the time since the job started (from the log's clock: the supervisor
+notes the log's size now and then), else the value's number in its series. Markers count for the whole line or
 redraw they are on (Hugging Face prints the epoch after the loss), and carry on
 to later lines (Keras prints `Epoch 3/10` above its bars).
 
@@ -21,6 +22,7 @@ byte of the log).
 
 from __future__ import annotations
 
+import bisect
 import math
 import re
 from dataclasses import dataclass
@@ -40,10 +42,10 @@ GENERIC_ENDS = ("_loss", "_acc", "_accuracy", "_reward")
 NOT_METRICS = frozenset({"loss_scale", "loss_scaler"})  # mixed precision's scale: a setting
 SPLITS = ("train", "training", "val", "valid", "validation", "eval", "test", "dev")
 REDUCTIONS = ("step", "epoch", "avg", "mean")
-EPOCH, STEP, NTH = "epoch", "step", "n"
+EPOCH, STEP, TIME, NTH = "epoch", "step", "time", "n"
 VALUE, BAR, RICH_BAR, EPOCH_HEADING, STEP_HEADING = "value", "bar", "rich bar", "epoch heading", "step heading"
 STEP_WORDS = ("step", "global_step", "iteration", "iter", "it")
-AXIS_TITLES = {EPOCH: "epoch", STEP: "step", NTH: "value number"}
+AXIS_TITLES = {EPOCH: "epoch", STEP: "step", TIME: "seconds since start", NTH: "value number"}
 
 _NUMBER = rb"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?|nan|[-+]?inf"
 # a separator and the value after it; the name before it is read backwards (see _NAME_BEFORE)
@@ -125,8 +127,10 @@ class MetricReader:
     `finditer(data)` gives `(position, value)` of each match in the bytes; a user's name overrides
     the series of the same name found on its own."""
 
-    def __init__(self, sink: Callable[[Point], None], patterns: Iterable[tuple[str, Callable]] = ()):
+    def __init__(self, sink: Callable[[Point], None], patterns: Iterable[tuple[str, Callable]] = (), clock: "LogClock | None" = None):
         self.sink = sink
+        self.clock = clock  # when the log had how many bytes: the time of a value with no step or epoch
+        self.offset: int | None = None  # where what is being fed starts in the log
         self.patterns = list(patterns)
         self.overridden = frozenset(name for name, _ in self.patterns)
         self.epoch_base: float | None = None  # the epoch a progress bar's fraction is added to
@@ -150,7 +154,10 @@ class MetricReader:
 
     # -- reading -------------------------------------------------------------
 
-    def feed(self, data: bytes) -> None:
+    def feed(self, data: bytes, offset: int | None = None) -> None:
+        """Read `data`, which starts at `offset` in the log when known (a value's time is then
+        found from the log's clock)."""
+        self.offset = offset
         data = bytes(data)
         if b"\x1b" in data:
             data = ANSI_ESCAPE_BYTES.sub(b"", data)
@@ -179,7 +186,7 @@ class MetricReader:
             if kind == VALUE:
                 if split and first not in overridden and twin_key(first) == first:
                     first = f"{split}_{first}"
-                values.append((first, second))
+                values.append((first, second, position))
             else:
                 self._mark(kind, first, second)
         if values:
@@ -303,17 +310,21 @@ class MetricReader:
         else:
             self.bar = done
 
-    def _settle(self, values: list[tuple[str, float]]) -> None:
+    def _settle(self, values: list[tuple[str, float, int]]) -> None:
         if self.restarted:
             return
         if self.evaluating:
-            values = [(f"eval_{name}" if twin_key(name) == name else name, value) for name, value in values]
+            values = [(f"eval_{name}" if twin_key(name) == name else name, value, at) for name, value, at in values]
         axes, counts, pending, sink = self.axes, self.counts, self.pending, self.sink
         step = self.step if self.step is not None else self.bar
-        preferred = STEP if self.step is not None else EPOCH if self.epoch is not None else STEP if self.bar is not None else NTH
-        for name, value in values:
+        timed = self.clock is not None and self.offset is not None and self.clock.known
+        preferred = (
+            STEP if self.step is not None else EPOCH if self.epoch is not None else STEP if self.bar is not None
+            else TIME if timed else NTH
+        )  # fmt: skip
+        for name, value, at in values:
             axis = axes.get(name)
-            if axis is None or (axis == NTH and preferred != NTH):
+            if axis is None or (axis in (NTH, TIME) and preferred not in (NTH, TIME)):
                 # a name first seen with no step or epoch (a config printed before training) moves to
                 # the step or epoch once the log gives one: its numbered values were not training's
                 if axis is not None:
@@ -323,7 +334,14 @@ class MetricReader:
                 axes[name] = axis
             count = counts.get(name, 0) + 1
             counts[name] = count
-            x = step if axis == STEP else self.epoch if axis == EPOCH else float(count)
+            if axis == STEP:
+                x = step
+            elif axis == EPOCH:
+                x = self.epoch
+            elif axis == TIME:
+                x = self.clock.seconds_at(self.offset + at) if timed else None
+            else:
+                x = float(count)
             if x is None:
                 continue
             last = pending.get(name)
@@ -439,3 +457,62 @@ def exception_line(lines: Iterable[str]) -> str:
                 found = line.strip()[:EXCEPTION_CHARS]
             seen_traceback = False
     return found
+
+
+# -- the log's clock: when it had how many bytes ------------------------------------------------
+
+MAX_CLOCK_SAMPLES = 100_000  # past this, every other sample is let go
+
+
+class LogClock:
+    """When the log had how many bytes: the supervisor's samples ("SECONDS BYTES" lines, see
+    supervise.sh), added as they are appended. A byte's time lies between the samples around it;
+    past the last one, between it and the log's end `now` (`until`)."""
+
+    def __init__(self, started_at: float | None):
+        self.started_at = started_at
+        self.sizes: list[int] = []
+        self.times: list[float] = []
+        self._partial = b""
+        self._end: tuple[int, float] | None = None  # the log's size, and when it had it
+
+    @property
+    def known(self) -> bool:
+        return self.started_at is not None and bool(self.sizes)
+
+    def add(self, data: bytes) -> None:
+        """Samples the supervisor appended (the job can write them too: what does not fit is left out)."""
+        lines = (self._partial + data).split(b"\n")
+        self._partial = lines.pop()[-64:]
+        for line in lines:
+            try:
+                seconds, size = line.split()
+                when, size = float(seconds), int(size)
+            except ValueError:
+                continue
+            if not math.isfinite(when) or size < 0 or (self.sizes and (size < self.sizes[-1] or when < self.times[-1])):
+                continue  # the log was cut, or the line is not the supervisor's: keep the run that grows
+            self.sizes.append(size)
+            self.times.append(when)
+        if len(self.sizes) > MAX_CLOCK_SAMPLES:
+            del self.sizes[1::2], self.times[1::2]
+
+    def until(self, size: int, when: float) -> None:
+        """The log had `size` bytes at `when` (now): bytes after the last sample are placed before it."""
+        self._end = (size, when)
+
+    def seconds_at(self, offset: int) -> float | None:
+        if not self.known:
+            return None
+        index = bisect.bisect_left(self.sizes, offset + 1)  # the first sample that includes the byte
+        if index == len(self.sizes):
+            if self._end is None or self._end[0] <= self.sizes[-1]:
+                return max(0.0, self.times[-1] - self.started_at)
+            low, high = (self.sizes[-1], self.times[-1]), self._end
+        elif index == 0:
+            low, high = (0, min(self.started_at, self.times[0])), (self.sizes[0], self.times[0])
+        else:
+            low, high = (self.sizes[index - 1], self.times[index - 1]), (self.sizes[index], self.times[index])
+        span = high[0] - low[0]
+        when = low[1] + (high[1] - low[1]) * ((offset - low[0]) / span if span > 0 else 1.0)
+        return max(0.0, when - self.started_at)

@@ -18,7 +18,9 @@ from . import metrics_cache
 from .job import Job
 from .jobs import Status, describe_outcome
 from .logs import LogCursor, MetricParser, clean_line, last_lines, tail_lines
-from .metrics import MetricReader, Progress, exception_line, progress_of
+from ._fs import read_range
+from .metrics import LogClock, MetricReader, Progress, exception_line, progress_of
+from .store import CLOCK_FILE
 from .plot import MetricSeries
 from .spec import Metric
 from .summary import facts, where
@@ -31,6 +33,7 @@ SAVE_BYTES = 64 << 20  # the metrics are saved after this much more of the log i
 SAVE_SECONDS = 10.0  # ...or, once caught up, this long after the last save (at once when the job has ended)
 NOTE_HISTORY_FROM = 64 << 20  # bytes of history from which the view says it is still reading it
 QUIET_AFTER = 300.0  # seconds without output after which a running job's view says so
+CLOCK_READ = 1 << 20  # bytes of the log's clock read at most a poll
 
 
 @dataclass(frozen=True)
@@ -63,7 +66,9 @@ class JobMonitor:
         self.metrics = MetricSeries()
         self.metric_options = [[name, regex] for name, regex in job.record.options.get("metrics", [])]
         self.parser = MetricParser(Metric(name, regex) for name, regex in self.metric_options)
-        self.reader = MetricReader(self.metrics.add, self.parser.finders())
+        self.clock = LogClock(job.record.started_at)
+        self.reader = MetricReader(self.metrics.add, self.parser.finders(), self.clock)
+        self._clock_read = 0  # bytes of the clock file read
         self.cursor = LogCursor(chunk_size=1 << 20)
         self.read_budget = read_budget
         self.read_seconds = read_seconds
@@ -108,6 +113,7 @@ class JobMonitor:
         wall clock, to tell when the job last printed."""
         source = self.job.log_source()
         offset_before = self.cursor.offset
+        self._read_clock(source, now)
         budget = self.read_budget
         points_before = sum(self.reader.counts.values())
         pending_before = self._shown_pending()
@@ -132,8 +138,8 @@ class JobMonitor:
             elif self.cursor.offset == before:
                 break
             budget -= max(1, self.cursor.offset - before if not truncation else self.cursor.offset)
-            for chunk in self.cursor.metric_chunks(data):
-                self.reader.feed(chunk)
+            for start, chunk in self.cursor.metric_chunks(data):
+                self.reader.feed(chunk, start)
             if not in_history and data:  # a copy: the cursor reuses its buffer
                 shown.append(bytes(last_lines(data, self.lines.maxlen or 0)))
             if time.perf_counter() >= deadline:
@@ -146,6 +152,18 @@ class JobMonitor:
         self._keep_metrics(source)
         changed_note = self._shown_pending() != pending_before or self.notes() != notes_before
         return bool(shown) or changed_note or sum(self.reader.counts.values()) != points_before
+
+    def _read_clock(self, source, now: float | None) -> None:
+        """What the supervisor noted of the log's size since the last read (see LogClock)."""
+        self.clock.started_at = self.record.started_at
+        try:
+            added = read_range(self.job.run_dir / CLOCK_FILE, self._clock_read, CLOCK_READ)
+        except OSError:
+            return
+        self._clock_read += len(added)
+        self.clock.add(added)
+        if now is not None:
+            self.clock.until(source.size(), now)
 
     def _shown_pending(self) -> str | None:
         """The unended last line as the view shows it (None while the cursor is in the history)."""

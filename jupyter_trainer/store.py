@@ -40,6 +40,7 @@ EXIT_CODE_FILE = "exit_code"  # "CODE stopped|exited", written by the supervisor
 METRICS_FILE = "metrics.json"  # the metric series read so far (a cache)
 NOTIFY_FILE = "notify.py"  # with --notify: what the supervisor runs to say the job has ended
 NOTIFIED_FILE = "notified"  # with --notify: what came of it, written by notify.py
+CLOCK_FILE = "clock"  # "SECONDS BYTES" lines: the log's size now and then, written by the supervisor
 CLOUDWATCH_STATE_FILE = "cloudwatch.json"  # SageMaker: how far each log stream was fetched
 CLOUDWATCH_LOCK_FILE = "cloudwatch.lock"  # SageMaker: held while fetching
 SAGEMAKER_SPEC_FILE = "sagemaker.json"  # SageMaker local mode: the spec, without secrets

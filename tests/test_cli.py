@@ -185,3 +185,13 @@ def test_a_kill_after_a_handled_exception_is_reported_as_the_kill(home, workdir)
     job = host_job("oom", script, workdir)
     assert job.wait(timeout=30).value == "failed" and job.exit_code == 137
     assert "KeyError" not in job.reason and "KeyError" not in cli("status", "oom").stdout.split("reason", 1)[-1]
+
+
+def test_metrics_with_no_step_are_placed_at_their_time_since_start(home, workdir):
+    script = "import time\nfor i in range(6):\n    print(f'loss: {1 / (i + 1):.3f}', flush=True)\n    time.sleep(0.4)\n"
+    job = host_job("timed", script, workdir)
+    assert job.wait(timeout=30).value == "completed"
+    assert job.metric_axes() == {"loss": "time"}
+    xs = [x for x, _ in job.metrics()["loss"]]
+    assert len(xs) == 6 and xs == sorted(xs) and xs[-1] > xs[0] and xs[-1] <= job.record.duration + 2
+    assert (job.run_dir / "clock").read_text().count("\n") >= 2  # the supervisor noted the log's size

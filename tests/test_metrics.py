@@ -273,3 +273,28 @@ def test_a_syntax_error_and_a_long_exception_line():
         "SyntaxError: '(' was never closed"
     )
     assert len(exception_line(["Traceback (most recent call last):", "ValueError: " + "x" * 15_000])) == 300
+
+
+def test_the_logs_clock_places_a_byte_between_the_samples_around_it():
+    from jupyter_trainer.metrics import LogClock
+
+    clock = LogClock(started_at=1000.0)
+    clock.add(b"1000 0\n1010 100\n10")
+    clock.add(b"20 300\n1015 50\nnot a sample\n1e400 400\n")  # the last three: a job's forgeries, left out
+    assert (clock.sizes, clock.times) == ([0, 100, 300], [1000.0, 1010.0, 1020.0])
+    assert clock.seconds_at(0) == 0.0 and clock.seconds_at(49) == pytest.approx(4.9) and clock.seconds_at(200) == 15.0
+    assert clock.seconds_at(500) == 20.0  # past the last sample, and nothing said of now
+    clock.until(700, 1060.0)
+    assert clock.seconds_at(500) == 40.0
+
+
+def test_values_with_no_step_or_epoch_are_placed_in_time():
+    from jupyter_trainer.metrics import LogClock
+
+    clock = LogClock(started_at=0.0)
+    clock.add(b"0 0\n10 20\n20 40\n")
+    points = []
+    reader = MetricReader(points.append, clock=clock)
+    reader.feed(b"loss: 3\nloss: 2\nloss: 1\nloss: 0\n", 0)  # 8 bytes a line, the value's ":" 4 bytes in
+    reader.flush()
+    assert [(axis, x, value) for _, axis, x, value in points] == [("time", 2.0, 3.0), ("time", 6.0, 2.0), ("time", 10.0, 1.0), ("time", 14.0, 0.0)]

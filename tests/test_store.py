@@ -101,7 +101,7 @@ def test_the_supervisor_writes_the_run_files_the_store_names():
 
     source = resources.files("jupyter_trainer.backends").joinpath(store.SUPERVISOR_FILE).read_text()
     written = set(re.findall(r'"\$run_dir/([^"]+)"', source))
-    assert written == {store.LOG_FILE, store.PID_FILE, store.EXIT_CODE_FILE, store.NOTIFY_FILE, store.NOTIFIED_FILE}
+    assert written == {store.LOG_FILE, store.PID_FILE, store.EXIT_CODE_FILE, store.NOTIFY_FILE, store.NOTIFIED_FILE, store.CLOCK_FILE}
     from jupyter_trainer.backends import notify  # a script that runs alone: it names them itself
 
     assert (notify.RESULT_FILE, notify.LOG_FILE) == (store.NOTIFIED_FILE, store.LOG_FILE)

@@ -27,7 +27,7 @@ from ..errors import CorruptRecord, RunFileError
 from ..jobs import JobRecord, Observation
 from ..logs import LogSource
 from ..spec import DetachedSpec, Metric
-from ..store import EXIT_CODE_FILE, LOG_FILE, NOTIFIED_FILE, NOTIFY_FILE, PID_FILE, SCRIPT_FILE, SUPERVISOR_FILE, JobStore
+from ..store import CLOCK_FILE, EXIT_CODE_FILE, LOG_FILE, NOTIFIED_FILE, NOTIFY_FILE, PID_FILE, SCRIPT_FILE, SUPERVISOR_FILE, JobStore
 
 # pid and exit_code are overwritten in place by the supervisor: room reserved beforehand.
 RESERVED = b" " * 64
@@ -213,6 +213,7 @@ def prepare_supervised_run(run_dir: Path, script: str, from_cell: bool = True) -
     for name in (PID_FILE, EXIT_CODE_FILE):
         create_private_file(run_dir / name, RESERVED)
     create_private_file(run_dir / NOTIFIED_FILE)
+    create_private_file(run_dir / CLOCK_FILE)
 
 
 def notify_input(record: JobRecord, run_dir: Path, url: str | None) -> bytes:

@@ -28,6 +28,7 @@ from ..spec import DetachedSpec
 from .._fs import make_private_dir
 from ..store import JobStore
 from .base import (
+    CLOCK_FILE,
     EXIT_CODE_FILE,
     LOG_FILE,
     NOTIFIED_FILE,
@@ -60,7 +61,7 @@ from .in_container import (
 from .links import link_run, unlink_run
 
 MOUNTED_JOBS_DIR = "/jupyter_trainer/jobs"  # where containers we create see their runs' files
-RUN_FILES = (SCRIPT_FILE, SUPERVISOR_FILE, NOTIFY_FILE, LOG_FILE, PID_FILE, EXIT_CODE_FILE, NOTIFIED_FILE)
+RUN_FILES = (SCRIPT_FILE, SUPERVISOR_FILE, NOTIFY_FILE, LOG_FILE, PID_FILE, EXIT_CODE_FILE, NOTIFIED_FILE, CLOCK_FILE)
 SHIPPED_JOBS_DIR = "/tmp/jupyter_trainer/jobs"  # run files copied into containers we did not create
 # A run's directory in a container: MOUNTED_JOBS_DIR/NAME/RUN or SHIPPED_JOBS_DIR/STORE_ID/NAME/RUN
 INNER_RUN_DIR = re.compile(

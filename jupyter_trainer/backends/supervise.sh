@@ -61,6 +61,17 @@ child=$!
 printf '%s %s\n' "$$" "$child" 1<>"$run_dir/pid"
 [ -z "$stopping" ] || stop_job
 
+# The log's size now and then ("SECONDS BYTES"), so that a value printed with no step or epoch
+# can be placed in time (a plain log holds no times).
+log_size() { stat -c %s "$run_dir/output.log" 2>/dev/null || wc -c <"$run_dir/output.log"; }
+(
+    while kill -0 "$child" 2>/dev/null; do
+        printf '%s %s\n' "$(date +%s)" "$(log_size)" >>"$run_dir/clock"
+        sleep 15
+    done
+) &
+sampler=$!
+
 # wait returns early when a trapped signal arrives; wait again until the job is gone
 while :; do
     wait "$child"
@@ -78,6 +89,9 @@ if [ -n "$stopping" ]; then
     while kill -0 -"$child" 2>/dev/null; do sleep 1; done
 fi
 [ -z "$killer" ] || { kill "$killer" 2>/dev/null; wait "$killer" 2>/dev/null; }
+kill "$sampler" 2>/dev/null
+wait "$sampler" 2>/dev/null
+printf '%s %s\n' "$(date +%s)" "$(log_size)" >>"$run_dir/clock"
 printf '%s %s\n' "$code" "$how" 1<>"$run_dir/exit_code"
 
 # The notifier runs on its own, after this supervisor is gone: the job's outcome counts once its
