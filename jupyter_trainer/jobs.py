@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import hashlib
+import hmac
 import json
 import math
 import re
@@ -224,18 +226,24 @@ def format_duration(seconds: float | None) -> str:
     return f"{seconds}s"
 
 
-def parse_notification(data: bytes) -> dict[str, Any] | None:
-    """What the notifier wrote (see backends/notify.py), checked field by field: the job could have
-    written anything there. None while nothing (or nothing sensible) is written."""
+def parse_notification(data: bytes, check: str) -> dict[str, Any] | None:
+    """What the notifier wrote (see backends/notify.py), if it is signed with `check` (a job can write
+    the file too, but not sign it), checked field by field. None while nothing (or nothing
+    sensible, or nothing signed) is written."""
     try:
         written = json.loads(data.decode("utf-8"))
-    except (UnicodeDecodeError, ValueError):
+    except (UnicodeDecodeError, ValueError, RecursionError):
         return None
-    if not isinstance(written, dict) or not isinstance(written.get("delivered"), bool):
+    if not isinstance(written, dict) or not isinstance(written.get("signature"), str):
         return None
-    detail, attempts, at, check = written.get("detail"), written.get("attempts"), written.get("at"), written.get("check")
+    signature = written.pop("signature")
+    body = json.dumps(written, sort_keys=True).encode("utf-8")
+    if not hmac.compare_digest(signature, hmac.new(check.encode(), body, hashlib.sha256).hexdigest()):
+        return None
+    if not isinstance(written.get("delivered"), bool):
+        return None
+    detail, attempts, at = written.get("detail"), written.get("attempts"), written.get("at")
     return {
-        "check": check if isinstance(check, str) else "",  # checked, then left out of the record
         "delivered": written["delivered"],
         "detail": detail[:300] if isinstance(detail, str) else "",
         "attempts": attempts if isinstance(attempts, int) and not isinstance(attempts, bool) and 0 <= attempts < 100 else None,

@@ -345,7 +345,8 @@ class MetricReader:
             if x is None:
                 continue
             last = pending.get(name)
-            if last is not None and last[2] != x:
+            # a redraw at the same step replaces its value; in time or in number, every value counts
+            if last is not None and (last[2] != x or axis in (TIME, NTH)):
                 sink(last)
             pending[name] = (name, axis, x, value)
 
@@ -462,6 +463,7 @@ def exception_line(lines: Iterable[str]) -> str:
 # -- the log's clock: when it had how many bytes ------------------------------------------------
 
 MAX_CLOCK_SAMPLES = 100_000  # past this, every other sample is let go
+MAX_JOB_SECONDS = 366 * 86400  # a sample later than this after the start is not the supervisor's
 
 
 class LogClock:
@@ -490,8 +492,10 @@ class LogClock:
                 when, size = float(seconds), int(size)
             except ValueError:
                 continue
-            if not math.isfinite(when) or size < 0 or (self.sizes and (size < self.sizes[-1] or when < self.times[-1])):
+            if not (math.isfinite(when) and abs(when) < 1e12) or size < 0 or (self.sizes and (size < self.sizes[-1] or when < self.times[-1])):
                 continue  # the log was cut, or the line is not the supervisor's: keep the run that grows
+            if self.started_at is not None and when > self.started_at + MAX_JOB_SECONDS:
+                continue  # a time no job reaches
             self.sizes.append(size)
             self.times.append(when)
         if len(self.sizes) > MAX_CLOCK_SAMPLES:
@@ -515,4 +519,5 @@ class LogClock:
             low, high = (self.sizes[index - 1], self.times[index - 1]), (self.sizes[index], self.times[index])
         span = high[0] - low[0]
         when = low[1] + (high[1] - low[1]) * ((offset - low[0]) / span if span > 0 else 1.0)
-        return max(0.0, when - self.started_at)
+        seconds = when - self.started_at
+        return max(0.0, seconds) if math.isfinite(seconds) else None

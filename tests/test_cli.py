@@ -195,3 +195,9 @@ def test_metrics_with_no_step_are_placed_at_their_time_since_start(home, workdir
     xs = [x for x, _ in job.metrics()["loss"]]
     assert len(xs) == 6 and xs == sorted(xs) and xs[-1] > xs[0] and xs[-1] <= job.record.duration + 2
     assert (job.run_dir / "clock").read_text().count("\n") >= 2  # the supervisor noted the log's size
+
+
+def test_every_value_of_a_quick_job_with_no_step_is_kept(home, workdir):
+    job = host_job("quick", "for i in range(10):\n    print(f'loss: {i}')\n", workdir)
+    assert job.wait(timeout=30).value == "completed"
+    assert [value for _, value in job.metrics()["loss"]] == [float(i) for i in range(10)]

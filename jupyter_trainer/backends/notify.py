@@ -1,15 +1,15 @@
 """Tell a URL that a job has ended: run by the job's supervisor (supervise.sh) once it has written
 the exit code, wherever the job runs, with no notebook or kernel needed.
 
-    printf 'URL\\nJOB\\nCHECK\\n' | python3 -c "$(notify.py as the supervisor read it)" \\
+    printf 'URL\\nJOB\\nCHECK\\n' | python3 -I -S -c "$(notify.py as the supervisor read it)" \\
         EXIT_CODE HOW STARTED_AT STOP_CONTAINER 3<>notified 4<output.log
 
 What it must keep from the job comes on its stdin: the URL (a webhook's token is often in it),
-what names the job, and the check it signs its result with (so that a result the job forged is
-not recorded). The supervisor read all of it, and this code, before the job started: the job can
-neither read the URL in an environment nor replace the code that is given it. The result file
-and the log are open as fds 3 and 4 (a container's names for them may go once the job is seen
-ended).
+what names the job, and the key it signs its result with (so that a result the job forged is
+not recorded). The supervisor read all of it, and this code, before the job started, and runs it
+isolated from the job's directory and site: the URL is in no environment, command line or file
+the job can read, and nothing of the job's is imported here. The result file and the log are
+open as fds 3 and 4, opened by the supervisor before the job started.
 
 It POSTs one JSON message with a `text` field (which Slack, Mattermost and other incoming
 webhooks show) and the job's facts, without following redirects, each attempt bounded in time;
@@ -20,6 +20,8 @@ changes it. With STOP_CONTAINER 1 it then stops the container, as the supervisor
 Standard library only, Python 3.6 or later: it runs in the job's container, on the image's python3.
 """
 
+import hashlib
+import hmac
 import json
 import os
 import re
@@ -59,8 +61,7 @@ def main(argv):
     ended = time.time()
     message = build_message(job, code, how, started, ended, read_tail(LOG_FD))
     result = deliver(url, message)
-    result["check"] = check
-    write_result(RESULT_FD, result)
+    write_result(RESULT_FD, signed(result, check))
     if stop_container and not other_jobs_running():
         os.kill(1, signal.SIGTERM)  # the container's init passes TERM on to its keep-alive process
     return 0
@@ -149,6 +150,13 @@ def deliver(url, message):
 
 def _too_slow(signum, frame):
     raise TooSlow()
+
+
+def signed(result, check):
+    """The result with an HMAC of it keyed by the check: the check itself is never written, so a
+    job that reads the file can at most copy the real result, never make up another."""
+    body = json.dumps(result, sort_keys=True).encode("utf-8")
+    return dict(result, signature=hmac.new(check.encode("utf-8"), body, hashlib.sha256).hexdigest())
 
 
 def write_result(fd, result):

@@ -24,9 +24,19 @@ IFS= read -r notify_job || :
 IFS= read -r notify_check || :
 [ -z "$notify_url" ] || notifier=$(cat "$run_dir/notify.py")
 
-exec >>"$run_dir/output.log" 2>&1 </dev/null
+# The files written or read after the job has ended are opened now, before the job can replace
+# them (with a FIFO that would block, or a link to elsewhere); the job does not inherit them.
+exec >>"$run_dir/output.log" 2>&1 </dev/null 5>>"$run_dir/clock"
+if [ -n "$notifier" ]; then
+    exec 6<>"$run_dir/notified" 7<"$run_dir/output.log"
+fi
 trap '' HUP
-started_at=$(date +%s)
+# seconds, to the nanosecond where date can
+now() {
+    t=$(date +%s.%N 2>/dev/null)
+    case $t in *N* | '') date +%s ;; *) printf '%s\n' "$t" ;; esac
+}
+started_at=$(now)
 
 child=
 killer=
@@ -53,9 +63,9 @@ if env --default-signal=INT,QUIT true 2>/dev/null; then
     set -- env --default-signal=INT,QUIT "$@"
 fi
 if command -v setsid >/dev/null 2>&1; then
-    setsid "$@" &
+    setsid "$@" 5>&- 6>&- 7<&- &
 else
-    "$@" &
+    "$@" 5>&- 6>&- 7<&- &
 fi
 child=$!
 printf '%s %s\n' "$$" "$child" 1<>"$run_dir/pid"
@@ -63,10 +73,10 @@ printf '%s %s\n' "$$" "$child" 1<>"$run_dir/pid"
 
 # The log's size now and then ("SECONDS BYTES"), so that a value printed with no step or epoch
 # can be placed in time (a plain log holds no times).
-log_size() { stat -c %s "$run_dir/output.log" 2>/dev/null || wc -c <"$run_dir/output.log"; }
+log_size() { stat -L -c %s "/proc/$$/fd/1" 2>/dev/null; }  # the log this supervisor appends to, whatever its name now
 (
     while kill -0 "$child" 2>/dev/null; do
-        printf '%s %s\n' "$(date +%s)" "$(log_size)" >>"$run_dir/clock"
+        printf '%s %s\n' "$(now)" "$(log_size)" >&5
         sleep 15
     done
 ) &
@@ -91,7 +101,7 @@ fi
 [ -z "$killer" ] || { kill "$killer" 2>/dev/null; wait "$killer" 2>/dev/null; }
 kill "$sampler" 2>/dev/null
 wait "$sampler" 2>/dev/null
-printf '%s %s\n' "$(date +%s)" "$(log_size)" >>"$run_dir/clock"
+printf '%s %s\n' "$(now)" "$(log_size)" >&5
 printf '%s %s\n' "$code" "$how" 1<>"$run_dir/exit_code"
 
 # The notifier runs on its own, after this supervisor is gone: the job's outcome counts once its
@@ -101,13 +111,15 @@ if [ -n "$notify_url" ] && [ -n "$notifier" ]; then
     if command -v python3 >/dev/null 2>&1; then
         # its files are opened here, while this supervisor holds the run: once the job is seen
         # ended, a container's names for them may go (the files stay the store's)
-        set -- python3 -c "$notifier" "$code" "$how" "$started_at" "$stop_container"
+        # isolated (-I -S) and from /: nothing of the job's (a json.py in its directory, a .pth
+        # file) is imported into it
+        set -- python3 -I -S -c "$notifier" "$code" "$how" "$started_at" "$stop_container"
         ! command -v setsid >/dev/null 2>&1 || set -- setsid "$@"
         printf '%s\n%s\n%s\n' "$notify_url" "$notify_job" "$notify_check" \
-            | "$@" 3<>"$run_dir/notified" 4<"$run_dir/output.log" >/dev/null 2>&1 &
+            | (cd / && exec "$@" 3<&6 4<&7 6<&- 7<&- >/dev/null 2>&1) &
         stop_container=0
     else
-        printf '{"delivered": false, "detail": "no python3 here to send the notification", "attempts": 0}' 1<>"$run_dir/notified"
+        printf '{"delivered": false, "detail": "no python3 here to send the notification", "attempts": 0}' >&6
     fi
 fi
 
