@@ -73,13 +73,16 @@ printf '%s %s\n' "$$" "$child" 1<>"$run_dir/pid"
 
 # The log's size now and then ("SECONDS BYTES"), so that a value printed with no step or epoch
 # can be placed in time (a plain log holds no times).
+# The sampler is a process of its own, not a copy of this shell: nothing may take it for a
+# supervisor (in a container, a job's supervisor is found by its command line).
 log_size() { stat -L -c %s "/proc/$$/fd/1" 2>/dev/null; }  # the log this supervisor appends to, whatever its name now
-(
-    while kill -0 "$child" 2>/dev/null; do
-        printf '%s %s\n' "$(now)" "$(log_size)" >&5
+sh -c '
+    while kill -0 "$1" 2>/dev/null; do
+        t=$(date +%s.%N 2>/dev/null)
+        case $t in *N* | "") t=$(date +%s) ;; esac
+        printf "%s %s\n" "$t" "$(stat -L -c %s "/proc/$2/fd/1" 2>/dev/null)" >&5
         sleep 15
-    done
-) &
+    done' jupyter-trainer-clock "$child" "$$" &
 sampler=$!
 
 # wait returns early when a trapped signal arrives; wait again until the job is gone
