@@ -9,7 +9,7 @@ import math
 import sys
 from pathlib import Path
 
-from . import summary
+from . import housekeeping, summary
 from .errors import TrainerError
 from .job import Job, refreshed_records
 from .jobs import JobRecord
@@ -44,6 +44,14 @@ def build_parser() -> argparse.ArgumentParser:
     metrics = commands.add_parser("metrics", help="every metric value in a job's log")
     metrics.add_argument("name")
     metrics.add_argument("--json", action="store_true", help='one JSON object: {"loss": [[x, value], ...], ...}')
+
+    remove = commands.add_parser("rm", help="remove a finished job's runs (a running job is refused)")
+    remove.add_argument("name")
+    remove.add_argument("--run", type=int, default=None, metavar="N", help="only run N")
+
+    prune = commands.add_parser("prune", help="remove finished runs older than an age")
+    prune.add_argument("--older-than", required=True, metavar="DURATION", help="e.g. 7d, 12h, 30m")
+    prune.add_argument("--containers", action="store_true", help="also the stopped containers jobs ran in that no remaining job uses")
 
     stop = commands.add_parser("stop", help="stop a job (its whole process group)")
     stop.add_argument("name")
@@ -81,6 +89,15 @@ def run(argv: list[str] | None = None) -> int:
                     print(f"jupyter-trainer: {item}", file=sys.stderr)
         else:
             print(summary.jobs_table(items))
+        return 0
+    if args.command == "prune":
+        print(housekeeping.describe_removed(housekeeping.prune(housekeeping.parse_age(args.older_than), store)))
+        if args.containers:
+            names = housekeeping.prune_containers(store)
+            print(f"removed containers {', '.join(names)}" if names else "no container to remove")
+        return 0
+    if args.command == "rm":
+        print(housekeeping.describe_removed(housekeeping.remove_runs(args.name, args.run, store)))
         return 0
     job = Job.load(args.name, store)
     if args.command == "status":

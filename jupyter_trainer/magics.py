@@ -191,6 +191,18 @@ class TrainerMagics(Magics):
 
     @magic_arguments()
     @argument("name", help="the job's name")
+    @argument("--run", type=int, default=None, metavar="N", help="only run N")
+    @line_magic
+    @user_errors
+    def train_rm(self, line):
+        """Remove a finished job's runs (its record and log); a running job is refused."""
+        from .housekeeping import describe_removed, remove_runs
+
+        args = parse_line(self.train_rm, line)
+        print(describe_removed(remove_runs(args.name, args.run, self._store())))
+
+    @magic_arguments()
+    @argument("name", help="the job's name")
     @argument("--container", action="store_true", help="also stop the job's container")
     @line_magic
     @user_errors

@@ -11,6 +11,7 @@ LAYERS = [
     {"store", "logs", "metrics", "plot", "metrics_cache"},  # the store, reading logs and metrics, charts
     {"backends"},  # where jobs run (every module under backends/)
     {"job", "submit", "summary"},  # jobs as users see them
+    {"housekeeping"},  # removing finished runs
     {"monitor"},  # a job's view, as plain state
     {"widget"},  # the view's renderers
     {"magics", "cli", "__init__"},  # the surfaces

@@ -16,6 +16,7 @@ import hashlib
 import io
 import os
 import re
+import shutil
 import socket
 import tarfile
 import time
@@ -527,6 +528,26 @@ class DockerBackend:
 
     def describe_facts(self, record: JobRecord) -> list[str]:
         return []  # the status and exit code say it all
+
+    def remove_stopped_containers(self, jobs_dir: Path, in_use: set[str]) -> list[str]:
+        """Remove the containers this store created that are not running and that no remaining
+        job names (with their directories in the store); their names."""
+        import docker
+
+        removed = []
+        try:
+            containers = self.client.containers.list(all=True, filters={"label": f"{LABEL}=1"})
+            for container in containers:
+                if container.labels.get(LABEL_JOBS_DIR) != str(jobs_dir) or container.name in in_use:
+                    continue
+                if container.status not in ("created", "exited", "dead"):
+                    continue  # running, paused or restarting: never touched
+                container.remove()
+                shutil.rmtree(JobStore(jobs_dir.parent).container_dir(container.name), ignore_errors=True)
+                removed.append(container.name)
+        except (docker.errors.DockerException, OSError) as exc:
+            raise TrainerError(f"cannot remove containers: {exc}") from exc
+        return removed
 
     # -- stopping ----------------------------------------------------------
 
