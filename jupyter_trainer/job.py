@@ -14,14 +14,14 @@ from .errors import BackendUnavailable, InvalidOption, StoreError, TrainerError
 from . import _fs
 from .jobs import JobRecord, Observation, Status, describe_exit_code, parse_notification, resolve
 from .logs import LogCursor, LogSource, MetricParser, clean_line, read_all_lines, tail_lines
-from .metrics import LogClock, MetricReader, exception_line
+from .backends.notify import PYTHON_RAISED, exception_line
+from .metrics import LogClock, MetricReader
 from .spec import Metric
 from .proc import ProcessIdentity
 from .store import CLOCK_FILE, NOTIFIED_FILE, JobStore
 
 
 EXCEPTION_LINES = 200  # of a failed job's log, read for the exception it ended with
-PYTHON_RAISED = 1  # the exit code of a Python script that ended with an exception
 CLOCK_BYTES = 16 << 20  # of the log's clock read for its metrics' times
 
 

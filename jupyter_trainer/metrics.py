@@ -439,27 +439,6 @@ def progress_of(line: str) -> Progress | None:
     return None
 
 
-# -- the exception a failed script ended with -------------------------------------------------
-
-EXCEPTION_CHARS = 300
-_EXCEPTION = re.compile(r"^([A-Za-z_][\w.]*(?:Error|Exception|Exit|Interrupt|Warning|Failure|Fault))(?::\s?(.*))?$")
-
-
-def exception_line(lines: Iterable[str]) -> str:
-    """The last traceback's final line (`KeyError: 'images'`, or a SyntaxError's), or "": the line
-    after a traceback's frames that names an exception, cut to 300 characters."""
-    seen_traceback = False
-    found = ""
-    for line in lines:
-        if line.startswith("Traceback (most recent call last)") or line.startswith('  File "'):
-            seen_traceback = True
-        elif seen_traceback and line.strip() and not line.startswith((" ", "\t")):
-            if _EXCEPTION.match(line.strip()):
-                found = line.strip()[:EXCEPTION_CHARS]
-            seen_traceback = False
-    return found
-
-
 # -- the log's clock: when it had how many bytes ------------------------------------------------
 
 MAX_CLOCK_SAMPLES = 100_000  # past this, every other sample is let go

@@ -19,7 +19,7 @@ from .job import Job
 from .jobs import Status, describe_outcome
 from .logs import LogCursor, MetricParser, clean_line, last_lines, tail_lines
 from ._fs import read_range
-from .metrics import LogClock, MetricReader, Progress, exception_line, progress_of
+from .metrics import LogClock, MetricReader, Progress, progress_of
 from .store import CLOCK_FILE
 from .plot import MetricSeries
 from .spec import Metric
@@ -202,10 +202,6 @@ class JobMonitor:
             end = record.ended_at if record.ended_at is not None else now
             elapsed = max(0.0, end - record.started_at)
         outcome = describe_outcome(record.status, record.exit_code, record.reason) if record.status is not Status.RUNNING else ""
-        if record.status is Status.FAILED:  # the exception says more than "the script raised an error"
-            raised = exception_line(self.lines)
-            if raised and raised not in outcome:
-                outcome = f"{outcome} · {raised}" if outcome else raised
         lines = self._shown_lines()
         running = record.status is Status.RUNNING
         quiet = now - self.last_output_at if running and self.last_output_at is not None else None

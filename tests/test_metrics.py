@@ -6,7 +6,8 @@ import random
 import pytest
 
 from jupyter_trainer.logs import MetricParser
-from jupyter_trainer.metrics import MetricReader, exception_line, metric_name, progress_of, twin_key
+from jupyter_trainer.backends.notify import exception_line
+from jupyter_trainer.metrics import MetricReader, metric_name, progress_of, twin_key
 from jupyter_trainer.spec import Metric
 
 

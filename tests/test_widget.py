@@ -740,3 +740,12 @@ def test_a_metrics_cache_the_job_wrote_neither_hangs_nor_floods_the_view(store, 
     started.join(timeout=20)
     assert not started.is_alive(), "opening the view hung on the cache"
     assert monitor.cursor.offset == 0 and monitor.metrics.points == {}  # not used: the log is read instead
+
+
+def test_a_kill_after_a_handled_exception_shows_the_kill_not_the_old_exception(store, fake_backend, backends):
+    job = fake_job(store, backends)
+    view = JobWidget(job, clock=Clock())
+    append(job, "Traceback (most recent call last):\n  File \"script.py\", line 3, in <module>\nKeyError: 'warmup'\nstep 1 loss: 1\n")
+    fake_backend.finish("w", 137)
+    view.poll(now=1.0)
+    assert "exit code 137" in view.header.value and "warmup" not in view.header.value

@@ -39,7 +39,7 @@ PAUSES = (2, 8, 20)  # seconds before each new attempt
 TAIL_BYTES = 64 * 1024  # of the log, read for the exception the script ended with
 DETAIL_CHARS = 300
 PYTHON_RAISED = 1  # the exit code of a Python script that ended with an exception
-EXCEPTION = re.compile(r"^([A-Za-z_][\w.]*(?:Error|Exception|Exit|Interrupt|Failure|Fault))(?::\s?.*)?$")
+EXCEPTION = re.compile(r"^([A-Za-z_][\w.]*(?:Error|Exception|Exit|Interrupt|Warning|Failure|Fault))(?::\s?.*)?$")
 SIGNALS = {9: "killed (SIGKILL: out of memory, or killed by hand)", 15: "terminated (SIGTERM)", 2: "interrupted (SIGINT)"}
 # what every jupyter_trainer process in a container has in its command line (written so that this
 # code, which a notifier's command line holds, does not contain it)
@@ -182,7 +182,9 @@ def read_tail(fd):
 
 
 def exception_line(lines):
-    """The last traceback's final line (`KeyError: 'images'`), or "" (as metrics.exception_line)."""
+    """The last traceback's final line (`KeyError: 'images'`, or a SyntaxError's), or "": the line
+    after a traceback's frames that names an exception, cut to 300 characters. (The one reading of
+    it: a job's record takes its reason from it too, see Job.refresh.)"""
     seen_traceback, found = False, ""
     for line in lines:
         line = line.rsplit("\r", 1)[-1]
