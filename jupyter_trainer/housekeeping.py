@@ -41,7 +41,7 @@ def remove_runs(name: str, run: int | None = None, store: JobStore | None = None
             if run not in runs:
                 raise UnknownJob(f"job {name} has no run {run}", f"its runs: {', '.join(map(str, runs)) or 'none'}")
             runs = [run]
-        records = [Job(store.load(name, number), store, backends).refresh().record for number in runs if _has_record(store, name, number)]
+        records = [Job(store.load(name, number), store, backends).refresh().record for number in runs if store.has_record(name, number)]
         if not records:
             raise UnknownJob(f"no job named {name!r}", "jupyter-trainer list shows the jobs")
         unfinished = [record for record in records if not record.status.is_final]
@@ -62,7 +62,7 @@ def prune(older_than: float, store: JobStore | None = None, backends: _backends.
     for name in store.names():
         with store.claiming(name):
             for number in store.runs(name):
-                if not _has_record(store, name, number):
+                if not store.has_record(name, number):
                     continue
                 try:
                     record = Job(store.load(name, number), store, backends).refresh().record
@@ -73,12 +73,6 @@ def prune(older_than: float, store: JobStore | None = None, backends: _backends.
                     shutil.rmtree(store.run_dir(name, number), ignore_errors=True)
                     removed.append(record)
     return removed
-
-
-def _has_record(store: JobStore, name: str, run: int) -> bool:
-    from .store import RECORD_FILE
-
-    return (store.run_dir(name, run) / RECORD_FILE).exists()
 
 
 def describe_removed(records: list[JobRecord]) -> str:

@@ -112,12 +112,14 @@ class Job:
 
     def metrics(self) -> dict[str, list[tuple[float, float]]]:
         """Every metric value the whole log gives, `{name: [(x, value), ...]}` in log order: x is the
-        step or epoch where the log says one, else the value's number (`metric_axes` says which).
+        step or epoch where the log says one, else the seconds since the start, else the value's
+        number (`metric_axes` says which).
         The names found on their own and the job's `--metric` definitions, as its view plots them."""
         return {name: [(x, value) for _, x, value in points] for name, points in self.metric_points().items()}
 
     def metric_axes(self) -> dict[str, str]:
-        """What each metric's x is: "step", "epoch" or "n" (its number in its series)."""
+        """What each metric's x is: "step", "epoch", "time" (seconds since the start) or "n" (its
+        number in its series)."""
         return {name: points[0][0] for name, points in self.metric_points().items() if points}
 
     def metric_points(self) -> dict[str, list[tuple[str, float, float]]]:

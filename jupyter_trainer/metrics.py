@@ -10,9 +10,10 @@ A value's x is where the training was when it was printed: the step (`step 5`,
 `'step': 5`), else the epoch (`Epoch 3/10`, `'epoch': 0.5`, and inside an epoch
 the progress bar's `n/total` as a fraction of it), else a bare progress bar's
 `n`, else the time since the job started (from the log's clock: the supervisor
-notes the log's size now and then), else the value's number in its series. Markers count for the whole line or
-redraw they are on (Hugging Face prints the epoch after the loss), and carry on
-to later lines (Keras prints `Epoch 3/10` above its bars).
+notes the log's size now and then), else the value's number in its series.
+Markers count for the whole line or redraw they are on (Hugging Face prints the
+epoch after the loss), and carry on to later lines (Keras prints `Epoch 3/10`
+above its bars).
 
 Scanning starts at the separators (`:` and `=`), which the regex engine finds
 fast, and reads the name before each one backwards; a name is looked up, never
@@ -59,7 +60,7 @@ _BARE_LOSS = re.compile(rb"loss(?<![a-z0-9_/-]loss)[ \t]++(" + _NUMBER + rb")(?!
 # markers without a separator: "Epoch 3/10", "Epoch [1/10]", "epoch 3", "Step 5", "step [100/600]"
 _HEADINGS = tuple(
     (kind, re.compile(word + rb"(?<![a-z0-9_]" + word + rb")[ \t]*\[?[ \t]*(\d+)(?:[ \t]*/[ \t]*(\d+))?(?![\w.])"))
-    for kind, word in (("epoch heading", b"epoch"), ("step heading", b"step"), ("step heading", b"iter"), ("step heading", b"iteration"))
+    for kind, word in ((EPOCH_HEADING, b"epoch"), (STEP_HEADING, b"step"), (STEP_HEADING, b"iter"), (STEP_HEADING, b"iteration"))
 )
 # a progress bar's "n/total": tqdm's "| 45/100 [", Keras's " 45/100 [===" and Keras 3's "45/100 ━━"
 # (pattern, what n must follow, whether an "Epoch E/T" on the bar's own line counts from 0)
@@ -75,8 +76,10 @@ _EVALUATION_LINE = re.compile(rb"[ \t]*(test|testing|val|valid|validation|eval|e
 _SPACES = re.compile(r"[\s\-]+")
 
 
-# A point is (name, axis, x, y): axis "step", "epoch" or "n" (the value's number in its series).
+# A point is (name, axis, x, y): axis "step", "epoch", "time" (seconds since the start) or "n"
+# (the value's number in its series).
 Point = tuple
+
 
 def metric_name(words: str, generic: bool | None = None) -> str | None:
     """The series a printed name belongs to, or None if it is not a metric's: `Val Loss` and
@@ -148,9 +151,7 @@ class MetricReader:
         self.epoch_total: float | None = None  # the total of the epoch's own bar, once it has one
         self.evaluating = False  # the line being read shows another loop's bar (evaluate's)
         self._last_byte = b""  # of what was fed last
-        # what the words before a separator were found to be, by their reversed bytes: logs repeat a
-        # few names millions of times
-        self._names: dict[bytes, tuple[str | None, str | None]] = {}
+        self._names: dict[bytes, tuple[str | None, str | None]] = {}  # see _named_before
 
     # -- reading -------------------------------------------------------------
 
@@ -205,21 +206,11 @@ class MetricReader:
         append = tokens.append
         reversed_low = low[::-1]
         length = len(low)
-        name_before = _NAME_BEFORE.match
+        named_before = self._named_before
         overridden = self.overridden
-        seen = self._names
         for match in _VALUE_AFTER.finditer(low):
             position = match.start()
-            found = name_before(reversed_low, length - position)
-            if found is None:
-                continue
-            words = found.group(1)
-            named = seen.get(words)
-            if named is None:
-                named = _name_of(words[::-1].decode("ascii"))
-                if len(seen) < MAX_NAMES_SEEN:
-                    seen[words] = named
-            kind, name = named
+            kind, name = named_before(reversed_low, length - position)
             if kind is None:
                 continue
             text, denominator = match.groups()
@@ -236,8 +227,7 @@ class MetricReader:
             else:
                 append((position, kind, value, b"." in text))
         for match in _BARE_LOSS.finditer(low):
-            found = name_before(reversed_low, length - match.start() - 4)
-            kind, name = _name_of(found.group(1)[::-1].decode("ascii")) if found else (None, None)
+            kind, name = named_before(reversed_low, length - match.start() - 4)  # the words up to "loss"'s end
             if kind == VALUE and name not in overridden:
                 append((match.start(1) - 1, VALUE, name, float(match.group(1))))
         for kind, heading in _HEADINGS:
@@ -265,6 +255,20 @@ class MetricReader:
                 except (TypeError, ValueError):
                     pass
         return tokens
+
+    def _named_before(self, reversed_low: bytes, at: int) -> tuple[str | None, str | None]:
+        """What the words ending where `at` is in the reversed bytes are (see _name_of), remembered
+        by their bytes: logs repeat a few names millions of times."""
+        found = _NAME_BEFORE.match(reversed_low, at)
+        if found is None:
+            return None, None
+        words = found.group(1)
+        named = self._names.get(words)
+        if named is None:
+            named = _name_of(words[::-1].decode("ascii"))
+            if len(self._names) < MAX_NAMES_SEEN:
+                self._names[words] = named
+        return named
 
     def _mark(self, kind: str, value: float, extra) -> None:
         if not math.isfinite(value):  # "epoch: nan" says nothing of where training is

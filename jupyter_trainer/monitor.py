@@ -113,7 +113,9 @@ class JobMonitor:
         wall clock, to tell when the job last printed."""
         source = self.job.log_source()
         offset_before = self.cursor.offset
-        self._read_clock(source, now)
+        size = source.size()
+        if size != offset_before:  # something to read, whose values may need the clock
+            self._read_clock(size, now)
         budget = self.read_budget
         points_before = sum(self.reader.counts.values())
         pending_before = self._shown_pending()
@@ -153,7 +155,7 @@ class JobMonitor:
         changed_note = self._shown_pending() != pending_before or self.notes() != notes_before
         return bool(shown) or changed_note or sum(self.reader.counts.values()) != points_before
 
-    def _read_clock(self, source, now: float | None) -> None:
+    def _read_clock(self, size: int, now: float | None) -> None:
         """What the supervisor noted of the log's size since the last read (see LogClock)."""
         self.clock.started_at = self.record.started_at
         try:
@@ -163,7 +165,7 @@ class JobMonitor:
         self._clock_read += len(added)
         self.clock.add(added)
         if now is not None:
-            self.clock.until(source.size(), now)
+            self.clock.until(size, now)
 
     def _shown_pending(self) -> str | None:
         """The unended last line as the view shows it (None while the cursor is in the history)."""

@@ -7,7 +7,7 @@ stride doubles and neighbouring windows merge, so a spike or a dip is never
 thinned away while memory does not grow.
 
 A chart shows a metric with its twins (`loss`, `val_loss`, `eval_loss`, ...) on
-one x axis, titled by what x is (step, epoch or value number), on a log scale
+one x axis, titled by what x is (step, epoch, seconds or value number), on a log scale
 when the values span more than two decades. Hovering shows the values at that
 x (SVG titles: the browser's own tooltip, no script).
 """
@@ -40,11 +40,7 @@ class MetricSeries:
         name, axis, x, value = point
         if not (_finite(x) and _finite(value)):  # a gap: counted by the reader, never drawn
             return
-        if self.axes.get(name, axis) != axis:  # the reader moved the metric to another x: start again
-            self.windows.pop(name, None)
-            self.stride.pop(name, None)
-            self.latest.pop(name, None)
-        self.axes[name] = axis
+        self._follow_axis(name, axis)
         windows = self.windows.setdefault(name, [])
         stride = self.stride.setdefault(name, 1)
         if windows and windows[-1][0] < stride:
@@ -61,21 +57,29 @@ class MetricSeries:
     def set_latest(self, pending: dict, counts: dict) -> None:
         """The newest value of each metric (not yet settled: a redraw may still replace it)."""
         for name, axis, x, value in pending.values():
-            if self.axes.get(name, axis) != axis:
-                self.windows.pop(name, None)
-                self.stride.pop(name, None)
-            self.axes[name] = axis
+            self._follow_axis(name, axis)
             if _finite(x) and _finite(value):
                 self.latest[name] = (x, value)
         self.counts = dict(counts)
 
+    def _follow_axis(self, name: str, axis: str) -> None:
+        """The reader moved the metric to another x (see MetricReader._settle): it starts again."""
+        if self.axes.get(name, axis) != axis:
+            self.windows.pop(name, None)
+            self.stride.pop(name, None)
+            self.latest.pop(name, None)
+        self.axes[name] = axis
+
+    def _kept(self, name: str) -> list[tuple[float, float]]:
+        return [point for window in self.windows.get(name, []) for point in window[1:]]
+
     @property
     def points(self) -> dict[str, list[tuple[float, float]]]:
-        return {name: [point for window in windows for point in window[1:]] for name, windows in self.windows.items()}
+        return {name: self._kept(name) for name in self.windows}
 
     def curve(self, name: str) -> list[tuple[float, float]]:
         """The kept points, ending at the newest value."""
-        points = [point for window in self.windows.get(name, []) for point in window[1:]]
+        points = self._kept(name)
         latest = self.latest.get(name)
         if latest is not None and (not points or points[-1] != latest):
             points.append(latest)

@@ -97,9 +97,13 @@ class JobStore:
         """The newest run that has a record (a run being created this instant, or abandoned
         half-created, has none yet)."""
         for run in reversed(self.runs(name)):
-            if (self.run_dir(name, run) / RECORD_FILE).exists():
+            if self.has_record(name, run):
                 return run
         return None
+
+    def has_record(self, name: str, run: int) -> bool:
+        """Whether the run has its record (not one being created this instant, or abandoned)."""
+        return (self.run_dir(name, run) / RECORD_FILE).exists()
 
     def names(self) -> list[str]:
         try:

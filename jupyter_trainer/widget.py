@@ -12,6 +12,7 @@ kernel go on.
 
 from __future__ import annotations
 
+import dataclasses
 import html
 import json
 import secrets
@@ -151,7 +152,7 @@ def saved_view_html(snapshot: Snapshot, view_id: str, saved_at: float) -> str:
     opened another day, the kernel gone), with how to bring it back. While the live view is on
     the page, its stylesheet hides this copy; when the live one cannot be drawn ("model not
     found"), this copy's stylesheet hides that message instead."""
-    shown = Snapshot(**{**snapshot.__dict__, "lines": snapshot.lines[-SAVED_LINES:], "quiet_for": None, "progress": None})
+    shown = dataclasses.replace(snapshot, lines=snapshot.lines[-SAVED_LINES:], quiet_for=None, progress=None)
     when = time.strftime("%Y-%m-%d %H:%M", time.localtime(saved_at))
     ended = snapshot.status.is_final
     how = (
