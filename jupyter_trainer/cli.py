@@ -9,7 +9,7 @@ import math
 import sys
 from pathlib import Path
 
-from . import housekeeping, summary
+from . import housekeeping, summary, surface
 from .errors import TrainerError
 from .job import Job, refreshed_records
 from .jobs import JobRecord
@@ -115,7 +115,7 @@ def run(argv: list[str] | None = None) -> int:
     elif args.command == "metrics":
         print_metrics(job, args.json)
     elif args.command == "stop":
-        print(summary.one_line(job.stop(container=args.container).record))
+        print(summary.stop_line(job.stop(container=args.container).record))
     return 0
 
 
@@ -138,12 +138,12 @@ def submit(args, script_args: list[str], store: JobStore) -> int:
     except (OSError, UnicodeDecodeError) as exc:
         raise TrainerError(f"cannot read the script {args.script} ({getattr(exc, 'strerror', None) or exc})") from None
     spec = dataclasses.replace(detached_spec(script, vars(args), configured_defaults(), script_args), from_cell=False)
-    submission = submit_detached(spec, name=args.name, rerun=bool(args.rerun), store=store)
+    submission = submit_detached(spec, name=args.name, rerun=bool(args.rerun), store=store, label=Path(args.script).stem)
     if submission.attached:
         print(submission.message)
     print(summary.one_line(submission.job.record))
     name = submission.job.name
-    print(f"Follow with `jupyter-trainer logs {name} -f`, stop with `jupyter-trainer stop {name}`.")
+    print(surface.follow_and_stop(name))
     return 0
 
 
@@ -166,7 +166,8 @@ def configured_defaults() -> dict:
 
 def main(argv: list[str] | None = None) -> int:
     try:
-        return run(argv)
+        with surface.speaking(surface.TERMINAL):
+            return run(argv)
     except TrainerError as error:
         print(f"jupyter-trainer: {error}", file=sys.stderr)
         return 1

@@ -13,7 +13,7 @@ import re
 import shutil
 import time
 
-from . import backends as _backends
+from . import backends as _backends, surface
 from .errors import TrainerError, UnknownJob
 from .job import Job
 from .jobs import JobRecord
@@ -43,11 +43,11 @@ def remove_runs(name: str, run: int | None = None, store: JobStore | None = None
             runs = [run]
         records = [Job(store.load(name, number), store, backends).refresh().record for number in runs if store.has_record(name, number)]
         if not records:
-            raise UnknownJob(f"no job named {name!r}", "jupyter-trainer list shows the jobs")
+            raise UnknownJob(f"no job named {name!r}", f"{surface.command('list')} shows the jobs")
         unfinished = [record for record in records if not record.status.is_final]
         if unfinished:
             which = ", ".join(f"run {record.run} is {record.status.value}" for record in unfinished)
-            raise TrainerError(f"job {name} is not finished ({which}): nothing was removed", f"stop it first: jupyter-trainer stop {name}")
+            raise TrainerError(f"job {name} is not finished ({which}): nothing was removed", f"stop it first: {surface.command('stop', name)}")
         for record in records:
             shutil.rmtree(store.run_dir(name, record.run), ignore_errors=True)
     return records

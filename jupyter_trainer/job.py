@@ -23,6 +23,7 @@ from .store import CLOCK_FILE, NOTIFIED_FILE, JobStore
 
 EXCEPTION_LINES = 200  # of a failed job's log, read for the exception it ended with
 CLOCK_BYTES = 16 << 20  # of the log's clock read for its metrics' times
+STOP_WAIT_SECONDS = 30  # a stop waits this long for the job to end (a remote runtime takes its time)
 
 
 class Job:
@@ -157,8 +158,10 @@ class Job:
 
     # -- what users do -----------------------------------------------------
 
-    def stop(self, container: bool = False) -> "Job":
-        """Stop the job's whole process group (and its container with container=True)."""
+    def stop(self, container: bool = False, wait: float | None = None) -> "Job":
+        """Stop the job's whole process group (and its container with container=True), and wait up
+        to `wait` seconds (default STOP_WAIT_SECONDS) for it to end, so that on every backend a stop
+        is reported `stopped` once it is; a runtime still stopping after that keeps its status."""
         backend = self.backend_impl()
         if container and not backend.has_containers:
             raise InvalidOption(f"job {self.name!r} does not run in a container", "drop --container")
@@ -173,7 +176,8 @@ class Job:
             self.record = self.store.update(self.name, self.run, mark)
         if self.record.runtime:
             backend.stop(self.record, self.run_dir, container=container)
-        return self.refresh()
+        self.wait(STOP_WAIT_SECONDS if wait is None else wait, interval=1.0)
+        return self
 
     def wait(self, timeout: float | None = None, interval: float = 0.5) -> Status:
         """Block until the job ends (or `timeout` seconds pass); return its status."""

@@ -11,9 +11,11 @@ from IPython.core.magic import Magics, cell_magic, line_magic, magics_class
 from IPython.core.magic_arguments import MagicArgumentParser, argument, magic_arguments
 from traitlets import Bool, Int, List, Unicode
 
-from . import summary
+from . import summary, surface
 from .errors import TrainerError
 from .job import Job, refreshed_records
+from .magic_help import describe
+from .naming import notebook_label
 from .options import DETACHED, JOB, SAGEMAKER, add_options, configurable
 from .spec import detached_spec
 from .store import JobStore
@@ -54,33 +56,25 @@ def parse_line(magic, line: str):
     return magic.parser.parse_args(split_words(line))
 
 
-def cell_parser(prog: str, description: str, *groups) -> MagicArgumentParser:
+def cell_parser(*groups) -> MagicArgumentParser:
     """A cell magic's parser, from the option declarations (its errors are one-line UsageErrors)."""
-    parser = MagicArgumentParser(prog=prog, description=description, add_help=False)
+    parser = MagicArgumentParser(add_help=False)
     for group in groups:
         add_options(parser, group)
     return parser
 
 
-DETACHED_PARSER = cell_parser(
-    "%train_detached",
-    "Run the cell as a training script, detached: it outlives the kernel, the notebook and the SSH session.",
-    JOB,
-    DETACHED,
-)
-SAGEMAKER_PARSER = cell_parser(
-    "%sagemaker_fit",
-    "Run the cell as the entry script of a SageMaker training job; returns as soon as it is submitted.",
-    JOB,
-    SAGEMAKER,
-)
+DETACHED_PARSER = cell_parser(JOB, DETACHED)
+SAGEMAKER_PARSER = cell_parser(JOB, SAGEMAKER)
 
 
-def documented_by(parser):
-    """The magic's help (`%%train_detached?`) is its parser's."""
+def documented(magic: str, parser=None):
+    """The magic's help (`%%train_detached?`): its description, options and examples. A line
+    magic's parser is the one `magic_arguments` built."""
 
     def decorate(func):
-        func.__doc__ = parser.format_help()
+        prefix = "%%" if parser is not None else "%"
+        func.__doc__ = describe(parser if parser is not None else func.parser, magic, prefix + magic)
         return func
 
     return decorate
@@ -125,7 +119,7 @@ class TrainerMagics(Magics):
     # -- the cell magics ------------------------------------------------------------
 
     @cell_magic
-    @documented_by(DETACHED_PARSER)
+    @documented("train_detached", DETACHED_PARSER)
     @user_errors
     def train_detached(self, line, cell):
         words, script_args = options_and_arguments(line)
@@ -133,7 +127,7 @@ class TrainerMagics(Magics):
         self._submit(detached_spec(cell, vars(args), self._config(DETACHED), script_args), args)
 
     @cell_magic
-    @documented_by(SAGEMAKER_PARSER)
+    @documented("sagemaker_fit", SAGEMAKER_PARSER)
     @user_errors
     def sagemaker_fit(self, line, cell):
         from .backends.sagemaker.sdk import notebook_default_output, notebook_instance_role
@@ -148,24 +142,25 @@ class TrainerMagics(Magics):
 
     # -- line magics -------------------------------------------------------------
 
+    @documented("train_jobs")
     @magic_arguments()
     @argument("--all", action="store_true", help="include earlier runs of re-run jobs")
     @line_magic
     @user_errors
     def train_jobs(self, line):
-        """A table of jobs: name, backend, status, started, duration, exit code."""
         args = parse_line(self.train_jobs, line)
         print(summary.jobs_table(refreshed_records(self._store(), all_runs=args.all)))
 
+    @documented("train_attach")
     @magic_arguments()
     @argument("name", help="the job's name")
     @line_magic
     @user_errors
     def train_attach(self, line):
-        """Show an existing job (from any kernel)."""
         args = parse_line(self.train_attach, line)
         self._show(Job.load(args.name, self._store()), widget=self.widget, detailed=True)
 
+    @documented("train_logs")
     @magic_arguments()
     @argument("name", help="the job's name")
     @argument("-n", "--lines", type=int, default=None, metavar="LINES", help="only the last LINES lines")
@@ -173,7 +168,6 @@ class TrainerMagics(Magics):
     @line_magic
     @user_errors
     def train_logs(self, line):
-        """Print the job's log (collapsed progress bars); --follow keeps printing until the job ends."""
         args = parse_line(self.train_logs, line)
         if args.lines is not None and args.lines < 0:
             raise UsageError("-n expects a number of lines, 0 or more")
@@ -189,34 +183,35 @@ class TrainerMagics(Magics):
             for text in job.log_lines(tail=args.lines):
                 print(text)
 
+    @documented("train_rm")
     @magic_arguments()
     @argument("name", help="the job's name")
     @argument("--run", type=int, default=None, metavar="N", help="only run N")
     @line_magic
     @user_errors
     def train_rm(self, line):
-        """Remove a finished job's runs (its record and log); a running job is refused."""
         from .housekeeping import describe_removed, remove_runs
 
         args = parse_line(self.train_rm, line)
         print(describe_removed(remove_runs(args.name, args.run, self._store())))
 
+    @documented("train_stop")
     @magic_arguments()
     @argument("name", help="the job's name")
     @argument("--container", action="store_true", help="also stop the job's container")
     @line_magic
     @user_errors
     def train_stop(self, line):
-        """Stop the job (its whole process group); --container also stops its container."""
         args = parse_line(self.train_stop, line)
         job = Job.load(args.name, self._store()).stop(container=args.container)
-        print(summary.one_line(job.record))
+        print(summary.stop_line(job.record))
 
     def _submit(self, spec, args) -> None:
         """Submit (or attach to) the job of a cell, then show it."""
         from .submit import submit_detached
 
-        submission = submit_detached(spec, name=args.name, rerun=bool(args.rerun), store=self._store())
+        label = notebook_label(self.shell.user_ns if self.shell else None)
+        submission = submit_detached(spec, name=args.name, rerun=bool(args.rerun), store=self._store(), label=label)
         if submission.attached:
             print(submission.message)
         self._show(submission.job, widget=not args.no_widget and self.widget, fresh=not submission.attached)
@@ -246,4 +241,4 @@ class TrainerMagics(Magics):
         else:
             print(summary.one_line(job.record))
         if not job.record.status.is_final:
-            print(f"Follow with %train_logs {job.name} --follow, stop with %train_stop {job.name}.")
+            print(surface.follow_and_stop(job.name))

@@ -52,7 +52,7 @@ class Option:
 # -- what every cell magic takes --------------------------------------------------------------
 
 JOB = (
-    Option("name", "--name", "the job's name (default: derived from the cell)", "NAME"),
+    Option("name", "--name", "the job's name (default: the notebook's or script's name and a hash of the cell)", "NAME"),
     Option("metrics", "--metric", "a metric to parse from the log (repeatable; one capture group)", "NAME=REGEX", "append"),
     Option("no_widget", "--no-widget", "print a one-line summary instead of displaying the widget", kind="switch"),
     Option("rerun", "--rerun", "train again under the name of a finished job", kind="switch"),

@@ -23,7 +23,7 @@ import shutil
 from pathlib import Path
 from typing import Callable, Iterator
 
-from . import _fs
+from . import _fs, surface
 from ._fs import create_private_file, flocked, make_private_dir, write_private_file
 from .errors import CorruptRecord, StoreError, UnknownJob
 from .jobs import NAME_PATTERN, JobRecord, validate_name
@@ -179,7 +179,7 @@ class JobStore:
         if run is None:
             run = self.latest_run(name)
             if run is None:
-                raise UnknownJob(f"no job named {name!r}", "see %train_jobs or `jupyter-trainer list`")
+                raise UnknownJob(f"no job named {name!r}", f"see {surface.command('list')}")
         path = self.run_dir(name, run) / RECORD_FILE
         try:
             data = _fs.read_small(path, MAX_RECORD_BYTES + 1)
@@ -187,7 +187,7 @@ class JobStore:
                 raise ValueError("too large")
             record = JobRecord.from_dict(json.loads(data))
         except FileNotFoundError:
-            raise UnknownJob(f"no job named {name!r}", "see %train_jobs or `jupyter-trainer list`") from None
+            raise UnknownJob(f"no job named {name!r}", f"see {surface.command('list')}") from None
         except (OSError, ValueError, TypeError, KeyError, RecursionError) as exc:  # a directory, a link, bad JSON...
             raise CorruptRecord(
                 f"the record of job {name!r} (run {run}) is unreadable ({exc.__class__.__name__})",

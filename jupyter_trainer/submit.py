@@ -12,15 +12,14 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
-from . import backends as _backends
-from .errors import NameInUse
+from . import backends as _backends, surface
+from .errors import NameInUse, TrainerError
 from .job import Job
 from .jobs import JobRecord, validate_name
+from .naming import HASH_CHARS, default_name, legacy_name
 from .proc import ProcessIdentity
 from .spec import DetachedSpec
 from .store import JobStore
-
-GENERATED_NAME_PREFIX = "job"
 
 
 @dataclass
@@ -44,7 +43,10 @@ def submit_detached(
     rerun: bool = False,
     store: JobStore | None = None,
     backends: _backends.Backends | None = None,
+    label: str | None = None,
 ) -> Submission:
+    """Launch `spec` as job `name` (default: `label`, the notebook's or script's name, and a hash
+    of the cell), or attach to the job this very cell already started."""
     store = store or JobStore()
     backends = backends or _backends.DEFAULT
     backend = backends.get(spec.backend)
@@ -52,7 +54,7 @@ def submit_detached(
     fingerprint = spec.fingerprint(store.fingerprint_key(), rerun)
     if name is None:
         # the same cell gets the same name, so running it again attaches instead of training twice
-        name = f"{GENERATED_NAME_PREFIX}-{fingerprint[:10]}"
+        name = _named_before(store, fingerprint) or default_name(label, fingerprint)
     validate_name(name)
 
     with store.claiming(name):  # looking for the name's runs and creating the next is one step
@@ -90,12 +92,26 @@ def submit_detached(
     return Submission(job, attached=False)
 
 
+def _named_before(store: JobStore, fingerprint: str) -> str | None:
+    """The default name this cell's job already has, if any: under another label (the notebook was
+    renamed since) or as earlier versions named it, the cell is still the same job."""
+    suffix = f"-{fingerprint[:HASH_CHARS]}"
+    for name in store.names():
+        if name.endswith(suffix) or name == legacy_name(fingerprint):
+            try:
+                if store.load(name).fingerprint == fingerprint:
+                    return name
+            except TrainerError:
+                continue
+    return None
+
+
 def _refuse_other_cell(name: str, status, rerun: bool) -> None:
     """A different cell under a taken name: an error unless it re-runs a finished job."""
     if not status.is_final:
         raise NameInUse(
             f"job {name!r} is {status.value} with a different cell",
-            f"choose another --name, or stop it first with %train_stop {name}",
+            f"choose another --name, or stop it first with {surface.command('stop', name)}",
         )
     if not rerun:
         raise NameInUse(

@@ -8,6 +8,7 @@ from __future__ import annotations
 import time
 from typing import Iterable
 
+from . import surface
 from .backends import DEFAULT, Backends, UnknownBackend
 from .errors import TrainerError
 from .jobs import JobRecord, describe_outcome, format_duration
@@ -80,6 +81,14 @@ def one_line(record: JobRecord) -> str:
     if outcome:
         parts.append(outcome)
     return " | ".join(parts)
+
+
+def stop_line(record: JobRecord) -> str:
+    """What a stop reports: the job's line, and whether it is still stopping."""
+    line = one_line(record)
+    if record.status.is_final:
+        return line
+    return f"{line} | stop requested, still stopping: {surface.command('list')} shows when it has stopped"
 
 
 def status_block(record: JobRecord) -> str:

@@ -397,7 +397,7 @@ class JobWidget:
             self.stop_button.disabled = True
             self.stop_button.description = "Stopping…"
         try:
-            self.job.stop()
+            self.job.stop(wait=0)  # the poller shows when it has ended: the kernel stays free
         except Exception as exc:  # shown in the widget, and the button offered again
             if self._record_gone():
                 self._show_removed()

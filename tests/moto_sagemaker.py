@@ -2,7 +2,8 @@
 
 moto marks a training job Completed the moment it is created, has no
 StopTrainingJob, and drops Environment; the shims below make a new job
-InProgress, implement StopTrainingJob (InProgress -> Stopping), record every
+InProgress, implement StopTrainingJob (InProgress -> Stopping, and Stopped
+after `stopping_describes` looks if set), record every
 CreateTrainingJob request as the server received it, and let a test move a job
 to any status, inject throttling, and write CloudWatch log events.
 
@@ -32,6 +33,8 @@ class MotoSageMaker:
         self.create_requests: list[dict] = []
         self.describe_calls = 0
         self.throttle_next = 0
+        self.stopping: dict[str, int] = {}  # a stopped job's describe calls left before it is Stopped
+        self.stopping_describes: int | None = None  # None: a stopped job stays Stopping until set_status
         self.server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
         self._install_shims()
 
@@ -61,6 +64,13 @@ class MotoSageMaker:
             if shim.throttle_next > 0:
                 shim.throttle_next -= 1
                 raise JsonRESTError("ThrottlingException", "Rate exceeded")
+            name = json.loads(response.body)["TrainingJobName"]
+            if shim.stopping.get(name) is not None:  # Stopping -> Stopped after a few looks
+                shim.stopping[name] -= 1
+                if shim.stopping[name] < 0:
+                    del shim.stopping[name]
+                    if shim.job(name).training_job_status == "Stopping":
+                        shim.set_status(name, "Stopped")
             return describe(response)
 
         def stop_training_job(response):
@@ -71,6 +81,7 @@ class MotoSageMaker:
             if jobs[name].training_job_status != "InProgress":
                 raise ValidationError(message=f"The training job {name} is not in InProgress state")
             shim.set_status(name, "Stopping")
+            shim.stopping[name] = shim.stopping_describes
             return EmptyResult()
 
         SageMakerResponse.create_training_job = create_training_job

@@ -1,6 +1,7 @@
 """The jupyter-trainer command, run as a separate process on the same store."""
 
 import json
+import re
 import subprocess
 import sys
 
@@ -50,12 +51,29 @@ def test_logs_tail_and_follow(home, workdir):
 def test_stop(home, workdir):
     host_job("sleepy", "import time\ntime.sleep(600)\n", workdir)
     result = cli("stop", "sleepy")
-    assert result.returncode == 0 and "sleepy" in result.stdout
-    status = json.loads(cli("status", "sleepy", "--json").stdout)
-    assert status["status"] in ("running", "stopped")
-    from jupyter_trainer.job import Job
+    assert result.returncode == 0 and result.stdout.startswith("sleepy: stopped |"), result.stdout
+    assert json.loads(cli("status", "sleepy", "--json").stdout)["status"] == "stopped"
 
-    assert Job.load("sleepy").wait(timeout=30).value == "stopped"
+
+def test_messages_name_the_terminals_commands(home, workdir, tmp_path):
+    host_job("busy", "import time\ntime.sleep(600)\n", workdir)
+    script = tmp_path / "other.py"
+    script.write_text("print(2)\n")
+    refused = cli("submit", str(script), "--host", "--name", "busy")
+    assert refused.returncode == 1 and "stop it first with jupyter-trainer stop busy" in refused.stderr, refused.stderr
+    assert "%train" not in refused.stderr
+    assert "see jupyter-trainer list" in cli("logs", "nope").stderr
+    removed = cli("rm", "busy")
+    assert removed.returncode == 1 and "stop it first: jupyter-trainer stop busy" in removed.stderr
+    cli("stop", "busy")
+
+
+def test_a_submitted_script_is_named_after_its_file(home, workdir, tmp_path):
+    script = tmp_path / "train resnet.py"
+    script.write_text("print(1)\n")
+    done = cli("submit", str(script), "--host")
+    assert done.returncode == 0, done.stderr
+    assert re.match(r"train-resnet-[0-9a-f]{6}: ", done.stdout), done.stdout
 
 
 @pytest.mark.parametrize(

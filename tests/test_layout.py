@@ -7,14 +7,14 @@ PACKAGE = Path(__file__).resolve().parent.parent / "jupyter_trainer"
 
 # Lower layers never import higher ones. A module not listed is in the layer of its package.
 LAYERS = [
-    {"errors", "_fs", "proc", "jobs", "checks", "options", "spec"},  # pure: names, records, status rules, options
+    {"errors", "_fs", "proc", "jobs", "checks", "options", "spec", "surface", "naming"},  # pure: names, records, status rules, options, words
     {"store", "logs", "metrics", "plot", "metrics_cache"},  # the store, reading logs and metrics, charts
     {"backends"},  # where jobs run (every module under backends/)
     {"job", "submit", "summary"},  # jobs as users see them
     {"housekeeping"},  # removing finished runs
     {"monitor"},  # a job's view, as plain state
     {"widget"},  # the view's renderers
-    {"magics", "cli", "__init__"},  # the surfaces
+    {"magics", "magic_help", "cli", "__init__"},  # the surfaces
 ]
 RUNTIME_LIBRARIES = {"sagemaker", "boto3", "botocore"}
 

@@ -1,5 +1,6 @@
 """The magics in a real IPython shell, on the --host backend."""
 
+import re
 
 import pytest
 from conftest import wait_for
@@ -43,16 +44,30 @@ def test_loading_imports_no_heavy_library():
     assert run_python(code).stdout.strip() == "[]"
 
 
-def test_every_magic_has_help(ip, capsys):
+def test_every_magic_has_help_with_a_description_and_examples(ip, capsys):
     for magic, words in [
         ("%%train_detached?", "--stop-container-when-done"),
+        ("%%sagemaker_fit?", "--instance-type"),
         ("%train_jobs?", "--all"),
         ("%train_logs?", "--follow"),
         ("%train_stop?", "--container"),
         ("%train_attach?", "name"),
+        ("%train_rm?", "--run"),
     ]:
         _, out = run(ip, capsys, magic)
-        assert words in out, magic
+        text = re.sub(r"\x1b\[[0-9;]*m", "", out)  # the pager's colours
+        usage, description, options, *rest = text.split("Docstring:\n", 1)[1].split("\n\n")
+        assert usage.startswith(f"usage: {magic[:-1]} "), out
+        assert len(description) > 100 and words in out, magic
+        examples = text[text.index("\nexamples:\n") :]
+        assert examples.count(f"\n  {magic[:-1]}") >= 1 + (magic != "%train_attach?"), examples
+        assert "::" not in out, magic
+
+
+def test_a_bad_option_is_one_line(ip, capsys):
+    result, out = run(ip, capsys, "%%train_detached --host --bogus\nprint(1)\n")
+    assert not result.success and "unrecognized arguments: --bogus" in out and "Traceback" not in out
+    assert len(out.strip().splitlines()) == 1, out
 
 
 def test_submit_attach_and_rerun(ip, capsys):
@@ -81,12 +96,34 @@ def test_line_magics(ip, capsys):
     assert out.startswith("talk completed host") and out.endswith("line 0\nline 1\nline 2\n")
 
 
-def test_stop_magic(ip, capsys):
-    run(ip, capsys, "%%train_detached --host --name long --no-widget\nimport time\ntime.sleep(600)\n")
-    wait_for(lambda: get_job("long").status is Status.RUNNING, what="the job to run")
+def test_stop_magic_waits_and_reports_stopped(ip, capsys):
+    # a job that ignores TERM ends only when KILL follows it: the magic waits for that
+    cell = "import signal, time\nsignal.signal(signal.SIGTERM, signal.SIG_IGN)\nprint('ready', flush=True)\ntime.sleep(600)\n"
+    run(ip, capsys, f"%%train_detached --host --name long --no-widget\n{cell}")
+    wait_for(lambda: get_job("long").logs() == "ready\n", what="the job to run")
     result, out = run(ip, capsys, "%train_stop long")
-    assert result.success
-    assert get_job("long").wait(timeout=30) is Status.STOPPED
+    assert result.success and out.startswith("long: stopped |"), out
+    assert get_job("long").status is Status.STOPPED
+
+
+def test_default_names_say_which_notebook_and_stay_the_same(ip, capsys, monkeypatch):
+    monkeypatch.setenv("JPY_SESSION_NAME", "/home/me/experiments/Sweep (lr 3e-4).ipynb")
+    cell = "%%train_detached --host --no-widget\nprint('named')\n"
+    result, out = run(ip, capsys, cell)
+    assert result.success, out
+    name = out.split(":")[0]
+    assert re.fullmatch(r"Sweep-lr-3e-4-[0-9a-f]{6}", name), out
+    assert f"Follow with %train_logs {name} --follow, stop with %train_stop {name}." in out
+    get_job(name).wait(timeout=30)
+    _, again = run(ip, capsys, cell)
+    assert again.startswith(f"Job '{name}' was already submitted from this cell"), again
+    # renamed since: the same cell is still the same job, not a second training
+    monkeypatch.setenv("JPY_SESSION_NAME", "/home/me/experiments/renamed.ipynb")
+    _, renamed = run(ip, capsys, cell)
+    assert renamed.startswith(f"Job '{name}' was already submitted from this cell"), renamed
+    monkeypatch.delenv("JPY_SESSION_NAME")
+    _, other = run(ip, capsys, "%%train_detached --host --no-widget\nprint('no notebook known')\n")
+    assert re.match(r"job-[0-9a-f]{6}: ", other), other
 
 
 def test_config_sets_defaults_and_flags_win(ip, capsys):

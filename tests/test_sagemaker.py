@@ -55,6 +55,7 @@ def aws(moto_server, monkeypatch, home):
     except logs.exceptions.ResourceAlreadyExistsException:
         pass
     moto_server.create_requests.clear()
+    moto_server.stopping_describes = None
     yield moto_server
 
 
@@ -259,7 +260,8 @@ def test_an_unknown_framework_version_is_one_line_before_anything_is_created(aws
     assert store_snapshot(home) == before and aws.create_requests == []
 
 
-def test_status_transitions(aws, shell, capsys):
+def test_status_transitions(aws, shell, capsys, monkeypatch):
+    monkeypatch.setattr("jupyter_trainer.job.STOP_WAIT_SECONDS", 2)
     for name in ("done", "broken", "halted"):
         result, out = fit(shell, capsys, remote(name))
         assert result.success, out
@@ -282,6 +284,7 @@ def test_status_transitions(aws, shell, capsys):
     aws.set_status(by_name["halted"], "InProgress", "Training")
     result, out = shell.run_cell("%train_stop halted"), "".join(capsys.readouterr())
     assert result.success, out
+    assert "halted: running" in out and "still stopping" in out and "%train_jobs shows when it has stopped" in out
     assert aws.job(by_name["halted"]).training_job_status == "Stopping"
     assert get_job("halted").status is Status.RUNNING  # Stopping is not final
     aws.set_status(by_name["halted"], "Stopped")
@@ -289,6 +292,16 @@ def test_status_transitions(aws, shell, capsys):
     assert halted.status is Status.STOPPED and halted.reason == "stopped by the user"
     # final states stay final; a stop of a finished job changes nothing
     assert Job.load("done").stop().status is Status.COMPLETED
+
+
+def test_a_stop_waits_until_sagemaker_has_stopped_the_job(aws, shell, capsys):
+    result, out = fit(shell, capsys, remote("stopped-soon"))
+    assert result.success, out
+    aws.set_status(get_job("stopped-soon").record.runtime["training_job_name"], "InProgress", "Training")
+    aws.stopping_describes = 2  # Stopping for two looks, then Stopped, as SageMaker takes its time
+    result, out = shell.run_cell("%train_stop stopped-soon"), "".join(capsys.readouterr())
+    assert result.success, out
+    assert out.startswith("stopped-soon: stopped |") and "still stopping" not in out, out
 
 
 def test_throttling_is_retried(aws, shell, capsys):

@@ -14,6 +14,7 @@ import signal
 import tarfile
 import time
 
+from .. import surface
 from ..errors import BackendUnavailable
 from ..store import SUPERVISOR_FILE
 
@@ -106,7 +107,7 @@ def run_in(container, script: str, *args: str, limit: int = EXEC_OUTPUT_LIMIT) -
             if left <= 0 or not select.select([stream], [], [], left)[0]:
                 raise BackendUnavailable(
                     f"container {container.name} did not answer within {EXEC_SECONDS} s",
-                    "a job may have replaced its tools; stop the container with jupyter-trainer stop --container",
+                    f"a job may have replaced its tools; stop the container with {surface.command('stop_container')}",
                 )
             chunk = read(stream, 65536)
             if not chunk:
