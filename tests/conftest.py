@@ -10,12 +10,39 @@ import pytest
 from jupyter_trainer.backends import Backends
 from jupyter_trainer.backends.fake import FakeBackend
 from jupyter_trainer.store import JobStore
+from leftovers import Leftovers
 from private_engine import PrivateEngine
 from private_engine import missing as private_engine_missing
 
 IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
 TEST_IMAGE = os.environ.get("JUPYTER_TRAINER_TEST_IMAGE", "jupyter-trainer-test:bookworm-pip")
 REPO = Path(__file__).resolve().parent.parent
+
+
+def pytest_sessionstart(session):
+    session.config.stash[LEFTOVERS] = Leftovers.before()
+
+
+def pytest_sessionfinish(session, exitstatus):
+    """No test may leave a container or a process behind: say which, remove them, fail the run."""
+    before = session.config.stash.get(LEFTOVERS, None)
+    if before is None or session.config.option.collectonly:
+        return
+    marker = str(session.config._tmp_path_factory.getbasetemp())
+    containers, processes = before.left(marker)
+    if not (containers or processes):
+        return
+    report = session.config.pluginmanager.get_plugin("terminalreporter")
+    if report:
+        report.ensure_newline()
+        report.write_sep("=", "the tests left these behind (now removed)", red=True)
+        for line in [*(f"container {c}" for c in containers), *(f"process {p}" for p in processes)]:
+            report.write_line(line, red=True)
+    before.remove(marker)
+    session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+LEFTOVERS = pytest.StashKey[Leftovers]()
 
 
 @pytest.fixture

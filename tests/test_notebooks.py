@@ -1,6 +1,7 @@
 """The example notebooks run top to bottom in a real kernel, and the README's demo runs."""
 
 import os
+import re
 import shutil
 import subprocess
 
@@ -36,13 +37,31 @@ def test_sagemaker_fit_notebook(docker_client, docker_image, tmp_path, home, mon
     assert "'w': 2.9" in outputs or "'w': 3.0" in outputs, outputs[-2000:]
 
 
-def test_readme_demo_trains_in_a_container(docker_client, docker_image, tmp_path, home):
-    env = {**os.environ, "JUPYTER_TRAINER_IMAGE": TEST_IMAGE, "JUPYTER_TRAINER_DEMO_DIR": str(tmp_path)}
+def run_demo(tmp_path, **env):
+    env = {**os.environ, "JUPYTER_TRAINER_DEMO_DIR": str(tmp_path), **env}
     result = subprocess.run(
         ["bash", str(REPO / "example_notebooks" / "run_demo.sh")], env=env, capture_output=True, text=True, timeout=600
     )
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
-    assert f"(--image {TEST_IMAGE}) from an IPython kernel, which then exits" in result.stdout
     assert "epoch  40 loss" in result.stdout and "saved model.json" in result.stdout
-    assert "backend    docker" in result.stdout and "status     completed" in result.stdout
     assert (tmp_path / "model.json").exists()
+    return result.stdout
+
+
+def test_readme_demo_trains_in_a_container_and_removes_it(docker_client, docker_image, tmp_path, home):
+    before = {container.id for container in docker_client.containers.list(all=True)}
+    out = run_demo(tmp_path, JUPYTER_TRAINER_IMAGE=TEST_IMAGE)
+    container = re.search(r"\(--image (\S+) --container (jt-demo-[0-9-]+)\) from an IPython kernel, which then exits", out)
+    assert container and container[1] == TEST_IMAGE, out
+    assert "backend    docker" in out and "status     completed" in out
+    assert f"removing what the demo created: job demo-" in out and f"and container {container[2]}" in out
+    assert {container.id for container in docker_client.containers.list(all=True)} == before
+    assert not (home / "jobs").exists() or os.listdir(home / "jobs") == []
+
+
+def test_readme_demo_without_an_engine_says_why_and_trains_here(tmp_path, home):
+    out = run_demo(tmp_path, DOCKER_HOST="unix:///nonexistent/docker.sock")
+    reason = next(line for line in out.splitlines() if "no Docker engine answers" in line)
+    assert "/nonexistent/docker.sock" in reason and "training on this machine (--host)" in reason and "DOCKER_HOST" in reason
+    assert "(--host) from an IPython kernel, which then exits" in out
+    assert "backend    host" in out and "status     completed" in out

@@ -1,0 +1,76 @@
+# Shared by .ci/run and example_notebooks/run_demo.sh (sourced, bash): installing what a fresh
+# Debian or Ubuntu lacks, with a line of progress at least every 15 seconds.
+
+setup_work=${setup_work:-$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/work}
+mkdir -p "$setup_work"
+
+log() { printf '\n== %s\n' "$*"; }
+
+# Run a command with its output in a log file; while it runs, say every 15 s how long it has
+# been running and the log's last line, so that a long install is never silent.
+with_progress() {
+    local what=$1 logfile=$2
+    shift 2
+    "$@" >>"$logfile" 2>&1 </dev/null &
+    local pid=$! started=$SECONDS next=$((SECONDS + 15)) last
+    while kill -0 "$pid" 2>/dev/null; do
+        sleep 1
+        if [ "$SECONDS" -ge "$next" ]; then
+            last=$(tail -c 2000 "$logfile" | tr '\r' '\n' | grep -v '^[[:space:]]*$' | tail -1 | cut -c1-90)
+            printf '   ... %s: %ss (%s)\n' "$what" $((SECONDS - started)) "$last"
+            next=$((SECONDS + 15))
+        fi
+    done
+    wait "$pid"
+}
+
+# Which of these Debian packages are not installed.
+missing_packages() {
+    local package
+    for package in "$@"; do
+        dpkg -s "$package" >/dev/null 2>&1 || printf '%s\n' "$package"
+    done
+}
+
+# Install Debian packages that are missing: as root, or through sudo when it needs no password;
+# otherwise say in one line what to install, and fail.
+apt_install() {
+    local missing
+    mapfile -t missing < <(missing_packages "$@")
+    [ ${#missing[@]} -eq 0 ] && return 0
+    local as_root=()
+    if [ "$(id -u)" -ne 0 ]; then
+        if sudo -n true 2>/dev/null; then
+            as_root=(sudo -n)
+        else
+            echo "this needs the Debian packages ${missing[*]}: install them (sudo apt-get install ${missing[*]}) and run this again" >&2
+            return 1
+        fi
+    fi
+    log "installing ${missing[*]} (log: $setup_work/apt.log)"
+    with_progress "apt-get update" "$setup_work/apt.log" "${as_root[@]}" env DEBIAN_FRONTEND=noninteractive apt-get update ||
+        { tail -20 "$setup_work/apt.log"; return 1; }
+    with_progress "installing ${missing[*]}" "$setup_work/apt.log" \
+        "${as_root[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y "${missing[@]}" ||
+        { tail -30 "$setup_work/apt.log"; return 1; }
+}
+
+# python3 with venv and pip (Debian splits them out of python3 itself).
+ensure_python() {
+    if command -v python3 >/dev/null 2>&1 && python3 -c 'import ensurepip, venv' >/dev/null 2>&1; then
+        return 0
+    fi
+    apt_install python3 python3-venv
+}
+
+# A virtual environment at $1 with `pip install $2...` in it (pip's output in pip.log).
+venv_install() {
+    local venv=$1
+    shift
+    log "installing jupyter_trainer into $venv ($*; log: $setup_work/pip.log)"
+    python3 -m venv "$venv"
+    with_progress "pip install $*" "$setup_work/pip.log" "$venv/bin/python" -m pip install --upgrade pip ||
+        { tail -30 "$setup_work/pip.log"; return 1; }
+    with_progress "pip install $*" "$setup_work/pip.log" "$venv/bin/python" -m pip install --progress-bar off -e "$@" ||
+        { tail -30 "$setup_work/pip.log"; return 1; }
+}
