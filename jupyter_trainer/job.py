@@ -23,6 +23,7 @@ from .store import CLOCK_FILE, NOTIFIED_FILE, JobStore
 
 EXCEPTION_LINES = 200  # of a failed job's log, read for the exception it ended with
 CLOCK_BYTES = 16 << 20  # of the log's clock read for its metrics' times
+LATEST_METRICS_BYTES = 256 << 10  # of the log's end read for the latest metric values
 STOP_WAIT_SECONDS = 30  # a stop waits this long for the job to end (a remote runtime takes its time)
 
 
@@ -152,6 +153,27 @@ class Job:
         reader.feed(cursor.unscanned, cursor.scanned_to)
         reader.flush()
         return found
+
+    def latest_metrics(self, tail_bytes: int = LATEST_METRICS_BYTES) -> dict[str, float]:
+        """Each metric's latest value, from the log's last `tail_bytes` only (a table of many jobs
+        asks this of each: it never reads a whole log)."""
+        latest: dict[str, float] = {}
+
+        def keep(point: tuple) -> None:
+            name, _axis, _x, value = point
+            latest[name] = value
+
+        source = self.log_source()
+        size = source.size()
+        start = max(0, size - tail_bytes)
+        data = source.read(start, size - start)
+        if start:
+            data = data[data.find(b"\n") + 1 :]  # from the first whole line
+        parser = MetricParser(Metric(name, regex) for name, regex in self.record.options.get("metrics", []))
+        reader = MetricReader(keep, parser.finders())
+        reader.feed(data)
+        reader.flush()
+        return latest
 
     def log_source(self) -> LogSource:
         return self.backend_impl().log_source(self.record, self.run_dir)

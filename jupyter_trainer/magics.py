@@ -145,10 +145,22 @@ class TrainerMagics(Magics):
     @documented("train_jobs")
     @magic_arguments()
     @argument("--all", action="store_true", help="include earlier runs of re-run jobs")
+    @argument("--no-widget", action="store_true", help="print a text table instead of the live one")
     @line_magic
     @user_errors
     def train_jobs(self, line):
         args = parse_line(self.train_jobs, line)
+        from .widget import poller, widgets_supported
+
+        if self.widget and not args.no_widget and widgets_supported(self.shell):
+            from IPython.display import display
+
+            from .jobs_view import JobsTable
+
+            table = JobsTable(self._store(), all_runs=args.all, log_lines=self.log_lines)
+            display(table)
+            poller().watch(table)
+            return
         print(summary.jobs_table(refreshed_records(self._store(), all_runs=args.all)))
 
     @documented("train_attach")

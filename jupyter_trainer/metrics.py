@@ -504,3 +504,14 @@ class LogClock:
         when = low[1] + (high[1] - low[1]) * ((offset - low[0]) / span if span > 0 else 1.0)
         seconds = when - self.started_at
         return max(0.0, seconds) if math.isfinite(seconds) else None
+
+
+def main_metric(names) -> str | None:
+    """The metric a one-line view shows: `loss` if there is one, else the first training loss
+    (`train_loss`), else any loss, else the first name."""
+    names = list(names)
+    for wanted in (lambda n: n == "loss", lambda n: n in ("train_loss", "training_loss"), lambda n: "loss" in n and not n.startswith(("val", "eval", "test"))):
+        found = next((name for name in names if wanted(name)), None)
+        if found:
+            return found
+    return next((name for name in names if "loss" in name), names[0] if names else None)

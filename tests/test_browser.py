@@ -364,6 +364,52 @@ def test_the_view_reads_well_in_the_light_and_the_dark_theme(lab, browser):
         page.close()
 
 
+TABLE_JOB_CELL = """%%train_detached --host --name table-job --no-widget
+import time
+for step in range(5):
+    print(f"step {step} loss: {1 / (step + 1):.4f}", flush=True)
+time.sleep(600)
+"""
+
+
+def test_the_live_jobs_table_in_both_themes(lab, browser):
+    _write_notebook(lab, "jobs-table.ipynb", "%load_ext jupyter_trainer", TABLE_JOB_CELL, "%train_jobs")
+    page = _open_notebook(browser, lab, "jobs-table.ipynb")
+    panel = f"#{page.evaluate('window.jupyterapp.shell.currentWidget.id')}"
+    try:
+        _run_cell(page, 0)
+        _run_cell(page, 1)
+        _run_cell(page, 2)
+        table = page.locator(f"{panel} .jupyter-trainer-jobs").first
+        row = table.locator(".jt-row", has_text="table-job").first
+        row.locator(".jt-status", has_text="running").wait_for(timeout=30_000)
+        row.locator(".jt-cell", has_text="loss 0.2").wait_for(timeout=30_000)  # the latest main metric
+        assert "host · this machine" in row.inner_text()
+        for theme, name in (("JupyterLab Light", "light"), ("JupyterLab Dark", "dark")):
+            _set_theme(page, theme)
+            table.scroll_into_view_if_needed()
+            table.screenshot(path=str(ARTIFACTS / f"jobs-table-{name}.png"))
+            for selector in (".jt-row .jt-cell", ".jt-head .jt-cell", ".jt-count"):
+                ratio = _readable(table, selector)
+                assert ratio >= 4.5, f"{selector} in the {name} theme: contrast {ratio:.2f}"
+        _set_theme(page, "JupyterLab Light")
+        # Attach shows the job's own view under the table
+        row.locator(".jt-attach").click()
+        view = table.locator(".jupyter-trainer-job:not(.jupyter-trainer-jobs)").first
+        view.locator(".jt-log", has_text="step 4 loss").wait_for(timeout=30_000)
+        # Stop from the row: the row then says stopped, and the filter finds it there
+        row.locator(".jt-stop").click()
+        row.locator(".jt-status", has_text="stopped").wait_for(timeout=60_000)
+        table.locator(".widget-toggle-button", has_text="running").click()
+        table.locator(".jt-row:not(.jt-head)", has_text="table-job").wait_for(state="detached")
+        table.locator(".widget-toggle-button", has_text="stopped").click()
+        table.locator(".jt-row", has_text="table-job").first.wait_for()
+        table.screenshot(path=str(ARTIFACTS / "jobs-table-stopped.png"))
+    finally:
+        _set_theme(page, "JupyterLab Light")
+        page.close()
+
+
 def _shut_down_kernel(page):
     page.evaluate("window.jupyterapp.shell.currentWidget.sessionContext.shutdown()")
     page.wait_for_function("!window.jupyterapp.shell.currentWidget.sessionContext.session")

@@ -14,6 +14,7 @@ LAYERS = [
     {"housekeeping"},  # removing finished runs
     {"monitor"},  # a job's view, as plain state
     {"widget"},  # the view's renderers
+    {"jobs_view"},  # the live jobs table
     {"magics", "magic_help", "cli", "__init__"},  # the surfaces
 ]
 RUNTIME_LIBRARIES = {"sagemaker", "boto3", "botocore"}

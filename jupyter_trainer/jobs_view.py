@@ -1,0 +1,286 @@
+"""`%train_jobs` in a notebook: a live table of every job, refreshed by the kernel's poller.
+
+One row per job (its latest run; every run with --all), newest first: status in colour,
+backend and where it runs, elapsed time, the latest value of its main metric, and actions:
+Attach (the job's own view, below the table), Log (its last lines) and Stop. A filter shows
+the jobs of one status. The store is looked at every SCAN_INTERVAL seconds; a job still
+running is asked for its status at its backend's own pace, and its metric read from the end
+of its log only when the log has grown.
+"""
+
+from __future__ import annotations
+
+import html
+import time
+from dataclasses import dataclass, field
+from typing import Callable
+
+from . import backends as _backends
+from .errors import TrainerError
+from .job import Job
+from .jobs import JobRecord, Status
+from .metrics import main_metric
+from .store import JobStore
+from .summary import format_duration, where
+from .widget import STATUS_COLOURS, STYLE, describe, error_html
+
+SCAN_INTERVAL = 2.0  # seconds between two looks at the store (new jobs, records changed elsewhere)
+MAX_ROWS = 100  # the newest shown; the table says how many more there are
+FILTERS = ("all", *(status.value for status in Status))
+
+TABLE_STYLE = """<style>
+.jupyter-trainer-jobs .jt-row { display: grid; grid-template-columns: minmax(8em, 3fr) 6.5em minmax(8em, 4fr) 5.5em minmax(7em, 2fr) 15em;
+  gap: 0 10px; align-items: center; border-bottom: 1px solid var(--jt-border); padding: 2px 4px; }
+.jupyter-trainer-jobs .jt-row.jt-head { font-weight: bold; color: var(--jt-muted); }
+.jupyter-trainer-jobs .jt-row > .widget-html { margin: 0; width: auto; min-width: 0; justify-self: stretch; overflow: hidden; }
+.jupyter-trainer-jobs .jt-row .widget-html-content { display: block; overflow: hidden; }
+.jupyter-trainer-jobs .jt-cell { white-space: nowrap; overflow: hidden; text-overflow: ellipsis; text-align: left; }
+.jupyter-trainer-jobs .jt-row .widget-button { width: auto; padding: 0 8px; height: 24px; margin: 1px 2px; }
+.jupyter-trainer-jobs .jt-count { color: var(--jt-muted); padding: 0 4px; }
+</style>"""
+
+
+def _cell(text: str, title: str = "") -> str:
+    hover = f' title="{html.escape(title or text)}"'
+    return f'<div class="jt-cell"{hover}>{html.escape(text)}</div>'
+
+
+def status_cell(record: JobRecord) -> str:
+    colour = STATUS_COLOURS[record.status]
+    title = html.escape(record.reason or record.status.value)
+    return f'<span class="jt-status" style="background:{colour}" title="{title}">{record.status.value}</span>'
+
+
+def metric_text(values: dict[str, float]) -> str:
+    name = main_metric(values)
+    return "" if name is None else f"{name} {values[name]:.4g}"
+
+
+@dataclass
+class Row:
+    """A job's row: its widgets, and what they show."""
+
+    job: Job
+    cells: list  # name, status, where, elapsed, metric: HTML widgets
+    buttons: list  # attach, log, stop
+    box: object
+    checked_at: float = float("-inf")
+    log_size: int = -1
+    metric: str = ""
+    shown: tuple = field(default_factory=tuple)
+    arranged_as: Status | None = None  # its status when the rows were last filtered
+
+    @property
+    def record(self) -> JobRecord:
+        return self.job.record
+
+
+class JobsTable:
+    """The live table; the poller calls `poll` as it does a job view's."""
+
+    def __init__(self, store: JobStore | None = None, all_runs: bool = False, log_lines: int = 200,
+                 clock: Callable[[], float] = time.time, open_view: Callable[[Job], None] | None = None,
+                 backends: _backends.Backends | None = None):
+        import ipywidgets as widgets
+
+        self.widgets = widgets
+        self.store = store or JobStore()
+        self.backends = backends
+        self.all_runs = all_runs
+        self.log_lines = log_lines
+        self.clock = clock
+        self.open_view = open_view  # shows a job's own view (Attach); None: in this table's detail area
+        self.rows: dict[tuple[str, int], Row] = {}
+        self.problems: list[str] = []
+        self.error = ""
+        self.last_scan = float("-inf")
+        self.style = widgets.HTML(STYLE + TABLE_STYLE, layout={"display": "none"})
+        self.filter = widgets.ToggleButtons(options=FILTERS, value="all", tooltips=[f"show {f} jobs" for f in FILTERS])
+        self.filter.style.button_width = "auto"
+        self.filter.observe(lambda _change: self._arrange(), names="value")
+        self.counts = widgets.HTML()
+        self.head = widgets.HBox(
+            [widgets.HTML(_cell(title)) for title in ("name", "status", "backend · where", "elapsed", "latest metric")]
+            + [widgets.HTML(_cell("actions"))]
+        )
+        self.head.add_class("jt-row")
+        self.head.add_class("jt-head")
+        self.body = widgets.VBox()
+        self.notes = widgets.HTML()
+        self.detail = widgets.Output()
+        self.box = widgets.VBox(
+            [self.style, widgets.HBox([self.filter, self.counts]), self.head, self.body, self.notes, self.detail],
+            layout={"padding": "6px", "width": "100%"},
+        )
+        self.box.add_class("jupyter-trainer-job")  # the view's colours and theme variables
+        self.box.add_class("jupyter-trainer-jobs")
+        self.scan(self.clock())
+
+    def _repr_mimebundle_(self, **kwargs):
+        return self.box._repr_mimebundle_(**kwargs)
+
+    # -- keeping up with the store ----------------------------------------------------
+
+    def poll(self, now: float) -> bool:
+        """Driven by the poller: look at the store when due. False once the table was closed."""
+        if self.box.comm is None:  # closed (the output cleared, the widget closed): nothing to keep
+            return False
+        if self.clock() - self.last_scan >= SCAN_INTERVAL:
+            self.scan(self.clock())
+        return True
+
+    def scan(self, now: float) -> None:
+        self.last_scan = now
+        try:
+            items = list(self.store.records(self.all_runs))
+        except (OSError, TrainerError) as exc:
+            self._show_error(f"cannot read the job store: {describe(exc)}")
+            return
+        self.problems = []
+        seen, rearrange = set(), False
+        for item in items:
+            if isinstance(item, TrainerError):
+                self.problems.append(str(item))
+                continue
+            key = (item.name, item.run)
+            seen.add(key)
+            row = self.rows.get(key)
+            if row is None:
+                row = self.rows[key] = self._new_row(Job(item, self.store, self.backends))
+                rearrange = True
+            else:
+                row.job.record = item  # the store is the truth, whoever wrote it last
+            self._refresh(row, now)
+            rearrange |= row.record.status != row.arranged_as and self.filter.value != "all"
+        gone = [key for key in self.rows if key not in seen]  # removed (rm, prune) elsewhere
+        for key in gone:
+            del self.rows[key]
+        self.error = ""
+        if rearrange or gone:
+            self._arrange()
+        else:
+            self._show_counts()
+
+    def _refresh(self, row: Row, now: float) -> None:
+        """Bring a row up to date: the status at its backend's pace, the metric when the log grew."""
+        job = row.job
+        try:
+            if not job.record.status.is_final and now - row.checked_at >= job.backend_impl().status_interval:
+                row.checked_at = now
+                job.refresh()
+                source = job.log_source()
+                size = source.size()
+                if size != row.log_size:
+                    row.log_size = size
+                    row.metric = metric_text(job.latest_metrics())
+            elif row.log_size < 0:  # a finished job: its metric, once
+                row.log_size = 0
+                row.metric = metric_text(job.latest_metrics())
+        except (OSError, TrainerError) as exc:
+            self.problems.append(f"{job.name}: {describe(exc)}")
+        self._draw(row)
+
+    # -- drawing -------------------------------------------------------------------------
+
+    def _new_row(self, job: Job) -> Row:
+        widgets = self.widgets
+        cells = [widgets.HTML() for _ in range(5)]
+        attach = widgets.Button(description="Attach", tooltip=f"show {job.name}'s view below")
+        log = widgets.Button(description="Log", tooltip=f"show the last {self.log_lines} lines of {job.name}'s log below")
+        stop = widgets.Button(description="Stop", tooltip=f"stop {job.name} (its whole process group)")
+        attach.add_class("jt-attach")
+        log.add_class("jt-log-button")
+        stop.add_class("jt-stop")
+        box = widgets.HBox([*cells, widgets.HBox([attach, log, stop])])
+        box.add_class("jt-row")
+        row = Row(job, cells, [attach, log, stop], box)
+        attach.on_click(lambda _b: self._attach(row))
+        log.on_click(lambda _b: self._show_log(row))
+        stop.on_click(lambda _b: self._stop(row))
+        return row
+
+    def _draw(self, row: Row) -> None:
+        record = row.record
+        name = record.name if record.run == 1 else f"{record.name} (run {record.run})"
+        elapsed = format_duration(record.duration) if record.started_at else "-"
+        values = (_cell(name), status_cell(record), _cell(f"{record.backend} · {where(record, self.backends)}"), _cell(elapsed), _cell(row.metric or "-"))
+        if values != row.shown:
+            for cell, value, before in zip(row.cells, values, row.shown or (None,) * 5):
+                if value != before:
+                    cell.value = value
+            row.shown = values
+        stop = row.buttons[2]
+        if record.status.is_final and (not stop.disabled or stop.description != "Stop"):
+            stop.disabled, stop.description = True, "Stop"
+
+    def _arrange(self) -> None:
+        """The rows the filter lets through, newest first."""
+        chosen = self.filter.value
+        rows = sorted(self.rows.values(), key=lambda row: (row.record.created_at, row.record.run), reverse=True)
+        for row in rows:
+            row.arranged_as = row.record.status
+        shown = [row for row in rows if chosen == "all" or row.record.status.value == chosen]
+        self.body.children = [row.box for row in shown[:MAX_ROWS]]
+        more = len(shown) - MAX_ROWS
+        self._show_counts(f"{more} older jobs not shown" if more > 0 else "")
+
+    def _show_counts(self, extra: str = "") -> None:
+        counts = {}
+        for row in self.rows.values():
+            counts[row.record.status.value] = counts.get(row.record.status.value, 0) + 1
+        text = " · ".join(f"{count} {status}" for status, count in counts.items()) or "no jobs yet"
+        value = f'<span class="jt-count">{html.escape(text)}</span>'
+        if value != self.counts.value:
+            self.counts.value = value
+        notes = [extra] if extra else []
+        notes += [f"! {problem}" for problem in self.problems]
+        notes_html = "".join(f"<div>{html.escape(note)}</div>" for note in notes) + (error_html(self.error) if self.error else "")
+        if notes_html != self.notes.value:
+            self.notes.value = notes_html
+
+    def _show_error(self, text: str) -> None:
+        if text != self.error:
+            self.error = text
+            self._show_counts()
+
+    def show_failure(self, exc: BaseException) -> None:
+        """A failure the poller caught in this table's own code: shown, and the table goes on."""
+        self._show_error(f"cannot refresh the table: {describe(exc)}")
+
+    # -- actions ---------------------------------------------------------------------------
+
+    def _attach(self, row: Row) -> None:
+        if self.open_view is not None:
+            self.open_view(row.job)
+            return
+        from .widget import JobWidget, poller
+
+        self.detail.clear_output()
+        with self.detail:
+            view = JobWidget(Job.load(row.job.name, self.store, self.backends), log_lines=self.log_lines)
+            view.show()
+        if not view.monitor.finished:
+            poller().watch(view)
+
+    def _show_log(self, row: Row) -> None:
+        self.detail.clear_output()
+        try:
+            lines = list(row.job.log_lines(tail=self.log_lines))
+            text = "\n".join(lines) if lines else "(the log is empty)"
+        except (OSError, TrainerError) as exc:
+            text = f"cannot read {row.job.name}'s log: {describe(exc)}"
+        with self.detail:
+            print(f"--- {row.job.name}: the last {self.log_lines} lines ---\n{text}")
+
+    def _stop(self, row: Row) -> None:
+        stop = row.buttons[2]
+        stop.disabled, stop.description = True, "Stopping…"
+        try:
+            row.job.stop(wait=0)  # the next scans show it ending: the kernel stays free
+        except (OSError, TrainerError) as exc:
+            stop.disabled, stop.description = False, "Stop"
+            self.problems.append(f"could not stop {row.job.name}: {describe(exc)}")
+            self._show_counts()
+            return
+        row.checked_at = float("-inf")
+        self.last_scan = float("-inf")  # at the next tick

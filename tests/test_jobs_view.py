@@ -1,0 +1,107 @@
+"""The live jobs table (`%train_jobs` in a notebook), on real host jobs, with a recording comm."""
+
+import re
+
+import comm
+import pytest
+from comm.base_comm import BaseComm
+from conftest import wait_for
+
+from jupyter_trainer.job import get_job
+from jupyter_trainer.jobs import Status
+from jupyter_trainer.jobs_view import JobsTable
+from jupyter_trainer.spec import build_spec
+from jupyter_trainer.submit import submit_detached
+
+
+class QuietComm(BaseComm):
+    def publish_msg(self, msg_type, data=None, metadata=None, buffers=None, **keys):
+        pass
+
+
+@pytest.fixture(autouse=True)
+def quiet_comm(monkeypatch):
+    monkeypatch.setattr(comm, "create_comm", lambda *a, **k: QuietComm(*a, **k))
+
+
+def host_job(name, script, workdir):
+    spec = build_spec(script, host=True, image=None, container=None, workdir=str(workdir), gpus=None)
+    return submit_detached(spec, name=name).job
+
+
+def text_of(html):
+    return re.sub(r"<[^>]+>", "", html)
+
+
+def rows_of(table):
+    """What each shown row says, in order: (name, status, where, elapsed, metric)."""
+    shown = []
+    for box in table.body.children:
+        row = next(row for row in table.rows.values() if row.box is box)
+        shown.append(tuple(text_of(cell.value) for cell in row.cells))
+    return shown
+
+
+def rescan(table):
+    table.last_scan = float("-inf")
+    for row in table.rows.values():
+        row.checked_at = float("-inf")
+    table.poll(0)
+
+
+LOSSES = "import time\nfor step in range(3):\n    print(f'step {step} loss: {1 / (step + 1):.3f} lr: 0.1', flush=True)\n"
+
+
+def test_rows_newest_first_with_status_where_elapsed_and_main_metric(home, workdir):
+    host_job("first", LOSSES, workdir).wait(timeout=30)
+    host_job("second", LOSSES + "time.sleep(600)\n", workdir)
+    wait_for(lambda: "loss: 0.333" in get_job("second").logs(), what="the second job's losses")
+    table = JobsTable()
+    rows = rows_of(table)
+    assert [row[0] for row in rows] == ["second", "first"]
+    assert rows[0][1] == "running" and rows[1][1] == "completed"
+    assert rows[0][2].startswith("host · this machine (pid ") and rows[1][4] == "loss 0.333"
+    assert rows[0][4] == "loss 0.333" and re.fullmatch(r"\d+s", rows[0][3])
+    assert "1 completed" in text_of(table.counts.value) and "1 running" in text_of(table.counts.value)
+    # the filter shows one status
+    table.filter.value = "running"
+    assert [row[0] for row in rows_of(table)] == ["second"]
+    table.filter.value = "completed"
+    assert [row[0] for row in rows_of(table)] == ["first"]
+    # a stop from its row: the row says so at the next scans, and leaves the filtered view
+    table.filter.value = "running"
+    second = table.rows[("second", 1)]
+    second.buttons[2].click()
+    assert second.buttons[2].disabled
+    wait_for(lambda: (rescan(table), get_job("second").status is Status.STOPPED)[1], what="the stop")
+    rescan(table)
+    assert rows_of(table) == []
+    table.filter.value = "all"
+    assert rows_of(table)[0][:2] == ("second", "stopped")
+
+
+def test_new_removed_and_unreadable_jobs_show_at_the_next_scan(home, workdir, capsys):
+    table = JobsTable()
+    assert rows_of(table) == [] and "no jobs yet" in table.counts.value
+    host_job("later", "print('hello from later')\n", workdir).wait(timeout=30)
+    host_job("broken", "print(1)\n", workdir).wait(timeout=30)
+    rescan(table)
+    assert [row[:2] for row in rows_of(table)] == [("broken", "completed"), ("later", "completed")]
+    (home / "jobs" / "broken" / "1" / "record.json").write_text("{not json")
+    rescan(table)
+    assert [row[0] for row in rows_of(table)] == ["later"] and "broken" in text_of(table.notes.value)
+    # the log of a row, below the table
+    table.rows[("later", 1)].buttons[1].click()
+    assert "hello from later" in capsys.readouterr().out + "".join(o.get("text", "") for o in table.detail.outputs)
+    from jupyter_trainer.housekeeping import remove_runs
+
+    remove_runs("later")
+    rescan(table)
+    assert rows_of(table) == []
+
+
+def test_a_closed_table_is_no_longer_polled(home):
+    table = JobsTable()
+    assert table.poll(0) is True
+    table.box.close()
+    assert table.poll(0) is False
