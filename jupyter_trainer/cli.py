@@ -102,7 +102,10 @@ def run(argv: list[str] | None = None) -> int:
     job = Job.load(args.name, store)
     if args.command == "status":
         record = job.refresh().record
-        print(json.dumps(summary.status_json(record), indent=1) if args.json else summary.status_block(record))
+        if args.json:
+            print(json.dumps(summary.status_json(record, job.usage()), indent=1))
+        else:
+            print(summary.status_block(record, job.usage()))
     elif args.command == "logs":
         if args.lines is not None and args.lines < 0:
             raise TrainerError("-n expects a number of lines, 0 or more")

@@ -18,6 +18,7 @@ from .backends.notify import PYTHON_RAISED, exception_line
 from .metrics import LogClock, MetricReader
 from .spec import Metric
 from .proc import ProcessIdentity
+from .resources import Usage, cpu_between
 from .store import CLOCK_FILE, NOTIFIED_FILE, JobStore
 
 
@@ -177,6 +178,19 @@ class Job:
 
     def log_source(self) -> LogSource:
         return self.backend_impl().log_source(self.record, self.run_dir)
+
+    def usage(self, interval: float = 1.0) -> Usage | None:
+        """What the job uses now (CPU, memory, GPUs; a SageMaker job's instances), or None. The CPU %
+        needs two looks: they are `interval` seconds apart (none with 0)."""
+        backend = self.backend_impl()
+        look = backend.usage(self.record, self.run_dir)
+        if look is not None and look.scope != "instances" and self.record.status.is_final:
+            return None  # its container may be another job's now
+        if look is None or look.cpu_seconds is None or interval <= 0:
+            return look
+        time.sleep(interval)
+        second = backend.usage(self.record, self.run_dir)
+        return cpu_between(look, second) if second is not None else look
 
     # -- what users do -----------------------------------------------------
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import time
 from collections import deque
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from . import metrics_cache
 from .job import Job
@@ -22,6 +22,7 @@ from ._fs import read_range
 from .metrics import LogClock, MetricReader, Progress, progress_of
 from .store import CLOCK_FILE
 from .plot import MetricSeries
+from .resources import Usage, UsageHistory
 from .spec import Metric
 from .summary import facts, where
 
@@ -34,6 +35,7 @@ SAVE_SECONDS = 10.0  # ...or, once caught up, this long after the last save (at 
 NOTE_HISTORY_FROM = 64 << 20  # bytes of history from which the view says it is still reading it
 QUIET_AFTER = 300.0  # seconds without output after which a running job's view says so
 CLOCK_READ = 1 << 20  # bytes of the log's clock read at most a poll
+USAGE_INTERVAL = 5.0  # seconds between two looks at what a running job uses (an engine call each)
 
 
 @dataclass(frozen=True)
@@ -55,6 +57,8 @@ class Snapshot:
     quiet_for: float | None = None  # seconds without output, once a running job has been quiet a while
     facts: tuple[str, ...] = ()  # what the runtime says of the job besides its status (SageMaker's)
     ended_at: float | None = None  # when it ended (wall clock), once it has
+    usage: Usage | None = None  # what it uses now, while it runs and where that can be seen
+    usage_series: dict = field(default_factory=dict)  # recent readings of each quantity (see UsageHistory.series)
 
 
 class JobMonitor:
@@ -76,6 +80,8 @@ class JobMonitor:
         self.history_end = 0  # log bytes that existed when the view opened (shown as a tail)
         self._saved = (0, time.monotonic())  # where the metrics cache stands, and since when
         self.last_output_at: float | None = None  # when the log last grew (wall clock), if known
+        self.usage = UsageHistory()
+        self._usage_looked = float("-inf")
 
     @property
     def record(self):
@@ -195,6 +201,17 @@ class JobMonitor:
             text = part.decode("utf-8", errors="replace")
             self.lines.extend(clean_line(line) for line in text[:-1].split("\n"))
 
+    def look_at_usage(self, now: float) -> bool:
+        """What the running job uses, looked at once every USAGE_INTERVAL; True with a new reading."""
+        if self.record.status is not Status.RUNNING or now - self._usage_looked < USAGE_INTERVAL:
+            return False
+        self._usage_looked = now
+        look = self.job.backend_impl().usage(self.record, self.job.run_dir)
+        if look is None or look.scope == "instances":  # SageMaker's instances: "where" says them
+            return False
+        self.usage.add(look)
+        return True
+
     # -- the snapshot --------------------------------------------------------
 
     def snapshot(self, now: float) -> Snapshot:
@@ -223,6 +240,8 @@ class JobMonitor:
             quiet_for=quiet if quiet is not None and quiet >= QUIET_AFTER else None,
             facts=tuple(facts(record, self.job.backends)) + notification_facts(record.notification),
             ended_at=record.ended_at,
+            usage=self.usage.latest if running else None,
+            usage_series=self.usage.series() if running else {},
         )
 
     def _shown_lines(self) -> list[str]:

@@ -262,3 +262,18 @@ def charts_html(series: MetricSeries) -> str:
         for title, axis, names in chart_groups(series)
     ]
     return '<div class="jt-charts">' + "".join(charts) + "</div>"
+
+
+def sparkline_svg(values, top: float | None = None, width: int = 60, height: int = 14) -> str:
+    """A small line of recent values (None: unknown, left out), from 0 to `top` (default their
+    highest), drawn in the text's colour; "" with fewer than two known values."""
+    known = [(index, value) for index, value in enumerate(values) if value is not None and math.isfinite(value)]
+    if len(known) < 2:
+        return ""
+    highest = max(top or 0.0, max(value for _, value in known)) or 1.0
+    step = width / max(1, len(values) - 1)
+    points = " ".join(f"{index * step:.1f},{height - 1 - (height - 2) * max(0.0, value) / highest:.1f}" for index, value in known)
+    return (
+        f'<svg class="jt-spark" width="{width}" height="{height}" viewBox="0 0 {width} {height}" aria-hidden="true">'
+        f'<polyline points="{points}" fill="none" stroke="currentColor" stroke-width="1.2"/></svg>'
+    )

@@ -99,3 +99,51 @@ def session_id(pid: int) -> int | None:
     if fields is None or fields[0] in ("Z", "X"):
         return None
     return int(fields[3])
+
+
+def session_usage(session: int) -> tuple[float, int] | None:
+    """CPU seconds used so far and resident memory (bytes) of every live process in `session`
+    (a job's session: it and all it started); None if none is left. Memory shared between them
+    is counted once per process, as `ps` does."""
+    ticks, pages, found = 0, 0, False
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        fields = _stat_fields(int(entry))
+        if fields is None or fields[0] in ("Z", "X") or int(fields[3]) != session:
+            continue
+        found = True
+        ticks += int(fields[11]) + int(fields[12])  # utime, stime
+        pages += int(fields[21])  # rss
+    if not found:
+        return None
+    return ticks / os.sysconf("SC_CLK_TCK"), pages * os.sysconf("SC_PAGE_SIZE")
+
+
+def memory_limit(pid: int) -> int | None:
+    """The memory the process may use: its cgroup's limit (v2 memory.max, v1 limit_in_bytes)
+    where one is set, else the machine's memory."""
+    try:
+        with open(f"/proc/{pid}/cgroup") as file:
+            lines = file.read().splitlines()
+    except OSError:
+        lines = []
+    for line in lines:
+        _, controllers, path = line.split(":", 2)
+        candidates = []
+        if controllers == "":
+            candidates.append(f"/sys/fs/cgroup{path}/memory.max")
+        elif "memory" in controllers.split(","):
+            candidates.append(f"/sys/fs/cgroup/memory{path}/memory.limit_in_bytes")
+        for candidate in candidates:
+            try:
+                with open(candidate) as file:
+                    value = file.read().strip()
+            except OSError:
+                continue
+            if value.isdigit() and int(value) < 1 << 60:  # "max", or v1's "no limit" number
+                return int(value)
+    try:
+        return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError):
+        return None

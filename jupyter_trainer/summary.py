@@ -12,6 +12,9 @@ from . import surface
 from .backends import DEFAULT, Backends, UnknownBackend
 from .errors import TrainerError
 from .jobs import JobRecord, describe_outcome, format_duration
+from .resources import Usage
+from .resources import describe as describe_usage
+from .resources import as_json as resources_json
 
 COLUMNS = ("name", "backend", "status", "started", "duration", "exit code")
 
@@ -91,7 +94,7 @@ def stop_line(record: JobRecord) -> str:
     return f"{line} | stop requested, still stopping: {surface.command('list')} shows when it has stopped"
 
 
-def status_block(record: JobRecord) -> str:
+def status_block(record: JobRecord, usage: Usage | None = None) -> str:
     lines = [
         ("name", record.name + ("" if record.run == 1 else f" (run {record.run})")),
         ("backend", record.backend),
@@ -103,12 +106,15 @@ def status_block(record: JobRecord) -> str:
     ]
     if record.reason:
         lines.append(("reason", record.reason))
+    if usage is not None and usage.scope != "instances":  # a SageMaker job's instances are in "where"
+        lines += [(what, f"{value} ({usage.scope})" if what == "cpu" else value) for what, value in describe_usage(usage).items()]
     width = max(len(key) for key, _ in lines)
     return "\n".join(f"{key.ljust(width)}  {value}" for key, value in lines)
 
 
-def status_json(record: JobRecord) -> dict:
-    """What `status --json` prints: the record without internals or anything secret."""
+def status_json(record: JobRecord, usage: Usage | None = None) -> dict:
+    """What `status --json` prints: the record without internals or anything secret, and what the
+    job uses now where that is known."""
     return {
         "name": record.name,
         "run": record.run,
@@ -123,6 +129,7 @@ def status_json(record: JobRecord) -> dict:
         "where": where(record),
         "options": record.options,
         **({"notification": record.notification} if record.notification else {}),
+        **({"resources": resources_json(usage)} if usage is not None else {}),
     }
 
 
@@ -135,6 +142,8 @@ def snapshot_text(snapshot) -> str:
         header.append(f"{snapshot.progress.percent}%" + (f" ETA {snapshot.progress.eta}" if snapshot.progress.eta else ""))
     if snapshot.quiet_for:
         header.append(f"no output for {format_duration(snapshot.quiet_for)}")
+    if snapshot.usage is not None:
+        header += [f"{what} {value}" for what, value in describe_usage(snapshot.usage).items()]
     series = snapshot.metrics
     metrics = ", ".join(f"{name} {series.last(name):.4g}" for name in series.names() if series.last(name) is not None)
     return "\n".join([" ".join(header), *snapshot.facts, *([f"metrics: {metrics}"] if metrics else []), *snapshot.notes, *snapshot.lines[-10:]])

@@ -23,7 +23,8 @@ from typing import Callable
 from .job import Job
 from .jobs import Status
 from .monitor import JobMonitor, Snapshot
-from .plot import charts_html
+from .plot import charts_html, sparkline_svg
+from .resources import describe as describe_usage
 from .summary import format_duration
 from .store import RECORD_FILE
 
@@ -66,6 +67,8 @@ STYLE = """<style>
 .jupyter-trainer-job .jt-name { font-size: 1.1em; font-weight: bold; }
 .jupyter-trainer-job .jt-status { color: #fff; border-radius: 4px; padding: 1px 8px; }
 .jupyter-trainer-job .jt-muted, .jupyter-trainer-job .jt-reading { color: var(--jt-muted); }
+.jupyter-trainer-job .jt-usage { color: var(--jt-muted); white-space: nowrap; }
+.jupyter-trainer-job .jt-spark { vertical-align: middle; }
 .jupyter-trainer-job .jt-reading { font-size: 11px; }
 .jupyter-trainer-job .jt-quiet { color: var(--jt-warn-fg); background: var(--jt-warn-bg); border-radius: 4px; padding: 0 6px; }
 .jupyter-trainer-job .jt-error { color: var(--jt-error); }
@@ -111,6 +114,7 @@ def header_html(snapshot: Snapshot) -> str:
         f"<span>{html.escape(f'{snapshot.backend} · {snapshot.where}')}</span>",
         f"<span>elapsed {format_duration(snapshot.elapsed)}</span>",
     ]
+    parts += usage_html(snapshot)
     if snapshot.progress:
         eta = f" · ETA {snapshot.progress.eta}" if snapshot.progress.eta else ""
         parts.append(f'<span class="jt-progress">{snapshot.progress.percent}%{html.escape(eta)}</span>')
@@ -127,6 +131,21 @@ def header_html(snapshot: Snapshot) -> str:
         + (f'<div class="jt-header jt-facts">{facts}</div>' if facts else "")
         + f'<div class="jt-disconnected">{html.escape(disconnected_text(snapshot.name))}</div>'
     )
+
+
+def usage_html(snapshot: Snapshot) -> list[str]:
+    """CPU, memory and each GPU: the latest reading and a sparkline of the recent ones."""
+    usage = snapshot.usage
+    if usage is None:
+        return []
+    series = snapshot.usage_series
+    tops = {"cpu": 100.0, "memory": usage.memory_limit_bytes}
+    parts = []
+    for what, words in describe_usage(usage).items():
+        line = sparkline_svg(series.get(what, []), tops.get(what, 100.0))
+        title = f"{what} of the {usage.scope}" + (" (100% = one core)" if what == "cpu" else "")
+        parts.append(f'<span class="jt-usage" title="{html.escape(title)}">{html.escape(what.upper() if what == "cpu" else what)} {html.escape(words)} {line}</span>')
+    return parts
 
 
 def disconnected_text(name: str) -> str:
@@ -311,6 +330,8 @@ class JobWidget:
                 self._dirty |= self.monitor.refresh_status()
             step = "log"
             self._dirty |= self.monitor.read_log(now=self.clock())
+            step = "usage"
+            self._dirty |= self.monitor.look_at_usage(now)
         except Exception as exc:  # the view must survive a passing engine or disk error
             if self._record_gone():
                 self._show_removed()

@@ -268,6 +268,10 @@ def test_status_transitions(aws, shell, capsys, monkeypatch):
     names = {get_job(n).record.runtime["training_job_name"]: n for n in ("done", "broken", "halted")}
     by_name = {n: j for j, n in names.items()}
     assert get_job("done").status is Status.PENDING  # Starting: not training yet
+    from jupyter_trainer.summary import status_json
+
+    resources = status_json(get_job("done").record, get_job("done").usage())["resources"]
+    assert resources["scope"] == "instances" and (resources["instance_type"], resources["instance_count"]) == ("ml.g5.xlarge", 1)
     aws.set_status(by_name["done"], "InProgress", "Training")
     assert get_job("done").status is Status.RUNNING
     artifact = f"s3://{BUCKET}/out/{by_name['done']}/output/model.tar.gz"

@@ -26,6 +26,7 @@ from .._fs import create_private_file, write_private_file
 from ..errors import CorruptRecord, RunFileError
 from ..jobs import JobRecord, Observation
 from ..logs import LogSource
+from ..resources import Usage
 from ..spec import DetachedSpec, Metric
 from ..store import CLOCK_FILE, EXIT_CODE_FILE, LOG_FILE, NOTIFIED_FILE, NOTIFY_FILE, PID_FILE, SCRIPT_FILE, SUPERVISOR_FILE, JobStore
 
@@ -83,6 +84,10 @@ class Backend(Protocol):
     def describe_facts(self, record: JobRecord) -> list[str]:
         """What the runtime last said of the job besides its status (a SageMaker job's secondary
         status, billable time, model artifact), a few words each; often nothing."""
+
+    def usage(self, record: JobRecord, run_dir: Path) -> Usage | None:
+        """What the running job uses now, as one look (CPU time, memory, GPUs), or None when that
+        cannot be seen. Never raises: a view asks this now and then, and goes on without it."""
 
 
 def malformed_runtime(record: JobRecord, problem: str) -> CorruptRecord:

@@ -25,6 +25,7 @@ from pathlib import Path, PurePosixPath
 
 from ..errors import BackendUnavailable, ImageNotFound, InvalidOption, RunFileError, TrainerError
 from ..jobs import NAME_PATTERN, JobRecord, Observation
+from ..resources import NVIDIA_SMI_QUERY, Usage, parse_nvidia_smi
 from ..spec import DetachedSpec
 from .._fs import make_private_dir
 from ..store import JobStore
@@ -104,6 +105,10 @@ class DockerRuntime:
         return runtime
 
 
+# nvidia-smi in the container, if it has one ("none" if not); its query comes as arguments
+GPU_QUERY = 'command -v nvidia-smi >/dev/null 2>&1 || { echo none; exit 0; }; exec nvidia-smi "$@"'
+
+
 def default_container_name(image: str, workdir: str) -> str:
     """One container per image and working directory."""
     slug = re.sub(r"[^A-Za-z0-9_.-]+", "-", image.rsplit("/", 1)[-1]).strip("-.")[:32] or "image"
@@ -142,6 +147,7 @@ class DockerBackend:
     def __init__(self):
         self._clients: dict[str, object] = {}  # by engine location: DOCKER_HOST is read at each use, as the CLI does
         self._pinged: dict[str, float] = {}
+        self._without_gpus: set[str] = set()  # containers found to have no nvidia-smi
 
     # -- the engine --------------------------------------------------------
 
@@ -528,6 +534,44 @@ class DockerBackend:
 
     def describe_facts(self, record: JobRecord) -> list[str]:
         return []  # the status and exit code say it all
+
+    def usage(self, record: JobRecord, run_dir: Path) -> Usage | None:
+        """The container's use (the engine's stats: all of its processes, as `docker stats` shows),
+        and its GPUs from nvidia-smi inside it when it has one."""
+        import docker
+
+        if not record.runtime:
+            return None
+        try:
+            container = self.client.containers.get(DockerRuntime.of(record).container_id)
+            if container.status != "running":
+                return None
+            stats = container.stats(stream=False, one_shot=True)
+            cpu = stats.get("cpu_stats", {}).get("cpu_usage", {}).get("total_usage")
+            memory = stats.get("memory_stats", {})
+            used = memory.get("usage")
+            if used is not None:  # less the page cache it can drop, as docker stats counts it
+                details = memory.get("stats", {})
+                used -= details.get("inactive_file", details.get("total_inactive_file", 0))
+            return Usage(
+                "container",
+                cpu_seconds=None if cpu is None else cpu / 1e9,
+                memory_bytes=used,
+                memory_limit_bytes=memory.get("limit"),
+                gpus=self._gpus(container),
+            )
+        except (docker.errors.DockerException, OSError, TrainerError, ValueError, TypeError, AttributeError):
+            return None
+
+    def _gpus(self, container) -> tuple:
+        """The container's GPUs as its nvidia-smi sees them; a container without one is not asked again."""
+        if container.id in self._without_gpus:
+            return ()
+        answer = run_in(container, GPU_QUERY, *NVIDIA_SMI_QUERY, limit=64 << 10).decode("utf-8", "replace")
+        if answer.strip() == "none":
+            self._without_gpus.add(container.id)
+            return ()
+        return parse_nvidia_smi(answer)
 
     def remove_stopped_containers(self, jobs_dir: Path, in_use: set[str]) -> list[str]:
         """Remove the containers this store created that are not running and that no remaining

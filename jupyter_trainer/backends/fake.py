@@ -24,6 +24,7 @@ class FakeBackend:
         self.stopped: list[tuple[str, bool]] = []
         self.observations: dict[str, Observation] = {}
         self.fail_launch: Exception | None = None
+        self.usages: dict[str, object] = {}  # a job's name: the Usage `usage` gives
 
     def preflight(self, spec: DetachedSpec) -> None:
         pass
@@ -60,3 +61,6 @@ class FakeBackend:
 
     def vanish(self, name: str, why: str) -> None:
         self.observations[name] = Observation(alive=False, why_gone=why)
+
+    def usage(self, record, run_dir):
+        return self.usages.get(record.name)

@@ -11,7 +11,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..jobs import JobRecord, Observation
-from ..proc import ProcessIdentity, boot_id, command_line, session_id, start_time
+from ..proc import ProcessIdentity, boot_id, command_line, memory_limit, session_id, session_usage, start_time
+from ..resources import NVIDIA_SMI_QUERY, Usage, parse_nvidia_smi
 from ..spec import DetachedSpec
 from .base import (
     LOG_FILE,
@@ -86,7 +87,7 @@ def _is_the_job(pid: int, supervisor: ProcessIdentity, script: str) -> bool:
     """Whether process `pid` shows itself to be the job its supervisor started: it leads a session
     of its own, runs this run's script, and started within moments of its supervisor (a process
     that got a reused pid later started long after)."""
-    if pid <= 1 or session_id(pid) != pid or supervisor.boot_id != boot_id():
+    if pid <= 1 or pid == supervisor.pid or session_id(pid) != pid or supervisor.boot_id != boot_id():
         return False
     if script not in (command_line(pid) or []):
         return False
@@ -135,6 +136,9 @@ class HostBackend:
     def describe_facts(self, record: JobRecord) -> list[str]:
         return []  # the status and exit code say it all
 
+    def usage(self, record: JobRecord, run_dir: Path) -> Usage | None:
+        return supervised_usage(run_dir, HostRuntime.of(record).supervisor) if record.runtime else None
+
     def stop(self, record: JobRecord, run_dir: Path, container: bool = False) -> None:
         stop_supervised(run_dir, HostRuntime.of(record).supervisor)
 
@@ -168,6 +172,30 @@ def observe_supervised(run_dir: Path, supervisor: ProcessIdentity) -> Observatio
         alive=False,
         why_gone="the job's supervisor process ended without recording an exit code (was it killed?)",
     )
+
+
+def supervised_usage(run_dir: Path, supervisor: ProcessIdentity) -> Usage | None:
+    """What a supervised job's processes (its session) use, and the GPUs of this machine if it has
+    any; None once they are gone."""
+    job = find_job(run_dir, supervisor)
+    used = session_usage(job) if job is not None else None
+    if used is None:
+        return None
+    return Usage("processes", cpu_seconds=used[0], memory_bytes=used[1], memory_limit_bytes=memory_limit(job), gpus=_local_gpus())
+
+
+def _local_gpus() -> tuple:
+    """This machine's GPUs, from its nvidia-smi (none without one)."""
+    import shutil
+
+    program = shutil.which("nvidia-smi")
+    if program is None:
+        return ()
+    try:
+        answer = subprocess.run([program, *NVIDIA_SMI_QUERY], capture_output=True, text=True, timeout=5, stdin=subprocess.DEVNULL)
+    except (OSError, subprocess.SubprocessError):
+        return ()
+    return parse_nvidia_smi(answer.stdout) if answer.returncode == 0 else ()
 
 
 def stop_supervised(run_dir: Path, supervisor: ProcessIdentity) -> None:

@@ -31,6 +31,7 @@ from ...store import CODE_DIR, FAILURE_FILE
 from ...store import SAGEMAKER_SPEC_FILE as SPEC_FILE
 from ..base import LOG_FILE, SCRIPT_FILE, FileLogSource, malformed_runtime, notify_input, prepare_supervised_run, read_runtime, write_script
 from ...proc import ProcessIdentity
+from ...resources import Usage
 from ..host import observe_supervised, start_supervised, stop_supervised
 from . import launcher
 from .spec import CODE_CHANNEL, JOB_ENV_VARIABLE, LAUNCHER_NAME, SCRIPT_NAME, SageMakerSpec, local_region, training_job_name
@@ -206,6 +207,12 @@ class SageMakerBackend:
             if "ValidationException" in str(error):  # it has already ended
                 return
             raise error from exc
+
+    def usage(self, record: JobRecord, run_dir: Path) -> Usage | None:
+        """The instances the job has to itself (SageMaker gives no live use without CloudWatch metrics)."""
+        count = record.options.get("instance_count", 1)
+        kind = record.options.get("instance_type")
+        return Usage("instances", instance_type=kind if isinstance(kind, str) else None, instance_count=count if isinstance(count, int) else None)
 
     def describe_where(self, record: JobRecord) -> str:
         count = record.options.get("instance_count", 1)

@@ -1,0 +1,123 @@
+"""What a running job uses (CPU, memory, GPUs), read from the real engine and the real processes."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+from conftest import wait_for
+
+from jupyter_trainer.job import get_job
+from jupyter_trainer.resources import UsageHistory, Usage, parse_nvidia_smi
+from jupyter_trainer.spec import build_spec
+from jupyter_trainer.submit import submit_detached
+
+MIB = 1 << 20
+
+# holds 120 MiB and keeps one core busy until told to stop
+HUNGRY = """import os, time
+block = bytearray(120 << 20)
+for i in range(0, len(block), 4096):
+    block[i] = 1
+print("holding", flush=True)
+while not os.path.exists("enough"):
+    sum(range(10000))
+"""
+
+# An nvidia-smi stand-in: answers the one query jupyter_trainer asks, as nvidia-smi would
+# (one CSV line per GPU, MiB and %), and fails on any other.
+NVIDIA_SMI = """#!/bin/sh
+[ "$1" = "--query-gpu=index,utilization.gpu,memory.used,memory.total" ] && [ "$2" = "--format=csv,noheader,nounits" ] || exit 6
+printf '0, 87, 10240, 24576\\n1, [N/A], 512, 24576\\n'
+"""
+
+
+def cli(*args):
+    return subprocess.run([sys.executable, "-m", "jupyter_trainer.cli", *args], capture_output=True, text=True, timeout=60)
+
+
+def test_a_container_jobs_memory_against_its_limit_its_cpu_and_its_gpus(docker_client, docker_image, workdir, home):
+    limited = docker_client.containers.run(
+        docker_image, ["sleep", "infinity"], detach=True, init=True, mem_limit="256m", memswap_limit="256m",
+        volumes={str(workdir): {"bind": "/workspace", "mode": "rw"}}, working_dir="/workspace",
+    )  # fmt: skip
+    try:
+        limited.exec_run(["sh", "-c", f"cat > /usr/local/bin/nvidia-smi <<'EOF'\n{NVIDIA_SMI}EOF\nchmod +x /usr/local/bin/nvidia-smi"])
+        spec = build_spec(HUNGRY, host=False, image=None, container=limited.name, workdir=str(workdir), gpus=None)
+        job = submit_detached(spec, name="hungry").job
+        wait_for(lambda: "holding" in job.logs(), timeout=60, what="the job to hold its memory")
+        status = cli("status", "hungry", "--json")
+        assert status.returncode == 0, status.stderr
+        resources = json.loads(status.stdout)["resources"]
+        assert resources["scope"] == "container"
+        assert resources["memory_limit_bytes"] == 256 * MIB
+        assert 120 * MIB <= resources["memory_bytes"] < 256 * MIB
+        assert 50 <= resources["cpu_percent"] <= 200  # one busy core (of two here)
+        assert resources["gpus"] == [
+            {"index": 0, "utilization_percent": 87.0, "memory_bytes": 10240 * MIB, "memory_total_bytes": 24576 * MIB},
+            {"index": 1, "utilization_percent": None, "memory_bytes": 512 * MIB, "memory_total_bytes": 24576 * MIB},
+        ]
+        text = cli("status", "hungry").stdout
+        assert "of 256.0 MiB" in text and "gpu 0" in text and "87% · 10.0 GiB of 24.0 GiB" in text
+        (workdir / "enough").write_text("")
+        job.wait(timeout=60)
+        assert "resources" not in json.loads(cli("status", "hungry", "--json").stdout)  # nothing once it has ended
+    finally:
+        limited.remove(force=True)
+
+
+def test_a_host_jobs_processes(home, workdir):
+    job = submit_detached(build_spec(HUNGRY, host=True, image=None, container=None, workdir=str(workdir), gpus=None), name="host-hungry").job
+    try:
+        wait_for(lambda: "holding" in job.logs(), timeout=60, what="the job to hold its memory")
+        usage = get_job("host-hungry").usage(interval=1.0)
+        assert usage.scope == "processes" and usage.memory_bytes >= 120 * MIB
+        assert 50 <= usage.cpu_percent <= 200 and usage.memory_limit_bytes > usage.memory_bytes
+    finally:
+        (workdir / "enough").write_text("")
+        job.wait(timeout=60)
+
+
+def test_the_view_shows_usage_with_sparklines(store, fake_backend, backends, monkeypatch):
+    import os
+
+    import comm
+    from comm.base_comm import BaseComm
+
+    from jupyter_trainer import monitor
+    from jupyter_trainer.spec import DetachedSpec
+    from jupyter_trainer.widget import JobWidget
+
+    class Quiet(BaseComm):
+        def publish_msg(self, *args, **kwargs):
+            pass
+
+    monkeypatch.setattr(comm, "create_comm", lambda *a, **k: Quiet(*a, **k))
+    monkeypatch.setattr(monitor, "USAGE_INTERVAL", 0)
+    job = submit_detached(DetachedSpec(script="x", backend="fake", workdir=os.getcwd()), name="u", store=store, backends=backends).job
+    fake_backend.observations["u"] = __import__("jupyter_trainer.jobs", fromlist=["Observation"]).Observation(alive=True, started=True)
+    view = JobWidget(job)
+    for second, (cpu, memory) in enumerate([(0.0, 100), (1.0, 200), (2.5, 300)]):
+        fake_backend.usages["u"] = Usage("container", taken_at=float(second), cpu_seconds=cpu, memory_bytes=memory * MIB, memory_limit_bytes=1 << 30)
+        view.poll(float(second))
+        view.push()
+    header = view.header.value
+    assert "CPU 150%" in header and "memory 300.0 MiB of 1.0 GiB" in header
+    assert header.count('class="jt-spark"') == 2  # cpu (two readings) and memory (three)
+
+
+def test_nvidia_smi_answers_are_read_and_garbage_is_left_out():
+    assert parse_nvidia_smi("0, 87, 100, 200\nNVIDIA-SMI has failed\n1, nan, [N/A], 200\n") == (
+        parse_nvidia_smi("0, 87, 100, 200")[0],
+        parse_nvidia_smi("1, [N/A], [N/A], 200")[0],
+    )
+    assert parse_nvidia_smi("") == () and parse_nvidia_smi("x, 1, 2, 3") == ()
+
+
+def test_cpu_percent_is_between_looks_and_a_restart_gives_none():
+    history = UsageHistory(size=3)
+    assert history.add(Usage("processes", taken_at=0.0, cpu_seconds=5.0)).cpu_percent is None
+    assert history.add(Usage("processes", taken_at=2.0, cpu_seconds=6.0)).cpu_percent == pytest.approx(50.0)
+    assert history.add(Usage("processes", taken_at=3.0, cpu_seconds=0.5)).cpu_percent is None  # counted from zero again
+    history.add(Usage("processes", taken_at=4.0, cpu_seconds=1.5))
+    assert history.series()["cpu"] == [50.0, None, 100.0]  # the oldest dropped
