@@ -139,7 +139,7 @@ def usage_html(snapshot: Snapshot) -> list[str]:
     if usage is None:
         return []
     series = snapshot.usage_series
-    tops = {"cpu": 100.0, "memory": usage.memory_limit_bytes}
+    tops = {"cpu": 100.0, "memory": None}  # memory's line spans its own range: against the limit it is flat
     parts = []
     for what, words in describe_usage(usage).items():
         line = sparkline_svg(series.get(what, []), tops.get(what, 100.0))

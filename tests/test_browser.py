@@ -397,6 +397,16 @@ def test_the_live_jobs_table_in_both_themes(lab, browser):
         row.locator(".jt-attach").click()
         view = table.locator(".jupyter-trainer-job:not(.jupyter-trainer-jobs)").first
         view.locator(".jt-log", has_text="step 4 loss").wait_for(timeout=30_000)
+        # what the job uses, with a sparkline once there are two readings (one every 5 s)
+        view.locator(".jt-usage", has_text="memory").wait_for(timeout=30_000)
+        view.locator(".jt-usage svg.jt-spark").first.wait_for(timeout=30_000)
+        assert "CPU" in view.locator(".jt-header").first.inner_text()
+        for theme, name in (("JupyterLab Dark", "dark"), ("JupyterLab Light", "light")):
+            _set_theme(page, theme)
+            view.scroll_into_view_if_needed()
+            view.screenshot(path=str(ARTIFACTS / f"widget-usage-{name}.png"))
+            ratio = _readable(view, ".jt-usage")
+            assert ratio >= 4.5, f"usage in the {name} theme: contrast {ratio:.2f}"
         # Stop from the row: the row then says stopped, and the filter finds it there
         row.locator(".jt-stop").click()
         row.locator(".jt-status", has_text="stopped").wait_for(timeout=60_000)
