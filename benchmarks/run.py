@@ -404,13 +404,53 @@ def bench_sagemaker_follow(seconds: float) -> list[Comparison]:
     return [Comparison(label, calls["ours"] / minutes, calls["sdk"] / minutes, "<= 1.0x, no line lost", 1.0, unit="calls/min")]
 
 
+def bench_table(rounds: int, jobs: int = 200) -> Comparison:
+    """One refresh of the live jobs table (a scan of the store, rows brought up to date) against what
+    the text table (`--no-widget`) does: read every record and bring the running ones up to date."""
+    import comm
+    from comm.base_comm import BaseComm
+
+    from jupyter_trainer.backends import Backends
+    from jupyter_trainer.backends.fake import FakeBackend
+    from jupyter_trainer.job import refreshed_records
+    from jupyter_trainer.jobs import Observation
+    from jupyter_trainer.jobs_view import JobsTable
+    from jupyter_trainer.spec import DetachedSpec
+    from jupyter_trainer.store import JobStore
+    from jupyter_trainer.submit import submit_detached
+
+    class Quiet(BaseComm):
+        def publish_msg(self, *args, **kwargs):
+            pass
+
+    comm.create_comm = lambda *a, **k: Quiet(*a, **k)
+    home = fresh_home()
+    fake = FakeBackend()
+    backends, store = Backends(fake=fake), JobStore(home)
+    for index in range(jobs):
+        job = submit_detached(DetachedSpec(script=f"print({index})", backend="fake", workdir="/"), name=f"j{index}", store=store, backends=backends).job
+        write_log(job.run_dir / "output.log", 64 << 10)
+        running = index % 20 == 0  # 10 of 200 still running
+        fake.observations[job.name] = Observation(alive=True, started=True) if running else Observation(alive=False, exit_code=0)
+    refreshed_records(store, backends=backends)
+    table = JobsTable(store, backends=backends)
+
+    def ours():
+        for row in table.rows.values():
+            row.checked_at = float("-inf")  # every running job is due
+        table.scan(time.time())
+
+    candidate, baseline = interleaved(timed(ours), timed(lambda: refreshed_records(store, backends=backends)), rounds)
+    return Comparison(f"%train_jobs live table: one refresh of {jobs} jobs (10 running) vs the text table's reading", candidate, baseline, "<= 1.5x", 1.5)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--rounds", type=int, default=15)
     parser.add_argument("--log-size", type=int, default=1 << 30, help="bytes in the big log (default 1 GiB)")
     parser.add_argument("--lines", type=int, default=10_000_000, help="lines the memory benchmark's job prints")
     parser.add_argument("--sagemaker-seconds", type=float, default=60, help="how long the followed jobs print")
-    parser.add_argument("--only", nargs="*", default=["submit", "logs", "load", "cell", "memory", "sagemaker"])
+    parser.add_argument("--only", nargs="*", default=["submit", "logs", "load", "cell", "memory", "sagemaker", "table"])
     args = parser.parse_args()
     results: list[Comparison] = []
     if "load" in args.only:
@@ -425,6 +465,8 @@ def main() -> int:
         results.append(bench_memory(args.lines))
     if "sagemaker" in args.only:
         results += bench_sagemaker_follow(args.sagemaker_seconds)
+    if "table" in args.only:
+        results.append(bench_table(args.rounds))
     print(table(results))
     return 0
 
