@@ -183,9 +183,9 @@ class Job:
         """What the job uses now (CPU, memory, GPUs; a SageMaker job's instances), or None. The CPU %
         needs two looks: they are `interval` seconds apart (none with 0)."""
         backend = self.backend_impl()
+        if self.record.status.is_final and not backend.usage_outlives_the_job:
+            return None  # nothing of its own is left to look at (its container may run another job)
         look = backend.usage(self.record, self.run_dir)
-        if look is not None and look.scope != "instances" and self.record.status.is_final:
-            return None  # its container may be another job's now
         if look is None or look.cpu_seconds is None or interval <= 0:
             return look
         time.sleep(interval)

@@ -22,7 +22,7 @@ from .jobs import JobRecord, Status
 from .metrics import main_metric
 from .store import JobStore
 from .summary import format_duration, where
-from .widget import STATUS_COLOURS, STYLE, describe, error_html
+from .widget import STATUS_COLOURS, STYLE, describe, error_html, stop_in_background
 
 SCAN_INTERVAL = 2.0  # seconds between two looks at the store (new jobs, records changed elsewhere)
 MAX_ROWS = 100  # the newest shown; the table says how many more there are
@@ -58,12 +58,13 @@ def metric_text(values: dict[str, float]) -> str:
 
 @dataclass
 class Row:
-    """A job's row: its widgets, and what they show."""
+    """A job's row: what it shows, and its widgets once it has been shown (a job the filter or
+    MAX_ROWS hides costs no widget)."""
 
     job: Job
-    cells: list  # name, status, where, elapsed, metric: HTML widgets
-    buttons: list  # attach, log, stop
-    box: object
+    cells: list | None = None  # name, status, where, elapsed, metric: HTML widgets
+    buttons: list | None = None  # attach, log, stop
+    box: object = None
     checked_at: float = float("-inf")
     log_size: int = -1
     metric: str = ""
@@ -146,7 +147,7 @@ class JobsTable:
             seen.add(key)
             row = self.rows.get(key)
             if row is None:
-                row = self.rows[key] = self._new_row(Job(item, self.store, self.backends))
+                row = self.rows[key] = Row(Job(item, self.store, self.backends))
                 rearrange = True
             else:
                 row.job.record = item  # the store is the truth, whoever wrote it last
@@ -162,28 +163,31 @@ class JobsTable:
             self._show_counts()
 
     def _refresh(self, row: Row, now: float) -> None:
-        """Bring a row up to date: the status at its backend's pace, the metric when the log grew."""
+        """Bring a row up to date: a running job's status at its backend's pace; what a shown row
+        says (its metric read again only when the log grew)."""
         job = row.job
         try:
             if not job.record.status.is_final and now - row.checked_at >= job.backend_impl().status_interval:
                 row.checked_at = now
                 job.refresh()
-                source = job.log_source()
-                size = source.size()
-                if size != row.log_size:
-                    row.log_size = size
-                    row.metric = metric_text(job.latest_metrics())
-            elif row.log_size < 0:  # a finished job: its metric, once
-                row.log_size = 0
-                row.metric = metric_text(job.latest_metrics())
+                if row.box is not None:
+                    self._read_metric(row)
         except (OSError, TrainerError) as exc:
             self.problems.append(f"{job.name}: {describe(exc)}")
-        self._draw(row)
+        if row.box is not None:
+            self._draw(row)
+
+    def _read_metric(self, row: Row) -> None:
+        size = row.job.log_source().size()
+        if size != row.log_size:
+            row.log_size = size
+            row.metric = metric_text(row.job.latest_metrics())
 
     # -- drawing -------------------------------------------------------------------------
 
-    def _new_row(self, job: Job) -> Row:
-        widgets = self.widgets
+    def _give_widgets(self, row: Row) -> None:
+        """A row about to be shown for the first time: its widgets, and what it says."""
+        widgets, job = self.widgets, row.job
         cells = [widgets.HTML() for _ in range(5)]
         attach = widgets.Button(description="Attach", tooltip=f"show {job.name}'s view below")
         log = widgets.Button(description="Log", tooltip=f"show the last {self.log_lines} lines of {job.name}'s log below")
@@ -193,11 +197,15 @@ class JobsTable:
         stop.add_class("jt-stop")
         box = widgets.HBox([*cells, widgets.HBox([attach, log, stop])])
         box.add_class("jt-row")
-        row = Row(job, cells, [attach, log, stop], box)
+        row.cells, row.buttons, row.box = cells, [attach, log, stop], box
         attach.on_click(lambda _b: self._attach(row))
         log.on_click(lambda _b: self._show_log(row))
         stop.on_click(lambda _b: self._stop(row))
-        return row
+        try:
+            self._read_metric(row)
+        except (OSError, TrainerError) as exc:
+            self.problems.append(f"{job.name}: {describe(exc)}")
+        self._draw(row)
 
     def _draw(self, row: Row) -> None:
         record = row.record
@@ -220,6 +228,9 @@ class JobsTable:
         for row in rows:
             row.arranged_as = row.record.status
         shown = [row for row in rows if chosen == "all" or row.record.status.value == chosen]
+        for row in shown[:MAX_ROWS]:
+            if row.box is None:
+                self._give_widgets(row)
         self.body.children = [row.box for row in shown[:MAX_ROWS]]
         more = len(shown) - MAX_ROWS
         self._show_counts(f"{more} older jobs not shown" if more > 0 else "")
@@ -275,12 +286,14 @@ class JobsTable:
     def _stop(self, row: Row) -> None:
         stop = row.buttons[2]
         stop.disabled, stop.description = True, "Stopping…"
-        try:
-            row.job.stop(wait=0)  # the next scans show it ending: the kernel stays free
-        except (OSError, TrainerError) as exc:
-            stop.disabled, stop.description = False, "Stop"
-            self.problems.append(f"could not stop {row.job.name}: {describe(exc)}")
-            self._show_counts()
-            return
-        row.checked_at = float("-inf")
-        self.last_scan = float("-inf")  # at the next tick
+
+        def done(error: Exception | None) -> None:
+            if error is not None:
+                stop.disabled, stop.description = False, "Stop"
+                self.problems.append(f"could not stop {row.job.name}: {describe(error)}")
+                self._show_counts()
+                return
+            row.checked_at = float("-inf")
+            self.last_scan = float("-inf")  # at the next tick
+
+        stop_in_background(Job(row.record, self.store, self.backends), done)

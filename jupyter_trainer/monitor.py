@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import time
 from collections import deque
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from . import metrics_cache
@@ -61,6 +62,17 @@ class Snapshot:
     usage_series: dict = field(default_factory=dict)  # recent readings of each quantity (see UsageHistory.series)
 
 
+_looker: ThreadPoolExecutor | None = None
+
+
+def _usage_looker() -> ThreadPoolExecutor:
+    """The one thread that looks at what jobs use, for every view of the kernel."""
+    global _looker
+    if _looker is None:
+        _looker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="jupyter_trainer-usage")
+    return _looker
+
+
 class JobMonitor:
     def __init__(
         self, job: Job, log_lines: int = 200, read_budget: int = READ_BUDGET, read_seconds: float = READ_SECONDS
@@ -82,6 +94,7 @@ class JobMonitor:
         self.last_output_at: float | None = None  # when the log last grew (wall clock), if known
         self.usage = UsageHistory()
         self._usage_looked = float("-inf")
+        self._usage_pending: Future | None = None
 
     @property
     def record(self):
@@ -202,15 +215,29 @@ class JobMonitor:
             self.lines.extend(clean_line(line) for line in text[:-1].split("\n"))
 
     def look_at_usage(self, now: float) -> bool:
-        """What the running job uses, looked at once every USAGE_INTERVAL; True with a new reading."""
-        if self.record.status is not Status.RUNNING or now - self._usage_looked < USAGE_INTERVAL:
-            return False
-        self._usage_looked = now
-        look = self.job.backend_impl().usage(self.record, self.job.run_dir)
-        if look is None or look.scope == "instances":  # SageMaker's instances: "where" says them
-            return False
-        self.usage.add(look)
-        return True
+        """What the running job uses, looked at once every USAGE_INTERVAL; True with a new reading.
+        The look runs on a thread of its own: a runtime slow to answer (a container whose tools
+        hang) never holds up the poller that serves every view of the kernel."""
+        changed = False
+        pending = self._usage_pending
+        if pending is not None and pending.done():
+            self._usage_pending = None
+            try:
+                look = pending.result()
+            except Exception:  # a backend's usage never raises; a bug there costs only the reading
+                look = None
+            if look is not None and look.scope != "instances":  # SageMaker's instances: "where" says them
+                self.usage.add(look)
+                changed = True
+        if self._usage_pending is None and self.record.status is Status.RUNNING and now - self._usage_looked >= USAGE_INTERVAL:
+            self._usage_looked = now
+            self._usage_pending = _usage_looker().submit(self.job.backend_impl().usage, self.record, self.job.run_dir)
+        return changed
+
+    @property
+    def looking_at_usage(self) -> bool:
+        """Whether a look at the job's usage is under way."""
+        return self._usage_pending is not None and not self._usage_pending.done()
 
     # -- the snapshot --------------------------------------------------------
 

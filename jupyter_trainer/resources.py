@@ -9,11 +9,15 @@ the time between them, so the first look has none: `UsageHistory` keeps the look
 from __future__ import annotations
 
 import collections
+import math
 import time
 from dataclasses import asdict, dataclass, field, replace
 
-HISTORY = 60  # readings kept per job (at one every RESOURCE_INTERVAL: 10 minutes)
+HISTORY = 60  # readings kept per job (at one every USAGE_INTERVAL: 5 minutes)
 MIB = 1 << 20
+MAX_GPUS = 16  # a machine has 8 or 16; more lines than that are not a real nvidia-smi's
+MAX_GPU_INDEX = 1024
+MAX_GPU_MIB = 1 << 30  # a GPU with more than a PiB of memory is not one
 
 # The one question asked of nvidia-smi: one CSV line per GPU, numbers only (MiB and %).
 NVIDIA_SMI_QUERY = ("--query-gpu=index,utilization.gpu,memory.used,memory.total", "--format=csv,noheader,nounits")
@@ -87,33 +91,41 @@ def describe(usage: Usage) -> dict[str, str]:
 
 
 def parse_nvidia_smi(text: str) -> tuple[GpuUsage, ...]:
-    """nvidia-smi's CSV answer to NVIDIA_SMI_QUERY; a field it cannot give ("[N/A]") is None, and
-    a line that is not four fields is left out (a stand-in or a wrapper may print more)."""
-
-    def number(value: str) -> float | None:
-        try:
-            parsed = float(value.strip())
-        except ValueError:
-            return None
-        return parsed if parsed == parsed and abs(parsed) != float("inf") else None
-
-    gpus = []
+    """nvidia-smi's CSV answer to NVIDIA_SMI_QUERY. The answer comes from inside a job's container,
+    which the job may have rewritten: a field that is not a plausible value ("[N/A]", NaN, a
+    negative or absurd number) is None, a line that is not four fields or has no plausible index
+    is left out, an index seen before is not counted again, and at most MAX_GPUS are kept."""
+    gpus: dict[int, GpuUsage] = {}
     for line in text.splitlines():
         fields = line.split(",")
         if len(fields) != 4:
             continue
-        index, utilization, used, total = (number(value) for value in fields)
-        if index is None:
+        index, utilization, used, total = (_number(value) for value in fields)
+        if index is None or index != int(index) or not 0 <= index < MAX_GPU_INDEX or int(index) in gpus:
             continue
-        gpus.append(
-            GpuUsage(
-                int(index),
-                utilization,
-                None if used is None else int(used * MIB),
-                None if total is None else int(total * MIB),
-            )
+        gpus[int(index)] = GpuUsage(
+            int(index),
+            utilization if utilization is not None and 0 <= utilization <= 100 else None,
+            _mebibytes(used),
+            _mebibytes(total),
         )
-    return tuple(gpus)
+        if len(gpus) == MAX_GPUS:
+            break
+    return tuple(gpus.values())
+
+
+def _number(value: str) -> float | None:
+    try:
+        parsed = float(value.strip())
+    except ValueError:
+        return None
+    return parsed if math.isfinite(parsed) else None
+
+
+def _mebibytes(value: float | None) -> int | None:
+    if value is None or not 0 <= value <= MAX_GPU_MIB:
+        return None
+    return int(value * MIB)
 
 
 class UsageHistory:

@@ -417,19 +417,36 @@ class JobWidget:
         with self.stop_button.hold_sync():
             self.stop_button.disabled = True
             self.stop_button.description = "Stopping…"
-        try:
-            self.job.stop(wait=0)  # the poller shows when it has ended: the kernel stays free
-        except Exception as exc:  # shown in the widget, and the button offered again
+        stop_in_background(self.job, self._stop_done)
+
+    def _stop_done(self, error: Exception | None) -> None:
+        if error is not None:  # shown in the widget, and the button offered again
             if self._record_gone():
                 self._show_removed()
                 return
-            self._set_error("stop", f"could not stop the job: {exc}")
+            self._set_error("stop", f"could not stop the job: {error}")
             with self.stop_button.hold_sync():
                 self.stop_button.disabled = False
                 self.stop_button.description = "Stop"
             self.push()
         self.last_status_check = float("-inf")  # show the result at the next poll
         self._dirty = True
+
+
+def stop_in_background(job: Job, done: Callable[[Exception | None], None]) -> None:
+    """Stop `job` on a thread of its own, then call `done` with what went wrong (None if nothing):
+    a stop waits for the job to end (TERM, then KILL after the grace period), and a button's
+    click must leave the kernel free meanwhile."""
+
+    def stop() -> None:
+        try:
+            job.stop(wait=0)
+        except Exception as exc:
+            done(exc)
+            return
+        done(None)
+
+    threading.Thread(target=stop, name=f"jupyter_trainer-stop-{job.name}", daemon=True).start()
 
 
 class Poller:

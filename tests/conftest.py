@@ -10,7 +10,7 @@ import pytest
 from jupyter_trainer.backends import Backends
 from jupyter_trainer.backends.fake import FakeBackend
 from jupyter_trainer.store import JobStore
-from leftovers import Leftovers
+from leftovers import Leftovers, labelling_client
 from private_engine import PrivateEngine
 from private_engine import missing as private_engine_missing
 
@@ -101,15 +101,14 @@ def _engine_problem():
 
 
 @pytest.fixture(scope="session")
-def docker_client():
+def docker_client(tmp_path_factory):
+    """The engine; each container a test makes through it is labelled as this session's."""
     problem = _engine_problem()
     if problem:
         if IN_CI:
             pytest.fail(f"Docker tests must run in CI: {problem}")
         pytest.skip(problem)
-    import docker
-
-    return docker.from_env()
+    return labelling_client(str(tmp_path_factory.getbasetemp()))
 
 
 @pytest.fixture

@@ -1,7 +1,10 @@
 """What the test session leaves behind: containers it created and processes it started.
 
 The suite checks at its end that no test left a container (running or stopped) or a process
-(a job, its supervisor, a server) behind, says which, removes them, and fails the run.
+(a job, its supervisor, a server) behind, says which, removes them, and fails the run. Both are
+recognised by the session's temporary directory, which every test's store and workdir are in:
+a process names it on its command line, a container in its labels or mounts. What another suite
+or person runs on the same machine meanwhile is never counted, nor removed.
 """
 
 from __future__ import annotations
@@ -12,8 +15,6 @@ import time
 from dataclasses import dataclass, field
 
 SETTLE_SECONDS = 20  # a job stopped in the last test may still be on its way out
-OUR_LABEL = "jupyter_trainer"
-TEST_IMAGES = ("jupyter-trainer-test", "python:")
 
 
 def _engine():
@@ -76,13 +77,13 @@ class Leftovers:
         (the session's temporary directory, under which every test's store and workdir live)."""
         deadline = time.monotonic() + SETTLE_SECONDS
         while True:
-            containers, processes = self._containers(), self._processes(marker)
+            containers, processes = self._containers(marker), self._processes(marker)
             if not (containers or processes) or time.monotonic() > deadline:
                 return containers, processes
             time.sleep(1)
 
     def remove(self, marker: str) -> None:
-        for container in self._new_containers():
+        for container in self._new_containers(marker):
             container.remove(force=True)
         for pid in self._pids(marker):
             for target in _with_its_session(pid):
@@ -91,21 +92,24 @@ class Leftovers:
                 except ProcessLookupError:
                     pass
 
-    def _new_containers(self) -> list:
-        """Containers created since that tests make: ours (labelled) or of a test image; another
-        container someone starts meanwhile is none of the suite's business."""
+    def _new_containers(self, marker: str) -> list:
+        """Containers created since whose labels or mounts name `marker`: every container a test
+        makes, through jupyter_trainer or itself, keeps something of its store or workdir. Another
+        suite's on the same engine names its own directory, and is none of this one's business."""
         client = _engine()
         found = []
         for container in client.containers.list(all=True) if client else []:
             if container.id in self.containers:
                 continue
-            image = container.attrs.get("Config", {}).get("Image", "")
-            if container.labels.get(OUR_LABEL) or image.startswith(TEST_IMAGES):
+            labels = container.labels or {}
+            mounts = container.attrs.get("Mounts") or []
+            named = [*labels.values(), *(mount.get("Source", "") for mount in mounts)]
+            if any(marker in value for value in named):
                 found.append(container)
         return found
 
-    def _containers(self) -> list[str]:
-        return [f"{container.name} ({container.status}, {container.attrs['Config'].get('Image')})" for container in self._new_containers()]
+    def _containers(self, marker: str) -> list[str]:
+        return [f"{container.name} ({container.status}, {container.attrs['Config'].get('Image')})" for container in self._new_containers(marker)]
 
     def _pids(self, marker: str) -> list[int]:
         me = os.getpid()
@@ -114,3 +118,25 @@ class Leftovers:
     def _processes(self, marker: str) -> list[str]:
         commands = _processes()
         return [f"{pid}: {commands.get(pid, '?')[:160]}" for pid in self._pids(marker)]
+
+
+SESSION_LABEL = "jupyter_trainer.test_session"
+
+
+def labelling_client(marker: str):
+    """A Docker client whose `containers.run` and `containers.create` label each container with
+    `marker`, so that one a test makes directly, without a mount, is still known as this session's."""
+    import docker
+    from docker.models.containers import ContainerCollection
+
+    class Labelled(ContainerCollection):
+        def create(self, *args, **kwargs):
+            kwargs["labels"] = {**(kwargs.get("labels") or {}), SESSION_LABEL: marker}
+            return super().create(*args, **kwargs)
+
+    class Client(docker.DockerClient):
+        @property
+        def containers(self):
+            return Labelled(client=self)
+
+    return Client.from_env()

@@ -105,3 +105,21 @@ def test_a_closed_table_is_no_longer_polled(home):
     assert table.poll(0) is True
     table.box.close()
     assert table.poll(0) is False
+
+
+def test_only_the_rows_shown_have_widgets(store, fake_backend, backends):
+    import os
+
+    from jupyter_trainer.jobs import Observation
+    from jupyter_trainer.jobs_view import MAX_ROWS
+    from jupyter_trainer.spec import DetachedSpec
+
+    for index in range(MAX_ROWS + 20):
+        submit_detached(DetachedSpec(script=f"print({index})", backend="fake", workdir=os.getcwd()), name=f"many-{index}", store=store, backends=backends)
+        fake_backend.observations[f"many-{index}"] = Observation(alive=False, exit_code=index % 2)
+    table = JobsTable(store, backends=backends)
+    assert len(table.body.children) == MAX_ROWS and "20 older jobs not shown" in table.notes.value
+    assert sum(row.box is not None for row in table.rows.values()) == MAX_ROWS
+    table.filter.value = "failed"  # the older failed ones come into view now, and only then get widgets
+    assert len(table.body.children) == (MAX_ROWS + 20) // 2
+    assert sum(row.box is not None for row in table.rows.values()) == MAX_ROWS + 10

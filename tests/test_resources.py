@@ -99,8 +99,10 @@ def test_the_view_shows_usage_with_sparklines(store, fake_backend, backends, mon
     view = JobWidget(job)
     for second, (cpu, memory) in enumerate([(0.0, 100), (1.0, 200), (2.5, 300)]):
         fake_backend.usages["u"] = Usage("container", taken_at=float(second), cpu_seconds=cpu, memory_bytes=memory * MIB, memory_limit_bytes=1 << 30)
-        view.poll(float(second))
-        view.push()
+        view.poll(float(second))  # the look is taken on a thread of its own...
+        wait_for(lambda: not view.monitor.looking_at_usage, what="the look")
+    view.poll(3.0)  # ...and its reading shown at the next poll
+    view.push()
     header = view.header.value
     assert "CPU 150%" in header and "memory 300.0 MiB of 1.0 GiB" in header
     assert header.count('class="jt-spark"') == 2  # cpu (two readings) and memory (three)
@@ -121,3 +123,69 @@ def test_cpu_percent_is_between_looks_and_a_restart_gives_none():
     assert history.add(Usage("processes", taken_at=3.0, cpu_seconds=0.5)).cpu_percent is None  # counted from zero again
     history.add(Usage("processes", taken_at=4.0, cpu_seconds=1.5))
     assert history.series()["cpu"] == [50.0, None, 100.0]  # the oldest dropped
+
+
+HANGING_NVIDIA_SMI = "#!/bin/sh\nsleep 100000\n"
+FLOODING_NVIDIA_SMI = "#!/bin/sh\nseq 0 6000 | sed 's/$/, 50, 1000, 2000/'\necho '1e308, 1e308, 1e308, 1e308'\n"
+
+
+@pytest.mark.parametrize("program", [HANGING_NVIDIA_SMI, FLOODING_NVIDIA_SMI], ids=["hanging", "flooding"])
+def test_a_jobs_own_nvidia_smi_can_neither_hang_nor_flood_us(docker_client, docker_image, workdir, home, program):
+    container = docker_client.containers.run(
+        docker_image, ["sleep", "infinity"], detach=True, init=True,
+        volumes={str(workdir): {"bind": "/workspace", "mode": "rw"}}, working_dir="/workspace",
+    )  # fmt: skip
+    try:
+        spec = build_spec(
+            f"import os, time\nopen('/usr/local/bin/nvidia-smi', 'w').write({program!r})\nos.chmod('/usr/local/bin/nvidia-smi', 0o755)\n"
+            "print('planted', flush=True)\nwhile not os.path.exists('enough'):\n    time.sleep(0.2)\n",
+            host=False, image=None, container=container.name, workdir=str(workdir), gpus=None,
+        )  # fmt: skip
+        job = submit_detached(spec, name="planted").job
+        wait_for(lambda: "planted" in job.logs(), timeout=60, what="the job to plant its nvidia-smi")
+        status = subprocess.run([sys.executable, "-m", "jupyter_trainer.cli", "status", "planted", "--json"], capture_output=True, text=True, timeout=25)
+        assert status.returncode == 0 and "Traceback" not in status.stderr, status.stderr
+        gpus = json.loads(status.stdout)["resources"]["gpus"]
+        if program is HANGING_NVIDIA_SMI:
+            assert gpus == []
+            # the hung nvidia-smi was killed in the container, not left behind
+            wait_for(lambda: "sleep 100000" not in str(container.top()), timeout=10, what="the hung nvidia-smi to be killed")
+        else:
+            assert [gpu["index"] for gpu in gpus] == list(range(16))  # at most 16, each once, the absurd line left out
+        (workdir / "enough").write_text("")
+        job.wait(timeout=60)
+    finally:
+        container.remove(force=True)
+
+
+def test_a_slow_look_at_usage_never_holds_up_the_views(store, fake_backend, backends, monkeypatch):
+    import os
+    import threading
+
+    import comm
+    from comm.base_comm import BaseComm
+
+    from jupyter_trainer import monitor
+    from jupyter_trainer.jobs import Observation
+    from jupyter_trainer.spec import DetachedSpec
+    from jupyter_trainer.widget import JobWidget
+
+    class Quiet(BaseComm):
+        def publish_msg(self, *args, **kwargs):
+            pass
+
+    monkeypatch.setattr(comm, "create_comm", lambda *a, **k: Quiet(*a, **k))
+    monkeypatch.setattr(monitor, "USAGE_INTERVAL", 0)
+    released = threading.Event()
+    monkeypatch.setattr(type(fake_backend), "usage", lambda self, record, run_dir: released.wait(30) and None)
+    job = submit_detached(DetachedSpec(script="x", backend="fake", workdir=os.getcwd()), name="slow", store=store, backends=backends).job
+    fake_backend.observations["slow"] = Observation(alive=True, started=True)
+    view = JobWidget(job)
+    try:
+        view.poll(0.0)  # asks for a look, which does not return
+        with open(job.run_dir / "output.log", "a") as log:
+            log.write("still shown\n")
+        view.poll(1.0)  # the view goes on meanwhile
+        assert "still shown" in view.log.value and view.monitor.looking_at_usage
+    finally:
+        released.set()

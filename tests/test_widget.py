@@ -283,11 +283,18 @@ def test_saved_metrics_are_not_used_for_a_rewritten_log_or_other_metrics(store, 
     assert metrics_cache.load(job.run_dir, [["acc", r"acc=(\d+)"]], job.log_source(), log.stat().st_size, first.metrics, first.reader) is None
 
 
-def test_stop_button(store, fake_backend, backends):
+def test_stop_button_leaves_the_kernel_free_while_the_job_stops(store, fake_backend, backends, monkeypatch):
+    import threading
+
     job = fake_job(store, backends)
     view = JobWidget(job, clock=Clock())
-    view.stop_button.click()
-    assert fake_backend.stopped == [("w", False)]
+    ended = threading.Event()
+    stop = type(fake_backend).stop
+    monkeypatch.setattr(type(fake_backend), "stop", lambda self, *a, **k: (ended.wait(30), stop(self, *a, **k)))
+    view.stop_button.click()  # returns while the job takes its time to end
+    assert view.stop_button.description == "Stopping…" and fake_backend.stopped == []
+    ended.set()
+    wait_for(lambda: fake_backend.stopped == [("w", False)], what="the stop")
     view.poll(now=5.0)
     assert "stopped" in view.header.value and view.stop_button.description == "stopped"
 
@@ -424,7 +431,8 @@ def test_text_a_job_controls_is_shown_as_text_never_as_markup(store, fake_backen
 
     monkeypatch.setattr(fake_backend, "stop", failing_stop)
     view.stop_button.click()
-    assert f"could not stop the job: {PAYLOAD}" in shown_text(view.header.value) and not view.stop_button.disabled
+    wait_for(lambda: not view.stop_button.disabled, what="the failed stop to be reported")
+    assert f"could not stop the job: {PAYLOAD}" in shown_text(view.header.value)
 
     # the reason a runtime gives for the end of a job
     gone = fake_job(store, backends, name="gone")

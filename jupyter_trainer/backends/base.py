@@ -61,6 +61,7 @@ class Backend(Protocol):
     name: str
     has_containers: bool  # whether `stop(container=True)` means something
     status_interval: float  # seconds between two status checks by a widget (a check may cost API calls)
+    usage_outlives_the_job: bool  # whether `usage` still says something once the job has ended
 
     def preflight(self, spec: JobSpec) -> None:
         """Raise a TrainerError if the runtime cannot take the job (checked before anything is written)."""

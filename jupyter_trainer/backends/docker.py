@@ -105,8 +105,16 @@ class DockerRuntime:
         return runtime
 
 
-# nvidia-smi in the container, if it has one ("none" if not); its query comes as arguments
-GPU_QUERY = 'command -v nvidia-smi >/dev/null 2>&1 || { echo none; exit 0; }; exec nvidia-smi "$@"'
+# nvidia-smi in the container, if it has one ("none" if not); its query comes as arguments. A
+# wedged driver hangs it: after 2 s the exec's whole process group (the engine makes the exec's
+# shell its leader) is killed, nvidia-smi and whatever it started with it.
+GPU_QUERY = (
+    'command -v nvidia-smi >/dev/null 2>&1 || { echo none; exit 0; }; '
+    '(sleep 2; kill -9 -$$) 2>/dev/null & watchdog=$!; '
+    'nvidia-smi "$@"; status=$?; kill $watchdog 2>/dev/null; exit $status'
+)
+GPU_QUERY_SECONDS = 3.0  # the answer awaited at most (the container's own tools may be replaced)
+GPU_QUERY_BACKOFF = 600.0  # seconds a container whose nvidia-smi did not answer is not asked again
 
 
 def default_container_name(image: str, workdir: str) -> str:
@@ -142,12 +150,14 @@ def _unreachable() -> BackendUnavailable:
 class DockerBackend:
     name = "docker"
     status_interval = 2.0  # seconds between two status checks by a widget
+    usage_outlives_the_job = False
     has_containers = True
 
     def __init__(self):
         self._clients: dict[str, object] = {}  # by engine location: DOCKER_HOST is read at each use, as the CLI does
         self._pinged: dict[str, float] = {}
         self._without_gpus: set[str] = set()  # containers found to have no nvidia-smi
+        self._gpus_silent_until: dict[str, float] = {}  # containers whose nvidia-smi did not answer
 
     # -- the engine --------------------------------------------------------
 
@@ -538,8 +548,6 @@ class DockerBackend:
     def usage(self, record: JobRecord, run_dir: Path) -> Usage | None:
         """The container's use (the engine's stats: all of its processes, as `docker stats` shows),
         and its GPUs from nvidia-smi inside it when it has one."""
-        import docker
-
         if not record.runtime:
             return None
         try:
@@ -560,18 +568,24 @@ class DockerBackend:
                 memory_limit_bytes=memory.get("limit"),
                 gpus=self._gpus(container),
             )
-        except (docker.errors.DockerException, OSError, TrainerError, ValueError, TypeError, AttributeError):
+        except Exception:  # the stats of a container a job controls: never worth a failure of the view
             return None
 
     def _gpus(self, container) -> tuple:
-        """The container's GPUs as its nvidia-smi sees them; a container without one is not asked again."""
-        if container.id in self._without_gpus:
+        """The container's GPUs as its nvidia-smi sees them. A container without one is not asked
+        again; one whose nvidia-smi did not answer in time, not for GPU_QUERY_BACKOFF seconds."""
+        if container.id in self._without_gpus or time.monotonic() < self._gpus_silent_until.get(container.id, 0.0):
             return ()
-        answer = run_in(container, GPU_QUERY, *NVIDIA_SMI_QUERY, limit=64 << 10).decode("utf-8", "replace")
-        if answer.strip() == "none":
+        try:
+            answer = run_in(container, GPU_QUERY, *NVIDIA_SMI_QUERY, limit=64 << 10, seconds=GPU_QUERY_SECONDS)
+        except BackendUnavailable:
+            self._gpus_silent_until[container.id] = time.monotonic() + GPU_QUERY_BACKOFF
+            return ()
+        text = answer.decode("utf-8", "replace")
+        if text.strip() == "none":
             self._without_gpus.add(container.id)
             return ()
-        return parse_nvidia_smi(answer)
+        return parse_nvidia_smi(text)
 
     def remove_stopped_containers(self, jobs_dir: Path, in_use: set[str]) -> list[str]:
         """Remove the containers this store created that are not running and that no remaining

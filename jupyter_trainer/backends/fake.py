@@ -17,6 +17,7 @@ class FakeRuntime:
 class FakeBackend:
     name = "fake"
     status_interval = 2.0  # seconds between two status checks by a widget
+    usage_outlives_the_job = False
     has_containers = True
 
     def __init__(self):

@@ -111,6 +111,7 @@ def find_job(run_dir: Path, supervisor: ProcessIdentity) -> int | None:
 class HostBackend:
     name = "host"
     status_interval = 2.0  # seconds between two status checks by a widget
+    usage_outlives_the_job = False
     has_containers = False
 
     def preflight(self, spec: DetachedSpec) -> None:
