@@ -7,12 +7,15 @@ mkdir -p "$setup_work"
 log() { printf '\n== %s\n' "$*"; }
 
 # Run a command with its output in a log file; while it runs, say every 15 s how long it has
-# been running and the log's last line, so that a long install is never silent.
+# been running and the log's last line, so that a long install is never silent. Interrupted
+# (Ctrl-C), it stops the command too: a background command would otherwise run on, apt-get
+# holding the package lock.
 with_progress() {
     local what=$1 logfile=$2
     shift 2
     "$@" >>"$logfile" 2>&1 </dev/null &
     local pid=$! started=$SECONDS next=$((SECONDS + 15)) last
+    trap 'kill -TERM "$pid" 2>/dev/null; wait "$pid" 2>/dev/null; exit 130' INT TERM
     while kill -0 "$pid" 2>/dev/null; do
         sleep 1
         if [ "$SECONDS" -ge "$next" ]; then
@@ -21,6 +24,7 @@ with_progress() {
             next=$((SECONDS + 15))
         fi
     done
+    trap - INT TERM
     wait "$pid"
 }
 

@@ -23,6 +23,8 @@ image_available() {
     return 1
 }
 
+# one name for this run's job and container: two demos started in the same second never share them
+stamp="$(date +%Y%m%d-%H%M%S)-$$"
 placement=(--host)
 container=
 if ! engine_error=$(docker info 2>&1 >/dev/null); then
@@ -37,7 +39,7 @@ else
     fi
     for candidate in "${candidates[@]}"; do
         if image_available "$candidate"; then
-            container="jt-demo-$(date +%Y%m%d-%H%M%S)"
+            container="jt-demo-$stamp"
             placement=(--image "$candidate" --container "$container")
             break
         fi
@@ -49,7 +51,7 @@ fi
 
 workdir=${JUPYTER_TRAINER_DEMO_DIR:-$repo/demo_run}
 mkdir -p "$workdir"
-name="demo-$(date +%Y%m%d-%H%M%S)"
+name="demo-$stamp"
 
 clean_up() {
     log "removing what the demo created: job $name${container:+ and container $container} (kept: $workdir/model.json)"
