@@ -37,6 +37,8 @@ def remove_runs(name: str, run: int | None = None, store: JobStore | None = None
     store = store or JobStore()
     with store.claiming(name):
         runs = store.runs(name)
+        if not runs:
+            raise UnknownJob(f"no job named {name!r}", f"{surface.command('list')} shows the jobs")
         if run is not None:
             if run not in runs:
                 raise UnknownJob(f"job {name} has no run {run}", f"its runs: {', '.join(map(str, runs)) or 'none'}")
@@ -49,13 +51,21 @@ def remove_runs(name: str, run: int | None = None, store: JobStore | None = None
             which = ", ".join(f"run {record.run} is {record.status.value}" for record in unfinished)
             raise TrainerError(f"job {name} is not finished ({which}): nothing was removed", f"stop it first: {surface.command('stop', name)}")
         for record in records:
+            left = _lingering(record, store, backends)
+            if left:
+                raise TrainerError(
+                    f"job {name} run {record.run} has ended, but processes it started still run ({', '.join(left)}): nothing was removed",
+                    "end them first; once its job has ended, a stop no longer reaches them",
+                )
+        for record in records:
             shutil.rmtree(store.run_dir(name, record.run), ignore_errors=True)
     return records
 
 
 def prune(older_than: float, store: JobStore | None = None, backends: _backends.Backends | None = None, now: float | None = None) -> list[JobRecord]:
     """Remove every finished run that ended (or was created, if it never started) more than
-    `older_than` seconds ago. Runs that have not ended are left as they are."""
+    `older_than` seconds ago. Runs that have not ended, or whose processes still run, are left as
+    they are."""
     store = store or JobStore()
     now = time.time() if now is None else now
     removed = []
@@ -69,10 +79,18 @@ def prune(older_than: float, store: JobStore | None = None, backends: _backends.
                 except TrainerError:
                     continue  # a record that cannot be read is not removed blindly
                 ended = record.ended_at or record.created_at
-                if record.status.is_final and now - ended > older_than:
+                if record.status.is_final and now - ended > older_than and not _lingering(record, store, backends):
                     shutil.rmtree(store.run_dir(name, number), ignore_errors=True)
                     removed.append(record)
     return removed
+
+
+def _lingering(record: JobRecord, store: JobStore, backends: _backends.Backends | None) -> list[str]:
+    """The processes an ended run left running (its record and log are what names them)."""
+    try:
+        return (backends or _backends.DEFAULT).get(record.backend).lingering(record, store.run_dir(record.name, record.run))
+    except (_backends.UnknownBackend, TrainerError):
+        return []
 
 
 def describe_removed(records: list[JobRecord]) -> str:

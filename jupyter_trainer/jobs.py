@@ -187,6 +187,8 @@ def describe_outcome(status: Status, exit_code: int | None, reason: str) -> str:
     exception rather than its wrapper)."""
     if exit_code is None:
         return _headline(reason) if status is Status.FAILED and reason else reason
+    if status is Status.STOPPED and exit_code == 137:  # a stopped job that ignored TERM: not out of memory
+        return "exit code 137: killed (SIGKILL) after the grace period, as it did not end on TERM"
     said = describe_exit_code(exit_code) if exit_code else "exit code 0"
     if status is Status.FAILED and reason and reason != said:
         return f"{said} · {_headline(reason)}"

@@ -102,10 +102,10 @@ def session_id(pid: int) -> int | None:
 
 
 def session_usage(session: int) -> tuple[float, int] | None:
-    """CPU seconds used so far and resident memory (bytes) of every live process in `session`
-    (a job's session: it and all it started); None if none is left. Memory shared between them
-    is counted once per process, as `ps` does."""
-    ticks, pages, found = 0, 0, False
+    """CPU seconds used so far and memory (bytes) of every live process in `session` (a job's
+    session: it and all it started); None if none is left. Memory is each process's proportional
+    share (PSS), so that pages they share (a forked worker's) are counted once in all."""
+    ticks, memory, found = 0, 0, False
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
             continue
@@ -114,36 +114,72 @@ def session_usage(session: int) -> tuple[float, int] | None:
             continue
         found = True
         ticks += int(fields[11]) + int(fields[12])  # utime, stime
-        pages += int(fields[21])  # rss
+        memory += _proportional_memory(int(entry), int(fields[21]))
     if not found:
         return None
-    return ticks / os.sysconf("SC_CLK_TCK"), pages * os.sysconf("SC_PAGE_SIZE")
+    return ticks / os.sysconf("SC_CLK_TCK"), memory
+
+
+def _proportional_memory(pid: int, rss_pages: int) -> int:
+    """The process's PSS in bytes (its resident set where the kernel does not say)."""
+    try:
+        with open(f"/proc/{pid}/smaps_rollup") as file:
+            for line in file:
+                if line.startswith("Pss:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return rss_pages * os.sysconf("SC_PAGE_SIZE")
 
 
 def memory_limit(pid: int) -> int | None:
-    """The memory the process may use: its cgroup's limit (v2 memory.max, v1 limit_in_bytes)
-    where one is set, else the machine's memory."""
+    """The memory the process may use: the lowest limit of its cgroup and the cgroups above it
+    (v2 `memory.max` up the tree, v1 `hierarchical_memory_limit`), else the machine's memory."""
     try:
         with open(f"/proc/{pid}/cgroup") as file:
             lines = file.read().splitlines()
     except OSError:
         lines = []
+    limits = []
     for line in lines:
         _, controllers, path = line.split(":", 2)
-        candidates = []
-        if controllers == "":
-            candidates.append(f"/sys/fs/cgroup{path}/memory.max")
-        elif "memory" in controllers.split(","):
-            candidates.append(f"/sys/fs/cgroup/memory{path}/memory.limit_in_bytes")
-        for candidate in candidates:
-            try:
-                with open(candidate) as file:
-                    value = file.read().strip()
-            except OSError:
-                continue
-            if value.isdigit() and int(value) < 1 << 60:  # "max", or v1's "no limit" number
-                return int(value)
+        if controllers == "":  # v2: each level may set its own
+            parts = [part for part in path.split("/") if part]
+            for depth in range(len(parts), 0, -1):
+                limits.append(_read_limit(f"/sys/fs/cgroup/{'/'.join(parts[:depth])}/memory.max"))
+        elif "memory" in controllers.split(","):  # v1: the kernel works the hierarchy's limit out
+            limits.append(_read_limit(f"/sys/fs/cgroup/memory{path}/memory.stat", "hierarchical_memory_limit"))
+    found = [limit for limit in limits if limit is not None]
+    if found:
+        return min(found)
     try:
         return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
     except (ValueError, OSError):
         return None
+
+
+def _read_limit(path: str, key: str | None = None) -> int | None:
+    """A cgroup's memory limit from `path` (the `key` line of a stat file); None for none ("max", or
+    v1's page-rounded largest number)."""
+    try:
+        with open(path) as file:
+            text = file.read()
+    except OSError:
+        return None
+    if key is not None:
+        text = next((line.split()[1] for line in text.splitlines() if line.split()[:1] == [key]), "")
+    text = text.strip()
+    return int(text) if text.isdigit() and int(text) < 1 << 60 else None
+
+def session_members(session: int | None, limit: int = 5) -> list[str]:
+    """The live processes of `session`, "pid N: command" each (the first `limit`, then how many more)."""
+    if not session or session <= 1:
+        return []
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            fields = _stat_fields(int(entry))
+            if fields is not None and fields[0] not in ("Z", "X") and int(fields[3]) == session:
+                found.append(int(entry))
+    shown = [f"pid {pid}: {' '.join(command_line(pid) or ['?'])[:80]}" for pid in sorted(found)[:limit]]
+    return shown + ([f"{len(found) - limit} more"] if len(found) > limit else [])

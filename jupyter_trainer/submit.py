@@ -30,8 +30,9 @@ class Submission:
     @property
     def message(self) -> str:
         if self.attached:
+            source = "this cell" if surface.in_a_notebook() else "this script with these options"
             return (
-                f"Job {self.job.name!r} was already submitted from this cell ({self.job.record.status.value}); "
+                f"Job {self.job.name!r} was already submitted from {source} ({self.job.record.status.value}); "
                 "attached to it, nothing new was started."
             )
         return f"Started job {self.job.name!r} ({self.job.backend})."

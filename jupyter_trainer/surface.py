@@ -2,7 +2,8 @@
 
 A hint such as "stop it first with ..." names `%train_stop NAME` in a notebook and
 `jupyter-trainer stop NAME` in a terminal. The command line runs inside `speaking(TERMINAL)`;
-everything else (the magics, the Python API inside IPython) speaks as a notebook does.
+elsewhere, a process that runs IPython (the magics, the Python API in a notebook) speaks as a
+notebook does, and any other (a plain Python script using the API) as a terminal does.
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ _COMMANDS = {
     },
 }
 
-_in_use = NOTEBOOK
+_in_use: str | None = None  # None: a notebook's words where IPython runs, a terminal's elsewhere
 
 
 @contextlib.contextmanager
@@ -50,9 +51,20 @@ def speaking(surface: str) -> Iterator[None]:
         _in_use = before
 
 
+def in_a_notebook() -> bool:
+    """Whether messages speak to someone in IPython (a notebook, a console) rather than a terminal:
+    the command line says so; otherwise it is whether this process runs IPython."""
+    if _in_use is not None:
+        return _in_use == NOTEBOOK
+    import sys
+
+    ipython = sys.modules.get("IPython")
+    return ipython is not None and ipython.get_ipython() is not None
+
+
 def command(action: str, name: str = "NAME") -> str:
     """The command for `action` ("list", "logs", "follow", "stop", ...) on job `name`."""
-    return _COMMANDS[_in_use][action].format(name=name)
+    return _COMMANDS[NOTEBOOK if in_a_notebook() else TERMINAL][action].format(name=name)
 
 
 def follow_and_stop(name: str) -> str:

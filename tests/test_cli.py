@@ -66,6 +66,11 @@ def test_messages_name_the_terminals_commands(home, workdir, tmp_path):
     removed = cli("rm", "busy")
     assert removed.returncode == 1 and "stop it first: jupyter-trainer stop busy" in removed.stderr
     cli("stop", "busy")
+    # the Python API in a plain script speaks as a terminal does
+    from conftest import run_python
+
+    api = run_python("import jupyter_trainer as jt\ntry:\n    jt.get_job('nope')\nexcept Exception as e:\n    print(e)")
+    assert "see jupyter-trainer list" in api.stdout, api.stdout + api.stderr
 
 
 def test_a_submitted_script_is_named_after_its_file(home, workdir, tmp_path):
@@ -117,6 +122,7 @@ def test_submit_runs_a_script_with_the_magics_options_and_arguments(home, workdi
     assert get_job("from-terminal").logs() == "args ['--epochs', '3'] 7\n"
     again = cli("submit", str(script), "--host", "--name", "from-terminal", "--env", "SEED=7", "--", "--epochs", "3")
     assert again.returncode == 0 and "attached" in again.stdout  # the same "cell": nothing new started
+    assert "already submitted from this script with these options" in again.stdout
     other = cli("submit", str(script), "--host", "--name", "from-terminal", "--", "--epochs", "4")
     assert other.returncode == 1 and len(other.stderr.splitlines()) == 1 and "--rerun" in other.stderr
 

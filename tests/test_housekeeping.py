@@ -7,7 +7,8 @@ import time
 import pytest
 from conftest import wait_for
 
-from jupyter_trainer.job import Job
+from jupyter_trainer.job import Job, get_job
+from jupyter_trainer.jobs import Status
 from jupyter_trainer.spec import build_spec
 from jupyter_trainer.submit import submit_detached
 
@@ -87,3 +88,25 @@ def test_prune_containers_removes_stopped_ones_no_job_uses(docker_client, docker
     assert removed.returncode == 0 and f"removed containers {name}" in removed.stdout
     assert name not in [container.name for container in docker_client.containers.list(all=True)]
     assert not (home / "containers" / name).exists()
+
+
+def test_a_run_whose_processes_outlive_it_is_not_removed(home, workdir):
+    import os
+    import signal
+
+    script = (
+        "import subprocess, sys\n"
+        "subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(600)'])\n"
+        "print('left a worker behind', flush=True)\n"
+    )
+    spec = build_spec(script, host=True, image=None, container=None, workdir=str(workdir), gpus=None)
+    job = submit_detached(spec, name="leaver").job
+    assert job.wait(timeout=30) is Status.COMPLETED
+    result = cli("rm", "leaver")
+    assert result.returncode == 1 and len(result.stderr.splitlines()) == 1, result.stderr
+    assert "processes it started still run (pid " in result.stderr and "time.sleep(600)" in result.stderr
+    assert get_job("leaver").status is Status.COMPLETED  # nothing removed
+    assert "nothing to remove" in cli("prune", "--older-than", "0s").stdout
+    worker = int(result.stderr.split("(pid ")[1].split(":")[0])
+    os.kill(worker, signal.SIGKILL)
+    wait_for(lambda: cli("rm", "leaver").returncode == 0, what="the run to be removable")

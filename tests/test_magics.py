@@ -103,6 +103,7 @@ def test_stop_magic_waits_and_reports_stopped(ip, capsys):
     wait_for(lambda: get_job("long").logs() == "ready\n", what="the job to run")
     result, out = run(ip, capsys, "%train_stop long")
     assert result.success and out.startswith("long: stopped |"), out
+    assert "killed (SIGKILL) after the grace period" in out and "out of memory" not in out
     assert get_job("long").status is Status.STOPPED
 
 

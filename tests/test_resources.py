@@ -189,3 +189,54 @@ def test_a_slow_look_at_usage_never_holds_up_the_views(store, fake_backend, back
         assert "still shown" in view.log.value and view.monitor.looking_at_usage
     finally:
         released.set()
+
+
+def test_a_limit_set_above_the_jobs_own_cgroup_is_its_limit(tmp_path):
+    """As under SLURM or a systemd slice: the limit is on a parent, the process in a child."""
+    import os
+    import pathlib
+
+    from jupyter_trainer.proc import memory_limit
+
+    v1 = pathlib.Path("/sys/fs/cgroup/memory")
+    parent = (v1 if v1.is_dir() else pathlib.Path("/sys/fs/cgroup")) / f"jt-test-{os.getpid()}"
+    child = parent / "step"
+    try:
+        child.mkdir(parents=True)
+        if v1.is_dir():
+            (parent / "memory.limit_in_bytes").write_text(str(512 * MIB))
+        else:
+            (parent.parent / "cgroup.subtree_control").write_text("+memory")
+            (parent / "cgroup.subtree_control").write_text("+memory")
+            (parent / "memory.max").write_text(str(512 * MIB))
+    except OSError as exc:
+        pytest.skip(f"cannot make cgroups here: {exc}")
+    sleeper = subprocess.Popen(["sleep", "60"])
+    try:
+        (child / "cgroup.procs").write_text(str(sleeper.pid))
+        assert memory_limit(sleeper.pid) == 512 * MIB
+    finally:
+        sleeper.kill()
+        sleeper.wait()
+        for path in (child, parent):
+            for _ in range(50):
+                try:
+                    path.rmdir()
+                    break
+                except OSError:
+                    __import__("time").sleep(0.1)
+
+
+def test_memory_forked_workers_share_is_counted_once(home, workdir):
+    script = (
+        "import os, time\nblock = bytearray(100 << 20)\nfor i in range(0, len(block), 4096):\n    block[i] = 1\n"
+        "for _ in range(15):\n    if os.fork() == 0:\n        time.sleep(600)\n"
+        "print('forked', flush=True)\ntime.sleep(600)\n"
+    )
+    job = submit_detached(build_spec(script, host=True, image=None, container=None, workdir=str(workdir), gpus=None), name="forker").job
+    try:
+        wait_for(lambda: "forked" in job.logs(), timeout=60, what="the workers")
+        usage = get_job("forker").usage(interval=0)
+        assert 100 * MIB <= usage.memory_bytes < 300 * MIB  # 16 processes of 100 MiB resident each, shared
+    finally:
+        job.stop()

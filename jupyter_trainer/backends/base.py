@@ -86,6 +86,10 @@ class Backend(Protocol):
         """What the runtime last said of the job besides its status (a SageMaker job's secondary
         status, billable time, model artifact), a few words each; often nothing."""
 
+    def lingering(self, record: JobRecord, run_dir: Path) -> list[str]:
+        """Processes an ended job started that still run ("pid 123: python3 worker.py"): its
+        housekeeping waits for them. Often none can be seen (a container's are the container's)."""
+
     def usage(self, record: JobRecord, run_dir: Path) -> Usage | None:
         """What the running job uses now, as one look (CPU time, memory, GPUs), or None when that
         cannot be seen. Never raises: a view asks this now and then, and goes on without it."""

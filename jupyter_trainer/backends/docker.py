@@ -113,6 +113,7 @@ GPU_QUERY = (
     '(sleep 2; kill -9 -$$) 2>/dev/null & watchdog=$!; '
     'nvidia-smi "$@"; status=$?; kill $watchdog 2>/dev/null; exit $status'
 )
+ORPHAN_DIR_AGE = 3600.0  # seconds: a store directory of no container is removed only once this old
 GPU_QUERY_SECONDS = 3.0  # the answer awaited at most (the container's own tools may be replaced)
 GPU_QUERY_BACKOFF = 600.0  # seconds a container whose nvidia-smi did not answer is not asked again
 
@@ -545,6 +546,9 @@ class DockerBackend:
     def describe_facts(self, record: JobRecord) -> list[str]:
         return []  # the status and exit code say it all
 
+    def lingering(self, record: JobRecord, run_dir: Path) -> list[str]:
+        return []  # what it left stays in its container, which `stop --container` ends
+
     def usage(self, record: JobRecord, run_dir: Path) -> Usage | None:
         """The container's use (the engine's stats: all of its processes, as `docker stats` shows),
         and its GPUs from nvidia-smi inside it when it has one."""
@@ -592,19 +596,39 @@ class DockerBackend:
         job names (with their directories in the store); their names."""
         import docker
 
-        removed = []
+        store = JobStore(jobs_dir.parent)
+        removed, failed = [], []
         try:
             containers = self.client.containers.list(all=True, filters={"label": f"{LABEL}=1"})
-            for container in containers:
-                if container.labels.get(LABEL_JOBS_DIR) != str(jobs_dir) or container.name in in_use:
-                    continue
-                if container.status not in ("created", "exited", "dead"):
-                    continue  # running, paused or restarting: never touched
-                container.remove()
-                shutil.rmtree(JobStore(jobs_dir.parent).container_dir(container.name), ignore_errors=True)
-                removed.append(container.name)
         except (docker.errors.DockerException, OSError) as exc:
-            raise TrainerError(f"cannot remove containers: {exc}") from exc
+            raise TrainerError(f"cannot list the containers: {exc}") from exc
+        for container in containers:
+            if container.labels.get(LABEL_JOBS_DIR) != str(jobs_dir) or container.name in in_use:
+                continue
+            if container.status not in ("created", "exited", "dead"):
+                continue  # running, paused or restarting: never touched
+            try:
+                container.remove()
+            except (docker.errors.DockerException, OSError) as exc:  # the others are still tried
+                failed.append(f"{container.name} ({exc})")
+                continue
+            shutil.rmtree(store.container_dir(container.name), ignore_errors=True)
+            removed.append(container.name)
+        # the directories of containers removed some other way, that no job names any more (not one
+        # made a moment ago for a container being created right now)
+        existing = {container.name for container in containers}
+        try:
+            leftover = [entry for entry in os.listdir(store.containers_dir) if entry not in existing and entry not in in_use]
+        except OSError:
+            leftover = []
+        for name in leftover:
+            path = store.containers_dir / name
+            with contextlib.suppress(OSError):
+                if time.time() - path.stat().st_mtime > ORPHAN_DIR_AGE:
+                    shutil.rmtree(path, ignore_errors=True)
+        if failed:
+            done = f"removed containers {', '.join(removed)}; " if removed else ""
+            raise TrainerError(f"{done}could not remove {'; '.join(failed)}")
         return removed
 
     # -- stopping ----------------------------------------------------------

@@ -63,5 +63,8 @@ class FakeBackend:
     def vanish(self, name: str, why: str) -> None:
         self.observations[name] = Observation(alive=False, why_gone=why)
 
+    def lingering(self, record: JobRecord, run_dir: Path) -> list[str]:
+        return []
+
     def usage(self, record, run_dir):
         return self.usages.get(record.name)

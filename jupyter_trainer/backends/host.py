@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..jobs import JobRecord, Observation
-from ..proc import ProcessIdentity, boot_id, command_line, memory_limit, session_id, session_usage, start_time
+from ..proc import ProcessIdentity, boot_id, command_line, memory_limit, session_id, session_members, session_usage, start_time
 from ..resources import NVIDIA_SMI_QUERY, Usage, parse_nvidia_smi
 from ..spec import DetachedSpec
 from .base import (
@@ -136,6 +136,9 @@ class HostBackend:
 
     def describe_facts(self, record: JobRecord) -> list[str]:
         return []  # the status and exit code say it all
+
+    def lingering(self, record: JobRecord, run_dir: Path) -> list[str]:
+        return session_members(read_supervisor_facts(run_dir).job_pid) if record.status.is_final else []
 
     def usage(self, record: JobRecord, run_dir: Path) -> Usage | None:
         return supervised_usage(run_dir, HostRuntime.of(record).supervisor) if record.runtime else None

@@ -209,6 +209,9 @@ class SageMakerBackend:
                 return
             raise error from exc
 
+    def lingering(self, record: JobRecord, run_dir: Path) -> list[str]:
+        return []  # what it started ends with its instances (local mode: its containers)
+
     def usage(self, record: JobRecord, run_dir: Path) -> Usage | None:
         """The instances the job has to itself (SageMaker gives no live use without CloudWatch metrics)."""
         count = record.options.get("instance_count", 1)
