@@ -49,13 +49,12 @@ def run_demo(tmp_path, **env):
 
 
 def test_readme_demo_trains_in_a_container_and_removes_it(docker_client, docker_image, tmp_path, home):
-    before = {container.id for container in docker_client.containers.list(all=True)}
     out = run_demo(tmp_path, JUPYTER_TRAINER_IMAGE=TEST_IMAGE)
     placed = re.search(r"\(--image (\S+) --container (jt-demo-[0-9-]+)\) from an IPython kernel, which then exits", out)
     assert placed and placed[1] == TEST_IMAGE, out
     assert "backend    docker" in out and "status     completed" in out
     assert "removing what the demo created: job demo-" in out and f"and container {placed[2]}" in out
-    assert {container.id for container in docker_client.containers.list(all=True)} == before
+    assert docker_client.containers.list(all=True, filters={"name": placed[2]}) == []
     assert not (home / "jobs").exists() or os.listdir(home / "jobs") == []
 
 

@@ -353,10 +353,11 @@ def shell():
 
 
 def store_snapshot(home):
+    """The store's files, but for those a running job's supervisor writes as it goes (its clock)."""
     files = {}
     for root, _, names in os.walk(home):
         for name in names:
-            if name != "record.lock":
+            if name not in ("record.lock", "clock"):
                 with open(os.path.join(root, name), "rb") as handle:
                     files[os.path.join(root, name)] = handle.read()
     return files
@@ -369,21 +370,23 @@ def test_bad_input_is_one_line_and_changes_nothing(kind, source, words, needs_do
     monkeypatch.chdir(workdir)
     keep = submit("print('kept')\nimport time\ntime.sleep(600)\n", {"host": True, "image": None}, workdir, "keep")
     wait_for(lambda: keep.logs() == "kept\n" and keep.status is Status.RUNNING, what="the running job")
-    before = store_snapshot(home)
-    if kind == "cli":
-        result = subprocess.run([sys.executable, "-m", "jupyter_trainer.cli", *source.split()], capture_output=True, text=True)
-        assert result.returncode == 1
-        out = result.stderr
-    else:
-        if kind == "engine down":
-            monkeypatch.setenv("DOCKER_HOST", "unix:///nonexistent/docker.sock")
-        result = shell.run_cell(source)
-        out = "".join(capsys.readouterr())
-        assert not result.success
-    assert words in out and out.count("\n") == 1 and "Traceback" not in out, out
-    assert store_snapshot(home) == before
-    assert get_job("keep").status is Status.RUNNING
-    keep.stop()
+    try:
+        before = store_snapshot(home)
+        if kind == "cli":
+            result = subprocess.run([sys.executable, "-m", "jupyter_trainer.cli", *source.split()], capture_output=True, text=True)
+            assert result.returncode == 1
+            out = result.stderr
+        else:
+            if kind == "engine down":
+                monkeypatch.setenv("DOCKER_HOST", "unix:///nonexistent/docker.sock")
+            result = shell.run_cell(source)
+            out = "".join(capsys.readouterr())
+            assert not result.success
+        assert words in out and out.count("\n") == 1 and "Traceback" not in out, out
+        assert store_snapshot(home) == before
+        assert get_job("keep").status is Status.RUNNING
+    finally:
+        keep.stop()
 
 
 def test_bad_input_table_is_broad():

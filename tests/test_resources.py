@@ -52,7 +52,7 @@ def test_a_container_jobs_memory_against_its_limit_its_cpu_and_its_gpus(docker_c
         assert resources["scope"] == "container"
         assert resources["memory_limit_bytes"] == 256 * MIB
         assert 120 * MIB <= resources["memory_bytes"] < 256 * MIB
-        assert 50 <= resources["cpu_percent"] <= 200  # one busy core (of two here)
+        assert 10 <= resources["cpu_percent"] <= 200  # one busy core (of two here, shared with whatever else runs)
         assert resources["gpus"] == [
             {"index": 0, "utilization_percent": 87.0, "memory_bytes": 10240 * MIB, "memory_total_bytes": 24576 * MIB},
             {"index": 1, "utilization_percent": None, "memory_bytes": 512 * MIB, "memory_total_bytes": 24576 * MIB},
@@ -72,7 +72,7 @@ def test_a_host_jobs_processes(home, workdir):
         wait_for(lambda: "holding" in job.logs(), timeout=60, what="the job to hold its memory")
         usage = get_job("host-hungry").usage(interval=1.0)
         assert usage.scope == "processes" and usage.memory_bytes >= 120 * MIB
-        assert 50 <= usage.cpu_percent <= 200 and usage.memory_limit_bytes > usage.memory_bytes
+        assert 10 <= usage.cpu_percent <= 200 and usage.memory_limit_bytes > usage.memory_bytes
     finally:
         (workdir / "enough").write_text("")
         job.wait(timeout=60)

@@ -90,7 +90,7 @@ def runs_supervisor(top: dict, run_dir: str) -> bool:
     return any(row[column].split()[:3] == supervisor for row in top.get("Processes") or [])
 
 
-def run_in(container, script: str, *args: str, limit: int = EXEC_OUTPUT_LIMIT, seconds: float = EXEC_SECONDS) -> bytes:
+def run_in(container, script: str, *args: str, limit: int = EXEC_OUTPUT_LIMIT, seconds: float | None = None) -> bytes:
     """Run a fixed sh snippet in the container; values go in as arguments, never into the script.
     A job can replace the container's tools (its sh, wc, tail): the answer is awaited for
     EXEC_SECONDS at most and read up to `limit` bytes, so no container can hang us or fill our memory."""
@@ -100,6 +100,7 @@ def run_in(container, script: str, *args: str, limit: int = EXEC_OUTPUT_LIMIT, s
     exec_id = api.exec_create(container.id, ["sh", "-c", script, "sh", *args], stdout=True, stderr=False)["Id"]
     stream = api.exec_start(exec_id, socket=True)
     frames = bytearray()
+    seconds = EXEC_SECONDS if seconds is None else seconds
     deadline = time.monotonic() + seconds
     try:
         while len(frames) < limit + 8 * (len(frames) // 4096 + 2):  # room for the frames' headers
