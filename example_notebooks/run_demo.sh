@@ -28,7 +28,9 @@ stamp="$(date +%Y%m%d-%H%M%S)-$$"
 placement=(--host)
 container=
 if ! engine_error=$(docker info 2>&1 >/dev/null); then
-    reason=$(printf '%s\n' "$engine_error" | grep -v '^[[:space:]]*$' | tail -1 | cut -c1-120)
+    # the line that says why (the docker CLI may add lines of its own, such as "errors pretty printing info")
+    reason=$(printf '%s\n' "$engine_error" | grep -iE 'cannot connect|error during connect|permission denied|no such|not found' | head -1 | cut -c1-120)
+    [ -n "$reason" ] || reason=$(printf '%s\n' "$engine_error" | grep -v '^[[:space:]]*$' | head -1 | cut -c1-120)
     log "no Docker engine answers (${reason:-docker is not installed}): training on this machine (--host). Start one, or set DOCKER_HOST, to train in a container."
 else
     pull_error=
