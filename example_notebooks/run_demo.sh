@@ -27,11 +27,13 @@ image_available() {
 stamp="$(date +%Y%m%d-%H%M%S)-$$"
 placement=(--host)
 container=
-if ! engine_error=$(docker info 2>&1 >/dev/null); then
+if ! command -v docker >/dev/null 2>&1; then
+    log "docker is not installed: training on this machine (--host). Install Docker (Debian: apt-get install docker.io) to train in a container."
+elif ! engine_error=$(docker info 2>&1 >/dev/null); then
     # the line that says why (the docker CLI may add lines of its own, such as "errors pretty printing info")
     reason=$(printf '%s\n' "$engine_error" | grep -iE 'cannot connect|error during connect|permission denied|no such|not found' | head -1 | cut -c1-120)
     [ -n "$reason" ] || reason=$(printf '%s\n' "$engine_error" | grep -v '^[[:space:]]*$' | head -1 | cut -c1-120)
-    log "no Docker engine answers (${reason:-docker is not installed}): training on this machine (--host). Start one, or set DOCKER_HOST, to train in a container."
+    log "no Docker engine answers (${reason:-docker info failed}): training on this machine (--host). Start one, or set DOCKER_HOST, to train in a container."
 else
     pull_error=
     if [ -n "${JUPYTER_TRAINER_IMAGE:-}" ]; then

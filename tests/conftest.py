@@ -19,6 +19,13 @@ TEST_IMAGE = os.environ.get("JUPYTER_TRAINER_TEST_IMAGE", "jupyter-trainer-test:
 REPO = Path(__file__).resolve().parent.parent
 
 
+def pytest_configure(config):
+    # CPython 3.11.0 to 3.11.4 (Debian bookworm has 3.11.2) can crash pytest while it formats a
+    # failure (gh-106905, "AST constructor recursion depth mismatch"); Python's own tracebacks do not
+    if (3, 11) <= sys.version_info[:2] and sys.version_info < (3, 11, 5) and config.option.tbstyle == "auto":
+        config.option.tbstyle = "native"
+
+
 def pytest_sessionstart(session):
     session.config.stash[LEFTOVERS] = Leftovers.before()
 
