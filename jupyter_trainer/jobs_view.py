@@ -21,7 +21,7 @@ from .job import Job
 from .jobs import JobRecord, Status
 from .metrics import main_metric
 from .store import JobStore
-from .summary import format_duration, where
+from .summary import format_duration, run_label, where
 from .widget import STATUS_COLOURS, STYLE, describe, error_html, stop_in_background
 
 SCAN_INTERVAL = 2.0  # seconds between two looks at the store (new jobs, records changed elsewhere)
@@ -80,8 +80,7 @@ class JobsTable:
     """The live table; the poller calls `poll` as it does a job view's."""
 
     def __init__(self, store: JobStore | None = None, all_runs: bool = False, log_lines: int = 200,
-                 clock: Callable[[], float] = time.time, open_view: Callable[[Job], None] | None = None,
-                 backends: _backends.Backends | None = None):
+                 clock: Callable[[], float] = time.time, backends: _backends.Backends | None = None):
         import ipywidgets as widgets
 
         self.widgets = widgets
@@ -90,7 +89,6 @@ class JobsTable:
         self.all_runs = all_runs
         self.log_lines = log_lines
         self.clock = clock
-        self.open_view = open_view  # shows a job's own view (Attach); None: in this table's detail area
         self.rows: dict[tuple[str, int], Row] = {}
         self.problems: list[str] = []
         self.error = ""
@@ -209,7 +207,7 @@ class JobsTable:
 
     def _draw(self, row: Row) -> None:
         record = row.record
-        name = record.name if record.run == 1 else f"{record.name} (run {record.run})"
+        name = run_label(record)
         elapsed = format_duration(record.duration) if record.started_at else "-"
         values = (_cell(name), status_cell(record), _cell(f"{record.backend} · {where(record, self.backends)}"), _cell(elapsed), _cell(row.metric or "-"))
         if values != row.shown:
@@ -261,9 +259,6 @@ class JobsTable:
     # -- actions ---------------------------------------------------------------------------
 
     def _attach(self, row: Row) -> None:
-        if self.open_view is not None:
-            self.open_view(row.job)
-            return
         from .widget import JobWidget, poller
 
         self.detail.clear_output()

@@ -43,8 +43,13 @@ def facts(record: JobRecord, backends: Backends | None = None) -> list[str]:
         return []
 
 
+def run_label(record: JobRecord) -> str:
+    """The job's name, and which run when it is not the first."""
+    return record.name if record.run == 1 else f"{record.name} (run {record.run})"
+
+
 def record_row(record: JobRecord) -> tuple[str, ...]:
-    name = record.name if record.run == 1 else f"{record.name} (run {record.run})"
+    name = run_label(record)
     exit_code = "-" if record.exit_code is None else str(record.exit_code)
     return (
         name,
@@ -96,7 +101,7 @@ def stop_line(record: JobRecord) -> str:
 
 def status_block(record: JobRecord, usage: Usage | None = None) -> str:
     lines = [
-        ("name", record.name + ("" if record.run == 1 else f" (run {record.run})")),
+        ("name", run_label(record)),
         ("backend", record.backend),
         ("where", where(record)),
         ("status", record.status.value),
