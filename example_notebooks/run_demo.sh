@@ -29,10 +29,13 @@ placement=(--host)
 container=
 if ! command -v docker >/dev/null 2>&1; then
     log "docker is not installed: training on this machine (--host). Install Docker (Debian: apt-get install docker.io) to train in a container."
-elif ! engine_error=$(docker info 2>&1 >/dev/null); then
-    # the line that says why (the docker CLI may add lines of its own, such as "errors pretty printing info")
-    reason=$(printf '%s\n' "$engine_error" | grep -iE 'cannot connect|error during connect|permission denied|no such|not found' | head -1 | cut -c1-120)
-    [ -n "$reason" ] || reason=$(printf '%s\n' "$engine_error" | grep -v '^[[:space:]]*$' | head -1 | cut -c1-120)
+elif ! engine_error=$(docker info 2>&1); then
+    # the line that says why: docker 20.10 (Debian bookworm's) prints it on stdout among the client's
+    # own details and only "errors pretty printing info" on stderr, newer clients print it on stderr
+    reason=$(printf '%s\n' "$engine_error" | grep -iE 'cannot connect|error during connect|permission denied|no such|not found' | head -1 || true)
+    [ -n "$reason" ] || reason=$(printf '%s\n' "$engine_error" | grep -iE 'error' | grep -v 'errors pretty printing info' | head -1 || true)
+    [ -n "$reason" ] || reason=$(printf '%s\n' "$engine_error" | grep -v '^[[:space:]]*$' | tail -1 || true)
+    reason=$(printf '%s' "$reason" | sed 's/^[[:space:]]*//; s/^ERROR: //' | cut -c1-120)
     log "no Docker engine answers (${reason:-docker info failed}): training on this machine (--host). Start one, or set DOCKER_HOST, to train in a container."
 else
     pull_error=

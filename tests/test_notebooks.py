@@ -64,3 +64,36 @@ def test_readme_demo_without_an_engine_says_why_and_trains_here(tmp_path, home):
     assert "/nonexistent/docker.sock" in reason and "training on this machine (--host)" in reason and "DOCKER_HOST" in reason
     assert "(--host) from an IPython kernel, which then exits" in out
     assert "backend    host" in out and "status     completed" in out
+
+
+def test_readme_demo_names_why_with_debians_docker_client(docker_client, tmp_path, home):
+    """Debian bookworm's docker 20.10 prints 'Cannot connect …' on stdout and only 'errors pretty printing
+    info' on stderr: the demo's one line must still say why (the client is the real one, from the
+    remote-host image that .ci/run builds with Debian's docker.io)."""
+    import io
+    import tarfile
+
+    from remote_host import IMAGE as DEBIAN_DOCKER_IMAGE
+
+    try:
+        docker_client.images.get(DEBIAN_DOCKER_IMAGE)
+    except Exception as exc:  # noqa: BLE001
+        if IN_CI:
+            pytest.fail(f"{DEBIAN_DOCKER_IMAGE} must exist in CI: {exc}")
+        pytest.skip(f"{DEBIAN_DOCKER_IMAGE} missing (bash .ci/build-remote-host-image builds it)")
+    container = docker_client.containers.create(DEBIAN_DOCKER_IMAGE, "true")
+    try:
+        stream, _ = container.get_archive("/usr/bin/docker")
+        tarfile.open(fileobj=io.BytesIO(b"".join(stream))).extractall(tmp_path / "bin", filter="data")
+    finally:
+        container.remove(force=True)
+    client = subprocess.run([tmp_path / "bin" / "docker", "--version"], capture_output=True, text=True)
+    assert "20.10" in client.stdout, client.stdout
+    out = run_demo(
+        tmp_path / "demo",
+        DOCKER_HOST="unix:///nonexistent/docker.sock",
+        PATH=f"{tmp_path / 'bin'}:{os.environ['PATH']}",
+    )
+    reason = next(line for line in out.splitlines() if "no Docker engine answers" in line)
+    assert "Cannot connect to the Docker daemon at unix:///nonexistent/docker.sock" in reason, reason
+    assert "errors pretty printing" not in reason and "(--host) from an IPython kernel" in out
