@@ -104,6 +104,30 @@ def parse_workdir(workdir: str | None) -> str:
     return path
 
 
+def parse_remote_workdir(workdir: str | None) -> str:
+    """A directory on a remote Docker host ("" when none is given: the container's own volume).
+    It is that machine's path, so nothing here can check it exists; it must be absolute and plain."""
+    if not workdir:
+        return ""
+    parts = workdir.split("/")
+    if not workdir.startswith("/") or workdir == "/" or ".." in parts or not all(32 <= ord(c) <= 126 for c in workdir) or len(workdir) > 1024:
+        raise InvalidOption(
+            f"--workdir {workdir[:80]!r} is not an absolute directory of the remote host",
+            "give a path such as /data/me/project (on the host), or leave it out to use a volume there",
+        )
+    return workdir.rstrip("/")
+
+
+def parse_sync(directory: str | None) -> str | None:
+    """A local directory to copy up to a remote host's workdir before the job starts."""
+    if not directory:
+        return None
+    path = os.path.abspath(os.path.expanduser(directory))
+    if not os.path.isdir(path):
+        raise InvalidOption(f"--sync {path!r} is not a directory", "name a local directory to copy up")
+    return path
+
+
 def parse_notify(url: str | None) -> str | None:
     """A URL to POST to when the job ends: http or https, a host, printable ASCII only (percent-encode
     the rest), no user name or password in it. A bad one is shown by its scheme and host alone (a

@@ -140,7 +140,9 @@ def submit(args, script_args: list[str], store: JobStore) -> int:
         script = Path(args.script).read_text()
     except (OSError, UnicodeDecodeError) as exc:
         raise TrainerError(f"cannot read the script {args.script} ({getattr(exc, 'strerror', None) or exc})") from None
-    spec = dataclasses.replace(detached_spec(script, vars(args), configured_defaults(), script_args), from_cell=False)
+    defaults = configured_defaults()
+    hosts = defaults.pop("docker_hosts", {})
+    spec = dataclasses.replace(detached_spec(script, vars(args), defaults, script_args, hosts), from_cell=False)
     submission = submit_detached(spec, name=args.name, rerun=bool(args.rerun), store=store, label=Path(args.script).stem)
     if submission.attached:
         print(submission.message)
@@ -164,7 +166,10 @@ def configured_defaults() -> dict:
     except Exception as exc:  # the user's own file: say where, in one line
         raise TrainerError(f"cannot read {profile / 'ipython_config.py'} ({exc.__class__.__name__}: {exc})") from None
     section = config.get("TrainerMagics", {})
-    return {option.dest: section[option.dest] for option in configurable(DETACHED) if option.dest in section}
+    defaults = {option.dest: section[option.dest] for option in configurable(DETACHED) if option.dest in section}
+    if isinstance(section.get("docker_hosts"), dict):  # names for --docker-host
+        defaults["docker_hosts"] = dict(section["docker_hosts"])
+    return defaults
 
 
 def main(argv: list[str] | None = None) -> int:

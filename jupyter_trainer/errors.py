@@ -42,6 +42,15 @@ class BackendUnavailable(TrainerError):
     """The runtime (Docker engine, SageMaker SDK, AWS) cannot be reached or used."""
 
 
+class Unreachable(BackendUnavailable):
+    """A remote Docker host cannot be reached just now (a laptop offline, a VPN down, the host
+    rebooting): its jobs keep their status, and say since when it could not be reached."""
+
+    def __init__(self, host: str, message: str, hint: str | None = None):
+        self.host = host
+        super().__init__(message, hint)
+
+
 class ImageNotFound(TrainerError):
     """The container image does not exist locally and could not be pulled."""
 

@@ -10,7 +10,7 @@ from typing import Iterator
 
 from . import backends as _backends
 from .backends.base import Backend, notification_check
-from .errors import BackendUnavailable, InvalidOption, StoreError, TrainerError
+from .errors import BackendUnavailable, InvalidOption, StoreError, TrainerError, Unreachable
 from . import _fs
 from .jobs import JobRecord, Observation, Status, describe_exit_code, parse_notification, resolve
 from .logs import LogCursor, LogSource, MetricParser, clean_line, read_all_lines, tail_lines
@@ -303,6 +303,12 @@ class Job:
             return Observation(alive=True, started=False)
         try:
             return self.backend_impl().observe(self.record, self.run_dir)
+        except Unreachable as error:
+            # the host may be down or this machine offline: that says nothing of the job, which
+            # keeps its status and says since when its host could not be reached
+            said = f"cannot reach {error.host} since "
+            since = self.record.reason if self.record.reason.startswith(said) else said + time.strftime("%Y-%m-%d %H:%M:%S")
+            return Observation(alive=None, why_gone=since)
         except BackendUnavailable as error:
             return Observation(alive=None, why_gone=str(error))
 

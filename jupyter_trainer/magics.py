@@ -9,7 +9,7 @@ import time
 from IPython.core.error import UsageError
 from IPython.core.magic import Magics, cell_magic, line_magic, magics_class
 from IPython.core.magic_arguments import MagicArgumentParser, argument, magic_arguments
-from traitlets import Bool, Int, List, Unicode
+from traitlets import Bool, Dict, Int, List, Unicode
 
 from . import summary, surface
 from .errors import TrainerError
@@ -109,6 +109,9 @@ class TrainerMagics(Magics):
     vars().update(config_traits(DETACHED + SAGEMAKER))  # image, container, ..., instance_type, output_path
     widget = Bool(True, help="display the widget (False: print a summary, as --no-widget)").tag(config=True)
     log_lines = Int(200, help="how many log lines the widget and %train_logs show").tag(config=True)
+    docker_hosts = Dict(
+        value_trait=Unicode(), help='Docker hosts by name, for --docker-host NAME: {"gpu1": "ssh://me@gpu1"}'
+    ).tag(config=True)
 
     def _store(self) -> JobStore:
         return JobStore()
@@ -124,7 +127,7 @@ class TrainerMagics(Magics):
     def train_detached(self, line, cell):
         words, script_args = options_and_arguments(line)
         args = DETACHED_PARSER.parse_args(words)
-        self._submit(detached_spec(cell, vars(args), self._config(DETACHED), script_args), args)
+        self._submit(detached_spec(cell, vars(args), self._config(DETACHED), script_args, self.docker_hosts), args)
 
     @cell_magic
     @documented("sagemaker_fit", SAGEMAKER_PARSER)

@@ -20,7 +20,7 @@ import argparse
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Mapping
 
-from .checks import parse_container, parse_env, parse_gpus, parse_image, parse_interpreter, parse_notify, parse_workdir
+from .checks import parse_container, parse_env, parse_gpus, parse_image, parse_interpreter, parse_notify, parse_sync
 
 
 @dataclass(frozen=True)
@@ -78,9 +78,10 @@ DETACHED = (
         config=True, parse=parse_container, backends=CONTAINER,
     ),
     Option(
-        "workdir", "--workdir", "host directory mounted at /workspace; the job's working directory", "DIR",
-        config=True, parse=parse_workdir,
-    ),
+        "workdir", "--workdir", "host directory mounted at /workspace; the job's working directory "
+        "(on a remote Docker host: a directory there; default a volume there)", "DIR",
+        config=True,
+    ),  # parsed by the spec builder: a local directory, or one of the remote host (see spec.build_spec)
     Option(
         "gpus", "--gpus", "'all', a count, or device ids (0,1), as docker run --gpus", "SPEC",
         config=True, parse=parse_gpus, backends=CONTAINER,
@@ -96,6 +97,15 @@ DETACHED = (
     Option(
         "stop_container_when_done", "--stop-container-when-done", "stop the container when the job ends, releasing its GPUs",
         kind="switch", config=True, default=False, backends=CONTAINER,
+    ),
+    Option(
+        "docker_host", "--docker-host", "the Docker engine: ssh://USER@HOST, tcp://HOST:2376 (TLS), unix:///PATH, "
+        "a name from TrainerMagics.docker_hosts, or a Docker context (default: DOCKER_HOST, the current context)",
+        "URL|NAME", config=True, backends=CONTAINER,
+    ),
+    Option(
+        "sync", "--sync", "copy a local directory to the job's workdir on a remote Docker host before the job starts", "DIR",
+        parse=parse_sync, backends=CONTAINER,
     ),
     Option("host", "--host", "no container: run the job as a detached process on this machine", kind="switch", config=True, default=False),
     NOTIFY,

@@ -1,6 +1,7 @@
 """What a `%%train_detached` cell asks for, parsed and checked.
 
-Pure logic: turns option strings into a `DetachedSpec`, and a spec into the
+Logic alone but for one look at which Docker engine is chosen (the environment
+and the docker CLI's config, as the CLI reads them): turns option strings into a `DetachedSpec`, and a spec into the
 non-secret options kept in the record plus a fingerprint that tells whether a
 re-run cell is the same cell. Environment values and the --notify URL are
 secrets: they reach the job's (or its supervisor's) process and nothing else;
@@ -15,7 +16,14 @@ import json
 from dataclasses import MISSING, dataclass, field, fields
 from typing import Any, Iterable, Mapping
 
-from .checks import Metric, parse_metrics, shown_url
+from .checks import (
+    Metric,
+    parse_metrics,
+    parse_remote_workdir,
+    parse_workdir,
+    shown_url,
+)
+from .docker_hosts import LOCAL_SOCKET, resolve
 from .errors import InvalidOption
 from .options import DETACHED, DETACHED_BACKENDS, DetachedBackend, settle
 
@@ -86,6 +94,9 @@ class DetachedSpec:
     args: tuple[str, ...] = added_field(())  # the script's arguments (after `--`)
     notify: str | None = secret(added=True, default=None)  # the URL told when the job ends
     from_cell: bool = added_field(True)  # a cell's script (its line 1 is the magic's), or a file's
+    engine: dict | None = added_field(None)  # the Docker engine (engines.Engine.to_dict); None: the local socket
+    sync: str | None = added_field(None)  # a local directory copied to a remote host's workdir first
+
 
     def public_options(self) -> dict:
         """The options as stored and shown: environment keys, never values."""
@@ -109,10 +120,12 @@ def cell_fingerprint(key: bytes, script: str, backend: str, options: dict, rerun
     return hmac.new(key, canonical.encode(), hashlib.sha256).hexdigest()
 
 
-def build_spec(script: str, *, args: Iterable[str] = (), metrics: Iterable[str] = (), **values: Any) -> DetachedSpec:
+def build_spec(
+    script: str, *, args: Iterable[str] = (), metrics: Iterable[str] = (), hosts: Mapping[str, str] | None = None, **values: Any
+) -> DetachedSpec:
     """A detached spec from option values (by option name; one not given takes its default): the
     backend is the one whose switch is on, else the default one; it must be given only options it
-    takes, and one of those it cannot do without."""
+    takes, and one of those it cannot do without. `hosts`: the named Docker hosts (docker_hosts)."""
     values = cell_values(script, DETACHED, values)
     backend = chosen_backend(values)
     _refuse_options_not_taken(backend, values)
@@ -120,7 +133,24 @@ def build_spec(script: str, *, args: Iterable[str] = (), metrics: Iterable[str] 
         raise InvalidOption(*backend.missing)
     held = {spec_field.name for spec_field in fields(DetachedSpec)}
     parsed = {dest: value for dest, value in parse_declared(DETACHED, values).items() if dest in held}
+    engine = _engine(values["docker_host"], hosts) if backend.name == "docker" else None
+    parsed["engine"] = engine.to_dict() if engine is not None else None
+    remote = engine is not None and engine.remote
+    # the workdir is a directory of the machine the job runs on
+    parsed["workdir"] = parse_remote_workdir(values["workdir"]) if remote else parse_workdir(values["workdir"])
+    if parsed.get("sync") and not remote:
+        raise InvalidOption(
+            "--sync copies a directory to a remote Docker host, and this engine runs here",
+            "drop --sync: --workdir is mounted into the container as it is",
+        )
     return DetachedSpec(script=script, backend=backend.name, metrics=parse_metrics(metrics), args=tuple(args), **parsed)
+
+
+def _engine(given: str | None, hosts: Mapping[str, str] | None):
+    """The Docker engine chosen now (None: the local socket, as before engines could be chosen, so
+    that those cells keep their fingerprints)."""
+    engine = resolve(given, dict(hosts or {}))
+    return None if engine.url == LOCAL_SOCKET and not engine.name else engine
 
 
 def cell_values(script: str, options, values: Mapping[str, Any]) -> dict[str, Any]:
@@ -160,7 +190,9 @@ def _flag(dest: str | None) -> str:
     return next(option.flag for option in DETACHED if option.dest == dest)
 
 
-def detached_spec(script: str, given: Mapping[str, Any], config: Mapping[str, Any], args: Iterable[str] = ()) -> DetachedSpec:
+def detached_spec(
+    script: str, given: Mapping[str, Any], config: Mapping[str, Any], args: Iterable[str] = (), hosts: Mapping[str, str] | None = None
+) -> DetachedSpec:
     """A `%%train_detached` cell, or `jupyter-trainer submit`: its flags (`given`, by option name,
     None where not given) and the configured defaults. A flag always wins over config: a flagged
     option of another backend (--image) overrides a configured switch (--host), as a flagged
@@ -171,7 +203,7 @@ def detached_spec(script: str, given: Mapping[str, Any], config: Mapping[str, An
     switches = {other.switch: other is backend for other in DETACHED_BACKENDS if other.switch}
     taken = {option.dest for option in DETACHED if option.taken_by(backend.name)} - set(switches)
     values = settle(DETACHED, {**given, **switches}, {dest: value for dest, value in config.items() if dest in taken})
-    return build_spec(script, **values, metrics=metrics, args=args)
+    return build_spec(script, **values, metrics=metrics, args=args, hosts=hosts)
 
 
 def _chosen_with_config(given: Mapping[str, Any], config: Mapping[str, Any]) -> DetachedBackend:

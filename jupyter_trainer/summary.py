@@ -10,13 +10,15 @@ from typing import Iterable
 
 from . import surface
 from .backends import DEFAULT, Backends, UnknownBackend
+from .docker_hosts import Engine
 from .errors import TrainerError
 from .jobs import JobRecord, describe_outcome, format_duration
 from .resources import Usage
 from .resources import describe as describe_usage
 from .resources import as_json as resources_json
 
-COLUMNS = ("name", "backend", "status", "started", "duration", "exit code")
+COLUMNS = ("name", "backend", "host", "status", "started", "duration", "exit code")
+UNREACHABLE = "cannot reach "  # how a job's reason begins while its host cannot be reached (see Job._observe)
 
 
 def format_time(timestamp: float | None) -> str:
@@ -43,6 +45,23 @@ def facts(record: JobRecord, backends: Backends | None = None) -> list[str]:
         return []
 
 
+def docker_host(record: JobRecord) -> str | None:
+    """The Docker host a Docker job runs on, by the name the user chose it by ("local": this
+    machine's engine); None for the other backends."""
+    if record.backend != "docker":
+        return None
+    engine = Engine.of(record.options.get("engine"))
+    return engine.label if engine is not None else "local"
+
+
+def host_cell(record: JobRecord) -> str:
+    """The host column: the Docker host, and whether it cannot be reached now."""
+    host = docker_host(record) or "-"
+    if not record.status.is_final and record.reason.startswith(UNREACHABLE):
+        return f"{host} (unreachable since {record.reason.rpartition(' since ')[2]})"
+    return host
+
+
 def run_label(record: JobRecord) -> str:
     """The job's name, and which run when it is not the first."""
     return record.name if record.run == 1 else f"{record.name} (run {record.run})"
@@ -54,6 +73,7 @@ def record_row(record: JobRecord) -> tuple[str, ...]:
     return (
         name,
         record.backend,
+        host_cell(record),
         record.status.value,
         format_time(record.started_at or record.created_at),
         format_duration(record.duration),
@@ -132,6 +152,7 @@ def status_json(record: JobRecord, usage: Usage | None = None) -> dict:
         "ended_at": record.ended_at,
         "duration": record.duration,
         "where": where(record),
+        **({"host": docker_host(record)} if docker_host(record) else {}),
         "options": record.options,
         **({"notification": record.notification} if record.notification else {}),
         **({"resources": resources_json(usage)} if usage is not None else {}),

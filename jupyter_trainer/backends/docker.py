@@ -19,11 +19,13 @@ import re
 import shutil
 import socket
 import tarfile
+import tempfile
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
-from ..errors import BackendUnavailable, ImageNotFound, InvalidOption, RunFileError, TrainerError
+from ..errors import BackendUnavailable, ImageNotFound, InvalidOption, RunFileError, TrainerError, Unreachable
 from ..jobs import NAME_PATTERN, JobRecord, Observation
 from ..resources import NVIDIA_SMI_QUERY, Usage, parse_nvidia_smi
 from ..spec import DetachedSpec
@@ -60,6 +62,8 @@ from .in_container import (
     runs_supervisor,
     stops_on_term,
 )
+from ..docker_hosts import Engine, resolve
+from .engines import Reachability, connect
 from .links import link_run, unlink_run
 
 MOUNTED_JOBS_DIR = "/jupyter_trainer/jobs"  # where containers we create see their runs' files
@@ -137,15 +141,24 @@ def gpu_requests(gpus: str | None) -> list:
     return [DeviceRequest(count=int(gpus), capabilities=[["gpu"]])]
 
 
-def _engine_location() -> str:
-    return os.environ.get("DOCKER_HOST") or "unix:///var/run/docker.sock"
+def engine_errors() -> tuple[type[BaseException], ...]:
+    """What a call to an engine raises when the engine, or the way to it, fails (SSH's own errors
+    are not OSErrors)."""
+    import docker
+
+    errors: tuple[type[BaseException], ...] = (docker.errors.DockerException, OSError, EOFError)
+    try:
+        import paramiko
+    except ImportError:
+        return errors
+    return (*errors, paramiko.SSHException)
 
 
-def _unreachable() -> BackendUnavailable:
-    return BackendUnavailable(
-        f"no Docker engine reachable at {_engine_location()}",
-        "start Docker or set DOCKER_HOST, or use --host to run without a container",
-    )
+def unreachable(engine: Engine, cause: BaseException | None = None) -> BackendUnavailable:
+    """The engine did not answer: for a remote host, an Unreachable that names it."""
+    if engine.remote:
+        return Unreachable(engine.label, f"cannot reach the Docker engine on {engine.label}")
+    return engine.unreachable(cause)
 
 
 class DockerBackend:
@@ -155,69 +168,109 @@ class DockerBackend:
     has_containers = True
 
     def __init__(self):
-        self._clients: dict[str, object] = {}  # by engine location: DOCKER_HOST is read at each use, as the CLI does
+        self._clients: dict[str, object] = {}  # by engine URL: each job names its engine
+        self._clients_lock = threading.Lock()
+        self._reach = Reachability()
         self._pinged: dict[str, float] = {}
         self._without_gpus: set[str] = set()  # containers found to have no nvidia-smi
         self._gpus_silent_until: dict[str, float] = {}  # containers whose nvidia-smi did not answer
 
     # -- the engine --------------------------------------------------------
 
+    def engine_of(self, record: JobRecord) -> Engine:
+        """The engine the job runs on, as its record names it. A record from before engines could be
+        chosen names none: then the engine the environment chooses, as it was then."""
+        return Engine.of(record.options.get("engine")) or self._default_engine()
+
+    def _spec_engine(self, spec: DetachedSpec) -> Engine:
+        return Engine.of(spec.engine) or self._default_engine()
+
+    @staticmethod
+    def _default_engine() -> Engine:
+        try:
+            return resolve(None)
+        except InvalidOption as exc:  # a DOCKER_CONTEXT that names nothing
+            raise BackendUnavailable(str(exc)) from None
+
+    def client_of(self, engine: Engine):
+        """The client of an engine, made on first use. An engine that failed a moment ago is not
+        asked again before RETRY_AFTER_SECONDS: a host that is down costs every poll nothing."""
+        with self._clients_lock:
+            client = self._clients.get(engine.url)
+        if client is not None:
+            return client
+        if self._reach.resting(engine):
+            raise unreachable(engine)
+        try:
+            client = connect(engine)
+        except BackendUnavailable as exc:
+            self._reach.failed(engine)
+            raise unreachable(engine, exc.__cause__) from exc
+        with self._clients_lock:
+            return self._clients.setdefault(engine.url, client)
+
     @property
     def client(self):
-        location = _engine_location()
-        if location not in self._clients:
-            import docker
+        """The client of the engine the environment chooses (for what no job names)."""
+        return self.client_of(self._default_engine())
 
-            try:
-                self._clients[location] = docker.from_env()
-            except docker.errors.DockerException as exc:
-                raise _unreachable() from exc
-        return self._clients[location]
+    def _lost(self, engine: Engine, exc: BaseException | None = None) -> BackendUnavailable:
+        """A call to the engine failed on the way: its client is dropped (an SSH connection that died
+        stays dead; the next call makes a new one), and the error says which host."""
+        self._reach.failed(engine)
+        with self._clients_lock:
+            client = self._clients.pop(engine.url, None)
+        if client is not None:
+            with contextlib.suppress(Exception):
+                client.close()
+        return unreachable(engine, exc)
 
-    def _engine_error(self, exc: Exception, doing: str) -> TrainerError:
+    def _engine_error(self, exc: Exception, doing: str, engine: Engine) -> TrainerError:
         import docker
 
         if isinstance(exc, docker.errors.APIError):
             detail = exc.explanation or str(exc)
             return TrainerError(f"Docker refused to {doing}: {detail}")
+        self._lost(engine, exc)
+        if engine.remote:
+            return Unreachable(engine.label, f"cannot reach the Docker engine on {engine.label} while trying to {doing}", "check the host and your connection to it; the job's record is kept")
         return BackendUnavailable(
-            f"lost contact with the Docker engine at {_engine_location()} while trying to {doing}",
+            f"lost contact with the Docker engine at {engine.url} while trying to {doing}",
             "check that Docker is running",
         )
 
     # -- launching ---------------------------------------------------------
 
     def preflight(self, spec: DetachedSpec) -> None:
-        import docker
-
-        location = _engine_location()
-        if time.monotonic() - self._pinged.get(location, float("-inf")) < PING_VALID_SECONDS:
+        engine = self._spec_engine(spec)
+        if time.monotonic() - self._pinged.get(engine.url, float("-inf")) < PING_VALID_SECONDS:
             return
         try:
-            self.client.ping()
-            self._pinged[location] = time.monotonic()
-        except (docker.errors.DockerException, OSError) as exc:
-            self._clients.pop(location, None)
-            raise _unreachable() from exc
+            self.client_of(engine).ping()
+            self._pinged[engine.url] = time.monotonic()
+        except engine_errors() as exc:
+            raise self._lost(engine, exc) from exc
+        self._reach.answered(engine)
 
     def prepare(self, run_dir: Path, spec: DetachedSpec) -> None:
         prepare_supervised_run(run_dir, spec.script, spec.from_cell)
 
     def launch(self, record: JobRecord, run_dir: Path, spec: DetachedSpec) -> DockerRuntime:
-        import docker
-
+        engine = self._spec_engine(spec)
         try:
-            return self._start(record, run_dir, spec)
+            return self._start(record, run_dir, spec, engine)
         except TrainerError:
             raise
-        except (docker.errors.DockerException, OSError) as exc:
-            raise self._engine_error(exc, "start the job") from exc
+        except engine_errors() as exc:
+            raise self._engine_error(exc, "start the job", engine) from exc
 
-    def _start(self, record: JobRecord, run_dir: Path, spec: DetachedSpec) -> DockerRuntime:
+    def _start(self, record: JobRecord, run_dir: Path, spec: DetachedSpec, engine: Engine) -> DockerRuntime:
         jobs_dir = run_dir.parent.parent
-        container = self._ensure_container(spec, jobs_dir)
+        client = self.client_of(engine)
+        container = self._ensure_container(spec, jobs_dir, client, engine)
         relative = f"{record.name}/{record.run}"
-        shared_dir = self._store_mount(container, jobs_dir)
+        # a remote engine's containers cannot see this machine's store: the files are copied in
+        shared_dir = None if engine.remote else self._store_mount(container, jobs_dir)
         if shared_dir is not None and not link_run(shared_dir, record.name, record.run, run_dir, RUN_FILES):
             shared_dir = None  # no hard links here: copy the files in instead
         if shared_dir is not None:
@@ -228,6 +281,8 @@ class DockerBackend:
             inner_run_dir = f"{SHIPPED_JOBS_DIR}/{store_id}/{relative}"
             self._ship(container, run_dir, inner_run_dir)
         ours = container.labels.get(LABEL) == "1"
+        if spec.sync:
+            sync_directory(container, spec.sync, WORKSPACE if ours else container.attrs["Config"].get("WorkingDir") or "/")
         command = [
             "sh", f"{inner_run_dir}/{SUPERVISOR_FILE}", inner_run_dir, str(STOP_GRACE_SECONDS),
             "1" if spec.stop_container_when_done else "0",
@@ -235,7 +290,7 @@ class DockerBackend:
         ]  # fmt: skip
         try:
             given = notify_input(record, run_dir, spec.notify)
-            exec_id = self.client.api.exec_create(
+            exec_id = client.api.exec_create(
                 container.id,
                 command,
                 stdin=bool(given),
@@ -245,9 +300,9 @@ class DockerBackend:
                 workdir=WORKSPACE if ours else None,
             )["Id"]
             if given:  # handed to the supervisor on its stdin, then let go: it goes on detached
-                give_stdin(self.client.api.exec_start(exec_id, socket=True), given)
+                give_stdin(client.api.exec_start(exec_id, socket=True), given)
             else:
-                self.client.api.exec_start(exec_id, detach=True)
+                client.api.exec_start(exec_id, detach=True)
         except BaseException:
             if shared_dir is not None:
                 unlink_run(shared_dir, record.name, record.run, RUN_FILES)  # the store discards the run
@@ -262,19 +317,25 @@ class DockerBackend:
             shared_dir=shared_dir.name if shared_dir is not None else None,
         )
 
-    def _ensure_container(self, spec: DetachedSpec, jobs_dir: Path):
+    def _ensure_container(self, spec: DetachedSpec, jobs_dir: Path, client, engine: Engine):
         import docker
 
         name = spec.container or default_container_name(spec.image, spec.workdir)
         try:
-            container = self.client.containers.get(name)
+            container = client.containers.get(name)
         except docker.errors.NotFound:
             if not spec.image:
+                where = f" on {engine.label}" if engine.remote else ""
                 raise InvalidOption(
-                    f"no container named {name!r}", "pass --image IMAGE to create it, or name a running container"
+                    f"no container named {name!r}{where}", "pass --image IMAGE to create it, or name a running container"
                 ) from None
-            container = self._create_container(name, spec, jobs_dir)
-        self._check_reusable(container, spec, jobs_dir)
+            if engine.remote:
+                container = self._create_remote_container(name, spec, jobs_dir, client)
+            else:
+                container = self._create_container(name, spec, jobs_dir, client)
+        if not engine.remote:  # a remote host cannot reach this machine's store, whatever it mounts
+            self._check_store_unreachable(container, jobs_dir)
+        self._check_gpus(container, spec)
         if container.status != "running":
             if container.labels.get(LABEL) != "1":
                 raise InvalidOption(
@@ -300,9 +361,8 @@ class DockerBackend:
             f"start it with docker run --init, or drop the option and stop it afterwards with docker stop {container.name}",
         )
 
-    def _check_reusable(self, container, spec: DetachedSpec, jobs_dir: Path) -> None:
-        """An existing container is reused as it is, unless it can reach the job store (see
-        store_mounts) or lacks GPUs, which cannot be given to it afterwards."""
+    def _check_store_unreachable(self, container, jobs_dir: Path) -> None:
+        """An existing container is reused as it is, unless it can reach the job store (see store_mounts)."""
         home = jobs_dir.parent
         attrs = container.attrs
         mounts = [
@@ -324,6 +384,9 @@ class DockerBackend:
                 "so a job in it could read or change every job's files",
                 f"remove it (docker rm -f {container.name}) and the next job creates a safe one, or use a container that does not mount {home}",
             )
+
+    def _check_gpus(self, container, spec: DetachedSpec) -> None:
+        """GPUs cannot be given to a container afterwards."""
         labels = container.labels
         if spec.gpus and labels.get(LABEL) == "1" and labels.get(LABEL_GPUS, "") != spec.gpus:
             raise InvalidOption(
@@ -331,15 +394,13 @@ class DockerBackend:
                 f"stop and remove it (docker rm -f {container.name}) or choose another --container",
             )
 
-    def _create_container(self, name: str, spec: DetachedSpec, jobs_dir: Path):
-        import docker
-
+    def _create_container(self, name: str, spec: DetachedSpec, jobs_dir: Path, client):
         home = jobs_dir.parent
         if store_mounts.is_inside(spec.workdir, str(home)):
             raise InvalidOption(
                 f"--workdir {spec.workdir} is inside the job store ({home})", "choose a directory outside it"
             )
-        self._ensure_image(spec.image)
+        self._ensure_image(spec.image, client)
         own_dir = JobStore(home).container_dir(name)
         # the store may lie inside the workspace (a notebook in ~): cover it, and pin the way to it
         try:
@@ -353,8 +414,25 @@ class DockerBackend:
         volumes.update({pin.source: {"bind": pin.destination, "mode": "rw"} for pin in needed.pins})
         volumes[str(own_dir)] = {"bind": MOUNTED_JOBS_DIR, "mode": "rw"}
         make_private_dir(own_dir)
+        return self._run_container(client, name, spec, jobs_dir, volumes, tmpfs={cover: "ro,size=4k,mode=0500" for cover in needed.covers})
+
+    def _create_remote_container(self, name: str, spec: DetachedSpec, jobs_dir: Path, client):
+        """A container on another machine: its workdir is a directory there (--workdir) or a volume
+        of its own, and its runs' files are kept on a volume of its own there, so that they outlive
+        both the container and the laptop that started the job."""
+        self._ensure_image(spec.image, client)
+        workspace = spec.workdir or f"{name}-workspace"
+        volumes = {
+            workspace: {"bind": WORKSPACE, "mode": "rw"},
+            f"{name}-runs": {"bind": SHIPPED_JOBS_DIR, "mode": "rw"},
+        }
+        return self._run_container(client, name, spec, jobs_dir, volumes, tmpfs={})
+
+    def _run_container(self, client, name: str, spec: DetachedSpec, jobs_dir: Path, volumes: dict, tmpfs: dict):
+        import docker
+
         try:
-            return self.client.containers.run(
+            return client.containers.run(
                 spec.image,
                 KEEP_ALIVE,
                 name=name,
@@ -368,14 +446,14 @@ class DockerBackend:
                     LABEL_WORKDIR: spec.workdir,
                     LABEL_GPUS: spec.gpus or "",
                 },
-                tmpfs={cover: "ro,size=4k,mode=0500" for cover in needed.covers},
-                # a job's --notify URL on this machine is reachable from inside as host.docker.internal
+                tmpfs=tmpfs,
+                # a job's --notify URL on the engine's machine is reachable from inside as host.docker.internal
                 extra_hosts={"host.docker.internal": "host-gateway"},
                 device_requests=gpu_requests(spec.gpus),
             )
         except docker.errors.APIError as exc:
             if exc.status_code == 409:  # another process is creating it this moment
-                return self._wait_for_container(name)
+                return self._wait_for_container(name, client)
             detail = exc.explanation or str(exc)
             if spec.gpus and "gpu" in str(detail).lower():
                 raise BackendUnavailable(
@@ -384,29 +462,29 @@ class DockerBackend:
                 ) from exc
             raise TrainerError(f"Docker could not create container {name!r}: {detail}") from exc
 
-    def _wait_for_container(self, name: str, timeout: float = 30.0):
+    def _wait_for_container(self, name: str, client, timeout: float = 30.0):
         import docker
 
         # the engine reserves the name before the container can be inspected
         deadline = time.monotonic() + timeout
         while True:
             try:
-                return self.client.containers.get(name)
+                return client.containers.get(name)
             except docker.errors.NotFound:
                 if time.monotonic() > deadline:
                     raise TrainerError(f"container {name!r} is being created by another process and has not appeared")
                 time.sleep(0.1)
 
-    def _ensure_image(self, image: str) -> None:
+    def _ensure_image(self, image: str, client) -> None:
         import docker
 
         try:
-            self.client.images.get(image)
+            client.images.get(image)
             return
         except docker.errors.ImageNotFound:
             pass
         try:
-            self.client.images.pull(image)
+            client.images.pull(image)
         except docker.errors.DockerException as exc:
             detail = getattr(exc, "explanation", None) or str(exc)
             raise ImageNotFound(
@@ -447,10 +525,11 @@ class DockerBackend:
         import docker
 
         runtime = DockerRuntime.of(record)
-        label = runtime.container_name
+        engine = self.engine_of(record)
+        label = runtime.container_name + (f" on {engine.label}" if engine.remote else "")
         try:
             try:
-                container = self.client.containers.get(runtime.container_id)
+                container = self.client_of(engine).containers.get(runtime.container_id)
             except docker.errors.NotFound:
                 facts = read_supervisor_facts(run_dir) if runtime.mounted else SupervisorFacts()
                 self._release(record, run_dir)
@@ -468,8 +547,9 @@ class DockerBackend:
             )  # fmt: skip
         except TrainerError:
             raise
-        except (docker.errors.DockerException, OSError) as exc:
-            raise BackendUnavailable(f"cannot reach the Docker engine at {_engine_location()}") from exc
+        except engine_errors() as exc:
+            raise self._lost(engine, exc) from exc
+        self._reach.answered(engine)
         if orphaned:  # it can no longer record its exit code
             return Observation(alive=True, started=True)
         if facts.exit_code is not None and not supervised:  # the job can write it too: it counts once the supervisor is gone
@@ -487,7 +567,7 @@ class DockerBackend:
         elif restarted:
             why = f"container {label} restarted while the job ran; its processes did not survive"
         else:
-            why = "the job's supervisor process ended without recording an exit code" + self._exec_outcome(runtime.exec_id)
+            why = "the job's supervisor process ended without recording an exit code" + self._exec_outcome(container, runtime.exec_id)
         return Observation(alive=False, why_gone=why)
 
     def _release(self, record: JobRecord, run_dir: Path) -> None:
@@ -496,13 +576,11 @@ class DockerBackend:
         if shared is not None:
             unlink_run(JobStore.of_run(run_dir).container_dir(shared), record.name, record.run, RUN_FILES)
 
-    def _exec_outcome(self, exec_id: str) -> str:
+    def _exec_outcome(self, container, exec_id: str) -> str:
         """How the supervisor's exec ended, in words, when the engine still knows."""
-        import docker
-
         try:
-            code = self.client.api.exec_inspect(exec_id).get("ExitCode")
-        except (docker.errors.DockerException, OSError):
+            code = container.client.api.exec_inspect(exec_id).get("ExitCode")
+        except engine_errors():
             return " (was it killed?)"
         if code in (None, 0, 137, 143):
             return " (was it killed?)"
@@ -512,7 +590,7 @@ class DockerBackend:
         import docker
 
         try:
-            return bool(self.client.api.exec_inspect(runtime.exec_id).get("Running"))
+            return bool(container.client.api.exec_inspect(runtime.exec_id).get("Running"))
         except docker.errors.NotFound:
             # The engine restarted and forgot its execs. With live-restore the container and the
             # processes in it lived on: look for the supervisor among them.
@@ -537,11 +615,13 @@ class DockerBackend:
         runtime = DockerRuntime.of(record)
         if runtime.mounted:
             return FileLogSource(run_dir / LOG_FILE)
-        return ContainerLogSource(self, runtime.container_id, f"{runtime.run_dir}/{LOG_FILE}")
+        return ContainerLogSource(self, self.engine_of(record), runtime.container_id, f"{runtime.run_dir}/{LOG_FILE}")
 
     def describe_where(self, record: JobRecord) -> str:
         name = record.runtime.get("container_name") if isinstance(record.runtime.get("container_name"), str) else None
-        return f"container {name or record.options.get('container') or '?'}"
+        engine = Engine.of(record.options.get("engine"))
+        on = f" on {engine.label}" if engine is not None and engine.remote else ""
+        return f"container {name or record.options.get('container') or '?'}{on}"
 
     def describe_facts(self, record: JobRecord) -> list[str]:
         return []  # the status and exit code say it all
@@ -555,7 +635,7 @@ class DockerBackend:
         if not record.runtime:
             return None
         try:
-            container = self.client.containers.get(DockerRuntime.of(record).container_id)
+            container = self.client_of(self.engine_of(record)).containers.get(DockerRuntime.of(record).container_id)
             if container.status != "running":
                 return None
             stats = container.stats(stream=False, one_shot=True)
@@ -637,17 +717,18 @@ class DockerBackend:
         import docker
 
         runtime = DockerRuntime.of(record)
+        engine = self.engine_of(record)
         try:
             try:
-                target = self.client.containers.get(runtime.container_id)
+                target = self.client_of(engine).containers.get(runtime.container_id)
             except docker.errors.NotFound:
                 return
             if target.status == "running" and not record.status.is_final:
                 self._stop_job(target, record, run_dir)
             if container:
                 target.stop(timeout=STOP_GRACE_SECONDS)
-        except (docker.errors.DockerException, OSError) as exc:
-            raise self._engine_error(exc, "stop the job") from exc
+        except engine_errors() as exc:
+            raise self._engine_error(exc, "stop the job", engine) from exc
 
     def _stop_job(self, target, record: JobRecord, run_dir: Path) -> None:
         """Signal the supervisor and wait until the job has ended (TERM, then KILL after the grace period).
@@ -677,8 +758,9 @@ class ContainerLogSource:
     """A log inside a container that does not mount the store, read through the engine
     (by exec while the container runs, from its file system once it has stopped)."""
 
-    def __init__(self, backend: DockerBackend, container_id: str, path: str):
+    def __init__(self, backend: DockerBackend, engine: Engine, container_id: str, path: str):
         self.backend = backend
+        self.engine = engine
         self.container_id = container_id
         self.path = path
 
@@ -687,11 +769,11 @@ class ContainerLogSource:
         import docker
 
         try:
-            yield self.backend.client.containers.get(self.container_id)
+            yield self.backend.client_of(self.engine).containers.get(self.container_id)
         except docker.errors.NotFound:
             raise TrainerError(f"the log went with its container ({self.container_id[:12]} was removed)") from None
-        except (docker.errors.DockerException, OSError) as exc:
-            raise self.backend._engine_error(exc, "read the job's log") from exc
+        except engine_errors() as exc:
+            raise self.backend._engine_error(exc, "read the job's log", self.engine) from exc
 
     def size(self) -> int:
         with self._container() as container:
@@ -707,6 +789,27 @@ class ContainerLogSource:
             if container.status != "running":
                 return read_container_file(container, self.path, offset, limit)
             return run_in(container, 'tail -c +"$1" "$2" | head -c "$3"', str(offset + 1), self.path, str(limit), limit=limit)
+
+
+def sync_directory(container, local_dir: str, inner_dir: str) -> None:
+    """Copy a local directory's contents into the container's `inner_dir` through the engine (the
+    archive API: nothing needed on the host but its engine). Links are copied as links; the archive
+    is spooled to a temporary file, so a large directory is never held in memory."""
+    with tempfile.TemporaryFile() as archive:
+        try:
+            with tarfile.open(fileobj=archive, mode="w") as tar:
+                tar.add(local_dir, arcname=".", filter=_portable)
+        except OSError as exc:
+            raise InvalidOption(f"--sync cannot read {exc.filename or local_dir} ({exc.strerror or exc})") from None
+        archive.seek(0)
+        if not container.put_archive(inner_dir, archive):
+            raise TrainerError(f"Docker did not take the files of --sync {local_dir} into {inner_dir}")
+
+
+def _portable(member: tarfile.TarInfo) -> tarfile.TarInfo:
+    """A synced file as the container's user can use it: this machine's owner names mean nothing there."""
+    member.uname = member.gname = ""
+    return member
 
 
 def give_stdin(stream, data: bytes) -> None:

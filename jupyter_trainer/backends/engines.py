@@ -1,0 +1,85 @@
+"""A client of a Docker engine (see docker_hosts for which one), made with the care a remote
+engine needs: a short timeout on every call, a bounded wait for the handshake, and a rest after a
+failure so that a host that is down costs the pollers nothing."""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+
+from ..docker_hosts import Engine
+
+# A remote engine is asked with a short timeout: a laptop that lost its network must learn it in
+# seconds, not in the minute a TCP connection takes to give up.
+REMOTE_CALL_SECONDS = 15
+LOCAL_CALL_SECONDS = 60
+CONNECT_SECONDS = 10  # making a client of a remote engine (SSH's handshake and login included)
+RETRY_AFTER_SECONDS = 5.0  # an engine that could not be reached is not asked again sooner
+
+
+def connect(engine: Engine):
+    """A new docker-py client of this engine. A remote engine that does not answer the SSH or
+    TLS handshake within CONNECT_SECONDS is unreachable (docker-py itself would wait minutes)."""
+    import docker
+
+    kwargs = {"base_url": engine.url, "timeout": REMOTE_CALL_SECONDS if engine.remote else LOCAL_CALL_SECONDS}
+    if engine.tls_dir is not None:
+        kwargs["tls"] = docker.tls.TLSConfig(
+            client_cert=(os.path.join(engine.tls_dir, "cert.pem"), os.path.join(engine.tls_dir, "key.pem")),
+            ca_cert=os.path.join(engine.tls_dir, "ca.pem") if engine.tls_verify else None,
+            verify=engine.tls_verify,
+        )
+    if not engine.remote:
+        try:
+            return docker.DockerClient(**kwargs)
+        except docker.errors.DockerException as exc:
+            raise engine.unreachable(exc) from exc
+    return _within(CONNECT_SECONDS, lambda: docker.DockerClient(**kwargs), engine)
+
+
+def _within(seconds: float, make, engine: Engine):
+    """make() on a thread of its own, awaited `seconds` at most: a handshake with a host whose packets
+    are dropped would block for minutes. A late answer is closed when it comes."""
+    outcome: dict = {}
+    done = threading.Event()
+
+    def attempt():
+        try:
+            outcome["client"] = make()
+        except BaseException as exc:  # noqa: BLE001  handed to the caller
+            outcome["error"] = exc
+        if abandoned.is_set() and "client" in outcome:
+            outcome["client"].close()
+        done.set()
+
+    abandoned = threading.Event()
+    threading.Thread(target=attempt, name=f"connect {engine.label}", daemon=True).start()
+    if not done.wait(seconds):
+        abandoned.set()
+        raise engine.unreachable(TimeoutError(f"no answer within {seconds:g} s"))
+    if "error" in outcome:
+        raise engine.unreachable(outcome["error"]) from outcome["error"]
+    return outcome["client"]
+
+
+class Reachability:
+    """When each engine last failed, so that a host that is down is not asked at every poll."""
+
+    def __init__(self):
+        self._failed_at: dict[str, float] = {}
+        self._lock = threading.Lock()
+
+    def failed(self, engine: Engine) -> None:
+        with self._lock:
+            self._failed_at[engine.url] = time.monotonic()
+
+    def answered(self, engine: Engine) -> None:
+        with self._lock:
+            self._failed_at.pop(engine.url, None)
+
+    def resting(self, engine: Engine) -> bool:
+        """Whether it failed so recently that asking again would only fail again."""
+        with self._lock:
+            failed = self._failed_at.get(engine.url)
+        return failed is not None and time.monotonic() - failed < RETRY_AFTER_SECONDS
