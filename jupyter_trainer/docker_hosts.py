@@ -56,7 +56,11 @@ class Engine:
         return urlsplit(self.url).hostname or self.url
 
     def to_dict(self) -> dict:
-        return {key: value for key, value in dataclasses.asdict(self).items() if value not in (None, "")}
+        """As a record keeps it: what is set (TLS's verification only with TLS)."""
+        kept = {key: value for key, value in dataclasses.asdict(self).items() if value not in (None, "")}
+        if self.tls_dir is None:
+            kept.pop("tls_verify")
+        return kept
 
     @classmethod
     def of(cls, value) -> "Engine | None":

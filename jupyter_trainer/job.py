@@ -100,7 +100,14 @@ class Job:
             return ([truncation] if truncation else []) + [clean_line(line) for line in lines]
 
         while True:
-            lines = read()
+            try:
+                lines = read()
+            except Unreachable:
+                # its host cannot be reached now (the job goes on there): the cursor has not moved,
+                # so the log resumes where it stopped once the host answers again
+                self.refresh()  # the record says since when
+                time.sleep(interval)
+                continue
             if lines:
                 yield from lines
                 continue

@@ -1,0 +1,82 @@
+"""Which Docker engine a job uses: chosen as the docker CLI chooses (its contexts made by the real CLI)."""
+
+import shutil
+import subprocess
+
+import pytest
+from conftest import IN_CI
+
+from jupyter_trainer.docker_hosts import LOCAL_SOCKET, Engine, resolve
+from jupyter_trainer.errors import InvalidOption
+from jupyter_trainer.spec import build_spec
+
+
+def docker_cli(config_dir, *words):
+    if shutil.which("docker") is None:
+        if IN_CI:
+            pytest.fail("the docker CLI must be installed in CI")
+        pytest.skip("no docker CLI")
+    subprocess.run(["docker", *words], env={"DOCKER_CONFIG": str(config_dir), "PATH": "/usr/bin:/bin"}, check=True, capture_output=True)
+
+
+def test_the_order_of_the_docker_cli(tmp_path):
+    config = tmp_path / "docker"
+    docker_cli(config, "context", "create", "gpu2", "--docker", "host=ssh://me@gpu2.example:2222")
+    named = {"gpu1": "ssh://me@gpu1.example"}
+    env = {"DOCKER_CONFIG": str(config)}
+    assert resolve(None, named, env) == Engine(LOCAL_SOCKET)  # no current context yet
+    docker_cli(config, "context", "use", "gpu2")
+    assert resolve(None, named, env) == Engine("ssh://me@gpu2.example:2222", name="gpu2")
+    assert resolve(None, named, {**env, "DOCKER_CONTEXT": "default"}) == Engine(LOCAL_SOCKET)
+    assert resolve(None, named, {**env, "DOCKER_HOST": "tcp://10.0.0.5:2375"}) == Engine("tcp://10.0.0.5:2375")  # DOCKER_HOST wins
+    # a flag or its %config default wins over all: a URL, a docker_hosts name, a context's name
+    assert resolve("gpu1", named, {**env, "DOCKER_HOST": "tcp://x:2375"}) == Engine("ssh://me@gpu1.example", name="gpu1")
+    with pytest.raises(InvalidOption):  # a context of another config directory is not known here
+        resolve("gpu2", named, {"DOCKER_CONFIG": str(tmp_path / "elsewhere")})
+    assert resolve("gpu2", named, env).url == "ssh://me@gpu2.example:2222"
+    assert resolve("unix:///run/other.sock", named, env) == Engine("unix:///run/other.sock")
+    assert not resolve("unix:///run/other.sock", named, env).remote and resolve("gpu1", named, env).remote
+
+
+def test_tls_as_the_docker_cli_takes_it(tmp_path):
+    certs = tmp_path / "certs"
+    assert resolve("tcp://gpu:2375", {}, {}).tls_dir is None  # the plain port, no TLS asked for
+    on_tls_port = resolve("tcp://gpu:2376", {}, {"DOCKER_CERT_PATH": str(certs)})
+    assert on_tls_port.tls_dir == str(certs) and on_tls_port.tls_verify
+    verified = resolve(None, {}, {"DOCKER_HOST": "tcp://gpu:4243", "DOCKER_TLS_VERIFY": "1", "DOCKER_CERT_PATH": str(certs)})
+    assert verified.tls_dir == str(certs) and verified.tls_verify
+
+
+@pytest.mark.parametrize(
+    "given, says",
+    [
+        ("gpu9", "neither an address nor a known host (docker_hosts: gpu1"),
+        ("http://gpu1", "is not a Docker engine's address"),
+        ("ssh://", "names no host"),
+        ("ssh://me:secret@gpu1", "holds a password"),
+        ("ssh://me@gpu1 ; rm -rf /", "is not a Docker engine's address"),
+    ],
+)
+def test_a_bad_docker_host_is_one_line(given, says, tmp_path):
+    with pytest.raises(InvalidOption) as error:
+        resolve(given, {"gpu1": "ssh://me@gpu1"}, {"DOCKER_CONFIG": str(tmp_path)})
+    assert says in str(error.value) and "\n" not in str(error.value)
+    assert "secret" not in str(error.value)
+
+
+def test_a_remote_workdir_is_the_hosts_and_sync_needs_a_remote_host(tmp_path, home, monkeypatch):
+    monkeypatch.delenv("DOCKER_HOST", raising=False)
+    monkeypatch.setenv("DOCKER_CONFIG", str(tmp_path / "no-docker-config"))
+    remote = build_spec("print(1)\n", image="img", docker_host="ssh://me@gpu1", workdir="/data/me/project", sync=str(tmp_path))
+    assert remote.workdir == "/data/me/project" and remote.sync == str(tmp_path)
+    assert remote.engine == {"url": "ssh://me@gpu1"} and remote.public_options()["engine"] == {"url": "ssh://me@gpu1"}
+    assert build_spec("print(1)\n", image="img", docker_host="ssh://me@gpu1").workdir == ""  # a volume there
+    with pytest.raises(InvalidOption, match="not an absolute directory of the remote host"):
+        build_spec("print(1)\n", image="img", docker_host="ssh://me@gpu1", workdir="data/../etc")
+    with pytest.raises(InvalidOption, match="--sync copies a directory to a remote Docker host"):
+        build_spec("print(1)\n", image="img", workdir=str(tmp_path), sync=str(tmp_path))
+    with pytest.raises(InvalidOption, match="--host"):
+        build_spec("print(1)\n", host=True, workdir=str(tmp_path), docker_host="ssh://me@gpu1")
+    # a cell that names no engine keeps its fingerprint (and its record) from before engines were chosen
+    local = build_spec("print(1)\n", image="img", workdir=str(tmp_path))
+    assert local.engine is None and "engine" not in local.public_options()

@@ -1,0 +1,210 @@
+"""Jobs on a remote Docker host, reached over real SSH: a second, real engine (tests/remote_host.py).
+
+The laptop is this test process and the subprocesses it starts (a kernel, the CLI); the GPU server is
+the RemoteHost, whose engine runs the job's container. The laptop's SSH setup is a HOME of the remote
+host's own (~/.ssh/config with a Host alias, the key, known_hosts), as a user's would be.
+"""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+from conftest import IN_CI, TEST_IMAGE, wait_for
+from remote_host import RemoteHost, missing
+
+pytestmark = pytest.mark.docker
+
+# prints 1..N, one line every `pause` seconds, then exits with `code`
+COUNTER = textwrap.dedent(
+    """
+    import sys, time
+    for i in range(1, {lines} + 1):
+        print(f"line {{i}} of {lines}", flush=True)
+        time.sleep({pause})
+    sys.exit({code})
+    """
+)
+
+
+@pytest.fixture(scope="module")
+def remote(docker_client):
+    problem = missing(docker_client)
+    if problem:
+        if IN_CI:
+            pytest.fail(f"the remote host tests must run in CI: {problem}")
+        pytest.skip(f"cannot run a remote host: {problem}")
+    host = RemoteHost(local=docker_client)
+    try:
+        try:
+            host.start()
+            host.load_image(TEST_IMAGE)
+        except Exception as exc:
+            pytest.fail(f"the remote host did not start: {exc}\n{host.log()}")
+        yield host
+    finally:
+        host.close()
+
+
+@pytest.fixture
+def laptop(remote, home, monkeypatch, tmp_path):
+    """This process and its subprocesses as the user's laptop: SSH set up for the remote host, the
+    store in `home`, and the notebook's directory somewhere else."""
+    for key, value in remote.environ().items():
+        monkeypatch.setenv(key, value)
+    monkeypatch.delenv("DOCKER_HOST", raising=False)
+    notebook_dir = tmp_path / "notebook"
+    notebook_dir.mkdir()
+    monkeypatch.chdir(notebook_dir)
+    yield remote
+    remote.start_sshd()  # whatever a test did to it
+    remote.unblock_ssh()
+    remote.exec("docker ps -aq | xargs -r docker rm -f >/dev/null 2>&1; docker volume prune -af >/dev/null 2>&1")
+
+
+def cli(*words, timeout=120):
+    result = subprocess.run([sys.executable, "-m", "jupyter_trainer.cli", *words], capture_output=True, text=True, timeout=timeout)
+    return result
+
+
+def status(name):
+    result = cli("status", name, "--json")
+    assert result.returncode == 0, result.stderr
+    return json.loads(result.stdout)
+
+
+def submit_from_a_kernel(line, cell):
+    """Run the cell magic in a fresh IPython that then dies (SIGKILL), as a closed laptop's kernel does."""
+    code = textwrap.dedent(
+        f"""
+        from IPython.core.interactiveshell import InteractiveShell
+        shell = InteractiveShell.instance()
+        shell.run_line_magic("load_ext", "jupyter_trainer")
+        shell.run_cell_magic("train_detached", {line!r}, {cell!r})
+        import os, signal, sys
+        sys.stdout.flush()
+        os.kill(os.getpid(), signal.SIGKILL)
+        """
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert result.returncode == -signal.SIGKILL, result.stdout + result.stderr
+    return result.stdout
+
+
+def remote_containers(remote):
+    return remote.client().containers.list(all=True, filters={"label": "jupyter_trainer=1"})
+
+
+def test_a_remote_job_outlives_its_kernel_and_the_laptop_going_offline(laptop, home):
+    remote = laptop
+    lines = 30
+    out = submit_from_a_kernel(
+        f"--name far --docker-host {remote.alias_url} --image {TEST_IMAGE} --no-widget",
+        COUNTER.format(lines=lines, pause=0.5, code=0),
+    )
+    assert "far: " in out, out
+    wait_for(lambda: status("far")["status"] == "running", timeout=60, what="the job to run")
+    facts = status("far")
+    assert facts["host"] == "jt-remote-test" and "on jt-remote-test" in facts["where"]
+
+    # nothing of the run is on the laptop for the remote side to read: its files are the remote
+    # host's, on a volume there
+    run_dir = home / "jobs" / "far" / "1"
+    for name in ("script.py", "supervise.sh", "output.log"):
+        (run_dir / name).unlink(missing_ok=True)
+    (container,) = remote_containers(remote)
+    assert {mount["Type"] for mount in container.attrs["Mounts"]} == {"volume"}
+
+    follower = subprocess.Popen(
+        [sys.executable, "-m", "jupyter_trainer.cli", "logs", "far", "-f"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    try:
+        wait_for(lambda: "line 3 of" in cli("logs", "far").stdout, timeout=60, what="the first lines")
+        remote.stop_sshd()  # the laptop goes offline
+        offline = status("far")
+        assert offline["status"] == "running", offline
+        assert offline["reason"].startswith("cannot reach jt-remote-test since "), offline
+        listing = cli("list").stdout
+        assert "jt-remote-test (unreachable since" in listing, listing
+        time.sleep(lines * 0.5 + 2)  # the job ends while nobody can look
+        assert remote.exec("docker ps -q").output.strip(), "the job's container runs on"
+        again = status("far")
+        assert again["status"] == "running" and again["reason"] == offline["reason"], again  # since the first failure
+        remote.start_sshd()
+        wait_for(lambda: status("far")["status"] == "completed", timeout=60, what="the job to be seen completed")
+        out, err = follower.communicate(timeout=120)
+    finally:
+        if follower.poll() is None:
+            follower.kill()
+            follower.communicate()
+    assert follower.returncode == 0, err
+    expected = [f"line {i} of {lines}" for i in range(1, lines + 1)]
+    assert out.splitlines() == expected  # every line once, through the outage
+    assert cli("logs", "far").stdout.splitlines() == expected
+    final = status("far")
+    assert final["exit_code"] == 0 and final["reason"] == ""
+
+
+def test_a_job_that_ends_while_its_host_is_unreachable_shows_its_own_exit_code(laptop):
+    remote = laptop
+    submit_from_a_kernel(f"--name gone-dark --docker-host {remote.alias_url} --image {TEST_IMAGE} --no-widget", COUNTER.format(lines=6, pause=0.5, code=3))
+    wait_for(lambda: status("gone-dark")["status"] == "running", timeout=60, what="the job to run")
+    remote.block_ssh()  # packets dropped: calls time out rather than fail
+    started = time.monotonic()
+    blocked = status("gone-dark")
+    assert time.monotonic() - started < 60, "a dropped connection is given up on in seconds"
+    assert blocked["status"] == "running" and "cannot reach jt-remote-test since" in blocked["reason"], blocked
+    time.sleep(5)
+    remote.unblock_ssh()
+    final = wait_for(lambda: (s := status("gone-dark"))["status"] != "running" and s, timeout=90, what="the job's end")
+    assert final["status"] == "failed" and final["exit_code"] == 3, final
+
+
+def test_sync_and_workdir_on_the_remote_host(laptop, tmp_path):
+    remote = laptop
+    project = tmp_path / "project"
+    (project / "data").mkdir(parents=True)
+    (project / "data" / "numbers.txt").write_text("1 2 3 4\n")
+    script = "total = sum(map(int, open('data/numbers.txt').read().split()))\nopen('result.txt', 'w').write(str(total))\nprint('total', total)\n"
+    submit_from_a_kernel(
+        f"--name synced --docker-host {remote.alias_url} --image {TEST_IMAGE} --workdir /srv/project --sync {project} --no-widget",
+        script,
+    )
+    final = wait_for(lambda: (s := status("synced"))["status"] not in ("pending", "running") and s, timeout=90, what="the job's end")
+    assert final["status"] == "completed", final
+    assert "total 10" in cli("logs", "synced").stdout
+    # the files are the remote host's: synced up there, and the job's output written there
+    assert remote.exec("cat /srv/project/result.txt").output == "10"
+    assert remote.exec("cat /srv/project/data/numbers.txt").output == "1 2 3 4\n"
+    assert not (project / "result.txt").exists()
+
+
+def test_named_hosts_stop_and_freeing_the_remote_gpus(laptop, tmp_path):
+    remote = laptop
+    profile = tmp_path / "ipython" / "profile_default"
+    profile.mkdir(parents=True)
+    (profile / "ipython_config.py").write_text(f"c.TrainerMagics.docker_hosts = {{'gpu1': {remote.alias_url!r}}}\n")
+    env = {**os.environ, "IPYTHONDIR": str(tmp_path / "ipython")}
+    script = tmp_path / "train.py"
+    script.write_text("import time\nprint('training', flush=True)\ntime.sleep(600)\n")
+
+    def run(*words):
+        return subprocess.run([sys.executable, "-m", "jupyter_trainer.cli", *words], capture_output=True, text=True, timeout=120, env=env)
+
+    submitted = run("submit", str(script), "--name", "named", "--docker-host", "gpu1", "--image", TEST_IMAGE, "--stop-container-when-done")
+    assert submitted.returncode == 0, submitted.stderr
+    wait_for(lambda: "training" in run("logs", "named").stdout, timeout=60, what="the job to print")
+    facts = json.loads(run("status", "named", "--json").stdout)
+    assert facts["host"] == "gpu1" and facts["options"]["engine"] == {"url": remote.alias_url, "name": "gpu1"}
+    assert "gpu1" in run("list").stdout
+    stopped = run("stop", "named")
+    assert stopped.returncode == 0 and "stopped" in stopped.stdout, stopped.stdout + stopped.stderr
+    # --stop-container-when-done: the remote container (and its GPUs) is let go
+    wait_for(lambda: all(c.status == "exited" for c in remote_containers(remote)), timeout=60, what="the remote container to stop")
+
+    unknown = run("submit", str(script), "--docker-host", "gpu2", "--image", TEST_IMAGE)
+    assert unknown.returncode == 1 and unknown.stderr.count("\n") == 1 and "gpu1" in unknown.stderr, unknown.stderr
