@@ -65,6 +65,7 @@ from .in_container import (
 from ..docker_hosts import Engine, resolve
 from .engines import Reachability, connect
 from .links import link_run, unlink_run
+from .streamed_log import FOLLOW_LOG, HEARTBEAT_SECONDS, StreamedLog
 
 MOUNTED_JOBS_DIR = "/jupyter_trainer/jobs"  # where containers we create see their runs' files
 RUN_FILES = (SCRIPT_FILE, SUPERVISOR_FILE, NOTIFY_FILE, LOG_FILE, PID_FILE, EXIT_CODE_FILE, NOTIFIED_FILE, CLOCK_FILE)
@@ -174,6 +175,7 @@ class DockerBackend:
         self._pinged: dict[str, float] = {}
         self._without_gpus: set[str] = set()  # containers found to have no nvidia-smi
         self._gpus_silent_until: dict[str, float] = {}  # containers whose nvidia-smi did not answer
+        self._log_streams: dict[tuple[str, str, str], StreamedLog] = {}
 
     # -- the engine --------------------------------------------------------
 
@@ -615,7 +617,23 @@ class DockerBackend:
         runtime = DockerRuntime.of(record)
         if runtime.mounted:
             return FileLogSource(run_dir / LOG_FILE)
-        return ContainerLogSource(self, self.engine_of(record), runtime.container_id, f"{runtime.run_dir}/{LOG_FILE}")
+        engine = self.engine_of(record)
+        source = ContainerLogSource(self, engine, runtime.container_id, f"{runtime.run_dir}/{LOG_FILE}")
+        if not engine.remote:
+            return source
+        return self._streamed(source)
+
+    def _streamed(self, source: "ContainerLogSource") -> StreamedLog:
+        """A remote log, followed through one stream that every view of it shares (see streamed_log)."""
+        key = (source.engine.url, source.container_id, source.path)
+        with self._clients_lock:
+            for other, streamed in list(self._log_streams.items()):
+                if streamed.idle:
+                    streamed.close()
+                    del self._log_streams[other]
+            if key not in self._log_streams:
+                self._log_streams[key] = StreamedLog(source, source.open_stream)
+            return self._log_streams[key]
 
     def describe_where(self, record: JobRecord) -> str:
         name = record.runtime.get("container_name") if isinstance(record.runtime.get("container_name"), str) else None
@@ -789,6 +807,18 @@ class ContainerLogSource:
             if container.status != "running":
                 return read_container_file(container, self.path, offset, limit)
             return run_in(container, 'tail -c +"$1" "$2" | head -c "$3"', str(offset + 1), self.path, str(limit), limit=limit)
+
+    def open_stream(self, first_byte: int):
+        """An attached exec that streams the log from `first_byte` (1-based) as it grows, with a
+        heartbeat on stderr (see streamed_log); None when the container does not run."""
+        with self._container() as container:
+            if container.status != "running":
+                return None
+            api = container.client.api
+            run_dir = self.path.rpartition("/")[0]  # the log is run_dir/output.log (see FOLLOW_LOG)
+            command = ["sh", "-c", FOLLOW_LOG, "sh", str(first_byte), str(HEARTBEAT_SECONDS)]
+            exec_id = api.exec_create(container.id, command, stdout=True, stderr=True, environment={"JT_RUN_DIR": run_dir})["Id"]
+            return api.exec_start(exec_id, socket=True)
 
 
 def sync_directory(container, local_dir: str, inner_dir: str) -> None:

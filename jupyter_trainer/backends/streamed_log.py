@@ -1,0 +1,167 @@
+"""A remote container's log, followed through one long-lived exec instead of one exec per poll.
+
+Polling a log on a remote engine costs an exec each time: three requests and an SSH channel, at
+four polls a second. Instead one exec runs `tail -f` from where we are and the engine streams what
+the log gains as it is written; a poll reads what has arrived, without a round trip. The stream's
+bytes are kept (the last STREAM_KEEP of them) from the offset it started at; what lies before that
+is read through the engine as before (`fallback`, a ContainerLogSource).
+
+The follower in the container prints a heartbeat on stderr every HEARTBEAT_SECONDS: a stream that
+stays silent longer has lost its connection (a laptop gone to sleep sends no FIN), and is dropped.
+A dropped stream is started again from the last byte received, so nothing is lost or read twice.
+The heartbeat's write also ends the follower once nobody reads it: it leaves no process behind.
+"""
+
+from __future__ import annotations
+
+import select
+import threading
+import time
+
+# $1 the first byte (1-based), $2 the heartbeat's period; the run's directory comes in the environment
+# (JT_RUN_DIR) and tail is given the log's bare name: no command line here names a run's files, which
+# the supervisor takes for another job still running in the container (see supervise.sh)
+FOLLOW_LOG = r"""
+cd "$JT_RUN_DIR" || exit 1
+tail -c +"$1" -f output.log & follower=$!
+while kill -0 "$follower" 2>/dev/null; do
+    sleep "$2"
+    printf . >&2 || break
+done
+kill "$follower" 2>/dev/null
+"""
+HEARTBEAT_SECONDS = 5
+SILENT_SECONDS = 3 * HEARTBEAT_SECONDS  # no frame for this long: the connection is gone
+STREAM_KEEP = 8 << 20  # bytes of the stream kept for readers; older ones are read through the engine
+IDLE_SECONDS = 120.0  # a stream nobody has read for this long is closed
+STDERR_LIMIT = 4096
+
+
+SHORT_LIVED_SECONDS = 2.0  # a stream that ends this soon did not work (no tail in the container, say)
+GIVE_UP_AFTER = 3  # short-lived streams before the log is read through the engine alone
+
+
+class StreamedLog:
+    """A log source (size, read) fed by a stream from the container while it runs."""
+
+    def __init__(self, fallback, open_stream):
+        self.fallback = fallback  # reads through the engine: the history, a stopped container
+        self._open_stream = open_stream  # (first_byte) -> an attached exec's socket, or None if the container is not running
+        self._lock = threading.Lock()
+        self._base = 0  # the log's offset of self._kept[0]
+        self._kept = bytearray()
+        self._resume_at: int | None = None  # where the next stream starts (None: at the log's end)
+        self._stream = None
+        self._failures = 0
+        self._used_at = time.monotonic()
+
+    # -- what readers call ---------------------------------------------------
+
+    def size(self) -> int:
+        self._used_at = time.monotonic()
+        if self._streaming():
+            with self._lock:
+                return self._base + len(self._kept)
+        return self.fallback.size()
+
+    def read(self, offset: int, limit: int) -> bytes:
+        self._used_at = time.monotonic()
+        if self._streaming():
+            with self._lock:
+                if self._base <= offset <= self._base + len(self._kept):
+                    return bytes(self._kept[offset - self._base : offset - self._base + limit])
+        # before the stream began, or past what it has brought so far (the reader read through the
+        # engine a moment ago): through the engine
+        return self.fallback.read(offset, limit)
+
+    def close(self) -> None:
+        with self._lock:
+            stream, self._stream = self._stream, None
+        if stream is not None:
+            _close(stream)
+
+    @property
+    def idle(self) -> bool:
+        return time.monotonic() - self._used_at > IDLE_SECONDS
+
+    # -- the stream ----------------------------------------------------------
+
+    def _streaming(self) -> bool:
+        """Whether a stream is up, started now if needed. False when the container does not run or
+        streams do not work in it: then the fallback reads the log."""
+        with self._lock:
+            if self._stream is not None:
+                return True
+            if self._failures >= GIVE_UP_AFTER:
+                return False
+            start = self._resume_at
+        if start is None:
+            start = self.fallback.size()  # a first stream starts at the log's end: the rest is history
+        stream = self._open_stream(start + 1)  # an unreachable host raises here, as the fallback would
+        if stream is None:
+            return False
+        with self._lock:
+            if start != self._base + len(self._kept):  # a new start: nothing kept follows on
+                self._base, self._kept = start, bytearray()
+            self._stream = stream
+        threading.Thread(target=self._receive, args=(stream,), name="log stream", daemon=True).start()
+        return True
+
+    def _receive(self, stream) -> None:
+        """The reader thread: the engine's frames (8-byte headers) into the kept bytes."""
+        from docker.utils.socket import read
+
+        started_at = heard_at = time.monotonic()
+        pending = bytearray()
+        said = 0  # bytes the follower wrote on stderr besides its heartbeats
+        cut = False
+        try:
+            while not cut and said <= STDERR_LIMIT and not self.idle:
+                with self._lock:
+                    if self._stream is not stream:
+                        return  # closed
+                if not select.select([stream], [], [], 1.0)[0]:
+                    if time.monotonic() - heard_at > SILENT_SECONDS:
+                        return  # the connection is gone without a word
+                    continue
+                chunk = read(stream, 65536)
+                if not chunk:
+                    return  # the follower ended: the container stopped, say
+                heard_at = time.monotonic()
+                pending += chunk
+                while len(pending) >= 8 and len(pending) >= 8 + int.from_bytes(pending[4:8], "big"):
+                    kind, size = pending[0], int.from_bytes(pending[4:8], "big")
+                    payload = bytes(pending[8 : 8 + size])
+                    del pending[: 8 + size]
+                    if kind == 1:
+                        self._keep(payload)
+                    elif kind == 2 and payload.replace(b".", b""):
+                        said += len(payload)
+                        cut = cut or b"truncated" in payload  # tail's word for a log cut short
+        except (OSError, ValueError, EOFError):
+            return
+        finally:
+            with self._lock:
+                if self._stream is stream:
+                    self._stream = None
+                    # a log cut short is read again through the engine, whose reader sees the cut
+                    self._resume_at = None if cut else self._base + len(self._kept)
+                    if cut:
+                        self._base, self._kept = 0, bytearray()
+                self._failures = self._failures + 1 if time.monotonic() - started_at < SHORT_LIVED_SECONDS else 0
+            _close(stream)
+
+    def _keep(self, payload: bytes) -> None:
+        with self._lock:
+            self._kept += payload
+            if len(self._kept) > STREAM_KEEP:  # let the oldest half go: readers are near the end
+                drop = len(self._kept) - STREAM_KEEP // 2
+                del self._kept[:drop]
+                self._base += drop
+
+
+def _close(stream) -> None:
+    try:
+        stream.close()
+    except Exception:  # noqa: BLE001  a socket that is gone already
+        pass
