@@ -404,6 +404,114 @@ def bench_sagemaker_follow(seconds: float) -> list[Comparison]:
     return [Comparison(label, calls["ours"] / minutes, calls["sdk"] / minutes, "<= 1.0x, no line lost", 1.0, unit="calls/min")]
 
 
+# prints 1,000 lines a second for the given seconds, then "done N"
+PRINTER = """
+import time
+start, step = time.time(), 0
+while time.time() - start < {seconds}:
+    for _ in range(100):
+        print(f"step {{step}} loss: {{1 / (step + 1):.6f}}")
+        step += 1
+    time.sleep(0.1)
+print("done", step)
+"""
+
+
+def complete(lines: list[str]) -> bool:
+    """Whether PRINTER's output is all there, each line once and in order."""
+    if not lines or not lines[-1].startswith("done "):
+        return False
+    count = int(lines[-1].split()[1])
+    return lines[:-1] == [f"step {step} loss: {1 / (step + 1):.6f}" for step in range(count)]
+
+
+def bench_remote_follow(seconds: float) -> list[Comparison]:
+    """A job on a remote host (a real second engine over real SSH: tests/remote_host.py) that prints
+    1,000 lines a second, followed by our widget at its four polls a second, against `docker logs -f` of
+    a container printing the same; then a quiet job's polls. Counted on the wire, by a TcpMeter in front
+    of the host's sshd for each arm: bytes both ways, and round trips."""
+    import comm
+    import contextlib
+    import io
+
+    import docker
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+    from remote_host import RemoteHost
+    from tcp_meter import TcpMeter
+
+    from jupyter_trainer.job import Job
+    from jupyter_trainer.widget import JobWidget
+
+    comm.create_comm = lambda *a, **k: comm.DummyComm(*a, **k)
+    fresh_home()
+    remote = RemoteHost()
+    meters: list[TcpMeter] = []
+    try:
+        remote.start()
+        remote.load_image(IMAGE)
+        os.environ.update(remote.environ())  # the laptop's SSH setup: the host's key and known_hosts
+        ours, theirs = TcpMeter(remote.port), TcpMeter(remote.port)
+        meters += [ours, theirs]
+        known_hosts = remote.home / ".ssh" / "known_hosts"
+        keys = known_hosts.read_text().splitlines()
+        known_hosts.write_text("\n".join(keys + [key.replace(f"[127.0.0.1]:{remote.port} ", f"[127.0.0.1]:{m.port} ") for m in meters for key in keys]) + "\n")
+        ip = shell()
+
+        def submit(name: str, script: str) -> None:
+            with contextlib.redirect_stdout(io.StringIO()):
+                ip.run_cell(f"%%train_detached --docker-host ssh://root@127.0.0.1:{ours.port} --image {IMAGE} --name {name} --no-widget\n{script}")
+
+        def follow(name: str) -> int:
+            view, polls = JobWidget(Job.load(name)), 0
+            while view.poll(time.monotonic()):
+                polls += 1
+                time.sleep(0.25)
+            return polls
+
+        # warm: the container exists, and each arm's client has connected, before anything is counted
+        submit("warm", "print('warm')\n")
+        follow("warm")
+        theirs_client = docker.DockerClient(base_url=f"ssh://root@127.0.0.1:{theirs.port}", timeout=60)
+        script = PRINTER.format(seconds=seconds)
+        submit("loud", script)
+        ours.reset()
+        container = theirs_client.containers.run(IMAGE, ["python3", "-u", "-c", script], detach=True)
+        theirs.reset()
+        streamed: list[bytes] = []
+        results: dict[str, object] = {}
+        threads = [
+            threading.Thread(target=lambda: results.update(polls=follow("loud"))),
+            threading.Thread(target=lambda: streamed.extend(container.logs(stream=True, follow=True))),
+        ]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        ours_up, ours_down, ours_trips = ours.snapshot()
+        theirs_up, theirs_down, theirs_trips = theirs.snapshot()
+        polls = results["polls"]
+        ours_lines, theirs_lines = Job.load("loud").logs().splitlines(), b"".join(streamed).decode().splitlines()
+        exact = complete(ours_lines) and complete(theirs_lines)
+        container.remove(force=True)
+
+        submit("quiet", f"import time\nprint('started', flush=True)\ntime.sleep({seconds})\n")
+        ours.reset()
+        quiet_polls = follow("quiet")
+        _, quiet_down, quiet_trips = ours.snapshot()
+        theirs_client.close()
+    finally:
+        for meter in meters:
+            meter.close()
+        remote.close()
+    label = f"remote follow, 1,000 lines/s over SSH: bytes on the wire vs docker logs -f (lines exact: {exact})"
+    return [
+        Comparison(label, ours_up + ours_down, theirs_up + theirs_down, "<= 1.5x", 1.5, unit="B"),
+        Comparison(f"  same: round trips per poll ({polls} polls; docker logs -f made {theirs_trips})", ours_trips / polls, 1.0, "<= 1 per poll", 1.0, unit="RT"),
+        Comparison(f"quiet remote job: round trips per poll ({quiet_polls} polls, {quiet_down} B down)", quiet_trips / quiet_polls, 1.0, "<= 1 per poll", 1.0, unit="RT"),
+    ]
+
+
 def bench_table(rounds: int, jobs: int = 200) -> Comparison:
     """One refresh of the live jobs table (a scan of the store, rows brought up to date) against what
     the text table (`--no-widget`) does: read every record and bring the running ones up to date."""
@@ -450,7 +558,8 @@ def main() -> int:
     parser.add_argument("--log-size", type=int, default=1 << 30, help="bytes in the big log (default 1 GiB)")
     parser.add_argument("--lines", type=int, default=10_000_000, help="lines the memory benchmark's job prints")
     parser.add_argument("--sagemaker-seconds", type=float, default=60, help="how long the followed jobs print")
-    parser.add_argument("--only", nargs="*", default=["submit", "logs", "load", "cell", "memory", "sagemaker", "table"])
+    parser.add_argument("--remote-seconds", type=float, default=30, help="how long the remote jobs print or wait")
+    parser.add_argument("--only", nargs="*", default=["submit", "logs", "load", "cell", "memory", "sagemaker", "table", "remote"])
     args = parser.parse_args()
     results: list[Comparison] = []
     if "load" in args.only:
@@ -467,6 +576,8 @@ def main() -> int:
         results += bench_sagemaker_follow(args.sagemaker_seconds)
     if "table" in args.only:
         results.append(bench_table(args.rounds))
+    if "remote" in args.only:
+        results += bench_remote_follow(args.remote_seconds)
     print(table(results))
     return 0
 

@@ -113,6 +113,9 @@ class Job:
                 continue
             if self.status.is_final:
                 # the exit code is written after the job's output is closed: one more read drains it
+                settle = getattr(source, "settle", None)  # a streamed log: up to the end, not the stream's
+                if settle is not None:
+                    settle()
                 while lines := read():
                     yield from lines
                 if cursor.pending:

@@ -89,6 +89,7 @@ class JobMonitor:
         self.read_budget = read_budget
         self.read_seconds = read_seconds
         self.caught_up = False
+        self._settled = False  # a streamed log asked for its true end once the job has ended
         self.history_end = 0  # log bytes that existed when the view opened (shown as a tail)
         self._saved = (0, time.monotonic())  # where the metrics cache stands, and since when
         self.last_output_at: float | None = None  # when the log last grew (wall clock), if known
@@ -132,6 +133,11 @@ class JobMonitor:
         wall clock, to tell when the job last printed."""
         source = self.job.log_source()
         offset_before = self.cursor.offset
+        if self.record.status.is_final and not self._settled:
+            self._settled = True
+            settle = getattr(source, "settle", None)  # a streamed log: read up to its end, not the stream's
+            if settle is not None:
+                settle()
         size = source.size()
         if size != offset_before:  # something to read, whose values may need the clock
             self._read_clock(size, now)

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
 from ..errors import BackendUnavailable, ImageNotFound, InvalidOption, RunFileError, TrainerError, Unreachable
-from ..jobs import NAME_PATTERN, JobRecord, Observation
+from ..jobs import NAME_PATTERN, JobRecord, Observation, Status
 from ..resources import NVIDIA_SMI_QUERY, Usage, parse_nvidia_smi
 from ..spec import DetachedSpec
 from .._fs import make_private_dir
@@ -63,7 +63,7 @@ from .in_container import (
     stops_on_term,
 )
 from ..docker_hosts import Engine, resolve
-from .engines import Reachability, connect
+from .engines import STREAMS_PER_HOST, Reachability, connect
 from .links import link_run, unlink_run
 from .streamed_log import FOLLOW_LOG, HEARTBEAT_SECONDS, StreamedLog
 
@@ -155,6 +155,19 @@ def engine_errors() -> tuple[type[BaseException], ...]:
     return (*errors, paramiko.SSHException)
 
 
+def _busy(exc: BaseException | None) -> bool:
+    """Whether an SSH server refused a new session of a connection that is up (MaxSessions reached)."""
+    try:
+        import paramiko
+    except ImportError:
+        return False
+    while exc is not None:
+        if isinstance(exc, paramiko.ChannelException):
+            return True
+        exc = exc.__cause__ or exc.__context__
+    return False
+
+
 def unreachable(engine: Engine, cause: BaseException | None = None) -> BackendUnavailable:
     """The engine did not answer: for a remote host, an Unreachable that names it."""
     if engine.remote:
@@ -194,11 +207,14 @@ class DockerBackend:
         except InvalidOption as exc:  # a DOCKER_CONTEXT that names nothing
             raise BackendUnavailable(str(exc)) from None
 
-    def client_of(self, engine: Engine):
+    def client_of(self, engine: Engine, purpose: str = "calls"):
         """The client of an engine, made on first use. An engine that failed a moment ago is not
-        asked again before RETRY_AFTER_SECONDS: a host that is down costs every poll nothing."""
+        asked again before RETRY_AFTER_SECONDS: a host that is down costs every poll nothing.
+        Log streams have a client of their own: over SSH, a connection of their own, whose sessions
+        (sshd allows 10 per connection) the calls of the views and pollers do not share."""
+        key = f"{purpose} {engine.url}"
         with self._clients_lock:
-            client = self._clients.get(engine.url)
+            client = self._clients.get(key)
         if client is not None:
             return client
         if self._reach.resting(engine):
@@ -209,7 +225,7 @@ class DockerBackend:
             self._reach.failed(engine)
             raise unreachable(engine, exc.__cause__) from exc
         with self._clients_lock:
-            return self._clients.setdefault(engine.url, client)
+            return self._clients.setdefault(key, client)
 
     @property
     def client(self):
@@ -219,10 +235,12 @@ class DockerBackend:
     def _lost(self, engine: Engine, exc: BaseException | None = None) -> BackendUnavailable:
         """A call to the engine failed on the way: its client is dropped (an SSH connection that died
         stays dead; the next call makes a new one), and the error says which host."""
+        if _busy(exc):  # the host answered, but has no session to spare just now: not a lost host
+            return BackendUnavailable(f"the Docker engine on {engine.label} has no SSH session to spare just now (sshd's MaxSessions)")
         self._reach.failed(engine)
         with self._clients_lock:
-            client = self._clients.pop(engine.url, None)
-        if client is not None:
+            clients = [self._clients.pop(key) for key in list(self._clients) if key.endswith(f" {engine.url}")]
+        for client in clients:
             with contextlib.suppress(Exception):
                 client.close()
         return unreachable(engine, exc)
@@ -529,6 +547,11 @@ class DockerBackend:
         runtime = DockerRuntime.of(record)
         engine = self.engine_of(record)
         label = runtime.container_name + (f" on {engine.label}" if engine.remote else "")
+        if not runtime.mounted and record.status is Status.RUNNING and self._still_supervised(engine, runtime):
+            # one request, not five: the supervisor's exec runs, so the container runs as it did when
+            # the job started (a restart ends its execs) and the job has not ended (the supervisor
+            # writes its exit code, then ends). Its files are read once the supervisor has ended.
+            return Observation(alive=True, started=True)
         try:
             try:
                 container = self.client_of(engine).containers.get(runtime.container_id)
@@ -571,6 +594,18 @@ class DockerBackend:
         else:
             why = "the job's supervisor process ended without recording an exit code" + self._exec_outcome(container, runtime.exec_id)
         return Observation(alive=False, why_gone=why)
+
+    def _still_supervised(self, engine: Engine, runtime: DockerRuntime) -> bool:
+        try:
+            running = bool(self.client_of(engine).api.exec_inspect(runtime.exec_id).get("Running"))
+        except engine_errors() as exc:
+            import docker
+
+            if isinstance(exc, docker.errors.NotFound):
+                return False  # the engine restarted and forgot its execs: the long way
+            raise self._lost(engine, exc) from exc
+        self._reach.answered(engine)
+        return running
 
     def _release(self, record: JobRecord, run_dir: Path) -> None:
         """The job has ended: its files need no longer be in its container's directory."""
@@ -623,8 +658,9 @@ class DockerBackend:
             return source
         return self._streamed(source)
 
-    def _streamed(self, source: "ContainerLogSource") -> StreamedLog:
-        """A remote log, followed through one stream that every view of it shares (see streamed_log)."""
+    def _streamed(self, source: "ContainerLogSource"):
+        """A remote log, followed through one stream that every view of it shares (see streamed_log);
+        past STREAMS_PER_HOST followed logs on one host, the others are polled through the engine."""
         key = (source.engine.url, source.container_id, source.path)
         with self._clients_lock:
             for other, streamed in list(self._log_streams.items()):
@@ -632,6 +668,8 @@ class DockerBackend:
                     streamed.close()
                     del self._log_streams[other]
             if key not in self._log_streams:
+                if sum(other[0] == key[0] for other in self._log_streams) >= STREAMS_PER_HOST:
+                    return source
                 self._log_streams[key] = StreamedLog(source, source.open_stream)
             return self._log_streams[key]
 
@@ -783,11 +821,11 @@ class ContainerLogSource:
         self.path = path
 
     @contextlib.contextmanager
-    def _container(self):
+    def _container(self, purpose: str = "calls"):
         import docker
 
         try:
-            yield self.backend.client_of(self.engine).containers.get(self.container_id)
+            yield self.backend.client_of(self.engine, purpose).containers.get(self.container_id)
         except docker.errors.NotFound:
             raise TrainerError(f"the log went with its container ({self.container_id[:12]} was removed)") from None
         except engine_errors() as exc:
@@ -811,7 +849,7 @@ class ContainerLogSource:
     def open_stream(self, first_byte: int):
         """An attached exec that streams the log from `first_byte` (1-based) as it grows, with a
         heartbeat on stderr (see streamed_log); None when the container does not run."""
-        with self._container() as container:
+        with self._container("streams") as container:
             if container.status != "running":
                 return None
             api = container.client.api

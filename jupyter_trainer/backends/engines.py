@@ -16,6 +16,11 @@ REMOTE_CALL_SECONDS = 15
 LOCAL_CALL_SECONDS = 60
 CONNECT_SECONDS = 10  # making a client of a remote engine (SSH's handshake and login included)
 RETRY_AFTER_SECONDS = 5.0  # an engine that could not be reached is not asked again sooner
+# Over SSH every connection to the engine is a channel of one SSH connection, and sshd allows 10
+# (MaxSessions): at most this many pooled connections, and STREAMS_PER_HOST log streams (see
+# DockerBackend._streamed), leave room for the execs that come and go.
+REMOTE_POOL_SIZE = 3
+STREAMS_PER_HOST = 4
 
 
 def connect(engine: Engine):
@@ -24,6 +29,8 @@ def connect(engine: Engine):
     import docker
 
     kwargs = {"base_url": engine.url, "timeout": REMOTE_CALL_SECONDS if engine.remote else LOCAL_CALL_SECONDS}
+    if engine.remote:
+        kwargs["max_pool_size"] = REMOTE_POOL_SIZE
     if engine.tls_dir is not None:
         kwargs["tls"] = docker.tls.TLSConfig(
             client_cert=(os.path.join(engine.tls_dir, "cert.pem"), os.path.join(engine.tls_dir, "key.pem")),

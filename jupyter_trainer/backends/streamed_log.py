@@ -32,8 +32,9 @@ kill "$follower" 2>/dev/null
 """
 HEARTBEAT_SECONDS = 5
 SILENT_SECONDS = 3 * HEARTBEAT_SECONDS  # no frame for this long: the connection is gone
+STREAM_BACKLOG = 64 << 10  # bytes before the log's end a first stream starts with
 STREAM_KEEP = 8 << 20  # bytes of the stream kept for readers; older ones are read through the engine
-IDLE_SECONDS = 120.0  # a stream nobody has read for this long is closed
+IDLE_SECONDS = 30.0  # a stream nobody has read for this long is closed (a view polls 4 times a second)
 STDERR_LIMIT = 4096
 
 
@@ -51,6 +52,7 @@ class StreamedLog:
         self._base = 0  # the log's offset of self._kept[0]
         self._kept = bytearray()
         self._resume_at: int | None = None  # where the next stream starts (None: at the log's end)
+        self._size_at_start = 0  # the log's size when the first stream started
         self._stream = None
         self._failures = 0
         self._used_at = time.monotonic()
@@ -61,18 +63,27 @@ class StreamedLog:
         self._used_at = time.monotonic()
         if self._streaming():
             with self._lock:
-                return self._base + len(self._kept)
+                # the stream may not yet have brought what the log held when it started
+                return max(self._base + len(self._kept), self._size_at_start)
         return self.fallback.size()
 
     def read(self, offset: int, limit: int) -> bytes:
         self._used_at = time.monotonic()
         if self._streaming():
             with self._lock:
-                if self._base <= offset <= self._base + len(self._kept):
+                end = self._base + len(self._kept)
+                if self._base <= offset < end or offset == end >= self._size_at_start:
                     return bytes(self._kept[offset - self._base : offset - self._base + limit])
-        # before the stream began, or past what it has brought so far (the reader read through the
-        # engine a moment ago): through the engine
+        # before the stream began, or past what it has brought so far (what the log held when it
+        # started, or what a reader read through the engine a moment ago): through the engine
         return self.fallback.read(offset, limit)
+
+    def settle(self) -> None:
+        """The job has ended: its log is complete, so it is asked for its size once more (the stream
+        may be a moment behind its last bytes), and a reader reads up to there."""
+        size = self.fallback.size()
+        with self._lock:
+            self._size_at_start = max(self._size_at_start, size)
 
     def close(self) -> None:
         with self._lock:
@@ -95,14 +106,20 @@ class StreamedLog:
             if self._failures >= GIVE_UP_AFTER:
                 return False
             start = self._resume_at
+        # what the log holds now: a new stream takes a moment to bring it, and until it has, a reader
+        # must not take what the stream brought for all there is
+        size_at_start = self.fallback.size()
         if start is None:
-            start = self.fallback.size()  # a first stream starts at the log's end: the rest is history
+            # a first stream starts near the log's end (the rest is history, read through the engine),
+            # early enough to hold what a reader checks before its offset and a view's last lines
+            start = max(0, size_at_start - STREAM_BACKLOG)
         stream = self._open_stream(start + 1)  # an unreachable host raises here, as the fallback would
         if stream is None:
             return False
         with self._lock:
             if start != self._base + len(self._kept):  # a new start: nothing kept follows on
                 self._base, self._kept = start, bytearray()
+            self._size_at_start = max(self._size_at_start, size_at_start)
             self._stream = stream
         threading.Thread(target=self._receive, args=(stream,), name="log stream", daemon=True).start()
         return True
@@ -147,7 +164,7 @@ class StreamedLog:
                     # a log cut short is read again through the engine, whose reader sees the cut
                     self._resume_at = None if cut else self._base + len(self._kept)
                     if cut:
-                        self._base, self._kept = 0, bytearray()
+                        self._base, self._kept, self._size_at_start = 0, bytearray(), 0
                 self._failures = self._failures + 1 if time.monotonic() - started_at < SHORT_LIVED_SECONDS else 0
             _close(stream)
 
