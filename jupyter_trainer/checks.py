@@ -109,13 +109,15 @@ def parse_remote_workdir(workdir: str | None) -> str:
     It is that machine's path, so nothing here can check it exists; it must be absolute and plain."""
     if not workdir:
         return ""
-    parts = workdir.split("/")
-    if not workdir.startswith("/") or workdir == "/" or ".." in parts or not all(32 <= ord(c) <= 126 for c in workdir) or len(workdir) > 1024:
+    import posixpath
+
+    plain = "/" + posixpath.normpath(workdir).lstrip("/")  # /. and //x are / and /x
+    if not workdir.startswith("/") or plain == "/" or ".." in workdir.split("/") or not all(32 <= ord(c) <= 126 for c in workdir) or len(workdir) > 1024:
         raise InvalidOption(
-            f"--workdir {workdir[:80]!r} is not an absolute directory of the remote host",
+            f"--workdir {workdir[:80]!r} is not an absolute directory of the remote host (nor its root)",
             "give a path such as /data/me/project (on the host), or leave it out to use a volume there",
         )
-    return workdir.rstrip("/")
+    return plain
 
 
 def parse_sync(directory: str | None) -> str | None:

@@ -71,7 +71,7 @@ class Engine:
             check_url(value["url"])
         except InvalidOption:
             return None
-        name = value.get("name") if isinstance(value.get("name"), str) else ""
+        name = value.get("name") if isinstance(value.get("name"), str) and HOST_NAME.fullmatch(value["name"]) else ""
         tls_dir = value.get("tls_dir") if isinstance(value.get("tls_dir"), str) else None
         return cls(value["url"], name, tls_dir, value.get("tls_verify") is not False)
 
@@ -93,18 +93,27 @@ def brief(exc: BaseException) -> str:
 # -- choosing one ----------------------------------------------------------------
 
 
-def check_url(url: str) -> str:
-    """A Docker engine address as the CLI takes it: unix://, npipe://, tcp:// or ssh://, printable."""
-    parts = urlsplit(url)
-    if parts.scheme not in SCHEMES or not all(33 <= ord(c) <= 126 for c in url) or len(url) > 512:
-        raise InvalidOption(
-            f"--docker-host {url!r} is not a Docker engine's address",
-            "give ssh://USER@HOST, tcp://HOST:2376, unix:///PATH, or a name from %config TrainerMagics.docker_hosts",
-        )
-    if parts.scheme in ("tcp", "ssh") and not parts.hostname:
-        raise InvalidOption(f"--docker-host {url!r} names no host", f"for example {parts.scheme}://gpu1")
+def check_url(url: str, source: str = "--docker-host") -> str:
+    """A Docker engine address as the CLI takes it: unix://, npipe://, tcp:// or ssh://, printable.
+    `source`: where it was given, for the message (--docker-host, DOCKER_HOST, a docker_hosts name)."""
+    shown = repr(url[:80] + ("…" if len(url) > 80 else ""))
+    bad = InvalidOption(
+        f"{source} {shown} is not a Docker engine's address",
+        "give ssh://USER@HOST, tcp://HOST:2376, unix:///PATH, or a name from %config TrainerMagics.docker_hosts",
+    )
+    if not all(33 <= ord(c) <= 126 for c in url) or len(url) > 512:
+        raise bad
+    try:
+        parts = urlsplit(url)
+        host, _ = parts.hostname, parts.port  # a bad IPv6 literal or port raises here
+    except ValueError:
+        raise bad from None
+    if parts.scheme not in SCHEMES:
+        raise bad
+    if parts.scheme in ("tcp", "ssh") and not host:
+        raise InvalidOption(f"{source} {shown} names no host", f"for example {parts.scheme}://gpu1")
     if parts.scheme == "ssh" and (parts.password is not None or parts.path not in ("", "/")):
-        raise InvalidOption(f"--docker-host {parts.scheme}://{parts.hostname}… holds a password or a path", "give ssh://USER@HOST[:PORT]; keys come from your SSH setup")
+        raise InvalidOption(f"{source} ssh://{host}… holds a password or a path", "give ssh://USER@HOST[:PORT]; keys come from your SSH setup")
     return url
 
 
@@ -116,21 +125,27 @@ def resolve(given: str | None, named: dict | None = None, environ=None) -> Engin
     if given:
         if "://" in given:
             return _with_tls(Engine(check_url(given)), environ)
+        if not HOST_NAME.fullmatch(given):
+            raise InvalidOption(
+                f"--docker-host {given[:80]!r} is neither an address nor a host's name (letters, digits, _ . -)",
+                "give ssh://USER@HOST, or a name from %config TrainerMagics.docker_hosts",
+            )
         if given in named:
             url = named[given]
             if not isinstance(url, str) or "://" not in url:
                 raise InvalidOption(f"docker_hosts[{given!r}] is not a Docker engine's address", "give ssh://USER@HOST or tcp://HOST:2376")
-            return _with_tls(Engine(check_url(url), name=given), environ)
+            return _with_tls(Engine(check_url(url, f"docker_hosts[{given!r}]"), name=given), environ)
         context = _context(given, environ)
         if context is not None:
             return context
-        known = ", ".join(sorted(named)) or "none configured"
+        names = sorted(name for name in named if isinstance(name, str) and HOST_NAME.fullmatch(name))
+        known = ", ".join(names[:10]) + (", …" if len(names) > 10 else "") if names else "none configured"
         raise InvalidOption(
             f"--docker-host {given!r} is neither an address nor a known host (docker_hosts: {known}; no Docker context of that name)",
             'give ssh://USER@HOST, or name it: %config TrainerMagics.docker_hosts = {"gpu1": "ssh://me@gpu1"}',
         )
     if environ.get("DOCKER_HOST"):
-        return _with_tls(Engine(check_url(environ["DOCKER_HOST"])), environ)
+        return _with_tls(Engine(check_url(environ["DOCKER_HOST"], "DOCKER_HOST")), environ)
     current = environ.get("DOCKER_CONTEXT") or _current_context(environ)
     if current and current != "default":
         context = _context(current, environ)
@@ -159,8 +174,8 @@ def _config_dir(environ) -> Path:
 def _current_context(environ) -> str | None:
     try:
         with open(_config_dir(environ) / "config.json", encoding="utf-8") as handle:
-            value = json.load(handle).get("currentContext")
-    except (OSError, ValueError, AttributeError):
+            value = json.loads(handle.read(1 << 20)).get("currentContext")
+    except (OSError, ValueError, AttributeError, RecursionError):
         return None
     return value if isinstance(value, str) else None
 
@@ -173,9 +188,9 @@ def _context(name: str, environ) -> Engine | None:
     contexts = _config_dir(environ) / "contexts"
     try:
         with open(contexts / "meta" / digest / "meta.json", encoding="utf-8") as handle:
-            endpoint = json.load(handle)["Endpoints"]["docker"]
-        url = check_url(endpoint["Host"])
-    except (OSError, ValueError, KeyError, TypeError, InvalidOption):
+            endpoint = json.loads(handle.read(1 << 20))["Endpoints"]["docker"]
+        url = check_url(endpoint["Host"], f"Docker context {name!r}")
+    except (OSError, ValueError, KeyError, TypeError, RecursionError, InvalidOption):
         return None
     tls_dir = contexts / "tls" / digest / "docker"
     has_tls = (tls_dir / "cert.pem").is_file() and (tls_dir / "key.pem").is_file()

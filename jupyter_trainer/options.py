@@ -104,7 +104,8 @@ DETACHED = (
         "URL|NAME", config=True, backends=CONTAINER,
     ),
     Option(
-        "sync", "--sync", "copy a local directory to the job's workdir on a remote Docker host before the job starts", "DIR",
+        "sync", "--sync", "copy a local directory to the job's workdir on a remote Docker host before the job starts "
+        "(the job store and ~/.ssh, ~/.aws, ~/.docker in it are left out)", "DIR",
         parse=parse_sync, backends=CONTAINER,
     ),
     Option("host", "--host", "no container: run the job as a detached process on this machine", kind="switch", config=True, default=False),

@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import hashlib
+import hmac
 import json
 import os
 import secrets
@@ -238,6 +240,11 @@ class JobStore:
     def fingerprint_key(self) -> bytes:
         with self.writing():
             return self._fingerprint_key()
+
+    def store_id(self) -> str:
+        """This store's name where several stores meet (a container, a remote host): derived from its
+        random key, so two machines or users whose stores have the same path never share one."""
+        return hmac.new(self.fingerprint_key(), b"jupyter_trainer store id", hashlib.sha256).hexdigest()[:12]
 
     def _fingerprint_key(self) -> bytes:
         make_private_dir(self.home)

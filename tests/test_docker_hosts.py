@@ -80,3 +80,48 @@ def test_a_remote_workdir_is_the_hosts_and_sync_needs_a_remote_host(tmp_path, ho
     # a cell that names no engine keeps its fingerprint (and its record) from before engines were chosen
     local = build_spec("print(1)\n", image="img", workdir=str(tmp_path))
     assert local.engine is None and "engine" not in local.public_options()
+
+
+@pytest.mark.parametrize(
+    "source, value",
+    [("flag", "ssh://[::1"), ("flag", "tcp://[zz]:1"), ("flag", "ssh://gpu1:99999"), ("env", "ssh://[::1"), ("env", "fd://"), ("named", "ssh://[::1")],
+)
+def test_an_address_that_does_not_parse_is_one_line_naming_where_it_came_from(source, value, tmp_path):
+    env = {"DOCKER_CONFIG": str(tmp_path)}
+    with pytest.raises(InvalidOption) as error:
+        if source == "flag":
+            resolve(value, {}, env)
+        elif source == "env":
+            resolve(None, {}, {**env, "DOCKER_HOST": value})
+        else:
+            resolve("v6", {"v6": value}, env)
+    said = str(error.value)
+    assert "\n" not in said and {"flag": "--docker-host", "env": "DOCKER_HOST", "named": "docker_hosts['v6']"}[source] in said
+
+
+def test_host_names_and_contexts_that_could_mislead_are_refused(tmp_path):
+    escape = "gpu\x1b]0;pwned\x07"
+    with pytest.raises(InvalidOption) as error:
+        resolve(escape, {escape: "ssh://me@gpu1"}, {"DOCKER_CONFIG": str(tmp_path)})
+    assert "\x1b" not in str(error.value)
+    with pytest.raises(InvalidOption) as error:
+        resolve("x" * 5000, {}, {"DOCKER_CONFIG": str(tmp_path)})
+    assert len(str(error.value)) < 400
+    # a context whose meta.json nests deeper than the parser goes is no context, not a traceback
+    import hashlib
+
+    meta = tmp_path / "contexts" / "meta" / hashlib.sha256(b"deep").hexdigest()
+    meta.mkdir(parents=True)
+    (meta / "meta.json").write_text("[" * 100000 + "]" * 100000)
+    with pytest.raises(InvalidOption):
+        resolve("deep", {}, {"DOCKER_CONFIG": str(tmp_path)})
+
+
+@pytest.mark.parametrize("workdir, kept", [("/.", None), ("//", None), ("/srv/./x/", "/srv/x"), ("//data", "/data")])
+def test_a_remote_workdir_is_normalised_and_never_the_hosts_root(workdir, kept, tmp_path, monkeypatch):
+    monkeypatch.setenv("DOCKER_CONFIG", str(tmp_path))
+    if kept is None:
+        with pytest.raises(InvalidOption, match="nor its root"):
+            build_spec("print(1)\n", image="img", docker_host="ssh://me@gpu1", workdir=workdir)
+    else:
+        assert build_spec("print(1)\n", image="img", docker_host="ssh://me@gpu1", workdir=workdir).workdir == kept

@@ -11,6 +11,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 import time
 
 import pytest
@@ -208,3 +209,72 @@ def test_named_hosts_stop_and_freeing_the_remote_gpus(laptop, tmp_path):
 
     unknown = run("submit", str(script), "--docker-host", "gpu2", "--image", TEST_IMAGE)
     assert unknown.returncode == 1 and unknown.stderr.count("\n") == 1 and "gpu1" in unknown.stderr, unknown.stderr
+
+
+def test_a_reader_with_another_docker_host_follows_each_job_on_its_own_engine(laptop, docker_image, workdir):
+    """A job on this machine's engine is not asked about on the reader's DOCKER_HOST (a remote host,
+    where its container is not): it stays running, and stop reaches it."""
+    remote = laptop
+    submitted = cli("submit", str(_script(workdir, "import time\nprint('local', flush=True)\ntime.sleep(600)\n")), "--name", "here", "--image", docker_image, "--workdir", str(workdir))
+    assert submitted.returncode == 0, submitted.stderr
+    wait_for(lambda: status("here")["status"] == "running", timeout=60, what="the local job to run")
+    elsewhere = {**os.environ, "DOCKER_HOST": remote.alias_url}
+    seen = json.loads(subprocess.run([sys.executable, "-m", "jupyter_trainer.cli", "status", "here", "--json"], env=elsewhere, capture_output=True, text=True, timeout=60).stdout)
+    assert seen["status"] == "running" and seen["host"] == "local", seen
+    stopped = subprocess.run([sys.executable, "-m", "jupyter_trainer.cli", "stop", "here"], env=elsewhere, capture_output=True, text=True, timeout=120)
+    assert "stopped" in stopped.stdout, stopped.stdout + stopped.stderr
+    assert status("here")["status"] == "stopped"
+
+
+def _script(directory, text):
+    path = directory / f"job-{abs(hash(text))}.py"
+    path.write_text(text)
+    return path
+
+
+def test_two_stores_of_the_same_path_never_share_a_run_on_the_host(laptop, tmp_path, monkeypatch):
+    """Two laptops whose stores have the same path (/home/jovyan/.jupyter_trainer, say) submit the same
+    job name to one host: each keeps its own log and exit code."""
+    remote = laptop
+    path = tmp_path / "jovyan" / ".jupyter_trainer"
+    monkeypatch.setenv("JUPYTER_TRAINER_HOME", str(path))
+    first = cli("submit", str(_script(tmp_path, "print('laptop A', flush=True)\n")), "--name", "train", "--docker-host", remote.alias_url, "--image", TEST_IMAGE)
+    assert first.returncode == 0, first.stderr
+    wait_for(lambda: status("train")["status"] == "completed", timeout=90, what="laptop A's job")
+    path.rename(tmp_path / "laptop-a")
+    second = cli("submit", str(_script(tmp_path, "print('laptop B', flush=True)\nraise SystemExit(7)\n")), "--name", "train", "--docker-host", remote.alias_url, "--image", TEST_IMAGE)
+    assert second.returncode == 0, second.stderr
+    wait_for(lambda: status("train")["status"] == "failed", timeout=90, what="laptop B's job")
+    assert cli("logs", "train").stdout == "laptop B\n"
+    monkeypatch.setenv("JUPYTER_TRAINER_HOME", str(tmp_path / "laptop-a"))
+    assert cli("logs", "train").stdout == "laptop A\n" and status("train")["exit_code"] == 0
+
+
+def test_sync_leaves_the_job_store_out_and_prune_clears_the_host(laptop, tmp_path, monkeypatch):
+    remote = laptop
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "train.txt").write_text("data\n")
+    monkeypatch.setenv("JUPYTER_TRAINER_HOME", str(project / ".jupyter_trainer"))  # a notebook in ~, the store in it
+    script = _script(tmp_path, "import os\nprint(sorted(os.listdir('.')), flush=True)\n")
+    done = cli("submit", str(script), "--name", "synced", "--docker-host", remote.alias_url, "--image", TEST_IMAGE, "--sync", str(project))
+    assert done.returncode == 0, done.stderr
+    wait_for(lambda: status("synced")["status"] == "completed", timeout=90, what="the job")
+    assert cli("logs", "synced").stdout == "['train.txt']\n"  # not the store: its scripts, logs and key
+    # prune: the stopped container on the host and its runs' volume go (its workspace stays: the user's work)
+    (container,) = remote_containers(remote)
+    container.stop(timeout=1)
+    assert cli("rm", "synced").returncode == 0
+    pruned = cli("prune", "--older-than", "0s", "--containers")
+    assert pruned.returncode == 0 and f"{container.name} on jt-remote-test" in pruned.stdout, pruned.stdout + pruned.stderr
+    volumes = {volume.name for volume in remote.client().volumes.list()}
+    assert f"{container.name}-runs" not in volumes and f"{container.name}-workspace" in volumes
+
+
+def test_an_unreachable_host_is_one_line_without_ssh_tracebacks(laptop):
+    remote = laptop
+    remote.stop_sshd()
+    result = cli("submit", str(_script(Path.cwd(), "print(1)\n")), "--docker-host", remote.alias_url, "--image", TEST_IMAGE)
+    assert result.returncode == 1 and result.stderr.count("\n") == 1 and "Traceback" not in result.stderr, result.stderr
+    assert "cannot reach the Docker engine on jt-remote-test" in result.stderr
+    assert cli("list").stdout.strip() == "No jobs yet."  # the store is as it was

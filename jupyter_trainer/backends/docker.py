@@ -29,7 +29,7 @@ from ..errors import BackendUnavailable, ImageNotFound, InvalidOption, RunFileEr
 from ..jobs import NAME_PATTERN, JobRecord, Observation, Status
 from ..resources import NVIDIA_SMI_QUERY, Usage, parse_nvidia_smi
 from ..spec import DetachedSpec
-from .._fs import make_private_dir
+from .._fs import make_private_dir, write_private_file
 from ..store import JobStore
 from .base import (
     CLOCK_FILE,
@@ -62,7 +62,7 @@ from .in_container import (
     runs_supervisor,
     stops_on_term,
 )
-from ..docker_hosts import Engine, resolve
+from ..docker_hosts import LOCAL_SOCKET, Engine, resolve
 from .engines import STREAMS_PER_HOST, Reachability, connect
 from .links import link_run, unlink_run
 from .streamed_log import FOLLOW_LOG, HEARTBEAT_SECONDS, StreamedLog
@@ -79,6 +79,8 @@ LABEL = "jupyter_trainer"
 LABEL_JOBS_DIR = "jupyter_trainer.jobs_dir"
 LABEL_WORKDIR = "jupyter_trainer.workdir"
 LABEL_GPUS = "jupyter_trainer.gpus"
+LABEL_STORE = "jupyter_trainer.store"  # the store's id (JobStore.store_id): stores of the same path differ
+ENGINES_DIR = "engines"  # in the store's home: one file per remote engine its jobs have used
 KEEP_ALIVE = ["tail", "-f", "/dev/null"]
 PING_VALID_SECONDS = 5.0  # an engine that answered this recently is not asked again before a submission
 
@@ -95,6 +97,7 @@ class DockerRuntime:
     run_dir: str  # in the container
     mounted: bool  # the run's files are the store's, through the container's own directory
     shared_dir: str | None = None  # that directory's name in the store's containers/
+    engine: dict | None = None  # the engine it runs on (docker_hosts.Engine.to_dict); None in older records
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -102,7 +105,7 @@ class DockerRuntime:
     @classmethod
     def of(cls, record: JobRecord) -> "DockerRuntime":
         kinds = {"container_id": str, "container_name": str, "container_started_at": str, "exec_id": str, "run_dir": str}
-        runtime = read_runtime(cls, record, {**kinds, "mounted": bool, "shared_dir": (str, "optional")})
+        runtime = read_runtime(cls, record, {**kinds, "mounted": bool, "shared_dir": (str, "optional"), "engine": (dict, "optional")})
         if not INNER_RUN_DIR.fullmatch(runtime.run_dir):
             raise malformed_runtime(record, "run_dir is not a run's directory")
         if runtime.shared_dir is not None and not NAME_PATTERN.fullmatch(runtime.shared_dir):
@@ -140,6 +143,32 @@ def gpu_requests(gpus: str | None) -> list:
     if "," in gpus:
         return [DeviceRequest(device_ids=gpus.split(","), capabilities=[["gpu"]])]
     return [DeviceRequest(count=int(gpus), capabilities=[["gpu"]])]
+
+
+def remember_engine(home: Path, engine: Engine) -> None:
+    """Note a remote engine this store's jobs use, so that prune looks there too once no job names it."""
+    import json
+
+    path = home / ENGINES_DIR / f"{hashlib.sha256(engine.url.encode()).hexdigest()[:16]}.json"
+    if not path.exists():
+        make_private_dir(path.parent)
+        write_private_file(path, json.dumps(engine.to_dict()).encode())
+
+
+def used_engines(home: Path) -> list[Engine]:
+    import json
+
+    engines = []
+    try:
+        names = sorted(os.listdir(home / ENGINES_DIR))
+    except OSError:
+        return []
+    for name in names:
+        with contextlib.suppress(OSError, ValueError):
+            engine = Engine.of(json.loads((home / ENGINES_DIR / name).read_bytes()[:4096]))
+            if engine is not None and engine.remote:
+                engines.append(engine)
+    return engines
 
 
 def engine_errors() -> tuple[type[BaseException], ...]:
@@ -193,12 +222,14 @@ class DockerBackend:
     # -- the engine --------------------------------------------------------
 
     def engine_of(self, record: JobRecord) -> Engine:
-        """The engine the job runs on, as its record names it. A record from before engines could be
-        chosen names none: then the engine the environment chooses, as it was then."""
-        return Engine.of(record.options.get("engine")) or self._default_engine()
+        """The engine the job runs on, as its record names it (never the reader's DOCKER_HOST). A
+        record from before engines were recorded names none: the engine the environment chooses."""
+        return Engine.of(record.runtime.get("engine")) or Engine.of(record.options.get("engine")) or self._default_engine()
 
-    def _spec_engine(self, spec: DetachedSpec) -> Engine:
-        return Engine.of(spec.engine) or self._default_engine()
+    @staticmethod
+    def _spec_engine(spec: DetachedSpec) -> Engine:
+        """The engine a new job runs on: the one its cell chose (none: the local socket)."""
+        return Engine.of(spec.engine) or Engine(LOCAL_SOCKET)
 
     @staticmethod
     def _default_engine() -> Engine:
@@ -252,6 +283,12 @@ class DockerBackend:
             detail = exc.explanation or str(exc)
             return TrainerError(f"Docker refused to {doing}: {detail}")
         self._lost(engine, exc)
+        if engine.remote and doing == "start the job":
+            return Unreachable(
+                engine.label,
+                f"lost the Docker engine on {engine.label} while starting the job, so nothing was recorded",
+                "once it answers again, look there (docker ps) before you submit again: the job may have started",
+            )
         if engine.remote:
             return Unreachable(engine.label, f"cannot reach the Docker engine on {engine.label} while trying to {doing}", "check the host and your connection to it; the job's record is kept")
         return BackendUnavailable(
@@ -287,6 +324,8 @@ class DockerBackend:
     def _start(self, record: JobRecord, run_dir: Path, spec: DetachedSpec, engine: Engine) -> DockerRuntime:
         jobs_dir = run_dir.parent.parent
         client = self.client_of(engine)
+        if engine.remote:
+            remember_engine(jobs_dir.parent, engine)
         container = self._ensure_container(spec, jobs_dir, client, engine)
         relative = f"{record.name}/{record.run}"
         # a remote engine's containers cannot see this machine's store: the files are copied in
@@ -297,12 +336,12 @@ class DockerBackend:
             inner_run_dir = f"{MOUNTED_JOBS_DIR}/{relative}"
         else:
             # several stores (users, JUPYTER_TRAINER_HOMEs) may share a container: one directory each
-            store_id = hashlib.sha256(str(jobs_dir).encode()).hexdigest()[:12]
+            store_id = JobStore(jobs_dir.parent).store_id()
             inner_run_dir = f"{SHIPPED_JOBS_DIR}/{store_id}/{relative}"
             self._ship(container, run_dir, inner_run_dir)
         ours = container.labels.get(LABEL) == "1"
         if spec.sync:
-            sync_directory(container, spec.sync, WORKSPACE if ours else container.attrs["Config"].get("WorkingDir") or "/")
+            sync_directory(container, spec.sync, WORKSPACE if ours else container.attrs["Config"].get("WorkingDir") or "/", jobs_dir.parent)
         command = [
             "sh", f"{inner_run_dir}/{SUPERVISOR_FILE}", inner_run_dir, str(STOP_GRACE_SECONDS),
             "1" if spec.stop_container_when_done else "0",
@@ -335,12 +374,15 @@ class DockerBackend:
             run_dir=inner_run_dir,
             mounted=shared_dir is not None,
             shared_dir=shared_dir.name if shared_dir is not None else None,
+            engine=engine.to_dict(),
         )
 
     def _ensure_container(self, spec: DetachedSpec, jobs_dir: Path, client, engine: Engine):
         import docker
 
-        name = spec.container or default_container_name(spec.image, spec.workdir)
+        # on a remote host, where other laptops and users meet, one container per store too
+        workdir = f"{spec.workdir}\0{JobStore(jobs_dir.parent).store_id()}" if engine.remote else spec.workdir
+        name = spec.container or default_container_name(spec.image, workdir)
         try:
             container = client.containers.get(name)
         except docker.errors.NotFound:
@@ -463,6 +505,7 @@ class DockerBackend:
                 labels={
                     LABEL: "1",
                     LABEL_JOBS_DIR: str(jobs_dir),
+                    LABEL_STORE: JobStore(jobs_dir.parent).store_id(),
                     LABEL_WORKDIR: spec.workdir,
                     LABEL_GPUS: spec.gpus or "",
                 },
@@ -474,6 +517,7 @@ class DockerBackend:
         except docker.errors.APIError as exc:
             if exc.status_code == 409:  # another process is creating it this moment
                 return self._wait_for_container(name, client)
+            self._remove_unstarted(client, name, jobs_dir)
             detail = exc.explanation or str(exc)
             if spec.gpus and "gpu" in str(detail).lower():
                 raise BackendUnavailable(
@@ -481,6 +525,14 @@ class DockerBackend:
                     "install the NVIDIA Container Toolkit, or drop --gpus",
                 ) from exc
             raise TrainerError(f"Docker could not create container {name!r}: {detail}") from exc
+
+    @staticmethod
+    def _remove_unstarted(client, name: str, jobs_dir: Path) -> None:
+        """A container created but not started (a mount its engine refused, say) is no use to anyone."""
+        with contextlib.suppress(*engine_errors()):
+            container = client.containers.get(name)
+            if container.status == "created" and container.labels.get(LABEL_JOBS_DIR) == str(jobs_dir):
+                container.remove(force=True)
 
     def _wait_for_container(self, name: str, client, timeout: float = 30.0):
         import docker
@@ -728,31 +780,41 @@ class DockerBackend:
         return parse_nvidia_smi(text)
 
     def remove_stopped_containers(self, jobs_dir: Path, in_use: set[str]) -> list[str]:
-        """Remove the containers this store created that are not running and that no remaining
-        job names (with their directories in the store); their names."""
-        import docker
-
+        """Remove the containers this store created, on this machine's engine and on every remote
+        host it has used, that are not running and that no remaining job names (with their
+        directories in the store, or on a remote host the volume of their runs' files); their names.
+        A host that cannot be reached is named in the error, after the others were done."""
         store = JobStore(jobs_dir.parent)
-        removed, failed = [], []
-        try:
-            containers = self.client.containers.list(all=True, filters={"label": f"{LABEL}=1"})
-        except (docker.errors.DockerException, OSError) as exc:
-            raise TrainerError(f"cannot list the containers: {exc}") from exc
-        for container in containers:
-            if container.labels.get(LABEL_JOBS_DIR) != str(jobs_dir) or container.name in in_use:
-                continue
-            if container.status not in ("created", "exited", "dead"):
-                continue  # running, paused or restarting: never touched
+        removed, failed, existing = [], [], set()
+        for engine in [Engine(LOCAL_SOCKET), *used_engines(store.home)]:
             try:
-                container.remove()
-            except (docker.errors.DockerException, OSError) as exc:  # the others are still tried
-                failed.append(f"{container.name} ({exc})")
-                continue
-            shutil.rmtree(store.container_dir(container.name), ignore_errors=True)
-            removed.append(container.name)
+                containers = self.client_of(engine).containers.list(all=True, filters={"label": f"{LABEL}=1"})
+            except (BackendUnavailable, *engine_errors()) as exc:
+                if engine.remote:
+                    failed.append(f"the containers on {engine.label} (it cannot be reached: {exc})")
+                    continue
+                raise TrainerError(f"cannot list the containers: {exc}") from exc
+            mine = [
+                container for container in containers
+                if container.labels.get(LABEL_JOBS_DIR) == str(jobs_dir)
+                and container.labels.get(LABEL_STORE, None if engine.remote else store.store_id()) == store.store_id()
+            ]  # fmt: skip
+            existing.update(container.name for container in mine)
+            for container in mine:
+                if container.name in in_use or container.status not in ("created", "exited", "dead"):
+                    continue  # running, paused or restarting: never touched
+                try:
+                    container.remove()
+                    if engine.remote:  # its runs' files; its workspace volume holds the user's work, and stays
+                        with contextlib.suppress(*engine_errors()):
+                            container.client.volumes.get(f"{container.name}-runs").remove()
+                except engine_errors() as exc:  # the others are still tried
+                    failed.append(f"{container.name} ({exc})")
+                    continue
+                shutil.rmtree(store.container_dir(container.name), ignore_errors=True)
+                removed.append(container.name + (f" on {engine.label}" if engine.remote else ""))
         # the directories of containers removed some other way, that no job names any more (not one
         # made a moment ago for a container being created right now)
-        existing = {container.name for container in containers}
         try:
             leftover = [entry for entry in os.listdir(store.containers_dir) if entry not in existing and entry not in in_use]
         except OSError:
@@ -835,7 +897,8 @@ class ContainerLogSource:
         with self._container() as container:
             if container.status != "running":
                 return container_file_size(container, self.path)
-            text = run_in(container, 'wc -c < "$1"', self.path, limit=64).strip()
+            # a regular file only: a FIFO the job put in its place would block wc (and its exec) for good
+            text = run_in(container, '[ -f "$1" ] && [ ! -L "$1" ] || { echo 0; exit; }; wc -c < "$1"', self.path, limit=64).strip()
             if not (text.isdigit() and len(text) <= 18):
                 raise RunFileError(f"cannot tell the size of the job's log in container {container.name}")
             return int(text)
@@ -844,7 +907,7 @@ class ContainerLogSource:
         with self._container() as container:
             if container.status != "running":
                 return read_container_file(container, self.path, offset, limit)
-            return run_in(container, 'tail -c +"$1" "$2" | head -c "$3"', str(offset + 1), self.path, str(limit), limit=limit)
+            return run_in(container, '[ -f "$2" ] && [ ! -L "$2" ] || exit 0; tail -c +"$1" "$2" | head -c "$3"', str(offset + 1), self.path, str(limit), limit=limit)
 
     def open_stream(self, first_byte: int):
         """An attached exec that streams the log from `first_byte` (1-based) as it grows, with a
@@ -859,25 +922,32 @@ class ContainerLogSource:
             return api.exec_start(exec_id, socket=True)
 
 
-def sync_directory(container, local_dir: str, inner_dir: str) -> None:
+# never copied to a remote host by --sync, wherever they lie in the synced directory: credentials
+PRIVATE_DIRS = ("~/.ssh", "~/.aws", "~/.docker", "~/.gnupg", "~/.kube", "~/.config/gcloud")
+
+
+def sync_directory(container, local_dir: str, inner_dir: str, store_home: Path) -> None:
     """Copy a local directory's contents into the container's `inner_dir` through the engine (the
     archive API: nothing needed on the host but its engine). Links are copied as links; the archive
-    is spooled to a temporary file, so a large directory is never held in memory."""
+    is spooled to a temporary file, so a large directory is never held in memory. The job store
+    (every job's scripts and logs, and its key) and the user's credentials are left out."""
+    left_out = {os.path.realpath(store_home), *(os.path.realpath(os.path.expanduser(path)) for path in PRIVATE_DIRS)}
+
+    def portable(member: tarfile.TarInfo) -> tarfile.TarInfo | None:
+        if os.path.realpath(os.path.join(local_dir, member.name)) in left_out:
+            return None  # and, for a directory, all it holds
+        member.uname = member.gname = ""  # this machine's owner names mean nothing there
+        return member
+
     with tempfile.TemporaryFile() as archive:
         try:
             with tarfile.open(fileobj=archive, mode="w") as tar:
-                tar.add(local_dir, arcname=".", filter=_portable)
+                tar.add(local_dir, arcname=".", filter=portable)
         except OSError as exc:
             raise InvalidOption(f"--sync cannot read {exc.filename or local_dir} ({exc.strerror or exc})") from None
         archive.seek(0)
         if not container.put_archive(inner_dir, archive):
             raise TrainerError(f"Docker did not take the files of --sync {local_dir} into {inner_dir}")
-
-
-def _portable(member: tarfile.TarInfo) -> tarfile.TarInfo:
-    """A synced file as the container's user can use it: this machine's owner names mean nothing there."""
-    member.uname = member.gname = ""
-    return member
 
 
 def give_stdin(stream, data: bytes) -> None:

@@ -15,7 +15,7 @@ from ..docker_hosts import Engine
 REMOTE_CALL_SECONDS = 15
 LOCAL_CALL_SECONDS = 60
 CONNECT_SECONDS = 10  # making a client of a remote engine (SSH's handshake and login included)
-RETRY_AFTER_SECONDS = 5.0  # an engine that could not be reached is not asked again sooner
+RETRY_AFTER_SECONDS = 20.0  # an engine that could not be reached is not asked again sooner (> CONNECT_SECONDS)
 # Over SSH every connection to the engine is a channel of one SSH connection, and sshd allows 10
 # (MaxSessions): at most this many pooled connections, and STREAMS_PER_HOST log streams (see
 # DockerBackend._streamed), leave room for the execs that come and go.
@@ -42,7 +42,20 @@ def connect(engine: Engine):
             return docker.DockerClient(**kwargs)
         except docker.errors.DockerException as exc:
             raise engine.unreachable(exc) from exc
+    _quiet_paramiko()
     return _within(CONNECT_SECONDS, lambda: docker.DockerClient(**kwargs), engine)
+
+
+def _quiet_paramiko() -> None:
+    """Paramiko logs a traceback for every failed handshake (a host that is down, at each poll);
+    the user gets one line from us instead. Its records stop at its own logger, unless the user
+    gave that logger a handler of their own."""
+    import logging
+
+    logger = logging.getLogger("paramiko")
+    if not logger.handlers:
+        logger.addHandler(logging.NullHandler())
+        logger.propagate = False
 
 
 def _within(seconds: float, make, engine: Engine):

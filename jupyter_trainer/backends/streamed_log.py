@@ -22,7 +22,7 @@ import time
 # (JT_RUN_DIR) and tail is given the log's bare name: no command line here names a run's files, which
 # the supervisor takes for another job still running in the container (see supervise.sh)
 FOLLOW_LOG = r"""
-cd "$JT_RUN_DIR" || exit 1
+cd "$JT_RUN_DIR" && [ -f output.log ] && [ ! -L output.log ] || exit 1
 tail -c +"$1" -f output.log & follower=$!
 while kill -0 "$follower" 2>/dev/null; do
     sleep "$2"
