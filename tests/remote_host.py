@@ -117,6 +117,8 @@ class RemoteHost:
         self.home = self.dir / "home"  # a HOME whose ~/.ssh has the config, key and known_hosts (for paramiko)
         self.bin_dir = self.dir / "bin"  # an `ssh` that reads ssh_config_path (for the ssh program's users)
         self.port: int | None = None
+        self.tls_dir = self.dir / "tls"  # the client's certificate, key and the CA (DOCKER_CERT_PATH)
+        self.tls_port: int | None = None  # the engine's TLS port (2376 inside), published on 127.0.0.1
         self._local = local
         self._own_local = local is None
         self._container = None
@@ -144,6 +146,11 @@ class RemoteHost:
     def url(self) -> str:
         """ssh://root@127.0.0.1:PORT (needs the key and known_hosts: see client() and environ())."""
         return f"ssh://root@127.0.0.1:{self.port}"
+
+    @property
+    def tls_url(self) -> str:
+        """tcp://127.0.0.1:PORT: the engine over TLS, with a client certificate (tls_dir)."""
+        return f"tcp://127.0.0.1:{self.tls_port}"
 
     @property
     def alias_url(self) -> str:
@@ -211,7 +218,7 @@ class RemoteHost:
             security_opt=["seccomp=unconfined", "apparmor=unconfined"],
             cgroupns="private",
             volumes={self.volume_name: {"bind": "/var/lib/docker", "mode": "rw"}},
-            ports={"22/tcp": ("127.0.0.1", None)},  # a free port, chosen by the engine
+            ports={"22/tcp": ("127.0.0.1", None), "2376/tcp": ("127.0.0.1", None)},  # free ports, chosen by the engine
             cpu_shares=512,  # half the weight of other containers when the CPUs are contended
         )
         self.exec(REMOUNT_CGROUPS, check=True)
@@ -221,8 +228,10 @@ class RemoteHost:
             environment={"KEY": public_key},
             check=True,
         )
+        self._make_tls()
         self._start_dockerd()
         self.port = self._published_port()
+        self.tls_port = self._published_port("2376/tcp")
         self._write_client_files()
         self.start_sshd()
 
@@ -351,14 +360,75 @@ class RemoteHost:
         return line
 
     def _start_dockerd(self) -> None:
-        # detached (docker exec -d): stdin from /dev/null, output to a file, in the container's session
-        self._container.exec_run(["sh", "-c", f"exec dockerd >>{DOCKERD_LOG} 2>&1 </dev/null"], detach=True)
+        # detached (docker exec -d): stdin from /dev/null, output to a file, in the container's session;
+        # besides its socket, on tcp://:2376 with TLS, clients verified by the test's CA (see _make_tls)
+        listen = (
+            "-H unix:///var/run/docker.sock -H tcp://0.0.0.0:2376 --tlsverify "
+            "--tlscacert /etc/jt-tls/ca.pem --tlscert /etc/jt-tls/server.pem --tlskey /etc/jt-tls/server-key.pem"
+        )
+        self._container.exec_run(["sh", "-c", f"exec dockerd {listen} >>{DOCKERD_LOG} 2>&1 </dev/null"], detach=True)
         self._wait(lambda: self.exec("docker version >/dev/null 2>&1").exit_code == 0, "dockerd", DOCKERD_LOG)
 
-    def _published_port(self) -> int:
+    def _published_port(self, port: str = "22/tcp") -> int:
         self._container.reload()
-        bindings = self._container.attrs["NetworkSettings"]["Ports"]["22/tcp"]
+        bindings = self._container.attrs["NetworkSettings"]["Ports"][port]
         return int(bindings[0]["HostPort"])
+
+    def _make_tls(self) -> None:
+        """A CA of this host's own, the engine's certificate (for 127.0.0.1) and a client's: the client's
+        in tls_dir (ca.pem, cert.pem, key.pem: what DOCKER_CERT_PATH names), the engine's copied in."""
+        import datetime
+        import ipaddress
+        import io
+        import tarfile
+
+        from cryptography import x509
+        from cryptography.hazmat.primitives import hashes, serialization
+        from cryptography.hazmat.primitives.asymmetric import ec
+        from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
+        now = datetime.datetime.now(datetime.timezone.utc)
+
+        def certificate(name, key, issuer_name, issuer_key, ca=False, usage=None, addresses=()):
+            builder = (
+                x509.CertificateBuilder().subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, name)]))
+                .issuer_name(issuer_name).public_key(key.public_key()).serial_number(x509.random_serial_number())
+                .not_valid_before(now - datetime.timedelta(minutes=5)).not_valid_after(now + datetime.timedelta(days=2))
+                .add_extension(x509.BasicConstraints(ca=ca, path_length=None), critical=True)
+            )  # fmt: skip
+            if usage is not None:
+                builder = builder.add_extension(x509.ExtendedKeyUsage([usage]), critical=False)
+            if addresses:
+                builder = builder.add_extension(x509.SubjectAlternativeName(list(addresses)), critical=False)
+            return builder.sign(issuer_key, hashes.SHA256())
+
+        def pem(item) -> bytes:
+            if hasattr(item, "private_bytes"):
+                return item.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
+            return item.public_bytes(serialization.Encoding.PEM)
+
+        ca_key, server_key, client_key = (ec.generate_private_key(ec.SECP256R1()) for _ in range(3))
+        ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, f"{self.name} CA")])
+        ca = certificate(f"{self.name} CA", ca_key, ca_name, ca_key, ca=True)
+        server = certificate(
+            "127.0.0.1", server_key, ca_name, ca_key, usage=ExtendedKeyUsageOID.SERVER_AUTH,
+            addresses=(x509.IPAddress(ipaddress.ip_address("127.0.0.1")), x509.DNSName("localhost")),
+        )  # fmt: skip
+        client = certificate("client", client_key, ca_name, ca_key, usage=ExtendedKeyUsageOID.CLIENT_AUTH)
+        self.tls_dir.mkdir(mode=0o700)
+        for name, item in (("ca.pem", ca), ("cert.pem", client), ("key.pem", client_key)):
+            (self.tls_dir / name).write_bytes(pem(item))
+        archive = io.BytesIO()
+        with tarfile.open(fileobj=archive, mode="w") as tar:
+            folder = tarfile.TarInfo("etc/jt-tls")
+            folder.type, folder.mode = tarfile.DIRTYPE, 0o700
+            tar.addfile(folder)
+            for name, item in (("ca.pem", ca), ("server.pem", server), ("server-key.pem", server_key)):
+                data = pem(item)
+                info = tarfile.TarInfo(f"etc/jt-tls/{name}")
+                info.size, info.mode = len(data), 0o600
+                tar.addfile(info, io.BytesIO(data))
+        self._container.put_archive("/", archive.getvalue())
 
     def _write_client_files(self) -> None:
         """known_hosts with the host keys the container made, the ssh config, the HOME for paramiko and the

@@ -278,3 +278,32 @@ def test_an_unreachable_host_is_one_line_without_ssh_tracebacks(laptop):
     assert result.returncode == 1 and result.stderr.count("\n") == 1 and "Traceback" not in result.stderr, result.stderr
     assert "cannot reach the Docker engine on jt-remote-test" in result.stderr
     assert cli("list").stdout.strip() == "No jobs yet."  # the store is as it was
+
+
+def test_tcp_with_tls_from_the_environment_and_from_a_docker_context(laptop, tmp_path, monkeypatch):
+    """The remote engine also listens on TLS with client certificates (tests/remote_host.py): reached as
+    the docker CLI would, by DOCKER_HOST with DOCKER_TLS_VERIFY/DOCKER_CERT_PATH, and by a context."""
+    remote = laptop
+    script = _script(tmp_path, "print('over TLS', flush=True)\n")
+    monkeypatch.setenv("DOCKER_HOST", remote.tls_url)
+    refused = cli("submit", str(script), "--name", "plain", "--image", TEST_IMAGE)  # plain HTTP to a TLS port
+    assert refused.returncode == 1 and refused.stderr.count("\n") == 1 and "Traceback" not in refused.stderr, refused.stderr
+    monkeypatch.setenv("DOCKER_TLS_VERIFY", "1")
+    monkeypatch.setenv("DOCKER_CERT_PATH", str(remote.tls_dir))
+    assert cli("submit", str(script), "--name", "tls-env", "--image", TEST_IMAGE).returncode == 0
+    for name in ("DOCKER_HOST", "DOCKER_TLS_VERIFY", "DOCKER_CERT_PATH"):
+        monkeypatch.delenv(name)
+    config = tmp_path / "docker-config"
+    tls = remote.tls_dir
+    made = subprocess.run(
+        ["docker", "context", "create", "tlsctx", "--docker", f"host={remote.tls_url},ca={tls}/ca.pem,cert={tls}/cert.pem,key={tls}/key.pem"],
+        env={**os.environ, "DOCKER_CONFIG": str(config)}, capture_output=True, text=True,
+    )  # fmt: skip
+    assert made.returncode == 0, made.stderr
+    monkeypatch.setenv("DOCKER_CONFIG", str(config))
+    assert cli("submit", str(script), "--name", "tls-context", "--docker-host", "tlsctx", "--image", TEST_IMAGE).returncode == 0
+    monkeypatch.delenv("DOCKER_CONFIG")  # the record names the engine and its TLS material: no config needed to follow
+    for name in ("tls-env", "tls-context"):
+        final = wait_for(lambda: (s := status(name))["status"] not in ("pending", "running") and s, timeout=90, what=f"{name} to end")
+        assert final["status"] == "completed" and cli("logs", name).stdout == "over TLS\n", final
+    assert status("tls-context")["host"] == "tlsctx" and status("tls-env")["host"] == "127.0.0.1"

@@ -19,6 +19,7 @@ RETRY_AFTER_SECONDS = 20.0  # an engine that could not be reached is not asked a
 # Over SSH every connection to the engine is a channel of one SSH connection, and sshd allows 10
 # (MaxSessions): at most this many pooled connections, and STREAMS_PER_HOST log streams (see
 # DockerBackend._streamed), leave room for the execs that come and go.
+MINIMUM_API_VERSION = "1.41"  # device requests (--gpus) and cgroup namespaces: Docker 20.10
 REMOTE_POOL_SIZE = 3
 STREAMS_PER_HOST = 4
 
@@ -43,7 +44,24 @@ def connect(engine: Engine):
         except docker.errors.DockerException as exc:
             raise engine.unreachable(exc) from exc
     _quiet_paramiko()
-    return _within(CONNECT_SECONDS, lambda: docker.DockerClient(**kwargs), engine)
+    return _within(CONNECT_SECONDS, lambda: _tls_client(kwargs) if engine.tls_dir else docker.DockerClient(**kwargs), engine)
+
+
+def _tls_client(kwargs: dict):
+    """A client of an engine with TLS material of its own. Requests lets REQUESTS_CA_BUNDLE and
+    CURL_CA_BUNDLE (set on many company networks) replace the CA a session was given, and the engine's
+    CA is then unknown: the client does not read the environment (as the docker CLI does not). Its API
+    version is asked once that is so (docker-py asks while it is being made)."""
+    import docker
+
+    client = docker.DockerClient(**kwargs, version=MINIMUM_API_VERSION)
+    client.api.trust_env = False
+    try:
+        client.api._version = client.api.version(api_version=False)["ApiVersion"]
+    except BaseException:
+        client.close()
+        raise
+    return client
 
 
 def _quiet_paramiko() -> None:
