@@ -253,7 +253,8 @@ class JobMonitor:
         if record.started_at is not None:
             end = record.ended_at if record.ended_at is not None else now
             elapsed = max(0.0, end - record.started_at)
-        outcome = describe_outcome(record.status, record.exit_code, record.reason) if record.status is not Status.RUNNING else ""
+        # a running job's reason says what keeps it from being followed ("cannot reach gpu1 since …")
+        outcome = describe_outcome(record.status, record.exit_code, record.reason)
         lines = self._shown_lines()
         running = record.status is Status.RUNNING
         quiet = now - self.last_output_at if running and self.last_output_at is not None else None

@@ -20,6 +20,7 @@ import threading
 import time
 from typing import Callable
 
+from .errors import Unreachable
 from .job import Job
 from .jobs import Status
 from .monitor import JobMonitor, Snapshot
@@ -332,6 +333,10 @@ class JobWidget:
             self._dirty |= self.monitor.read_log(now=self.clock())
             step = "usage"
             self._dirty |= self.monitor.look_at_usage(now)
+        except Unreachable:
+            # the job's host cannot be reached: its status check says so and since when ("cannot
+            # reach gpu1 since T", kept until the host answers); an error line would say it twice
+            pass
         except Exception as exc:  # the view must survive a passing engine or disk error
             if self._record_gone():
                 self._show_removed()

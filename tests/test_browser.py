@@ -62,9 +62,9 @@ def _free_port():
 
 
 @contextlib.contextmanager
-def _jupyter_server(module, *options, root, home):
+def _jupyter_server(module, *options, root, home, env=None):
     """A Jupyter server (`python -m module`) on a free port of 127.0.0.1, serving `root`; its output
-    in a file beside it, stdin from /dev/null; stopped on leaving."""
+    in a file beside it, stdin from /dev/null; stopped on leaving. `env`: more of its environment."""
     port, token = _free_port(), secrets.token_hex(16)
     log_path = root / f"{module}.log"
     log = open(log_path, "wb")
@@ -77,7 +77,7 @@ def _jupyter_server(module, *options, root, home):
         stdin=subprocess.DEVNULL,
         stdout=log,
         stderr=subprocess.STDOUT,
-        env={**os.environ, "JUPYTER_TRAINER_HOME": str(home)},
+        env={**os.environ, "JUPYTER_TRAINER_HOME": str(home), **(env or {})},
     )
     base = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 60
@@ -571,3 +571,68 @@ def test_the_view_in_notebook_7_in_both_themes(lab, notebook7, browser):
     finally:
         _set_theme(page, "JupyterLab Light")
         page.close()
+
+
+REMOTE_CELL = """%%train_detached --docker-host {url} --image {image} --name remote-view
+import time
+for step in range(600):
+    print(f"step {{step:3d}} loss: {{1 / (step + 1):.4f}}", flush=True)
+    time.sleep(0.5)
+"""
+
+
+def test_a_remote_job_while_its_host_cannot_be_reached(lab, browser, docker_client, tmp_path):
+    """A job on a remote host over real SSH (tests/remote_host.py), in JupyterLab: where it runs, then
+    "cannot reach HOST since T" while sshd is down, readable in both themes, and the log going on after."""
+    from conftest import TEST_IMAGE
+    from remote_host import RemoteHost, missing
+
+    problem = missing(docker_client)
+    if problem:
+        if IN_CI:
+            pytest.fail(f"the remote host tests must run in CI: {problem}")
+        pytest.skip(problem)
+    remote = RemoteHost(local=docker_client)
+    root = tmp_path / "lab"
+    root.mkdir()
+    home = root / "trainer-home"
+    try:
+        remote.start()
+        remote.load_image(TEST_IMAGE)
+        with _jupyter_server("jupyterlab", "--LabApp.expose_app_in_browser=True", root=root, home=home, env=remote.environ()) as (base, token):
+            own = {"base": base, "token": token, "root": root, "home": home}
+            _write_notebook(own, "remote.ipynb", "%load_ext jupyter_trainer", REMOTE_CELL.format(url=remote.alias_url, image=TEST_IMAGE))
+            page = _open_notebook(browser, own, "remote.ipynb")
+            try:
+                _run_cell(page, 0)
+                _run_cell(page, 1)
+                widget = page.locator(".jupyter-trainer-job").first
+                widget.locator(".jt-status", has_text="running").wait_for(timeout=90_000)
+                assert "on jt-remote-test" in widget.locator(".jt-header").first.inner_text()
+                widget.locator(".jt-log", has_text="step   3").wait_for(timeout=60_000)
+                remote.stop_sshd()
+                widget.locator(".jt-reason", has_text="cannot reach jt-remote-test since").wait_for(timeout=60_000)
+                assert widget.locator(".jt-status").inner_text() == "running"
+                for theme, name in (("JupyterLab Light", "light"), ("JupyterLab Dark", "dark")):
+                    _set_theme(page, theme)
+                    widget.scroll_into_view_if_needed()
+                    widget.screenshot(path=str(ARTIFACTS / f"remote-unreachable-{name}.png"))
+                    for selector in (".jt-reason", ".jt-header span"):
+                        ratio = _readable(widget, selector)
+                        assert ratio >= 4.5, f"{selector} in the {name} theme: contrast {ratio:.2f}"
+                _set_theme(page, "JupyterLab Light")
+                shown = widget.locator(".jt-log").inner_text()
+                last = max(int(line.split()[1]) for line in shown.splitlines() if line.startswith("step"))
+                remote.start_sshd()
+                # back: the reason goes, and the lines printed meanwhile arrive
+                widget.locator(".jt-log", has_text=f"step {last + 20:3d}").wait_for(timeout=90_000)
+                page.wait_for_function("!document.querySelector('.jupyter-trainer-job .jt-reason')", timeout=60_000)
+                widget.screenshot(path=str(ARTIFACTS / "remote-back.png"))
+            finally:
+                page.close()
+                subprocess.run(
+                    [sys.executable, "-m", "jupyter_trainer.cli", "stop", "remote-view"],
+                    env={**os.environ, **remote.environ(), "JUPYTER_TRAINER_HOME": str(home)}, capture_output=True, timeout=120,
+                )  # fmt: skip
+    finally:
+        remote.close()
