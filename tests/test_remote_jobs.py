@@ -307,3 +307,27 @@ def test_tcp_with_tls_from_the_environment_and_from_a_docker_context(laptop, tmp
         final = wait_for(lambda: (s := status(name))["status"] not in ("pending", "running") and s, timeout=90, what=f"{name} to end")
         assert final["status"] == "completed" and cli("logs", name).stdout == "over TLS\n", final
     assert status("tls-context")["host"] == "tlsctx" and status("tls-env")["host"] == "127.0.0.1"
+
+
+def test_ssh_through_the_users_config_and_agent(laptop, tmp_path, monkeypatch):
+    """ssh://ALIAS with no port and no key named: the Host entry of ~/.ssh/config gives HostName, Port
+    and User, the key comes from a running ssh-agent (as a user's would), known_hosts is checked."""
+    remote = laptop
+    home = tmp_path / "user-home"
+    (home / ".ssh").mkdir(parents=True, mode=0o700)
+    (home / ".ssh" / "config").write_text(f"Host gpu-box\n    HostName 127.0.0.1\n    Port {remote.port}\n    User root\n")
+    (home / ".ssh" / "known_hosts").write_text((remote.home / ".ssh" / "known_hosts").read_text())
+    agent = subprocess.run(["ssh-agent", "-s"], capture_output=True, text=True, check=True).stdout
+    values = dict(part.split("=", 1) for part in agent.replace(";", "\n").split() if "=" in part)
+    monkeypatch.setenv("SSH_AUTH_SOCK", values["SSH_AUTH_SOCK"])
+    try:
+        subprocess.run(["ssh-add", str(remote.key_path)], check=True, capture_output=True)
+        monkeypatch.setenv("HOME", str(home))
+        script = _script(tmp_path, "print('via the agent', flush=True)\n")
+        done = cli("submit", str(script), "--name", "agent", "--docker-host", "ssh://gpu-box", "--image", TEST_IMAGE)
+        assert done.returncode == 0, done.stderr
+        final = wait_for(lambda: (s := status("agent"))["status"] not in ("pending", "running") and s, timeout=90, what="the job")
+        assert final["status"] == "completed" and cli("logs", "agent").stdout == "via the agent\n"
+        assert final["host"] == "gpu-box"
+    finally:
+        subprocess.run(["kill", values["SSH_AGENT_PID"]], capture_output=True)

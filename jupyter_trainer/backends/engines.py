@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import threading
 import time
+from urllib.parse import urlsplit
 
 from ..docker_hosts import Engine
 
@@ -29,7 +30,7 @@ def connect(engine: Engine):
     TLS handshake within CONNECT_SECONDS is unreachable (docker-py itself would wait minutes)."""
     import docker
 
-    kwargs = {"base_url": engine.url, "timeout": REMOTE_CALL_SECONDS if engine.remote else LOCAL_CALL_SECONDS}
+    kwargs = {"base_url": _with_configured_port(engine.url), "timeout": REMOTE_CALL_SECONDS if engine.remote else LOCAL_CALL_SECONDS}
     if engine.remote:
         kwargs["max_pool_size"] = REMOTE_POOL_SIZE
     if engine.tls_dir is not None:
@@ -45,6 +46,25 @@ def connect(engine: Engine):
             raise engine.unreachable(exc) from exc
     _quiet_paramiko()
     return _within(CONNECT_SECONDS, lambda: _tls_client(kwargs) if engine.tls_dir else docker.DockerClient(**kwargs), engine)
+
+
+def _with_configured_port(url: str) -> str:
+    """ssh://HOST with the Port that ~/.ssh/config gives HOST, as ssh would use it: docker-py reads
+    the config's HostName, User, IdentityFile and ProxyCommand, but takes a URL without a port for
+    port 22 before it looks."""
+    parts = urlsplit(url)
+    if parts.scheme != "ssh" or parts.port is not None:
+        return url
+    try:
+        import paramiko
+
+        config = paramiko.SSHConfig.from_path(os.path.expanduser("~/.ssh/config"))
+        port = config.lookup(parts.hostname).get("port")
+    except Exception:  # noqa: BLE001  no config, or one paramiko cannot read: docker-py reports it
+        return url
+    if not port or not str(port).isdigit():
+        return url
+    return f"ssh://{parts.netloc}:{port}"
 
 
 def _tls_client(kwargs: dict):
