@@ -3,6 +3,7 @@
 import json
 import re
 import subprocess
+import time
 import sys
 
 import pytest
@@ -225,3 +226,22 @@ def test_every_value_of_a_quick_job_with_no_step_is_kept(home, workdir):
     job = host_job("quick", "for i in range(10):\n    print(f'loss: {i}')\n", workdir)
     assert job.wait(timeout=30).value == "completed"
     assert [value for _, value in job.metrics()["loss"]] == [float(i) for i in range(10)]
+
+
+def test_a_finished_job_leaves_no_process_behind_not_even_its_clocks_sleep(home, workdir):
+    """The supervisor's clock sampler sleeps 15 s between looks: ending it ends its sleep too."""
+    import os
+
+    from conftest import wait_for
+
+    job = host_job("quick", "print('done')\n", workdir)
+    wait_for(lambda: job.status.is_final, timeout=30, what="the job to end")
+    time.sleep(0.5)
+    left = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            if os.readlink(f"/proc/{pid}/cwd") == str(workdir):
+                left.append(open(f"/proc/{pid}/cmdline", "rb").read().replace(b"\0", b" ").decode())
+        except OSError:
+            continue
+    assert left == []

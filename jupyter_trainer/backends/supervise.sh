@@ -76,12 +76,15 @@ printf '%s %s\n' "$$" "$child" 1<>"$run_dir/pid"
 # The sampler is a process of its own, not a copy of this shell: nothing may take it for a
 # supervisor (in a container, a job's supervisor is found by its command line).
 log_size() { stat -L -c %s "/proc/$$/fd/1" 2>/dev/null; }  # the log this supervisor appends to, whatever its name now
+# Its sleep is waited for, so that the TERM ending it ends its sleep too: no `sleep 15` outlives a job.
 sh -c '
+    trap "kill \$nap 2>/dev/null; exit 0" TERM
     while kill -0 "$1" 2>/dev/null; do
         t=$(date +%s.%N 2>/dev/null)
         case $t in *N* | "") t=$(date +%s) ;; esac
         printf "%s %s\n" "$t" "$(stat -L -c %s "/proc/$2/fd/1" 2>/dev/null)" >&5
-        sleep 15
+        sleep 15 & nap=$!
+        wait $nap
     done' jupyter-trainer-clock "$child" "$$" &
 sampler=$!
 
