@@ -248,7 +248,7 @@ class DockerBackend:
             client = self._clients.get(key)
         if client is not None:
             return client
-        if self._reach.resting(engine):
+        if engine.remote and self._reach.resting(engine):  # a local engine is asked again at once: Docker may just have started
             raise unreachable(engine)
         try:
             client = connect(engine)
@@ -257,11 +257,6 @@ class DockerBackend:
             raise unreachable(engine, exc.__cause__) from exc
         with self._clients_lock:
             return self._clients.setdefault(key, client)
-
-    @property
-    def client(self):
-        """The client of the engine the environment chooses (for what no job names)."""
-        return self.client_of(self._default_engine())
 
     def _lost(self, engine: Engine, exc: BaseException | None = None) -> BackendUnavailable:
         """A call to the engine failed on the way: its client is dropped (an SSH connection that died

@@ -35,9 +35,7 @@ SILENT_SECONDS = 3 * HEARTBEAT_SECONDS  # no frame for this long: the connection
 STREAM_BACKLOG = 64 << 10  # bytes before the log's end a first stream starts with
 STREAM_KEEP = 8 << 20  # bytes of the stream kept for readers; older ones are read through the engine
 IDLE_SECONDS = 30.0  # a stream nobody has read for this long is closed (a view polls 4 times a second)
-STDERR_LIMIT = 4096
-
-
+STDERR_LIMIT = 4096  # bytes the follower may say on stderr besides its heartbeats (tail's complaints)
 SHORT_LIVED_SECONDS = 2.0  # a stream that ends this soon did not work (no tail in the container, say)
 GIVE_UP_AFTER = 3  # short-lived streams before the log is read through the engine alone
 
