@@ -601,7 +601,7 @@ class DockerBackend:
             return Observation(alive=True, started=True)
         try:
             try:
-                container = self.client_of(engine).containers.get(runtime.container_id)
+                container = self._looking_client(engine).containers.get(runtime.container_id)
             except docker.errors.NotFound:
                 facts = read_supervisor_facts(run_dir) if runtime.mounted else SupervisorFacts()
                 self._release(record, run_dir)
@@ -620,7 +620,7 @@ class DockerBackend:
         except TrainerError:
             raise
         except engine_errors() as exc:
-            raise self._lost(engine, exc) from exc
+            raise self._lost_while_looking(engine, exc) from exc
         self._reach.answered(engine)
         if orphaned:  # it can no longer record its exit code
             return Observation(alive=True, started=True)
@@ -642,15 +642,29 @@ class DockerBackend:
             why = "the job's supervisor process ended without recording an exit code" + self._exec_outcome(container, runtime.exec_id)
         return Observation(alive=False, why_gone=why)
 
+    def _looking_client(self, engine: Engine):
+        """The engine's client for a look at a job: an engine that does not answer says nothing of
+        the job, which keeps its status (see Job._observe), with these words."""
+        try:
+            return self.client_of(engine)
+        except Unreachable:
+            raise
+        except BackendUnavailable:
+            raise BackendUnavailable(f"cannot reach the Docker engine at {engine.url}") from None
+
+    def _lost_while_looking(self, engine: Engine, exc: BaseException) -> BackendUnavailable:
+        lost = self._lost(engine, exc)
+        return lost if engine.remote else BackendUnavailable(f"cannot reach the Docker engine at {engine.url}")
+
     def _still_supervised(self, engine: Engine, runtime: DockerRuntime) -> bool:
         try:
-            running = bool(self.client_of(engine).api.exec_inspect(runtime.exec_id).get("Running"))
+            running = bool(self._looking_client(engine).api.exec_inspect(runtime.exec_id).get("Running"))
         except engine_errors() as exc:
             import docker
 
             if isinstance(exc, docker.errors.NotFound):
                 return False  # the engine restarted and forgot its execs: the long way
-            raise self._lost(engine, exc) from exc
+            raise self._lost_while_looking(engine, exc) from exc
         self._reach.answered(engine)
         return running
 
