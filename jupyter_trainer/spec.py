@@ -120,6 +120,11 @@ def cell_fingerprint(key: bytes, script: str, backend: str, options: dict, rerun
     return hmac.new(key, canonical.encode(), hashlib.sha256).hexdigest()
 
 
+# options that the builder turns into a field of another name: --docker-host, as given (a name, a
+# context, nothing), becomes the engine it chooses, which is what the job runs on
+OPTIONS_INTO_FIELDS = {"docker_host": "engine"}
+
+
 def build_spec(
     script: str, *, args: Iterable[str] = (), metrics: Iterable[str] = (), hosts: Mapping[str, str] | None = None, **values: Any
 ) -> DetachedSpec:
@@ -134,7 +139,7 @@ def build_spec(
     held = {spec_field.name for spec_field in fields(DetachedSpec)}
     parsed = {dest: value for dest, value in parse_declared(DETACHED, values).items() if dest in held}
     engine = _engine(values["docker_host"], hosts) if backend.name == "docker" else None
-    parsed["engine"] = engine.to_dict() if engine is not None else None
+    parsed[OPTIONS_INTO_FIELDS["docker_host"]] = engine.to_dict() if engine is not None else None
     remote = engine is not None and engine.remote
     # the workdir is a directory of the machine the job runs on
     parsed["workdir"] = parse_remote_workdir(values["workdir"]) if remote else parse_workdir(values["workdir"])

@@ -115,11 +115,12 @@ def test_every_detached_option_is_a_spec_field_or_a_backend_switch():
     from dataclasses import fields
 
     from jupyter_trainer.options import DETACHED, DETACHED_BACKENDS
-    from jupyter_trainer.spec import DetachedSpec
+    from jupyter_trainer.spec import OPTIONS_INTO_FIELDS, DetachedSpec
 
     held = {spec_field.name for spec_field in fields(DetachedSpec)}
     switches = {backend.switch for backend in DETACHED_BACKENDS if backend.switch}
-    assert [option.dest for option in DETACHED if option.dest not in held | switches] == []
+    assert [option.dest for option in DETACHED if option.dest not in held | switches | set(OPTIONS_INTO_FIELDS)] == []
+    assert set(OPTIONS_INTO_FIELDS.values()) <= held
     assert [backend for backend in DETACHED_BACKENDS if backend.switch is None and backend.lacks] == []
     assert sum(backend.switch is None for backend in DETACHED_BACKENDS) == 1  # one default backend
     named = {name for option in DETACHED for name in option.backends}
