@@ -603,6 +603,7 @@ def test_a_remote_job_while_its_host_cannot_be_reached(lab, browser, docker_clie
             own = {"base": base, "token": token, "root": root, "home": home}
             _write_notebook(own, "remote.ipynb", "%load_ext jupyter_trainer", REMOTE_CELL.format(url=remote.alias_url, image=TEST_IMAGE))
             page = _open_notebook(browser, own, "remote.ipynb")
+            widget = None
             try:
                 _run_cell(page, 0)
                 _run_cell(page, 1)
@@ -628,6 +629,9 @@ def test_a_remote_job_while_its_host_cannot_be_reached(lab, browser, docker_clie
                 widget.locator(".jt-log", has_text=f"step {last + 20:3d}").wait_for(timeout=90_000)
                 page.wait_for_function("!document.querySelector('.jupyter-trainer-job .jt-reason')", timeout=60_000)
                 widget.screenshot(path=str(ARTIFACTS / "remote-back.png"))
+            except Exception as exc:  # say what the view showed, and what the host did
+                shown = widget.inner_text(timeout=5_000) if widget is not None and widget.count() else "(no view)"
+                raise AssertionError(f"{exc}\n--- the view:\n{shown}\n--- the host's sshd:\n{remote.log('sshd')}") from exc
             finally:
                 page.close()
                 subprocess.run(
