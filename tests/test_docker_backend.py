@@ -218,3 +218,20 @@ def test_unreachable_engine(workdir, store, monkeypatch):
     with pytest.raises(BackendUnavailable, match="no Docker engine reachable at unix:///nonexistent"):
         submit_detached(docker_spec("print(1)\n", workdir, "python:3.11-slim"), name="x")
     assert store.names() == []
+
+
+def test_an_answer_cut_short_is_never_taken_for_the_whole(docker_client, docker_image):
+    """A log read through the engine whose answer ends early (a connection reset, a job's replaced
+    tools) must not pass for a short log: a reader would think the log was truncated."""
+    from jupyter_trainer.backends.in_container import run_in
+    from jupyter_trainer.errors import BackendUnavailable
+
+    container = docker_client.containers.run(docker_image, ["sleep", "300"], detach=True, init=True)
+    try:
+        assert run_in(container, 'printf "%s" "$1"', "whole answer", whole=True) == b"whole answer"
+        assert run_in(container, "head -c 5 /dev/zero", limit=5, whole=True) == b"\0" * 5  # all that was asked for
+        # the answer's shell is killed half way: part of it came, and it ended without its mark
+        with pytest.raises(BackendUnavailable, match="gave no whole answer"):
+            run_in(container, 'printf "part of it"; kill -9 $PPID; sleep 1; printf " and the rest"', whole=True)
+    finally:
+        container.remove(force=True)

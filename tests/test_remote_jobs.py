@@ -331,3 +331,63 @@ def test_ssh_through_the_users_config_and_agent(laptop, tmp_path, monkeypatch):
         assert final["host"] == "gpu-box"
     finally:
         subprocess.run(["kill", values["SSH_AGENT_PID"]], capture_output=True)
+
+
+def _processes(remote, container_id):
+    """The command lines running in a container on the remote host (read through its own engine)."""
+    listing = remote.exec(["docker", "exec", container_id, "sh", "-c", 'for p in /proc/[0-9]*; do tr "\\000" " " < "$p/cmdline"; echo; done'])
+    return [line for line in listing.output.splitlines() if line.strip()]
+
+
+def test_a_followed_log_leaves_no_follower_behind(laptop, tmp_path):
+    remote = laptop
+    script = _script(tmp_path, "import time\nfor i in range(600):\n    print('tick', i, flush=True)\n    time.sleep(0.5)\n")
+    assert cli("submit", str(script), "--name", "watched", "--docker-host", remote.alias_url, "--image", TEST_IMAGE).returncode == 0
+    wait_for(lambda: "tick 2" in cli("logs", "watched", "-n", "3").stdout, timeout=60, what="the job to print")
+    follower = subprocess.Popen([sys.executable, "-m", "jupyter_trainer.cli", "logs", "watched", "-f"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    time.sleep(3)
+    follower.kill()
+    follower.wait()
+    (container,) = remote_containers(remote)
+    # the followers of the one-shot reads and of the killed `logs -f` end with their connections
+    wait_for(lambda: not any("tail -c" in line for line in _processes(remote, container.id)), timeout=30, what="no follower left")
+    assert cli("stop", "watched").returncode == 0
+
+
+TRUNCATING = """
+import os, sys, time
+for i in range(2000):
+    print(f"A {i}", flush=True)
+while not os.path.exists("/workspace/go"):
+    time.sleep(0.1)
+os.ftruncate(1, 0)  # the job cuts its own log, then writes past its old size
+for i in range(5000):
+    print(f"L {i}", flush=True)
+time.sleep(600)
+"""
+
+
+def test_a_log_cut_and_written_again_while_the_host_is_unreachable_is_read_from_its_new_start(laptop, tmp_path):
+    remote = laptop
+    assert cli("submit", str(_script(tmp_path, TRUNCATING)), "--name", "cutter", "--docker-host", remote.alias_url, "--image", TEST_IMAGE).returncode == 0
+    log = tmp_path / "followed.txt"
+    with open(log, "w") as out:
+        follower = subprocess.Popen([sys.executable, "-m", "jupyter_trainer.cli", "logs", "cutter", "-f"], stdout=out, stderr=subprocess.STDOUT)
+    try:
+        wait_for(lambda: "A 1999" in log.read_text(), timeout=90, what="the first part")
+        remote.block_ssh()
+        name = remote.exec("docker ps -q --filter label=jupyter_trainer=1").output.split()[0]
+        remote.exec(["docker", "exec", name, "touch", "/workspace/go"], check=True)
+        wait_for(lambda: "L 4999" in remote.exec(["docker", "exec", name, "sh", "-c", "tail -n 1 /tmp/jupyter_trainer/jobs/*/cutter/1/output.log"]).output, timeout=60, what="the job to write again")
+        time.sleep(17)  # longer than a silent stream is kept: the follow resumes with a new one
+        remote.unblock_ssh()
+        wait_for(lambda: "L 4999" in log.read_text(), timeout=120, what="the new text to be followed")
+    finally:
+        remote.unblock_ssh()
+        follower.kill()
+        follower.wait()
+    lines = log.read_text().splitlines()
+    cut = next(index for index, line in enumerate(lines) if "the log was truncated" in line)
+    assert lines[:cut] == [f"A {i}" for i in range(2000)]
+    assert lines[cut + 1 :] == [f"L {i}" for i in range(5000)]
+    assert cli("stop", "cutter").returncode == 0

@@ -907,7 +907,7 @@ class ContainerLogSource:
             if container.status != "running":
                 return container_file_size(container, self.path)
             # a regular file only: a FIFO the job put in its place would block wc (and its exec) for good
-            text = run_in(container, '[ -f "$1" ] && [ ! -L "$1" ] || { echo 0; exit; }; wc -c < "$1"', self.path, limit=64).strip()
+            text = run_in(container, '[ -f "$1" ] && [ ! -L "$1" ] || { echo 0; exit; }; wc -c < "$1"', self.path, limit=64, whole=True).strip()
             if not (text.isdigit() and len(text) <= 18):
                 raise RunFileError(f"cannot tell the size of the job's log in container {container.name}")
             return int(text)
@@ -916,7 +916,7 @@ class ContainerLogSource:
         with self._container() as container:
             if container.status != "running":
                 return read_container_file(container, self.path, offset, limit)
-            return run_in(container, '[ -f "$2" ] && [ ! -L "$2" ] || exit 0; tail -c +"$1" "$2" | head -c "$3"', str(offset + 1), self.path, str(limit), limit=limit)
+            return run_in(container, '[ -f "$2" ] && [ ! -L "$2" ] || exit 0; tail -c +"$1" "$2" | head -c "$3"', str(offset + 1), self.path, str(limit), limit=limit, whole=True)
 
     def open_stream(self, first_byte: int):
         """An attached exec that streams the log from `first_byte` (1-based) as it grows, with a
@@ -927,7 +927,7 @@ class ContainerLogSource:
             api = container.client.api
             run_dir = self.path.rpartition("/")[0]  # the log is run_dir/output.log (see FOLLOW_LOG)
             command = ["sh", "-c", FOLLOW_LOG, "sh", str(first_byte), str(HEARTBEAT_SECONDS)]
-            exec_id = api.exec_create(container.id, command, stdout=True, stderr=True, environment={"JT_RUN_DIR": run_dir})["Id"]
+            exec_id = api.exec_create(container.id, command, stdin=True, stdout=True, stderr=True, environment={"JT_RUN_DIR": run_dir})["Id"]
             return api.exec_start(exec_id, socket=True)
 
 

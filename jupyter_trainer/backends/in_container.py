@@ -55,7 +55,7 @@ STOP_GROUPS = 'grace=$1; shift; for g in "$@"; do kill -TERM -"$g" 2>/dev/null; 
 def job_processes(container, inner_run_dir: str) -> dict[str, list[str]]:
     """The run's supervisor and job processes now running in the container (pids in its namespace)."""
     found: dict[str, list[str]] = {"supervisor": [], "job": []}
-    for line in run_in(container, FIND_RUN_PROCESSES, inner_run_dir).decode(errors="replace").splitlines():
+    for line in run_in(container, FIND_RUN_PROCESSES, inner_run_dir, whole=True).decode(errors="replace").splitlines():
         kind, _, pid = line.partition(" ")
         if kind in found and pid.isdigit() and pid.isascii():
             found[kind].append(pid)
@@ -90,14 +90,27 @@ def runs_supervisor(top: dict, run_dir: str) -> bool:
     return any(row[column].split()[:3] == supervisor for row in top.get("Processes") or [])
 
 
-def run_in(container, script: str, *args: str, limit: int = EXEC_OUTPUT_LIMIT, seconds: float | None = None) -> bytes:
+# Runs the snippet ($1) with the rest as its arguments, then says it has ended: an answer without
+# this mark was cut short (a connection reset mid-way), never taken for the whole answer.
+WHOLE = 'snippet=$1; shift; sh -c "$snippet" sh "$@"; printf "\036jt-end"'
+END_MARK = b"\036jt-end"
+
+
+def run_in(
+    container, script: str, *args: str, limit: int = EXEC_OUTPUT_LIMIT, seconds: float | None = None, whole: bool = False
+) -> bytes:
     """Run a fixed sh snippet in the container; values go in as arguments, never into the script.
     A job can replace the container's tools (its sh, wc, tail): the answer is awaited for
-    EXEC_SECONDS at most and read up to `limit` bytes, so no container can hang us or fill our memory."""
+    EXEC_SECONDS at most and read up to `limit` bytes, so no container can hang us or fill our memory.
+    `whole`: an answer that ends before the snippet has (shorter than `limit`) is never taken for
+    the whole of it: the engine's error if the way to it failed, else BackendUnavailable."""
     from docker.utils.socket import read
 
     api = container.client.api
-    exec_id = api.exec_create(container.id, ["sh", "-c", script, "sh", *args], stdout=True, stderr=False)["Id"]
+    command = ["sh", "-c", WHOLE, "sh", script, *args] if whole else ["sh", "-c", script, "sh", *args]
+    if whole:
+        limit += len(END_MARK)
+    exec_id = api.exec_create(container.id, command, stdout=True, stderr=False)["Id"]
     stream = api.exec_start(exec_id, socket=True)
     frames = bytearray()
     seconds = EXEC_SECONDS if seconds is None else seconds
@@ -116,7 +129,20 @@ def run_in(container, script: str, *args: str, limit: int = EXEC_OUTPUT_LIMIT, s
             frames += chunk
     finally:
         stream.close()
-    return stdout_of(bytes(frames))[:limit]
+    answer = stdout_of(bytes(frames))[:limit]
+    if not whole:
+        return answer
+    if answer.endswith(END_MARK):
+        return answer[: -len(END_MARK)]
+    if len(answer) >= limit:  # all that was asked for: the mark did not fit
+        return answer[: limit - len(END_MARK)]
+    # cut short: by the way to the engine (asking the engine again fails, and says so), or by the
+    # container's own tools, which a job may have replaced
+    api.exec_inspect(exec_id)
+    raise BackendUnavailable(
+        f"container {container.name} gave no whole answer",
+        f"a job may have replaced its tools; stop the container with {surface.command('stop_container')}",
+    )
 
 
 def stdout_of(frames: bytes) -> bytes:

@@ -8,32 +8,44 @@ is read through the engine as before (`fallback`, a ContainerLogSource).
 
 The follower in the container prints a heartbeat on stderr every HEARTBEAT_SECONDS: a stream that
 stays silent longer has lost its connection (a laptop gone to sleep sends no FIN), and is dropped.
-A dropped stream is started again from the last byte received, so nothing is lost or read twice.
-The heartbeat's write also ends the follower once nobody reads it: it leaves no process behind.
+A dropped stream is started again from the last byte received, once the bytes before it are found
+unchanged in the log (a log cut and written again meanwhile is read again from its start), so
+nothing is lost or read twice. The follower ends with the connection that reads it (its stdin):
+it leaves no process behind.
 """
 
 from __future__ import annotations
 
 import select
+import socket
 import threading
 import time
 
 # $1 the first byte (1-based), $2 the heartbeat's period; the run's directory comes in the environment
 # (JT_RUN_DIR) and tail is given the log's bare name: no command line here names a run's files, which
 # the supervisor takes for another job still running in the container (see supervise.sh)
+# The follower ends when its stdin does: the engine ends an exec's stdin when the connection
+# attached to it closes (its output it keeps reading, and throwing away, for as long as the exec lives).
 FOLLOW_LOG = r"""
 cd "$JT_RUN_DIR" && [ -f output.log ] && [ ! -L output.log ] || exit 1
 tail -c +"$1" -f output.log & follower=$!
-while kill -0 "$follower" 2>/dev/null; do
-    sleep "$2"
-    printf . >&2 || break
-done
-kill "$follower" 2>/dev/null
+(
+    trap 'kill $nap 2>/dev/null; exit 0' TERM
+    while :; do
+        sleep "$2" & nap=$!
+        wait $nap
+        printf . >&2 || exit 0
+    done
+) & beat=$!
+while read -r _; do :; done
+kill "$follower" "$beat" 2>/dev/null
 """
 HEARTBEAT_SECONDS = 5
 SILENT_SECONDS = 3 * HEARTBEAT_SECONDS  # no frame for this long: the connection is gone
 STREAM_BACKLOG = 64 << 10  # bytes before the log's end a first stream starts with
 STREAM_KEEP = 8 << 20  # bytes of the stream kept for readers; older ones are read through the engine
+VERIFY_SECONDS = 30.0  # how often the log's bytes before the stream's end are checked through the engine
+CHECK_BYTES = 64  # how many of them
 IDLE_SECONDS = 30.0  # a stream nobody has read for this long is closed (a view polls 4 times a second)
 STDERR_LIMIT = 4096  # bytes the follower may say on stderr besides its heartbeats (tail's complaints)
 SHORT_LIVED_SECONDS = 2.0  # a stream that ends this soon did not work (no tail in the container, say)
@@ -53,7 +65,7 @@ class StreamedLog:
         self._size_at_start = 0  # the log's size when the first stream started
         self._stream = None
         self._failures = 0
-        self._used_at = time.monotonic()
+        self._used_at = self._verified_at = time.monotonic()
 
     # -- what readers call ---------------------------------------------------
 
@@ -99,11 +111,18 @@ class StreamedLog:
         """Whether a stream is up, started now if needed. False when the container does not run or
         streams do not work in it: then the fallback reads the log."""
         with self._lock:
-            if self._stream is not None:
+            due = time.monotonic() - self._verified_at >= VERIFY_SECONDS
+            if self._stream is not None and not due:
                 return True
-            if self._failures >= GIVE_UP_AFTER:
+            if self._stream is None and self._failures >= GIVE_UP_AFTER:
                 return False
-            start = self._resume_at
+            start = self._resume_at if self._stream is None else None
+            end, last = self._base + len(self._kept), bytes(self._kept[-CHECK_BYTES:])
+        if (start is not None or due) and last and not self._unchanged(end, last):
+            self._forget()  # the log was cut (and written again) behind the stream's back
+            start = None
+        elif self._stream is not None:
+            return True
         # what the log holds now: a new stream takes a moment to bring it, and until it has, a reader
         # must not take what the stream brought for all there is
         size_at_start = self.fallback.size()
@@ -121,6 +140,22 @@ class StreamedLog:
             self._stream = stream
         threading.Thread(target=self._receive, args=(stream,), name="log stream", daemon=True).start()
         return True
+
+    def _unchanged(self, end: int, last: bytes) -> bool:
+        """Whether the log still holds, before `end`, the bytes the stream brought there. A job may cut
+        its log and write it again past its old size while the stream is down, or faster than tail
+        looks: tail would go on from its old place, in the middle of the new text, and say nothing."""
+        self._verified_at = time.monotonic()
+        return self.fallback.read(end - len(last), len(last)) == last
+
+    def _forget(self) -> None:
+        """Drop the stream and what it brought: the log is read again from its new start, through the
+        engine, whose reader sees the cut (the bytes before its offset have changed)."""
+        with self._lock:
+            stream, self._stream = self._stream, None
+            self._base, self._kept, self._resume_at, self._size_at_start = 0, bytearray(), None, 0
+        if stream is not None:
+            _close(stream)
 
     def _receive(self, stream) -> None:
         """The reader thread: the engine's frames (8-byte headers) into the kept bytes."""
@@ -176,7 +211,11 @@ class StreamedLog:
 
 
 def _close(stream) -> None:
-    try:
-        stream.close()
-    except Exception:  # noqa: BLE001  a socket that is gone already
-        pass
+    """Shut the attached exec's connection down for real (closing docker-py's wrapper of a local
+    socket leaves the socket open): the follower's stdin ends, and the follower with it."""
+    raw = getattr(stream, "_sock", stream)
+    for step in (lambda: raw.shutdown(socket.SHUT_RDWR), raw.close, stream.close):
+        try:
+            step()
+        except Exception:  # noqa: BLE001  a socket that is gone already
+            pass
