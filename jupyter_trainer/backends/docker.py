@@ -19,7 +19,6 @@ import re
 import shutil
 import socket
 import tarfile
-import tempfile
 import threading
 import time
 from dataclasses import dataclass
@@ -29,7 +28,7 @@ from ..errors import BackendUnavailable, ImageNotFound, InvalidOption, RunFileEr
 from ..jobs import NAME_PATTERN, JobRecord, Observation, Status
 from ..resources import NVIDIA_SMI_QUERY, Usage, parse_nvidia_smi
 from ..spec import DetachedSpec
-from .._fs import make_private_dir, write_private_file
+from .._fs import make_private_dir
 from ..store import JobStore
 from .base import (
     CLOCK_FILE,
@@ -63,7 +62,8 @@ from .in_container import (
     stops_on_term,
 )
 from ..docker_hosts import LOCAL_SOCKET, Engine, resolve
-from .engines import STREAMS_PER_HOST, Reachability, connect
+from .engines import STREAMS_PER_HOST, Reachability, connect, remember_engine, used_engines
+from .sync import sync_directory
 from .links import link_run, unlink_run
 from .streamed_log import FOLLOW_LOG, HEARTBEAT_SECONDS, StreamedLog
 
@@ -80,7 +80,6 @@ LABEL_JOBS_DIR = "jupyter_trainer.jobs_dir"
 LABEL_WORKDIR = "jupyter_trainer.workdir"
 LABEL_GPUS = "jupyter_trainer.gpus"
 LABEL_STORE = "jupyter_trainer.store"  # the store's id (JobStore.store_id): stores of the same path differ
-ENGINES_DIR = "engines"  # in the store's home: one file per remote engine its jobs have used
 KEEP_ALIVE = ["tail", "-f", "/dev/null"]
 PING_VALID_SECONDS = 5.0  # an engine that answered this recently is not asked again before a submission
 
@@ -143,32 +142,6 @@ def gpu_requests(gpus: str | None) -> list:
     if "," in gpus:
         return [DeviceRequest(device_ids=gpus.split(","), capabilities=[["gpu"]])]
     return [DeviceRequest(count=int(gpus), capabilities=[["gpu"]])]
-
-
-def remember_engine(home: Path, engine: Engine) -> None:
-    """Note a remote engine this store's jobs use, so that prune looks there too once no job names it."""
-    import json
-
-    path = home / ENGINES_DIR / f"{hashlib.sha256(engine.url.encode()).hexdigest()[:16]}.json"
-    if not path.exists():
-        make_private_dir(path.parent)
-        write_private_file(path, json.dumps(engine.to_dict()).encode())
-
-
-def used_engines(home: Path) -> list[Engine]:
-    import json
-
-    engines = []
-    try:
-        names = sorted(os.listdir(home / ENGINES_DIR))
-    except OSError:
-        return []
-    for name in names:
-        with contextlib.suppress(OSError, ValueError):
-            engine = Engine.of(json.loads((home / ENGINES_DIR / name).read_bytes()[:4096]))
-            if engine is not None and engine.remote:
-                engines.append(engine)
-    return engines
 
 
 def engine_errors() -> tuple[type[BaseException], ...]:
@@ -929,34 +902,6 @@ class ContainerLogSource:
             command = ["sh", "-c", FOLLOW_LOG, "sh", str(first_byte), str(HEARTBEAT_SECONDS)]
             exec_id = api.exec_create(container.id, command, stdin=True, stdout=True, stderr=True, environment={"JT_RUN_DIR": run_dir})["Id"]
             return api.exec_start(exec_id, socket=True)
-
-
-# never copied to a remote host by --sync, wherever they lie in the synced directory: credentials
-PRIVATE_DIRS = ("~/.ssh", "~/.aws", "~/.docker", "~/.gnupg", "~/.kube", "~/.config/gcloud")
-
-
-def sync_directory(container, local_dir: str, inner_dir: str, store_home: Path) -> None:
-    """Copy a local directory's contents into the container's `inner_dir` through the engine (the
-    archive API: nothing needed on the host but its engine). Links are copied as links; the archive
-    is spooled to a temporary file, so a large directory is never held in memory. The job store
-    (every job's scripts and logs, and its key) and the user's credentials are left out."""
-    left_out = {os.path.realpath(store_home), *(os.path.realpath(os.path.expanduser(path)) for path in PRIVATE_DIRS)}
-
-    def portable(member: tarfile.TarInfo) -> tarfile.TarInfo | None:
-        if os.path.realpath(os.path.join(local_dir, member.name)) in left_out:
-            return None  # and, for a directory, all it holds
-        member.uname = member.gname = ""  # this machine's owner names mean nothing there
-        return member
-
-    with tempfile.TemporaryFile() as archive:
-        try:
-            with tarfile.open(fileobj=archive, mode="w") as tar:
-                tar.add(local_dir, arcname=".", filter=portable)
-        except OSError as exc:
-            raise InvalidOption(f"--sync cannot read {exc.filename or local_dir} ({exc.strerror or exc})") from None
-        archive.seek(0)
-        if not container.put_archive(inner_dir, archive):
-            raise TrainerError(f"Docker did not take the files of --sync {local_dir} into {inner_dir}")
 
 
 def give_stdin(stream, data: bytes) -> None:

@@ -1,14 +1,20 @@
 """A client of a Docker engine (see docker_hosts for which one), made with the care a remote
 engine needs: a short timeout on every call, a bounded wait for the handshake, and a rest after a
-failure so that a host that is down costs the pollers nothing."""
+failure so that a host that is down costs the pollers nothing; and the remote engines a store's
+jobs have used, for prune."""
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
+import json
 import os
 import threading
 import time
+from pathlib import Path
 from urllib.parse import urlsplit
 
+from .._fs import make_private_dir, write_private_file
 from ..docker_hosts import Engine
 
 # A remote engine is asked with a short timeout: a laptop that lost its network must learn it in
@@ -16,6 +22,7 @@ from ..docker_hosts import Engine
 REMOTE_CALL_SECONDS = 15
 LOCAL_CALL_SECONDS = 60
 CONNECT_SECONDS = 10  # making a client of a remote engine (SSH's handshake and login included)
+ENGINES_DIR = "engines"  # in the store's home: one file per remote engine its jobs have used
 RETRY_AFTER_SECONDS = 20.0  # an engine that could not be reached is not asked again sooner (> CONNECT_SECONDS)
 # Over SSH every connection to the engine is a channel of one SSH connection, and sshd allows 10
 # (MaxSessions): at most this many pooled connections, and STREAMS_PER_HOST log streams (see
@@ -141,3 +148,25 @@ class Reachability:
         with self._lock:
             failed = self._failed_at.get(engine.url)
         return failed is not None and time.monotonic() - failed < RETRY_AFTER_SECONDS
+
+
+def remember_engine(home: Path, engine: Engine) -> None:
+    """Note a remote engine this store's jobs use, so that prune looks there too once no job names it."""
+    path = home / ENGINES_DIR / f"{hashlib.sha256(engine.url.encode()).hexdigest()[:16]}.json"
+    if not path.exists():
+        make_private_dir(path.parent)
+        write_private_file(path, json.dumps(engine.to_dict()).encode())
+
+
+def used_engines(home: Path) -> list[Engine]:
+    engines = []
+    try:
+        names = sorted(os.listdir(home / ENGINES_DIR))
+    except OSError:
+        return []
+    for name in names:
+        with contextlib.suppress(OSError, ValueError):
+            engine = Engine.of(json.loads((home / ENGINES_DIR / name).read_bytes()[:4096]))
+            if engine is not None and engine.remote:
+                engines.append(engine)
+    return engines
