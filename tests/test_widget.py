@@ -552,7 +552,9 @@ def test_one_widgets_failure_stays_in_that_widget(store, fake_backend, backends,
     assert poller._thread.is_alive() and "jt-error" not in views[1].header.value
     fake_backend.finish("broken", 1)
     wait_for(lambda: "failed" in views[0].header.value, timeout=10, what="the final status despite the chart")
-    assert views[0].stop_button.disabled and views[0] not in poller.widgets
+    # the poller lets a finished view go once its last poll has returned (which shows the status first)
+    wait_for(lambda: views[0] not in poller.widgets, timeout=10, what="the poller to let the finished view go")
+    assert views[0].stop_button.disabled
     bug["on"] = False
     fake_backend.finish("healthy", 0)
     wait_for(lambda: poller._thread is None, timeout=10, what="the poller to end")
