@@ -242,3 +242,25 @@ def sklearn_image(docker_client):
 def torch_image(docker_client):
     """Debian's python3-torch (with torchrun), without SageMaker's training toolkit."""
     return _extra_image(docker_client, TORCH_IMAGE)
+
+
+@pytest.fixture(scope="module")
+def remote(docker_client):
+    """A remote host (tests/remote_host.py) holding the test image, shared by one module's tests."""
+    from remote_host import RemoteHost, missing
+
+    problem = missing(docker_client)
+    if problem:
+        if IN_CI:
+            pytest.fail(f"the remote host tests must run in CI: {problem}")
+        pytest.skip(f"cannot run a remote host: {problem}")
+    host = RemoteHost(local=docker_client)  # its container is labelled as this session's
+    try:
+        try:
+            host.start()
+            host.load_image(TEST_IMAGE)
+        except Exception as exc:
+            pytest.fail(f"the remote host did not start: {exc}\n{host.log()}")
+        yield host
+    finally:
+        host.close()

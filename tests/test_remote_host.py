@@ -9,32 +9,12 @@ import subprocess
 import time
 
 import pytest
-from conftest import IN_CI, TEST_IMAGE, wait_for
+from conftest import TEST_IMAGE, wait_for
 from remote_host import RemoteHost, missing
 
 pytestmark = pytest.mark.docker
 
 FAILS_WITHIN = 5.0  # seconds a call may take to fail once sshd is gone (measured: well under 0.1 s)
-
-
-@pytest.fixture(scope="module")
-def remote(docker_client):
-    """A remote host holding the test image, shared by this module's tests."""
-    problem = missing(docker_client)
-    if problem:
-        if IN_CI:
-            pytest.fail(f"the remote host tests must run in CI: {problem}")
-        pytest.skip(f"cannot run a remote host: {problem}")
-    host = RemoteHost(local=docker_client)  # its container is labelled as this session's
-    try:
-        try:
-            host.start()
-            host.load_image(TEST_IMAGE)
-        except Exception as exc:
-            pytest.fail(f"the remote host did not start: {exc}\n{host.log()}")
-        yield host
-    finally:
-        host.close()
 
 
 @pytest.fixture

@@ -15,8 +15,7 @@ from pathlib import Path
 import time
 
 import pytest
-from conftest import IN_CI, TEST_IMAGE, wait_for
-from remote_host import RemoteHost, missing
+from conftest import TEST_IMAGE, wait_for
 
 pytestmark = pytest.mark.docker
 
@@ -30,25 +29,6 @@ COUNTER = textwrap.dedent(
     sys.exit({code})
     """
 )
-
-
-@pytest.fixture(scope="module")
-def remote(docker_client):
-    problem = missing(docker_client)
-    if problem:
-        if IN_CI:
-            pytest.fail(f"the remote host tests must run in CI: {problem}")
-        pytest.skip(f"cannot run a remote host: {problem}")
-    host = RemoteHost(local=docker_client)
-    try:
-        try:
-            host.start()
-            host.load_image(TEST_IMAGE)
-        except Exception as exc:
-            pytest.fail(f"the remote host did not start: {exc}\n{host.log()}")
-        yield host
-    finally:
-        host.close()
 
 
 @pytest.fixture
