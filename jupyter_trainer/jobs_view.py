@@ -93,6 +93,7 @@ class JobsTable:
         self.problems: list[str] = []
         self.error = ""
         self.last_scan = float("-inf")
+        self.attached = None  # the job view its Attach button opened last
         self.style = widgets.HTML(STYLE + TABLE_STYLE, layout={"display": "none"})
         self.filter = widgets.ToggleButtons(options=FILTERS, value="all", tooltips=[f"show {f} jobs" for f in FILTERS])
         self.filter.style.button_width = "auto"
@@ -262,9 +263,17 @@ class JobsTable:
         from .widget import JobWidget, poller
 
         self.detail.clear_output()
+        try:
+            # the row's own run (with --all an earlier run has a row of its own), read afresh
+            record = self.store.load(row.record.name, row.record.run)
+        except TrainerError as exc:
+            self.problems.append(f"cannot attach to {row.record.name} run {row.record.run}: {describe(exc)}")
+            self._show_counts()
+            return
         with self.detail:
-            view = JobWidget(Job.load(row.job.name, self.store, self.backends), log_lines=self.log_lines)
+            view = JobWidget(Job(record, self.store, self.backends), log_lines=self.log_lines)
             view.show()
+        self.attached = view
         if not view.monitor.finished:
             poller().watch(view)
 

@@ -123,3 +123,26 @@ def test_only_the_rows_shown_have_widgets(store, fake_backend, backends):
     table.filter.value = "failed"  # the older failed ones come into view now, and only then get widgets
     assert len(table.body.children) == (MAX_ROWS + 20) // 2
     assert sum(row.box is not None for row in table.rows.values()) == MAX_ROWS + 10
+
+
+def test_every_button_of_an_earlier_runs_row_acts_on_that_run(home, workdir, capsys):
+    """With --all, an earlier run has a row of its own: its Attach opens that run's view (whose
+    Stop cannot reach the newest run), its Log shows that run's log."""
+    from jupyter_trainer.spec import build_spec
+
+    host_job("twice", "print('the first run')\n", workdir).wait(timeout=30)
+    spec = build_spec("print('the second run')\nimport time\ntime.sleep(600)\n", host=True, image=None, container=None, workdir=str(workdir), gpus=None)
+    second = submit_detached(spec, name="twice", rerun=True).job
+    wait_for(lambda: "the second run" in second.logs(), what="the second run's output")
+    table = JobsTable(all_runs=True)
+    first_row = table.rows[("twice", 1)]
+    first_row.buttons[0].click()  # Attach
+    view = table.attached
+    assert view is not None and view.job.record.run == 1
+    assert view.job.record.status is Status.COMPLETED
+    view.job.stop()  # what its Stop button does: a finished run, so nothing is stopped
+    assert get_job("twice").status is Status.RUNNING
+    first_row.buttons[1].click()  # Log
+    shown = capsys.readouterr().out + "".join(o.get("text", "") for o in table.detail.outputs)
+    assert "the first run" in shown and "the second run" not in shown
+    second.stop()
