@@ -218,10 +218,12 @@ class Job:
 
             def mark(record: JobRecord) -> None:
                 record.stop_requested = True
+                record.stop_sent = record.stop_sent is True  # until the backend has it (below)
 
             self.record = self.store.update(self.name, self.run, mark)
         if self.record.runtime:
             backend.stop(self.record, self.run_dir, container=container)
+            self.record = self.store.update(self.name, self.run, mark_stop_sent)
         self.wait(STOP_WAIT_SECONDS if wait is None else wait, interval=1.0)
         return self
 
@@ -378,3 +380,9 @@ def list_jobs(store: JobStore | None = None, all_runs: bool = False, backends: _
     store = store or JobStore()
     items = refreshed_records(store, all_runs, backends)
     return [Job(item, store, backends) for item in items if isinstance(item, JobRecord)]
+
+
+def mark_stop_sent(record: JobRecord) -> None:
+    """The backend has taken the stop: a job that vanishes now was stopped, not lost."""
+    if record.stop_requested:
+        record.stop_sent = True

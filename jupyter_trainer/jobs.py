@@ -76,6 +76,9 @@ class JobRecord:
     runtime: dict[str, Any] = field(default_factory=dict)
     submitter: dict[str, Any] = field(default_factory=dict)
     stop_requested: bool = False
+    # whether a requested stop was handed to the backend (None: no stop asked, or asked by a version
+    # that did not say): a stopper killed in between must not make a vanished job "stopped by the user"
+    stop_sent: bool | None = None
     notification: dict[str, Any] = field(default_factory=dict)  # with --notify: what came of it
 
     def to_dict(self) -> dict[str, Any]:
@@ -112,7 +115,7 @@ _FIELD_TYPES: dict[str, tuple[type, ...]] = {
     "name": (str,), "backend": (str,), "run": (int,), "status": (str,), "reason": (str,),
     "exit_code": (int, type(None)), "created_at": _NUMBER, "started_at": (*_NUMBER, type(None)),
     "ended_at": (*_NUMBER, type(None)), "fingerprint": (str,), "options": (dict,), "runtime": (dict,),
-    "submitter": (dict,), "stop_requested": (bool,), "notification": (dict,),
+    "submitter": (dict,), "stop_requested": (bool,), "stop_sent": (bool, type(None)), "notification": (dict,),
 }  # fmt: skip
 # Numbers a record can hold: times are seconds since 1970 (until the year 5000), runs and exit
 # codes are small. Anything else (nan, inf, 1e309, 300 digits) was not written by us.
@@ -148,12 +151,13 @@ def resolve(record: JobRecord, seen: Observation) -> Resolution:
     """The status a job has now, given its record and a fresh observation."""
     if record.status.is_final:
         return Resolution(record.status, record.exit_code, record.reason)
+    stop_sent = record.stop_requested and record.stop_sent is not False
     if seen.final is not None:
-        reason = "stopped by the user" if seen.final is Status.STOPPED and record.stop_requested else seen.reason
+        reason = "stopped by the user" if seen.final is Status.STOPPED and stop_sent else seen.reason
         return Resolution(seen.final, seen.exit_code, reason)
     if seen.exit_code is not None:
         # a job that ended on its own just before a stop reached it keeps its own outcome
-        if record.stop_requested and seen.stopped is not False:
+        if seen.stopped is True or (seen.stopped is None and stop_sent):
             return Resolution(Status.STOPPED, seen.exit_code, "stopped by the user")
         if seen.exit_code == 0:
             return Resolution(Status.COMPLETED, 0)
@@ -162,11 +166,12 @@ def resolve(record: JobRecord, seen: Observation) -> Resolution:
         return Resolution(record.status, None, seen.why_gone or record.reason)
     if seen.alive:
         return Resolution(Status.RUNNING if seen.started else Status.PENDING)
-    if record.stop_requested:
+    if stop_sent:
         return Resolution(Status.STOPPED, None, "stopped by the user")
-    return Resolution(
-        Status.LOST, None, seen.why_gone or "the job's process vanished without recording an exit code"
-    )
+    why = seen.why_gone or "the job's process vanished without recording an exit code"
+    if record.stop_requested:  # asked for, never handed over: whatever ended the job, it was not that
+        why += "; a stop had been asked for but never reached it (was the stopping process killed?)"
+    return Resolution(Status.LOST, None, why)
 
 
 _EXIT_CODE_MEANINGS = {

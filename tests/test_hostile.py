@@ -708,3 +708,64 @@ def test_a_relative_store_path_is_made_absolute(tmp_path, monkeypatch, workdir):
     assert "anchored" in elsewhere.stdout
 
 
+
+
+def test_a_job_that_replaces_its_exit_code_file_keeps_its_outcome(where, workdir, home):
+    """The supervisor holds its pid and exit_code files from before the job starts: a job that puts
+    a FIFO in their place (in a container, where its names for them are links to the store's files)
+    leaves what we read as it is."""
+    script = """
+    import os
+    run_dir = os.path.dirname(os.path.abspath(__file__))
+    for name in ("exit_code", "pid"):
+        os.remove(os.path.join(run_dir, name))
+        os.mkfifo(os.path.join(run_dir, name))
+    print("replaced", flush=True)
+    raise SystemExit(3)
+    """
+    job = submit(script, where, workdir, "fifo-exit")
+    assert job.wait(timeout=60).is_final
+    ended = get_job("fifo-exit")
+    if where["host"]:  # the store's own names were replaced: what is read is what the job left
+        assert ended.status is Status.LOST and "exit_code file cannot be read" in ended.record.reason
+    else:
+        assert (ended.status, ended.exit_code) == (Status.FAILED, 3), ended.record.reason
+    assert "was it killed" not in ended.record.reason
+
+
+STOPPER_KILLED_BEFORE_SIGNALLING = """
+import os, signal
+from jupyter_trainer.job import get_job
+job = get_job("interrupted")
+job.backend_impl().stop = lambda *args, **kwargs: os.kill(os.getpid(), signal.SIGKILL)
+job.stop()
+"""
+
+
+def test_a_stopper_killed_before_it_signalled_leaves_the_job_running_and_never_stopped_by_the_user(workdir, home):
+    from conftest import run_python
+
+    job = submit("import time\nprint('up', flush=True)\ntime.sleep(600)\n", {"host": True, "image": None}, workdir, "interrupted")
+    wait_for(lambda: "up" in job.logs(), what="the job to start")
+    killed = run_python(STOPPER_KILLED_BEFORE_SIGNALLING)
+    assert killed.returncode == -9, killed.stderr
+    seen = get_job("interrupted")
+    assert seen.record.stop_requested and seen.record.stop_sent is False and seen.status is Status.RUNNING
+    # the job then vanishes (its supervisor and itself killed, as a reboot would): lost, not stopped
+    pids = (job.run_dir / "pid").read_text().split()
+    for pid in pids:
+        os.kill(int(pid), 9)
+    wait_for(lambda: get_job("interrupted").status.is_final, what="the job to be seen gone")
+    ended = get_job("interrupted")
+    assert ended.status is Status.LOST and "a stop had been asked for but never reached it" in ended.record.reason
+
+
+def test_a_stop_asked_again_after_a_killed_stopper_stops_the_job(workdir, home):
+    from conftest import run_python
+
+    job = submit("import time\nprint('up', flush=True)\ntime.sleep(600)\n", {"host": True, "image": None}, workdir, "interrupted")
+    wait_for(lambda: "up" in job.logs(), what="the job to start")
+    assert run_python(STOPPER_KILLED_BEFORE_SIGNALLING).returncode == -9
+    stopped = get_job("interrupted").stop()
+    assert stopped.status is Status.STOPPED and stopped.record.reason == "stopped by the user"
+    assert stopped.record.stop_sent is True

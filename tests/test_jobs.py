@@ -95,3 +95,17 @@ def test_a_failure_says_what_went_wrong_in_one_line():
     assert describe_outcome(Status.STOPPED, 143, "stopped by the user") == "exit code 143: terminated (SIGTERM)"
     assert describe_outcome(Status.COMPLETED, 0, "") == "exit code 0"
     assert describe_outcome(Status.LOST, None, "the job's process vanished") == "the job's process vanished"
+
+
+def test_a_stop_that_never_reached_the_job_does_not_make_it_stopped():
+    asked = JobRecord(name="j", backend="host", status=Status.RUNNING, stop_requested=True, stop_sent=False)
+    vanished = resolve(asked, Observation(alive=False, why_gone="the container was removed"))
+    assert vanished.status is Status.LOST
+    assert vanished.reason.startswith("the container was removed; a stop had been asked for but never reached it")
+    assert resolve(asked, Observation(exit_code=0)).status is Status.COMPLETED  # ended on its own
+    assert resolve(asked, Observation(exit_code=143, stopped=True)).status is Status.STOPPED  # the supervisor did stop it
+    sent = JobRecord(name="j", backend="host", status=Status.RUNNING, stop_requested=True, stop_sent=True)
+    assert resolve(sent, Observation(alive=False)).status is Status.STOPPED
+    older = JobRecord(name="j", backend="host", status=Status.RUNNING, stop_requested=True)  # before stop_sent was kept
+    assert resolve(older, Observation(alive=False)).status is Status.STOPPED
+    assert JobRecord.from_dict(asked.to_dict()) == asked

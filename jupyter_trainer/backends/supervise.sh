@@ -24,9 +24,11 @@ IFS= read -r notify_job || :
 IFS= read -r notify_check || :
 [ -z "$notify_url" ] || notifier=$(cat "$run_dir/notify.py")
 
-# The files written or read after the job has ended are opened now, before the job can replace
-# them (with a FIFO that would block, or a link to elsewhere); the job does not inherit them.
-exec >>"$run_dir/output.log" 2>&1 </dev/null 5>>"$run_dir/clock"
+# The files written once the job runs, or read after it has ended, are opened now, before the job
+# can replace them (with a FIFO that would block or swallow what is written, a link to elsewhere;
+# in a container, replacing its name for a store's file would leave the store's copy unwritten);
+# the job does not inherit them.
+exec >>"$run_dir/output.log" 2>&1 </dev/null 5>>"$run_dir/clock" 8<>"$run_dir/pid" 9<>"$run_dir/exit_code"
 if [ -n "$notifier" ]; then
     exec 6<>"$run_dir/notified" 7<"$run_dir/output.log"
 fi
@@ -63,12 +65,12 @@ if env --default-signal=INT,QUIT true 2>/dev/null; then
     set -- env --default-signal=INT,QUIT "$@"
 fi
 if command -v setsid >/dev/null 2>&1; then
-    setsid "$@" 5>&- 6>&- 7<&- &
+    setsid "$@" 5>&- 6>&- 7<&- 8<&- 9<&- &
 else
-    "$@" 5>&- 6>&- 7<&- &
+    "$@" 5>&- 6>&- 7<&- 8<&- 9<&- &
 fi
 child=$!
-printf '%s %s\n' "$$" "$child" 1<>"$run_dir/pid"
+printf '%s %s\n' "$$" "$child" >&8
 [ -z "$stopping" ] || stop_job
 
 # The log's size now and then ("SECONDS BYTES"), so that a value printed with no step or epoch
@@ -85,7 +87,7 @@ sh -c '
         printf "%s %s\n" "$t" "$(stat -L -c %s "/proc/$2/fd/1" 2>/dev/null)" >&5
         sleep 15 & nap=$!
         wait $nap
-    done' jupyter-trainer-clock "$child" "$$" &
+    done' jupyter-trainer-clock "$child" "$$" 8<&- 9<&- &
 sampler=$!
 
 # wait returns early when a trapped signal arrives; wait again until the job is gone
@@ -108,7 +110,8 @@ fi
 kill "$sampler" 2>/dev/null
 wait "$sampler" 2>/dev/null
 printf '%s %s\n' "$(now)" "$(log_size)" >&5
-printf '%s %s\n' "$code" "$how" 1<>"$run_dir/exit_code"
+printf '%s %s\n' "$code" "$how" >&9
+exec 8<&- 9<&-
 
 # The notifier runs on its own, after this supervisor is gone: the job's outcome counts once its
 # supervisor has ended, and must not wait for a slow receiver. It stops the container, when
