@@ -8,6 +8,7 @@ never by timed assertions in the tests.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import subprocess
 import sys
@@ -552,6 +553,136 @@ def bench_table(rounds: int, jobs: int = 200) -> Comparison:
     return Comparison(f"%train_jobs live table: one refresh of {jobs} jobs (10 running) vs the text table's reading", candidate, baseline, "<= 1.5x", 1.5)
 
 
+# 9 -------------------------------------------------------------------------------
+
+# A run that prints per-class metrics: each epoch its steps' losses, then one accuracy per class (a
+# name each: METRIC is class_{k}_acc; class_00000_acc gives a log as long with one name), then the
+# validation's; "ready" once it is all written, then it waits to be watched.
+FLOOD_JOB = """
+import sys, time
+w = sys.stdout.write
+step = 0
+for epoch in range({epochs}):
+    lines = []
+    for _ in range({steps}):
+        step += 1
+        lines.append(f"epoch {{epoch}} step {{step}} loss: {{1 / step:.5f}}\\n")
+    lines += [f"{metric}: {{(k * 7 + epoch) % 100 / 100}}\\n" for k in range({names})]
+    lines.append(f"val_loss: {{1 / (epoch + 1):.5f}} val_acc: {{epoch / {epochs}}}\\n")
+    w("".join(lines))
+w("ready\\n")
+sys.stdout.flush()
+time.sleep(600)
+"""
+
+# what the kernel runs to time one drawing of the view's charts (what each chart update costs the
+# poller), and to say how far it has read the log
+TIME_A_DRAWING = """
+import contextlib, time
+from jupyter_trainer.widget import poller
+_view = poller().widgets[0]
+with getattr(_view, "_lock", contextlib.nullcontext()):
+    _start = time.perf_counter()
+    _view.render_plot(_view.monitor.snapshot(time.time()))
+    print(time.perf_counter() - _start, _view.monitor.cursor.offset / max(1, _view.monitor.history_end))
+"""
+WATCHED = "from jupyter_trainer.widget import poller; print(len(poller().widgets))"
+
+
+def log_ends_with(path: Path, end: bytes) -> bool:
+    with open(path, "rb") as handle:
+        handle.seek(max(0, path.stat().st_size - len(end)))
+        return handle.read() == end
+
+
+def watch_a_metric_flood(names: int, seconds: float, finish: float, metric: str = "class_{k}_acc", epochs: int = 10, steps: int = 100) -> dict:
+    """A host job whose log holds `names` metric names (see FLOOD_JOB), attached to in a real kernel
+    (`%train_attach`): what the kernel sends in the view's first `seconds`, counted on the wire; then,
+    the job stopped, the view's copy saved in the notebook and its metrics.json once it has read the
+    whole log (waiting `finish` seconds at most), and the kernel's peak memory."""
+    from kernel_meter import KernelMeter, displayed_html
+
+    from jupyter_trainer.job import Job
+    from jupyter_trainer.spec import build_spec
+    from jupyter_trainer.submit import submit_detached
+
+    fresh_home()
+    work = tempfile.mkdtemp(prefix="jt-bench-work-")
+    script = FLOOD_JOB.format(names=names, epochs=epochs, steps=steps, metric=metric)
+    spec = build_spec(script, host=True, image=None, container=None, workdir=work, gpus=None)
+    job = submit_detached(spec, name=f"flood{names}").job
+    log, cache = job.run_dir / "output.log", job.run_dir / "metrics.json"
+    deadline = time.monotonic() + 300
+    while not (log.exists() and log_ends_with(log, b"ready\n")):
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"the flood job never wrote its log ({log})")
+        time.sleep(0.2)
+    meter = KernelMeter()
+    try:
+        meter.run("%load_ext jupyter_trainer")
+        where = meter.run("import jupyter_trainer; print(jupyter_trainer.__file__)").strip()
+        before, _ = meter.memory()
+        start = time.monotonic()
+        meter.execute(f"%train_attach {job.name}")
+        time.sleep(seconds)
+        first = [m for m in list(meter.messages) if start <= m.at <= start + seconds]
+        drawing, read = map(float, meter.run(TIME_A_DRAWING).split()[-2:])
+        Job.load(job.name).stop()
+        deadline, finished = time.monotonic() + finish, False
+        while not finished and time.monotonic() < deadline:
+            time.sleep(1)
+            finished = meter.run(WATCHED).strip() == "0"  # the poller let the view go: all is read
+        time.sleep(1)  # its last messages
+        _, peak = meter.memory()
+        saved = max((len(displayed_html(m).encode()) for m in list(meter.messages) if "jt-saved" in displayed_html(m)), default=0)
+    finally:
+        meter.close()
+        with contextlib.suppress(Exception):
+            Job.load(job.name).stop()
+    return {
+        "code": where,
+        "log": log.stat().st_size,
+        "traffic": sum(m.size for m in first),
+        "messages": len(first),
+        "largest": max((m.size for m in first), default=0),
+        "read at 12 s": read,
+        "drawing": drawing,
+        "finished": finished,
+        "saved": saved,
+        "cache": cache.stat().st_size if cache.exists() else 0,
+        "memory": peak - before,
+    }
+
+
+def bench_metric_flood(seconds: float, counts: list[int], finish: float) -> list[Comparison]:
+    """Views of runs that print thousands of metric names: bounded traffic, copy, cache and memory;
+    and the kernel's memory against a log as long with a single name in their place."""
+    results, found = [], {}
+    for names in counts:
+        found[names] = seen = watch_a_metric_flood(names, seconds, finish)
+        print(f"flood of {names:,} names: {seen}", file=sys.stderr)
+        label = f"{names:,} metric names ({seen['log'] / 2**20:.1f} MB log, {seen['read at 12 s']:.0%} read at {seconds:g} s)"
+        end = "once it has read the whole log" if seen["finished"] else f"NOT done reading after {finish:g} s"
+        results += [
+            Comparison(f"{label}: view traffic in its first {seconds:g} s ({seen['messages']} messages)", seen["traffic"] / 2**20, 2.0, "<= 2 MB", 1.0, unit="MB"),
+            Comparison("  same: the largest single message", seen["largest"] / 2**10, 512.0, "<= 512 KB", 1.0, unit="KB"),
+            Comparison("  same: drawing one update of the charts", seen["drawing"], 0.05, "<= 50 ms", 1.0),
+            Comparison(f"  same: the view's copy saved in the notebook, {end}", seen["saved"] / 2**20, 1.0, "< 1 MB", 1.0, unit="MB"),
+            Comparison("  same: metrics.json", seen["cache"] / 2**10, 256.0, "<= 256 KB", 1.0, unit="KB"),
+            Comparison("  same: the kernel's memory growth (peak)", seen["memory"] / 2**20, 20.0, "for scale", None, unit="MB"),
+        ]
+    most = max(counts)
+    single = watch_a_metric_flood(most, seconds, finish, metric="class_00000_acc")
+    print(f"the same log with one name: {single}", file=sys.stderr)
+    results.append(
+        Comparison(
+            f"kernel memory growth: {most:,} names vs one name in a log as long", found[most]["memory"] / 2**20,
+            single["memory"] / 2**20, "<= 1.5x (flat)", 1.5, unit="MB",
+        )  # fmt: skip
+    )
+    return results
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--rounds", type=int, default=15)
@@ -559,7 +690,10 @@ def main() -> int:
     parser.add_argument("--lines", type=int, default=10_000_000, help="lines the memory benchmark's job prints")
     parser.add_argument("--sagemaker-seconds", type=float, default=60, help="how long the followed jobs print")
     parser.add_argument("--remote-seconds", type=float, default=30, help="how long the remote jobs print or wait")
-    parser.add_argument("--only", nargs="*", default=["submit", "logs", "load", "cell", "memory", "sagemaker", "table", "remote"])
+    parser.add_argument("--flood-seconds", type=float, default=12, help="how long the metric-flood views are watched")
+    parser.add_argument("--flood-names", type=int, nargs="*", default=[5_000, 50_000], help="metric names in each flood log")
+    parser.add_argument("--flood-finish", type=float, default=300, help="seconds a flood view may take to read its whole log")
+    parser.add_argument("--only", nargs="*", default=["submit", "logs", "load", "cell", "memory", "sagemaker", "table", "remote", "flood"])
     args = parser.parse_args()
     results: list[Comparison] = []
     if "load" in args.only:
@@ -578,6 +712,8 @@ def main() -> int:
         results.append(bench_table(args.rounds))
     if "remote" in args.only:
         results += bench_remote_follow(args.remote_seconds)
+    if "flood" in args.only:
+        results += bench_metric_flood(args.flood_seconds, args.flood_names, args.flood_finish)
     print(table(results))
     return 0
 

@@ -5,7 +5,10 @@ from here instead of reading the whole log once more for its metrics. The cache
 names the metrics it was made with and the log bytes just before where it
 stopped, and is used only if both still match: a log that was rewritten (a
 SageMaker log refetched from CloudWatch) or other metrics mean reading again.
-Any kernel may write it; each write is a whole, consistent snapshot.
+Any kernel may write it; each write is a whole, consistent snapshot. It holds
+what the view keeps, so it is as bounded as the view: a series for at most
+`MetricSeries.max_names` metrics, a reader that knows only those, and a count
+of the other names (not the names themselves).
 """
 
 from __future__ import annotations
@@ -19,9 +22,9 @@ from .plot import MetricSeries
 from ._fs import read_small, write_private_file
 from .store import METRICS_FILE as CACHE_FILE
 
-VERSION = 2  # 2: series by step or epoch, windows of lowest and highest values, the reader's place
+VERSION = 3  # 3: a bounded number of metrics, the others counted; 2: series by step or epoch, windows of lowest and highest values, the reader's place
 CHECK_BYTES = 64  # log bytes before the cached offset that must be unchanged
-MAX_BYTES = 16 << 20  # a cache larger than this is not one this wrote (1,000 points a metric)
+MAX_BYTES = 4 << 20  # a cache larger than this is not one this wrote (1,000 points for each of a few metrics)
 
 
 def save(run_dir: Path, metrics: list[tuple[str, str]], offset: int, source: LogSource, series: MetricSeries, reader: MetricReader) -> None:
@@ -56,11 +59,14 @@ def load(run_dir: Path, metrics: list[tuple[str, str]], source: LogSource, up_to
         start = max(0, offset - CHECK_BYTES)
         if source.read(start, offset - start).hex() != data["check"]:
             return None
-        cached_series, cached_reader = MetricSeries(series.max_points), MetricReader(reader.sink, reader.patterns)
+        cached_series = MetricSeries(series.max_points, series.max_names)
+        cached_reader = MetricReader(reader.sink, reader.patterns)
         cached_series.restore(data["series"])
         cached_reader.restore(data["reader"])
         if any(len(windows) > cached_series.max_points for windows in cached_series.windows.values()):
             return None  # more than a series ever keeps: not ours
+        if not set(cached_reader.axes) <= set(cached_series.updated):
+            return None  # the reader knows metrics the series does not keep: not ours either
     except (OSError, ValueError, KeyError, TypeError, AttributeError, MemoryError, RecursionError):
         return None
     series.restore(cached_series.state())

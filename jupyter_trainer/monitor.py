@@ -1,8 +1,9 @@
 """What a job's view shows, as plain state: the model behind the widget and the text summary.
 
 A `JobMonitor` follows one job: it reads the log from where it left off (a
-bounded amount per poll), keeps the last lines and the metric series, and gives
-a `Snapshot` of it all. Two renderers project a snapshot: the widget's HTML
+bounded amount per poll), keeps the last lines and the metric series (a bounded
+number of them, however many names the log prints), and gives a `Snapshot` of
+it all. Two renderers project a snapshot: the widget's HTML
 (widget.py) and plain text (summary.py); a new field goes in the snapshot and
 in each of them. Nothing here renders, imports a widget library or reads the
 clock, so it is tested without a frontend and without sleeping.
@@ -37,6 +38,9 @@ NOTE_HISTORY_FROM = 64 << 20  # bytes of history from which the view says it is 
 QUIET_AFTER = 300.0  # seconds without output after which a running job's view says so
 CLOCK_READ = 1 << 20  # bytes of the log's clock read at most a poll
 USAGE_INTERVAL = 5.0  # seconds between two looks at what a running job uses (an engine call each)
+# bytes of whole lines the reader is given at a time: after each, it forgets the names the series
+# does not keep, so that a piece full of new names (per-class metrics) costs a few MB at most
+METRIC_PIECE = 64 << 10
 
 
 @dataclass(frozen=True)
@@ -142,7 +146,7 @@ class JobMonitor:
         if size != offset_before:  # something to read, whose values may need the clock
             self._read_clock(size, now)
         budget = self.read_budget
-        points_before = sum(self.reader.counts.values())
+        metrics_before = self.metrics.version
         pending_before = self._shown_pending()
         notes_before = self.notes()
         shown: list[bytes] = []  # the last lines of each read after the history, decoded once at the end
@@ -166,19 +170,36 @@ class JobMonitor:
                 break
             budget -= max(1, self.cursor.offset - before if not truncation else self.cursor.offset)
             for start, chunk in self.cursor.metric_chunks(data):
-                self.reader.feed(chunk, start)
+                for offset, piece in line_pieces(chunk, start, METRIC_PIECE):
+                    self.reader.feed(piece, offset)
+                    self._take_metrics()
             if not in_history and data:  # a copy: the cursor reuses its buffer
                 shown.append(bytes(last_lines(data, self.lines.maxlen or 0)))
             if time.perf_counter() >= deadline:
                 break
         self._show(shown)
-        self.metrics.set_latest(self.reader.pending, self.reader.counts)
+        self._take_metrics()
         self.caught_up = source.size() <= self.cursor.offset
         if now is not None and self.cursor.offset != offset_before:
             self.last_output_at = now
         self._keep_metrics(source)
         changed_note = self._shown_pending() != pending_before or self.notes() != notes_before
-        return bool(shown) or changed_note or sum(self.reader.counts.values()) != points_before
+        return bool(shown) or changed_note or self.metrics.version != metrics_before
+
+    def _take_metrics(self) -> None:
+        """Give the series the newest values, then let the reader forget the metrics the series
+        does not keep: it holds a place for every name it reads, and a log of endless names
+        (per-class metrics) must cost no more memory than one of a few. A name it forgot and
+        reads again starts anew there (only a series numbered by value, with no step, epoch or
+        clock, would count from 1 again, should the series take it in later)."""
+        reader, kept = self.reader, self.metrics.updated
+        self.metrics.set_latest(reader.pending, reader.counts)
+        if all(name in kept for name in reader.axes):
+            return
+        # new dicts, not deletions: a dict keeps the room it once grew to
+        reader.axes = {name: axis for name, axis in reader.axes.items() if name in kept}
+        reader.counts = {name: count for name, count in reader.counts.items() if name in kept}
+        reader.pending = {name: point for name, point in reader.pending.items() if name in kept}
 
     def _read_clock(self, size: int, now: float | None) -> None:
         """What the supervisor noted of the log's size since the last read (see LogClock)."""
@@ -298,6 +319,18 @@ class JobMonitor:
         if self.cursor.offset < self.history_end and self.history_end >= NOTE_HISTORY_FROM:
             notes.insert(0, f"reading the log for metrics: {self.cursor.offset / self.history_end:.0%}")
         return notes
+
+
+def line_pieces(data: bytes | bytearray, start: int, size: int):
+    """(where it starts in the log, piece) of `data`, which starts at `start`, in pieces of about
+    `size` bytes that end where a line ends (a longer line is one piece)."""
+    begin = 0
+    while len(data) - begin > size:
+        end = data.rfind(b"\n", begin, begin + size) + 1 or data.find(b"\n", begin + size) + 1 or len(data)
+        yield start + begin, data[begin:end]
+        begin = end
+    if begin < len(data):
+        yield start + begin, data[begin:] if begin else data
 
 
 def notification_facts(notification: dict) -> tuple[str, ...]:

@@ -24,12 +24,20 @@ from .errors import Unreachable
 from .job import Job
 from .jobs import Status
 from .monitor import JobMonitor, Snapshot
-from .plot import charts_html, sparkline_svg
+from .metrics import AXIS_TITLES
+from .plot import MAX_CHARTS, chart_groups, charts_html, chosen_groups, sparkline_svg
 from .resources import describe as describe_usage
 from .summary import format_duration
 from .store import RECORD_FILE
 
 PUSH_INTERVAL = 0.25  # seconds between two updates of one widget: at most 4 a second
+# The charts are the largest part of an update: they are sent again only once the bytes they took
+# fit this rate (a few small charts as often as the rest, a view full of long curves every 2 s or so;
+# the last state at once).
+CHARTS_BYTES_PER_SECOND = 64 * 1024
+LOG_CHARS = 128 * 1024  # of the log's last lines the view shows (long lines could make megabytes)
+SAVED_LOG_CHARS = 32 * 1024  # and the saved view (see SAVED_LINES)
+CHOOSER_DEFAULT = "loss-like, then the latest"  # the chart chooser's first option: the view's own choice
 SAVE_INTERVAL = 15.0  # seconds between two updates of the view saved in the notebook (and at each change of status)
 SAVED_LINES = 40  # log lines the saved view keeps (it is written into the notebook file)
 POLL_INTERVAL = 0.25  # seconds between two reads of the logs
@@ -80,6 +88,7 @@ STYLE = """<style>
 .jupyter-trainer-job .jt-log { flex: none; overflow: visible; margin: 0; padding: 6px; font-size: 12px; line-height: 1.35;
   white-space: pre-wrap; color: var(--jt-log-fg); background: transparent; font-family: var(--jp-code-font-family, monospace); }
 .jupyter-trainer-job .jt-charts { display: flex; flex-wrap: wrap; gap: 8px; }
+.jupyter-trainer-job .jt-more { color: var(--jt-muted); font-size: 12px; margin: 2px 0; }
 .jupyter-trainer-job .jt-chart text { fill: var(--jt-fg); font-family: var(--jp-ui-font-family, sans-serif); font-size: 10px; }
 .jupyter-trainer-job .jt-chart .jt-legend { font-size: 12px; }
 .jupyter-trainer-job .jt-chart .jt-name { font-weight: bold; }
@@ -156,15 +165,67 @@ def disconnected_text(name: str) -> str:
     )
 
 
-def log_html(snapshot: Snapshot) -> str:
-    text = html.escape("\n".join(snapshot.lines)) or '<span class="jt-muted">(no output yet)</span>'
+def log_html(snapshot: Snapshot, limit: int = LOG_CHARS) -> str:
+    """The log's last lines, as many as fit in `limit` characters."""
+    text = html.escape("\n".join(_last_lines(snapshot.lines, limit))) or '<span class="jt-muted">(no output yet)</span>'
     # column-reverse keeps the box scrolled to its newest line as lines arrive
     return f'<div class="jt-log-pane"><pre class="jt-log">{text}</pre></div>'
 
 
+def _last_lines(lines: tuple[str, ...], limit: int) -> list[str]:
+    """The last lines that fit in `limit` characters (at least the end of the last one)."""
+    kept: list[str] = []
+    for line in reversed(lines):
+        limit -= len(line) + 1
+        if limit < 0:
+            if not kept:
+                kept.append("…" + line[limit - 1 :])
+            break
+        kept.append(line)
+    return kept[::-1]
+
+
 def plot_html(snapshot: Snapshot) -> str:
+    """The notes, a few charts (see chosen_groups) and how many metrics are not drawn: bounded
+    whatever the log holds."""
     notes = "".join(f'<div class="jt-reading">{html.escape(note)}</div>' for note in snapshot.notes)
-    return notes + charts_html(snapshot.metrics)
+    groups = chosen_groups(snapshot.metrics)
+    drawn = sum(len(names) for _, _, names in groups)
+    return notes + charts_html(snapshot.metrics, groups) + more_metrics_html(snapshot, drawn)
+
+
+def more_metrics_html(snapshot: Snapshot, drawn: int) -> str:
+    """A line that says how many metrics are not drawn and where to see them all, if any are not."""
+    count, exact = snapshot.metrics.name_count()
+    more = count - drawn
+    if more <= 0:
+        return ""
+    number = f"{more:,}" if exact else f"about {_rounded(more):,}"
+    text = (
+        f"{number} more metric{'s' * (more != 1)} not drawn: jupyter-trainer metrics {snapshot.name} "
+        f"(or job.metrics() in Python) gives every value of each"
+    )
+    return f'<div class="jt-more">{html.escape(text)}</div>'
+
+
+def _rounded(count: int) -> int:
+    """An estimate to the digits it has: three."""
+    digits = max(0, len(str(count)) - 3)
+    return round(count, -digits) if digits else count
+
+
+def chooser_options(snapshot: Snapshot) -> list[tuple[str, tuple[str, str] | None]]:
+    """What the chart chooser offers: the charts of the metrics the view keeps, by name."""
+    groups = chart_groups(snapshot.metrics)
+    titles = [title for title, _, _ in groups]
+    options = []
+    for title, axis, names in groups:
+        label = ", ".join(names)
+        if titles.count(title) > 1:  # the same metrics by another x
+            label += f" (by {AXIS_TITLES.get(axis, axis)})"
+        options.append((label, (title, axis)))
+    return [(CHOOSER_DEFAULT, None), *sorted(options)]
+
 
 
 def saved_view_html(snapshot: Snapshot, view_id: str, saved_at: float) -> str:
@@ -189,7 +250,7 @@ def saved_view_html(snapshot: Snapshot, view_id: str, saved_at: float) -> str:
         STYLE + f"<style>{hide_dead_widget}</style>"
         f'<div class="jupyter-trainer-job jt-saved jt-saved-{view_id}" style="padding:6px">'
         + header_html(shown) + f'<div class="jt-saved-note">{html.escape(how)}</div>'
-        + plot_html(shown) + log_html(shown) + "</div>"
+        + plot_html(shown) + log_html(shown, SAVED_LOG_CHARS) + "</div>"
         + notification_script(snapshot)
     )
 
@@ -257,6 +318,15 @@ class JobWidget:
         self.monitor.start()
         self.style = widgets.HTML(layout={"display": "none"})
         self.header = widgets.HTML()
+        # which chart is drawn first; shown only when the view keeps more charts than it draws
+        self.chooser = widgets.Dropdown(
+            options=[(CHOOSER_DEFAULT, None)], value=None, description="chart first:",
+            tooltip="the chart drawn first; jupyter-trainer metrics NAME gives every metric",
+            layout={"display": "none", "width": "max-content"}, style={"description_width": "initial"},
+        )  # fmt: skip
+        self.chooser.observe(self._chart_chosen, names="value")
+        self._setting_chooser = False  # the chooser's value is being set here, not by its user
+        self._offered = [(CHOOSER_DEFAULT, None)]  # the chooser's options
         self.plot = widgets.HTML()
         self.log = widgets.HTML()
         self.stop_button = widgets.Button(
@@ -265,7 +335,10 @@ class JobWidget:
         self.stop_button.on_click(self._stop_clicked)
         self.stop_button.add_class("jt-stop")
         self.box = widgets.VBox(
-            [self.style, widgets.HBox([self.header, self.stop_button], layout={"justify_content": "space-between"}), self.plot, self.log],
+            [
+                self.style, widgets.HBox([self.header, self.stop_button], layout={"justify_content": "space-between"}),
+                self.chooser, self.plot, self.log,
+            ],  # fmt: skip
             layout={"padding": "6px", "width": "100%"},
         )
         self.box.add_class("jupyter-trainer-job")
@@ -277,10 +350,15 @@ class JobWidget:
         self.error = ""  # the last failure, shown under the header until the step that failed succeeds
         self._error_step: str | None = None  # that step: "status", "log", "stop" or "poll"
         self.removed = False  # the job's record is gone from the store: nothing more to follow
+        # the poller's thread and the kernel's (a chart chosen, a stop's end) both read the monitor
+        self._lock = threading.RLock()
         self.last_push = float("-inf")
         self.last_status_check = float("-inf")
         self._dirty = True
         self._shown_second = None
+        self.charts_due = float("-inf")  # when the charts may be sent again
+        self._charts_stale = False  # an update left the charts as they were: the next one draws them
+        self._chart_errors: list[str] = []  # why the charts could not be drawn, the last time they were
         self.push()
 
     @property
@@ -321,6 +399,10 @@ class JobWidget:
 
     def poll(self, now: float) -> bool:
         """Catch up with the job; push to the frontend when due. False once nothing can change."""
+        with self._lock:
+            return self._poll(now)
+
+    def _poll(self, now: float) -> bool:
         if self.removed:
             return False
         checking = now - self.last_status_check >= self.status_interval
@@ -350,28 +432,45 @@ class JobWidget:
         finished = self.monitor.finished
         ticking = int(self.clock()) != self._shown_second  # the elapsed time moves on
         due = now - self.last_push >= PUSH_INTERVAL
-        if finished or ((self._dirty or ticking) and due):
-            self.push()  # the final state is always shown, whatever the rate
+        if finished or ((self._dirty or ticking or self._charts_stale) and due):
+            charts = finished or now >= self.charts_due
+            sent = self._push(charts)  # the final state is always shown, whatever the rate
             self.last_push = now
+            if sent:
+                self.charts_due = now + sent / CHARTS_BYTES_PER_SECOND
             self._keep_saved()
         return not finished
 
     def push(self) -> None:
         """Project the monitor's state onto the widgets' traits. A part that cannot be drawn keeps
         what it showed and says why under the header; the other parts are still updated."""
+        with self._lock:
+            self._push()
+
+    def _push(self, charts: bool = True) -> int:
+        """`charts`: draw the charts too (else they stay as they were until the next update).
+        Returns the characters of charts sent."""
         monitor = self.monitor
         now = self.clock()
         self._shown_second = int(now)
         errors = [self.error] if self.error else []
         snapshot = _render(lambda: monitor.snapshot(now), "the view", errors)
         header = _render(lambda: self.render_header(snapshot), "the header", errors) if snapshot else None
-        plot = _render(lambda: self.render_plot(snapshot), "the chart", errors) if snapshot else None
+        plot = None
+        if snapshot and charts:
+            self._chart_errors = []
+            plot = _render(lambda: self.render_plot(snapshot), "the chart", self._chart_errors)
+            _render(lambda: self._offer_charts(snapshot), "the chart chooser", self._chart_errors)
+        self._charts_stale = bool(snapshot) and not charts
+        errors += self._chart_errors
         log = _render(lambda: self.render_log(snapshot), "the log", errors) if snapshot else None
         if header is None:
             header = f"<b>{html.escape(self.job.name)}</b>"
         self.header.value = header + "".join(error_html(error) for error in errors)
+        sent = 0
         if plot is not None and plot != self.plot.value:
             self.plot.value = plot
+            sent = len(plot)
         if log is not None and log != self.log.value:
             self.log.value = log
         status = monitor.record.status
@@ -388,11 +487,38 @@ class JobWidget:
                 self.stop_button.icon = "check" if status.value == "completed" else "times"
                 self.stop_button.button_style = BAR_STYLES.get(status, "")
         self._dirty = False
+        return sent
 
     # the renderers this widget uses (one may be replaced to test a failure that stays in its widget)
     render_header = staticmethod(header_html)
     render_plot = staticmethod(plot_html)
     render_log = staticmethod(log_html)
+
+    def _offer_charts(self, snapshot: Snapshot) -> None:
+        """Offer the charts of the kept metrics in the chooser, once there are more than are drawn."""
+        options = chooser_options(snapshot)
+        if options != self._offered:
+            self._offered = options
+            chosen = snapshot.metrics.chosen
+            self._setting_chooser = True  # setting the options selects the first: not the user's choice
+            try:
+                with self.chooser.hold_sync():
+                    self.chooser.options = options
+                    self.chooser.value = chosen if chosen in [value for _, value in options] else None
+            finally:
+                self._setting_chooser = False
+        display = None if len(options) - 1 > MAX_CHARTS else "none"
+        if self.chooser.layout.display != display:
+            self.chooser.layout.display = display
+
+    def _chart_chosen(self, change) -> None:
+        """The user chose a chart (in the kernel's thread): draw it first, now."""
+        with self._lock:  # the poller's thread holds it while it sets the options itself
+            if self._setting_chooser:
+                return
+            self.monitor.metrics.choose(change["new"])
+            self._dirty = True
+            self._push()
 
     def show_failure(self, exc: BaseException) -> None:
         """Show a failure the poller caught in this widget's own code."""
