@@ -127,6 +127,14 @@ def parse_sync(directory: str | None) -> str | None:
     path = os.path.abspath(os.path.expanduser(directory))
     if not os.path.isdir(path):
         raise InvalidOption(f"--sync {path!r} is not a directory", "name a local directory to copy up")
+    home = os.path.realpath(os.path.expanduser("~"))
+    real = os.path.realpath(path)
+    if real == home or home.startswith(real.rstrip("/") + "/"):
+        what = "is your home directory" if real == home else "holds your home directory"
+        raise InvalidOption(
+            f"--sync {path} {what}, with your credentials and tokens: nothing was copied",
+            "sync the project's own directory (--sync ~/project), and list in its .trainerignore what else to leave out",
+        )
     return path
 
 

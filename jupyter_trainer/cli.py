@@ -144,7 +144,7 @@ def submit(args, script_args: list[str], store: JobStore) -> int:
     hosts = defaults.pop("docker_hosts", {})
     spec = dataclasses.replace(detached_spec(script, vars(args), defaults, script_args, hosts), from_cell=False)
     submission = submit_detached(spec, name=args.name, rerun=bool(args.rerun), store=store, label=Path(args.script).stem)
-    if submission.attached:
+    if submission.attached or submission.facts:  # facts: what the launch left out, say
         print(submission.message)
     print(summary.one_line(submission.job.record))
     name = submission.job.name

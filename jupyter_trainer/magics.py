@@ -227,7 +227,7 @@ class TrainerMagics(Magics):
 
         label = notebook_label(self.shell.user_ns if self.shell else None)
         submission = submit_detached(spec, name=args.name, rerun=bool(args.rerun), store=self._store(), label=label)
-        if submission.attached:
+        if submission.attached or submission.facts:  # facts: what the launch left out, say
             print(submission.message)
         self._show(submission.job, widget=not args.no_widget and self.widget, fresh=not submission.attached)
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from . import backends as _backends, surface
 from .errors import NameInUse, TrainerError
-from .job import Job
+from .job import Job, mark_stop_sent
 from .jobs import JobRecord, validate_name
 from .naming import HASH_CHARS, default_name, legacy_name
 from .proc import ProcessIdentity
@@ -26,6 +26,7 @@ from .store import JobStore
 class Submission:
     job: Job
     attached: bool  # True: the same cell had already been submitted; nothing was started
+    facts: tuple[str, ...] = ()  # what its backend says of the new launch (see Backend.describe_facts)
 
     @property
     def message(self) -> str:
@@ -35,7 +36,8 @@ class Submission:
                 f"Job {self.job.name!r} was already submitted from {source} ({self.job.record.status.value}); "
                 "attached to it, nothing new was started."
             )
-        return f"Started job {self.job.name!r} ({self.job.backend})."
+        facts = "".join(f" {fact}." for fact in self.facts)  # what the launch left out, say
+        return f"Started job {self.job.name!r} ({self.job.backend}).{facts}"
 
 
 def submit_detached(
@@ -90,7 +92,8 @@ def submit_detached(
     job = Job(store.update(name, run, launched), store, backends)
     if job.record.stop_requested:  # stopped from elsewhere while it was being launched
         backend.stop(job.record, run_dir)
-    return Submission(job, attached=False)
+        job.record = store.update(name, run, mark_stop_sent)
+    return Submission(job, attached=False, facts=tuple(backend.describe_facts(job.record)))
 
 
 def _named_before(store: JobStore, fingerprint: str) -> str | None:

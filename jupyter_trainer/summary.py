@@ -131,6 +131,7 @@ def status_block(record: JobRecord, usage: Usage | None = None) -> str:
     ]
     if record.reason:
         lines.append(("reason", record.reason))
+    lines += [("note", fact) for fact in facts(record)]  # what its backend says besides (left out, billed, ...)
     if usage is not None and usage.scope != "instances":  # a SageMaker job's instances are in "where"
         lines += [(what, f"{value} ({usage.scope})" if what == "cpu" else value) for what, value in describe_usage(usage).items()]
     width = max(len(key) for key, _ in lines)
