@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .errors import InvalidName
+from .wording import describe_exit_code, format_duration  # noqa: F401  (said here for every reader)
 
 NAME_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,62}")
 
@@ -174,16 +175,6 @@ def resolve(record: JobRecord, seen: Observation) -> Resolution:
     return Resolution(Status.LOST, None, why)
 
 
-_EXIT_CODE_MEANINGS = {
-    1: "the script raised an error",
-    2: "bad command-line usage",
-    126: "the interpreter could not be executed",
-    127: "the interpreter was not found",
-    134: "aborted (SIGABRT)",
-    137: "killed (SIGKILL), often out of memory",
-    139: "segmentation fault (SIGSEGV)",
-    143: "terminated (SIGTERM)",
-}
 
 
 def describe_outcome(status: Status, exit_code: int | None, reason: str) -> str:
@@ -204,33 +195,6 @@ def _headline(reason: str) -> str:
     message = reason.split('ErrorMessage "', 1)[1] if 'ErrorMessage "' in reason else reason
     lines = [line.strip() for line in message.splitlines() if line.strip()]
     return (lines[0].rstrip('"') if lines else reason.strip())[:300]
-
-
-def describe_exit_code(code: int | None) -> str:
-    if code is None:
-        return ""
-    meaning = _EXIT_CODE_MEANINGS.get(code)
-    if meaning:
-        return f"exit code {code}: {meaning}"
-    if code > 128:
-        return f"exit code {code}: killed by signal {code - 128}"
-    return f"exit code {code}"
-
-
-def format_duration(seconds: float | None) -> str:
-    if seconds is None:
-        return "-"
-    seconds = int(seconds)
-    days, rest = divmod(seconds, 86400)
-    hours, rest = divmod(rest, 3600)
-    minutes, seconds = divmod(rest, 60)
-    if days:
-        return f"{days}d {hours:02d}h{minutes:02d}m"
-    if hours:
-        return f"{hours}h{minutes:02d}m{seconds:02d}s"
-    if minutes:
-        return f"{minutes}m{seconds:02d}s"
-    return f"{seconds}s"
 
 
 def parse_notification(data: bytes, check: str) -> dict[str, Any] | None:

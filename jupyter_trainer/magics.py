@@ -98,7 +98,7 @@ def config_traits(options) -> dict:
 
 REMOTE_NOTIFY_NOTE = (
     "--notify: a remote SageMaker job runs no process of ours, so nothing will be sent when it ends; "
-    "an EventBridge rule on its state change can post to the URL (see the README), or run it in local mode."
+    "an EventBridge rule on its state change can post to the URL (see docs/notify.md), or run it in local mode."
 )
 
 
@@ -108,7 +108,7 @@ class TrainerMagics(Magics):
 
     vars().update(config_traits(DETACHED + SAGEMAKER))  # image, container, ..., instance_type, output_path
     widget = Bool(True, help="display the widget (False: print a summary, as --no-widget)").tag(config=True)
-    log_lines = Int(200, help="how many log lines the widget and %train_logs show").tag(config=True)
+    log_lines = Int(200, help="how many log lines the job widget and the jobs table's Log show").tag(config=True)
     docker_hosts = Dict(
         value_trait=Unicode(), help='Docker hosts by name, for --docker-host NAME: {"gpu1": "ssh://me@gpu1"}'
     ).tag(config=True)

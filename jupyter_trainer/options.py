@@ -105,7 +105,7 @@ DETACHED = (
     ),
     Option(
         "sync", "--sync", "copy a local directory to the job's workdir on a remote Docker host before the job starts "
-        "(the job store and ~/.ssh, ~/.aws, ~/.docker in it are left out)", "DIR",
+        "(a home directory is refused; the job store, credential files and what DIR/.trainerignore lists are left out)", "DIR",
         parse=parse_sync, backends=CONTAINER,
     ),
     Option("host", "--host", "no container: run the job as a detached process on this machine", kind="switch", config=True, default=False),

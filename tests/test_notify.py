@@ -201,7 +201,7 @@ def test_the_message_of_a_killed_job_and_of_one_that_printed_an_error_but_exited
     assert killed["status"] == "failed" and killed["reason"].startswith("exit code 137: killed (SIGKILL")
     assert killed["text"] == "❌ big (run 2) failed after 5m00s on docker: " + killed["reason"]
     printed = notifier.build_message({}, 1, "exited", 0.0, 1.0, "ValueError: only printed\n")
-    assert printed["reason"] == "exit code 1"  # no traceback: the exit code, not a line the script printed
+    assert printed["reason"] == "exit code 1: the script raised an error"  # no traceback: the exit code (as the views say it), not a line the script printed
     redrawn = "Traceback (most recent call last):\n  File \"x\", line 3\n\rKeyError: 'images'\n"
     assert notifier.build_message({}, 1, "exited", 0.0, 1.0, redrawn)["reason"] == "KeyError: 'images'"
 
@@ -331,3 +331,16 @@ def test_chat_markup_in_a_failure_is_shown_as_text():
 def test_the_exception_a_failed_job_is_reported_by(lines, said):
     # the notifier's reading is the only one: a job's record takes its reason from it too
     assert notifier.exception_line(lines) == said
+
+
+def test_the_message_says_exit_codes_and_durations_as_the_views_do():
+    """One wording for all: the notifier runs alone on the job's python3 with wording.py's code put
+    before its own, and says a day-long run and an exit code 137 as the views and the CLI do."""
+    from jupyter_trainer.backends.base import notifier_source
+    from jupyter_trainer.jobs import describe_exit_code, format_duration
+
+    namespace = {"__name__": "notifier"}
+    exec(compile(notifier_source(), "notify", "exec"), namespace)  # as `python3 -c` runs it: no package
+    message = namespace["build_message"]({"name": "long", "run": 1, "backend": "docker"}, 137, "exited", 0.0, 93780.0, "")
+    assert message["reason"] == describe_exit_code(137) == "exit code 137: killed (SIGKILL), often out of memory"
+    assert f"after {format_duration(93780)} on docker" in message["text"] and format_duration(93780) == "1d 02h03m"

@@ -207,6 +207,14 @@ def _source(name: str) -> bytes:
     return resources.files("jupyter_trainer.backends").joinpath(name).read_bytes()
 
 
+@functools.lru_cache(maxsize=1)
+def notifier_source() -> bytes:
+    """What the supervisor runs to notify: the package's wording of exit codes and durations, then
+    the notifier, which runs alone on the job's python3 and can import neither."""
+    wording = resources.files("jupyter_trainer").joinpath("wording.py").read_bytes()
+    return wording + b"\n\n" + _source(NOTIFY_FILE)
+
+
 def write_script(run_dir: Path, script: str, from_cell: bool = True) -> None:
     """Write the script, and create the log it will append to. A cell's script starts with an
     empty line, standing for the magic's line: a traceback's line numbers are the cell's own."""
@@ -219,7 +227,7 @@ def prepare_supervised_run(run_dir: Path, script: str, from_cell: bool = True) -
     """The script, the supervisor and its notifier, and the files they write into (see supervise.sh)."""
     write_script(run_dir, script, from_cell)
     write_private_file(run_dir / SUPERVISOR_FILE, _source(SUPERVISOR_FILE), durable=False)
-    write_private_file(run_dir / NOTIFY_FILE, _source(NOTIFY_FILE), durable=False)
+    write_private_file(run_dir / NOTIFY_FILE, notifier_source(), durable=False)
     for name in (PID_FILE, EXIT_CODE_FILE):
         create_private_file(run_dir / name, RESERVED)
     create_private_file(run_dir / NOTIFIED_FILE)

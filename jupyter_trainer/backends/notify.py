@@ -18,6 +18,8 @@ job records it. Whatever happens, the job's outcome is already written: a notifi
 changes it. With STOP_CONTAINER 1 it then stops the container, as the supervisor would have.
 
 Standard library only, Python 3.6 or later: it runs in the job's container, on the image's python3.
+Exit codes and durations are said as everywhere else: jupyter_trainer/wording.py's code is put
+before this file's in what the supervisor runs (see base.notifier_source).
 """
 
 import hashlib
@@ -31,6 +33,11 @@ import time
 import urllib.error
 import urllib.request
 
+try:  # as a module of the package; run by the supervisor, wording.py's code comes before this
+    from ..wording import describe_exit_code, format_duration
+except ImportError:
+    pass
+
 RESULT_FILE = "notified"  # store.NOTIFIED_FILE, open as RESULT_FD
 LOG_FILE = "output.log"  # store.LOG_FILE, open as LOG_FD
 RESULT_FD, LOG_FD = 3, 4
@@ -40,7 +47,6 @@ TAIL_BYTES = 64 * 1024  # of the log, read for the exception the script ended wi
 DETAIL_CHARS = 300
 PYTHON_RAISED = 1  # the exit code of a Python script that ended with an exception
 EXCEPTION = re.compile(r"^([A-Za-z_][\w.]*(?:Error|Exception|Exit|Interrupt|Warning|Failure|Fault))(?::\s?.*)?$")
-SIGNALS = {9: "killed (SIGKILL: out of memory, or killed by hand)", 15: "terminated (SIGTERM)", 2: "interrupted (SIGINT)"}
 # what every jupyter_trainer process in a container has in its command line (written so that this
 # code, which a notifier's command line holds, does not contain it)
 RUN_FILES_MARK = "/jupyter_trainer" + "/jobs/"
@@ -87,7 +93,7 @@ def build_message(job, code, how, started, ended, log_tail):
     reason = ""
     if status == "failed":
         raised = exception_line(log_tail.split("\n")) if code == PYTHON_RAISED else ""
-        reason = raised or describe_code(code)
+        reason = raised or describe_exit_code(code)
     name, run, backend = str(job.get("name", "?")), job.get("run", 1), str(job.get("backend", "?"))
     took = format_duration(ended - started)
     mark = {"completed": "✅", "failed": "❌", "stopped": "⏹"}[status]
@@ -195,23 +201,6 @@ def exception_line(lines):
                 found = line.strip()[:DETAIL_CHARS]
             seen_traceback = False
     return found
-
-
-def describe_code(code):
-    if code > 128 and code - 128 in SIGNALS:
-        return "exit code {}: {}".format(code, SIGNALS[code - 128])
-    return "exit code {}".format(code)
-
-
-def format_duration(seconds):
-    seconds = int(max(0, seconds))
-    hours, rest = divmod(seconds, 3600)
-    minutes, seconds = divmod(rest, 60)
-    if hours:
-        return "{}h{:02d}m".format(hours, minutes)
-    if minutes:
-        return "{}m{:02d}s".format(minutes, seconds)
-    return "{}s".format(seconds)
 
 
 if __name__ == "__main__":

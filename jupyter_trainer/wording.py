@@ -1,0 +1,46 @@
+"""How a job's exit code and duration are said, in one place for every reader: the views, the
+CLI, and the notifier (backends/notify.py), which runs alone on the job's python3 and gets this
+file's code put before its own.
+
+Standard library only, Python 3.6 or later, importing nothing of the package.
+"""
+
+EXIT_CODE_MEANINGS = {
+    1: "the script raised an error",
+    2: "bad command-line usage",
+    126: "the interpreter could not be executed",
+    127: "the interpreter was not found",
+    134: "aborted (SIGABRT)",
+    137: "killed (SIGKILL), often out of memory",
+    139: "segmentation fault (SIGSEGV)",
+    143: "terminated (SIGTERM)",
+}
+
+
+def describe_exit_code(code):
+    """'exit code 137: killed (SIGKILL), often out of memory'; '' for no code."""
+    if code is None:
+        return ""
+    meaning = EXIT_CODE_MEANINGS.get(code)
+    if meaning:
+        return "exit code {}: {}".format(code, meaning)
+    if code > 128:
+        return "exit code {}: killed by signal {}".format(code, code - 128)
+    return "exit code {}".format(code)
+
+
+def format_duration(seconds):
+    """'45s', '3m07s', '2h03m07s', '1d 02h03m'; '-' when unknown."""
+    if seconds is None:
+        return "-"
+    seconds = int(max(0, seconds))
+    days, rest = divmod(seconds, 86400)
+    hours, rest = divmod(rest, 3600)
+    minutes, seconds = divmod(rest, 60)
+    if days:
+        return "{}d {:02d}h{:02d}m".format(days, hours, minutes)
+    if hours:
+        return "{}h{:02d}m{:02d}s".format(hours, minutes, seconds)
+    if minutes:
+        return "{}m{:02d}s".format(minutes, seconds)
+    return "{}s".format(seconds)
