@@ -13,7 +13,10 @@ from . import housekeeping, summary, surface
 from .errors import TrainerError
 from .job import Job, refreshed_records
 from .jobs import JobRecord
-from .options import DETACHED, JOB, add_options, configurable
+from .options import (
+    ALL_RUNS, AS_JSON, DETACHED, FOLLOW, JOB, JOB_NAME, LINES, ONE_RUN, WITH_CONTAINER, add_options, argument, configurable,
+    split_script_arguments,
+)  # fmt: skip
 from .spec import detached_spec
 from .store import JobStore
 from .submit import submit_detached
@@ -28,34 +31,24 @@ def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="jupyter-trainer", description="Follow and control jupyter_trainer jobs.")
     commands = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
-    listing = commands.add_parser("list", help="a table of jobs")
-    listing.add_argument("--json", action="store_true", help="one JSON array of job objects")
-    listing.add_argument("--all", action="store_true", help="include earlier runs of re-run jobs")
+    def command(name: str, help: str, *arguments):
+        parser = commands.add_parser(name, help=help)
+        for declared in arguments:
+            declared.add_to(parser)
+        return parser
 
-    status = commands.add_parser("status", help="one job's status")
-    status.add_argument("name")
-    status.add_argument("--json", action="store_true", help="one JSON object")
-
-    logs = commands.add_parser("logs", help="a job's log")
-    logs.add_argument("name")
-    logs.add_argument("-n", "--lines", type=int, default=None, metavar="LINES", help="only the last LINES lines")
-    logs.add_argument("-f", "--follow", action="store_true", help="keep printing new lines until the job ends")
-
-    metrics = commands.add_parser("metrics", help="every metric value in a job's log")
-    metrics.add_argument("name")
-    metrics.add_argument("--json", action="store_true", help='one JSON object: {"loss": [[x, value], ...], ...}')
-
-    remove = commands.add_parser("rm", help="remove a finished job's runs (a running job is refused)")
-    remove.add_argument("name")
-    remove.add_argument("--run", type=int, default=None, metavar="N", help="only run N")
+    command("list", "a table of jobs", argument("--json", action="store_true", help="one JSON array of job objects"), ALL_RUNS)
+    command("status", "one job's status", JOB_NAME, AS_JSON)
+    command("logs", "a job's log", JOB_NAME, LINES, FOLLOW)
+    command("metrics", "every metric value in a job's log", JOB_NAME,
+            argument("--json", action="store_true", help='one JSON object: {"loss": [[x, value], ...], ...}'))  # fmt: skip
+    command("rm", "remove a finished job's runs (a running job is refused)", JOB_NAME, ONE_RUN)
 
     prune = commands.add_parser("prune", help="remove finished runs older than an age")
     prune.add_argument("--older-than", required=True, metavar="DURATION", help="e.g. 7d, 12h, 30m")
     prune.add_argument("--containers", action="store_true", help="also the stopped containers jobs ran in that no remaining job uses")
 
-    stop = commands.add_parser("stop", help="stop a job (its whole process group)")
-    stop.add_argument("name")
-    stop.add_argument("--container", action="store_true", help="also stop the job's container")
+    command("stop", "stop a job (its whole process group)", JOB_NAME, WITH_CONTAINER)
 
     submit = commands.add_parser(
         "submit",
@@ -70,11 +63,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def run(argv: list[str] | None = None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
-    script_args: list[str] = []
-    if "--" in argv:  # the script's arguments, as after `--` on a magic's line
-        cut = argv.index("--")
-        argv, script_args = argv[:cut], argv[cut + 1 :]
+    # the script's arguments, as after `--` on a magic's line
+    argv, script_args = split_script_arguments(sys.argv[1:] if argv is None else argv)
     args = build_parser().parse_args(argv)
     store = JobStore()
     if args.command == "submit":

@@ -8,7 +8,7 @@ import time
 
 from IPython.core.error import UsageError
 from IPython.core.magic import Magics, cell_magic, line_magic, magics_class
-from IPython.core.magic_arguments import MagicArgumentParser, argument, magic_arguments
+from IPython.core.magic_arguments import MagicArgumentParser
 from traitlets import Bool, Dict, Int, List, Unicode
 
 from . import summary, surface
@@ -16,7 +16,10 @@ from .errors import TrainerError
 from .job import Job, refreshed_records
 from .magic_help import describe
 from .naming import notebook_label
-from .options import DETACHED, JOB, SAGEMAKER, add_options, configurable
+from .options import (
+    ALL_RUNS, DETACHED, FOLLOW, JOB, JOB_NAME, LINES, NO_WIDGET_TABLE, ONE_RUN, SAGEMAKER, WITH_CONTAINER,
+    Argument, add_options, configurable, split_script_arguments,
+)  # fmt: skip
 from .spec import detached_spec
 from .store import JobStore
 
@@ -44,16 +47,24 @@ def split_words(line: str) -> list[str]:
 
 def options_and_arguments(line: str) -> tuple[list[str], list[str]]:
     """A cell magic's options, and the script's arguments: the words after `--`."""
-    words = split_words(line)
-    if "--" not in words:
-        return words, []
-    cut = words.index("--")
-    return words[:cut], words[cut + 1 :]
+    return split_script_arguments(split_words(line))
 
 
 def parse_line(magic, line: str):
     """Parse a line magic's line with its argparse parser."""
     return magic.parser.parse_args(split_words(line))
+
+
+def line_arguments(*arguments: Argument):
+    """A line magic's parser (`func.parser`), from the arguments it shares with the CLI."""
+
+    def decorate(func):
+        func.parser = MagicArgumentParser(prog=f"%{func.__name__}", add_help=False)
+        for declared in arguments:
+            declared.add_to(func.parser)
+        return func
+
+    return decorate
 
 
 def cell_parser(*groups) -> MagicArgumentParser:
@@ -146,9 +157,7 @@ class TrainerMagics(Magics):
     # -- line magics -------------------------------------------------------------
 
     @documented("train_jobs")
-    @magic_arguments()
-    @argument("--all", action="store_true", help="include earlier runs of re-run jobs")
-    @argument("--no-widget", action="store_true", help="print a text table instead of the live one")
+    @line_arguments(ALL_RUNS, NO_WIDGET_TABLE)
     @line_magic
     @user_errors
     def train_jobs(self, line):
@@ -167,8 +176,7 @@ class TrainerMagics(Magics):
         print(summary.jobs_table(refreshed_records(self._store(), all_runs=args.all)))
 
     @documented("train_attach")
-    @magic_arguments()
-    @argument("name", help="the job's name")
+    @line_arguments(JOB_NAME)
     @line_magic
     @user_errors
     def train_attach(self, line):
@@ -176,10 +184,7 @@ class TrainerMagics(Magics):
         self._show(Job.load(args.name, self._store()), widget=self.widget, detailed=True)
 
     @documented("train_logs")
-    @magic_arguments()
-    @argument("name", help="the job's name")
-    @argument("-n", "--lines", type=int, default=None, metavar="LINES", help="only the last LINES lines")
-    @argument("--follow", "-f", action="store_true", help="keep printing new lines until the job ends")
+    @line_arguments(JOB_NAME, LINES, FOLLOW)
     @line_magic
     @user_errors
     def train_logs(self, line):
@@ -199,9 +204,7 @@ class TrainerMagics(Magics):
                 print(text)
 
     @documented("train_rm")
-    @magic_arguments()
-    @argument("name", help="the job's name")
-    @argument("--run", type=int, default=None, metavar="N", help="only run N")
+    @line_arguments(JOB_NAME, ONE_RUN)
     @line_magic
     @user_errors
     def train_rm(self, line):
@@ -211,9 +214,7 @@ class TrainerMagics(Magics):
         print(describe_removed(remove_runs(args.name, args.run, self._store())))
 
     @documented("train_stop")
-    @magic_arguments()
-    @argument("name", help="the job's name")
-    @argument("--container", action="store_true", help="also stop the job's container")
+    @line_arguments(JOB_NAME, WITH_CONTAINER)
     @line_magic
     @user_errors
     def train_stop(self, line):

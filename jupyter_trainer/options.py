@@ -49,6 +49,44 @@ class Option:
             parser.add_argument(self.flag, dest=self.dest, type=kind, default=None, metavar=self.metavar, help=self.help)
 
 
+# -- the line magics and the CLI's commands -----------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Argument:
+    """An argument of a line magic and of the CLI command that does the same (`%train_logs` and
+    `jupyter-trainer logs`): declared once, added to both parsers."""
+
+    flags: tuple[str, ...]
+    settings: tuple[tuple[str, Any], ...]
+
+    def add_to(self, parser: argparse.ArgumentParser) -> None:
+        parser.add_argument(*self.flags, **dict(self.settings))
+
+
+def argument(*flags: str, **settings: Any) -> Argument:
+    return Argument(flags, tuple(settings.items()))
+
+
+JOB_NAME = argument("name", help="the job's name")
+LINES = argument("-n", "--lines", type=int, default=None, metavar="LINES", help="only the last LINES lines")
+FOLLOW = argument("-f", "--follow", action="store_true", help="keep printing new lines until the job ends")
+ALL_RUNS = argument("--all", action="store_true", help="include earlier runs of re-run jobs")
+ONE_RUN = argument("--run", type=int, default=None, metavar="N", help="only run N")
+WITH_CONTAINER = argument("--container", action="store_true", help="also stop the job's container")
+NO_WIDGET_TABLE = argument("--no-widget", action="store_true", help="print a text table instead of the live one")
+AS_JSON = argument("--json", action="store_true", help="one JSON object")
+
+
+def split_script_arguments(words: list[str]) -> tuple[list[str], list[str]]:
+    """The options, and the script's arguments: the words after the first `--` (on a magic's line
+    and on `jupyter-trainer submit`'s)."""
+    if "--" not in words:
+        return list(words), []
+    cut = words.index("--")
+    return list(words[:cut]), list(words[cut + 1 :])
+
+
 # -- what every cell magic takes --------------------------------------------------------------
 
 JOB = (
