@@ -38,9 +38,7 @@ try:  # as a module of the package; run by the supervisor, wording.py's code com
 except ImportError:
     pass
 
-RESULT_FILE = "notified"  # store.NOTIFIED_FILE, open as RESULT_FD
-LOG_FILE = "output.log"  # store.LOG_FILE, open as LOG_FD
-RESULT_FD, LOG_FD = 3, 4
+RESULT_FD, LOG_FD = 3, 4  # the run's notified and output.log files (store.NOTIFIED_FILE, LOG_FILE), opened by the supervisor
 ATTEMPT_SECONDS = 30  # the most one attempt may take, however the receiver answers
 PAUSES = (2, 8, 20)  # seconds before each new attempt
 TAIL_BYTES = 64 * 1024  # of the log, read for the exception the script ended with
