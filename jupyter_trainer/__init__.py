@@ -4,11 +4,20 @@
 """
 
 from .errors import TrainerError
-from .job import Job, get_job, list_jobs
-from .jobs import Status
 
 __all__ = ["Job", "Status", "TrainerError", "get_job", "list_jobs", "load_ipython_extension"]
 __version__ = "0.1.0"
+
+# The job model is imported at first use: `%load_ext` needs only the magics' declarations.
+_LAZY = {"Job": "job", "get_job": "job", "list_jobs": "job", "Status": "jobs"}
+
+
+def __getattr__(name):
+    if name in _LAZY:
+        from importlib import import_module
+
+        return getattr(import_module(f".{_LAZY[name]}", __name__), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def load_ipython_extension(ipython):

@@ -5,23 +5,26 @@ from __future__ import annotations
 import functools
 import shlex
 import time
+from typing import TYPE_CHECKING
 
 from IPython.core.error import UsageError
 from IPython.core.magic import Magics, cell_magic, line_magic, magics_class
 from IPython.core.magic_arguments import MagicArgumentParser
 from traitlets import Bool, Dict, Int, List, Unicode
 
-from . import summary, surface
 from .errors import TrainerError
-from .job import Job, refreshed_records
 from .magic_help import describe
-from .naming import notebook_label
 from .options import (
     ALL_RUNS, DETACHED, FOLLOW, JOB, JOB_NAME, LINES, NO_WIDGET_TABLE, ONE_RUN, SAGEMAKER, WITH_CONTAINER,
     Argument, add_options, configurable, split_script_arguments,
 )  # fmt: skip
-from .spec import detached_spec
-from .store import JobStore
+
+if TYPE_CHECKING:
+    from .job import Job
+    from .store import JobStore
+
+# Registering the magics needs only their option declarations: the job model, the backends, the
+# views and the SDKs are imported when a magic first runs, so %load_ext stays light.
 
 
 def user_errors(method):
@@ -125,6 +128,8 @@ class TrainerMagics(Magics):
     ).tag(config=True)
 
     def _store(self) -> JobStore:
+        from .store import JobStore
+
         return JobStore()
 
     def _config(self, options) -> dict:
@@ -138,6 +143,8 @@ class TrainerMagics(Magics):
     def train_detached(self, line, cell):
         words, script_args = options_and_arguments(line)
         args = DETACHED_PARSER.parse_args(words)
+        from .spec import detached_spec
+
         self._submit(detached_spec(cell, vars(args), self._config(DETACHED), script_args, self.docker_hosts), args)
 
     @cell_magic
@@ -173,6 +180,9 @@ class TrainerMagics(Magics):
             display(table)
             poller().watch(table)
             return
+        from . import summary
+        from .job import refreshed_records
+
         print(summary.jobs_table(refreshed_records(self._store(), all_runs=args.all)))
 
     @documented("train_attach")
@@ -181,6 +191,8 @@ class TrainerMagics(Magics):
     @user_errors
     def train_attach(self, line):
         args = parse_line(self.train_attach, line)
+        from .job import Job
+
         self._show(Job.load(args.name, self._store()), widget=self.widget, detailed=True)
 
     @documented("train_logs")
@@ -191,6 +203,9 @@ class TrainerMagics(Magics):
         args = parse_line(self.train_logs, line)
         if args.lines is not None and args.lines < 0:
             raise UsageError("-n expects a number of lines, 0 or more")
+        from . import summary
+        from .job import Job
+
         job = Job.load(args.name, self._store())
         if args.follow:
             try:
@@ -219,11 +234,15 @@ class TrainerMagics(Magics):
     @user_errors
     def train_stop(self, line):
         args = parse_line(self.train_stop, line)
+        from . import summary
+        from .job import Job
+
         job = Job.load(args.name, self._store()).stop(container=args.container)
         print(summary.stop_line(job.record))
 
     def _submit(self, spec, args) -> None:
         """Submit (or attach to) the job of a cell, then show it."""
+        from .naming import notebook_label
         from .submit import submit_detached
 
         label = notebook_label(self.shell.user_ns if self.shell else None)
@@ -237,6 +256,7 @@ class TrainerMagics(Magics):
     def _show(self, job: Job, widget: bool, detailed: bool = False, fresh: bool = False) -> None:
         """The widget where a frontend can show it; else text (one line, or the widget's content).
         `fresh`: the job was launched a moment ago, so its record is already current."""
+        from . import summary, surface
         from .widget import JobWidget, poller, widgets_supported
 
         if widget and widgets_supported(self.shell):
