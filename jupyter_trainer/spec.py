@@ -27,7 +27,10 @@ from .docker_hosts import LOCAL_SOCKET, resolve
 from .errors import InvalidOption
 from .options import DETACHED, DETACHED_BACKENDS, DetachedBackend, settle
 
-__all__ = ["DetachedSpec", "Metric", "added_field", "build_spec", "cell_values", "detached_spec", "parse_declared", "public_options_of", "secret"]
+__all__ = [
+    "DetachedSpec", "Metric", "added_field", "build_spec", "cell_values", "detached_spec", "parse_declared", "public_options_of",
+    "secret", "secrets_of", "spec_fingerprint",
+]
 
 
 
@@ -53,7 +56,7 @@ def public_options_of(spec) -> dict:
         if spec_field.name in ("script", "backend"):
             continue
         value = getattr(spec, spec_field.name)
-        if spec_field.metadata.get("omit_default") and value == _default_of(spec_field):
+        if _left_out(spec_field, value):
             continue
         if spec_field.metadata.get("secret") and isinstance(value, str):
             options[f"{spec_field.name}_to"] = shown_url(value)  # a URL: where it goes, not its token
@@ -62,6 +65,28 @@ def public_options_of(spec) -> dict:
         else:
             options[spec_field.name] = _plain(value)
     return options
+
+
+def secrets_of(spec) -> dict:
+    """The secret values that make a cell what it is, by field name: for its fingerprint's HMAC
+    only. A secret field added later counts only when set, as in `public_options_of`."""
+    return {
+        spec_field.name: getattr(spec, spec_field.name)
+        for spec_field in fields(spec)
+        if spec_field.metadata.get("secret") and not _left_out(spec_field, getattr(spec, spec_field.name))
+    }
+
+
+def spec_fingerprint(spec, key: bytes, rerun: bool = False) -> str:
+    """Any spec's fingerprint: its script, backend, stored options and secret values. Same cell,
+    same fingerprint; `rerun` counts: adding it trains once more, and running that cell again
+    attaches to the new run."""
+    return cell_fingerprint(key, spec.script, spec.backend, spec.public_options(), rerun, **secrets_of(spec))
+
+
+def _left_out(spec_field, value) -> bool:
+    """A field added later and left at its default: neither stored nor fingerprinted."""
+    return bool(spec_field.metadata.get("omit_default")) and value == _default_of(spec_field)
 
 
 def _default_of(spec_field):
@@ -103,13 +128,7 @@ class DetachedSpec:
         return public_options_of(self)
 
     def fingerprint(self, key: bytes, rerun: bool = False) -> str:
-        """Same cell, same fingerprint. `rerun` counts: adding it trains once more, and
-        running that cell again attaches to the new run."""
-        return cell_fingerprint(key, self.script, self.backend, self.public_options(), rerun, **self.secrets())
-
-    def secrets(self) -> dict:
-        """The secret values that make the cell what it is (in its fingerprint's HMAC only)."""
-        return {"env": self.env, **({"notify": self.notify} if self.notify else {})}
+        return spec_fingerprint(self, key, rerun)
 
 
 def cell_fingerprint(key: bytes, script: str, backend: str, options: dict, rerun: bool, **secret) -> str:

@@ -26,7 +26,7 @@ from .cloudwatch import (
     client,
     observe_training_job,
 )
-from ..._fs import read_small, write_private_file
+from ..._fs import write_private_file
 from ...store import CODE_DIR, FAILURE_FILE
 from ...store import SAGEMAKER_SPEC_FILE as SPEC_FILE
 from ..base import LOG_FILE, SCRIPT_FILE, FileLogSource, malformed_runtime, notify_input, prepare_supervised_run, read_runtime, write_script
@@ -34,6 +34,7 @@ from ...proc import ProcessIdentity
 from ...resources import Usage
 from ..host import observe_supervised, start_supervised, stop_supervised
 from . import launcher
+from .reasons import reason_from_file
 from .spec import CODE_CHANNEL, JOB_ENV_VARIABLE, LAUNCHER_NAME, SCRIPT_NAME, SageMakerSpec, local_region, training_job_name
 
 
@@ -171,7 +172,7 @@ class SageMakerBackend:
         if seen.exit_code in (None, 0) or seen.stopped:
             return seen
         try:
-            reason = read_small(run_dir / FAILURE_FILE, launcher.FAILURE_LIMIT).decode("utf-8", "replace").strip()
+            reason = reason_from_file(run_dir / FAILURE_FILE)
         except OSError:  # none written: the exit code says what is known
             return seen
         return dataclasses.replace(seen, final=Status.FAILED, reason=reason) if reason else seen

@@ -22,6 +22,7 @@ from ...jobs import Observation, Status
 from ...store import CLOUDWATCH_LOCK_FILE as LOCK_FILE
 from ...store import CLOUDWATCH_STATE_FILE as STATE_FILE
 from ..base import FileLogSource
+from .reasons import kept_text
 
 LOG_GROUP = "/aws/sagemaker/TrainingJobs"
 SYNC_INTERVAL = 10.0  # seconds between two log fetches of one job: the SDK's own follower polls as often
@@ -73,7 +74,7 @@ def observe_training_job(description: dict) -> Observation:
     if status == "Completed":
         return Observation(exit_code=0, alive=False, started=True, ended_at=ended_at, details=details)
     if status == "Failed":
-        reason = description.get("FailureReason") or "the training job failed"
+        reason = details["failure_reason"] or "the training job failed"
         return Observation(final=Status.FAILED, reason=reason, alive=False, started=True, ended_at=ended_at, details=details)
     if status == "Stopped":
         reason = "the training job was stopped"
@@ -88,13 +89,15 @@ def _timestamp(value) -> float | None:
 
 
 def training_details(description: dict) -> dict:
-    """What the record keeps about a training job (in its runtime facts)."""
-    return {
+    """What the record keeps about a training job (in its runtime facts). Its words are the job's
+    own (FailureReason is what the container wrote): kept printable and bounded."""
+    details = {
         "secondary_status": description.get("SecondaryStatus"),
         "failure_reason": description.get("FailureReason"),
         "billable_seconds": description.get("BillableTimeInSeconds"),
         "model_artifacts": (description.get("ModelArtifacts") or {}).get("S3ModelArtifacts"),
     }
+    return {key: kept_text(value) if isinstance(value, str) else value for key, value in details.items()}
 
 
 @dataclass

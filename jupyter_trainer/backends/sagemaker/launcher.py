@@ -398,16 +398,29 @@ class Runner:
         return child.wait(), tail
 
 
+def bounded(message, limit=FAILURE_LIMIT):
+    """The message in as many characters as SageMaker keeps, saying so where it is cut."""
+    if len(message) <= limit:
+        return message
+    note = "\n... (cut: %d characters in all)" % len(message)
+    return message[: limit - len(note)] + note
+
+
 def write_failure(message, runner):
     """The failure file SageMaker reads, and a line in the log that says the same (local mode reads
-    no failure file: it finds the reason there)."""
-    runner.say(FAILURE_MARKER + json.dumps(message[:FAILURE_LIMIT]), stream=2)
+    no failure file: it finds the reason there). Whatever the script left in the file's place (a
+    huge file, a link, a FIFO) is replaced, not written through."""
+    message = bounded(message)
+    runner.say(FAILURE_MARKER + json.dumps(message), stream=2)
     directory = path("output")
+    failure = os.path.join(directory, "failure")
     try:
         if not os.path.isdir(directory):
             os.makedirs(directory)
-        with open(os.path.join(directory, "failure"), "w") as handle:
-            handle.write(message[: FAILURE_LIMIT * 4])
+        if os.path.lexists(failure):
+            os.unlink(failure)
+        with open(failure, "w") as handle:
+            handle.write(message)
     except OSError as error:
         runner.say("jupyter_trainer: cannot write the failure file (%s)" % error, stream=2)
 

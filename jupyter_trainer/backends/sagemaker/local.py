@@ -26,7 +26,8 @@ from ...errors import TrainerError
 from ...store import CODE_DIR, FAILURE_FILE, SAGEMAKER_SPEC_FILE
 from ...spec import Metric
 from .launcher import FAILURE_LIMIT, FAILURE_MARKER
-from .spec import JOB_ENV_VARIABLE, SageMakerSpec, local_region
+from .reasons import kept_text
+from .spec import COMPOSE_VARIABLE, JOB_ENV_VARIABLE, SageMakerSpec, local_region
 
 # Kept when AWS is not needed: they name a region, not an identity.
 REGION_VARIABLES = ("AWS_REGION", "AWS_DEFAULT_REGION")
@@ -55,7 +56,14 @@ COMPOSE_PREFIX = re.compile(rf"(?:{COLOUR})*(?:[A-Za-z0-9_.-]*?[-_])?(algo-\d+)(
 COLOURS = re.compile(COLOUR)
 
 
+# the launcher's report is one line of JSON of at most FAILURE_LIMIT characters (12 bytes each
+# at worst, as \ud83d\ude00): a longer one is not the launcher's, and is not even decoded
+MAX_REPORT_CHARS = 16 * FAILURE_LIMIT
+
+
 def _reason(encoded: str) -> str | None:
+    if len(encoded) > MAX_REPORT_CHARS:
+        return None
     try:
         reason = json.loads(encoded)
     except ValueError:
@@ -115,8 +123,17 @@ class ComposeLogCleaner:
 
 def keep_failure(reason: str | None, run_dir: Path) -> None:
     """Keep a training container's failure reason in the run, as SageMaker keeps FailureReason."""
-    if reason and reason.strip():
-        write_private_file(run_dir / FAILURE_FILE, reason[:FAILURE_LIMIT].encode())
+    reason = kept_text(reason or "")
+    if reason:
+        write_private_file(run_dir / FAILURE_FILE, reason.encode())
+
+
+def refuse_compose_variables(paths: list[str]) -> None:
+    """The host paths local mode mounts (the store's, the temporary directory's) must mean what
+    they say in the compose file, where `$` starts a variable."""
+    for path in paths:
+        if COMPOSE_VARIABLE in path:
+            raise TrainerError(f"docker-compose would read the '$' in {path!r} as a variable", "use a store and a TMPDIR without '$'")
 
 
 def needs_aws(spec: SageMakerSpec) -> bool:
@@ -197,6 +214,7 @@ def main(argv: list[str]) -> int:
         print("jupyter_trainer: every channel is local, so the container gets no AWS credentials", flush=True)
     cleaner = sys.stdout = ComposeLogCleaner(sys.stdout, spec.instance_count)
     try:
+        refuse_compose_variables([str(run_dir / CODE_DIR), container_root])
         session = session_for(spec)  # before the SDK is imported: v2 makes a session of its own as it is
         run_local(spec, job_name, str(run_dir / CODE_DIR), container_root, session)
     except TrainerError as error:

@@ -6,7 +6,8 @@ the launcher shipped in the code channel (launcher.py), so any image with
 public entrypoint override (its SourceCode launcher needs bash and pip in the
 image), so with v3 a remote job is created through sagemaker-core's
 `TrainingJob.create`, the resource layer ModelTrainer itself submits through,
-with the same request.
+with the same request; and a local one through sagemaker-core's `LocalSession`,
+v2's local engine, with that request too.
 
 Either way the SDK is given an explicit role ARN, output path and region so it
 makes no STS, IAM or default-bucket calls of its own, and telemetry is off.
@@ -17,7 +18,6 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-import shutil
 import sys
 from typing import Iterator
 
@@ -86,51 +86,47 @@ def run_local(spec: SageMakerSpec, job_name: str, code_dir: str, container_root:
     major = sdk_major()
     with quiet_sdk():
         if major >= 3:
-            _local_v3(spec, job_name, code_dir, container_root)
+            _local_v3(spec, job_name, code_dir, container_root, boto_session)
             return
         estimator = _estimator_v2(spec, boto_session, local=True, container_root=container_root)
         estimator.fit(_inputs_v2(spec, f"file://{code_dir}"), job_name=job_name, wait=True, logs=True)
 
 
-def _local_v3(spec: SageMakerSpec, job_name: str, code_dir: str, container_root: str) -> None:
-    """v3 local mode: ModelTrainer's SourceCode launcher (the image needs bash and pip3 besides python3).
+def _local_v3(spec: SageMakerSpec, job_name: str, code_dir: str, container_root: str, boto_session) -> None:
+    """v3 local mode: sagemaker-core's LocalSession (v2's local engine, carried over) given the
+    request a remote v3 job gets, the launcher as the container's entrypoint. Not ModelTrainer: its
+    SourceCode driver needs bash and pip, logs the container's whole environment (--env values
+    too), and sources a file holding every hyperparameter in bare single quotes, so a quote or a
+    newline in a value ran as shell code in the container."""
+    from sagemaker.core.local import LocalSession
 
-    No session is given: with one, local mode writes its credentials into the compose file."""
-    config = os.path.join(container_root, "sagemaker-config.yaml")
-    with open(config, "w") as handle:
-        handle.write("SchemaVersion: '1.0'\nSageMaker:\n  PythonSDK:\n    Modules:\n      TelemetryOptOut: true\n")
-    os.environ["SAGEMAKER_USER_CONFIG_OVERRIDE"] = config
-    from sagemaker.train import ModelTrainer
-    from sagemaker.train.configs import Compute, InputData, SourceCode
-    from sagemaker.train.model_trainer import Mode
-
-    root = os.path.join(container_root, "job")
-    os.makedirs(root)
-    trainer = ModelTrainer(
-        training_mode=Mode.LOCAL_CONTAINER,
-        training_image=spec.image_uri,
-        source_code=SourceCode(source_dir=code_dir, command=f"python3 {LAUNCHER_NAME}"),
-        environment=dict(spec.env) or None,
-        compute=Compute(instance_type="local_gpu" if spec.instance_type == "local_gpu" else "local_cpu", instance_count=spec.instance_count),
-        base_job_name=job_name[:40],
-        hyperparameters=dict(spec.hyperparameters) or None,
-        input_data_config=[
-            InputData(channel_name=name, data_source=uri[len("file://") :] if uri.startswith("file://") else uri)
-            for name, uri in spec.inputs.items()
-        ]
-        or None,
-        local_container_root=root,
-        role=spec.role,
+    session = LocalSession(boto_session=boto_session, sagemaker_config=TELEMETRY_OFF)
+    session.config = {"local": {"local_code": True, "container_root": container_root}}
+    channels = {**spec.inputs, CODE_CHANNEL: f"file://{code_dir}"}
+    session.sagemaker_client.create_training_job(  # returns when the training container has exited
+        TrainingJobName=job_name,
+        AlgorithmSpecification={"TrainingImage": spec.image_uri, "TrainingInputMode": "File", "ContainerEntrypoint": ENTRYPOINT},
+        InputDataConfig=[_channel_request(name, uri) for name, uri in channels.items()],
+        OutputDataConfig={"S3OutputPath": spec.output_path},
+        ResourceConfig={"InstanceType": spec.instance_type, "InstanceCount": spec.instance_count,
+                        "VolumeSizeInGB": spec.volume_size or DEFAULT_VOLUME_GB},  # fmt: skip
+        HyperParameters=dict(spec.hyperparameters),
+        Environment=compose_environment(spec.env),
+        RoleArn=spec.role,
     )
-    try:
-        trainer.train(wait=True, logs=True)
-    finally:
-        # local mode leaves its artifacts under its root; put them where --output-path says, as v2 does
-        if spec.output_path.startswith("file://"):
-            artifacts = os.path.join(root, "compressed_artifacts")
-            for name in ("model.tar.gz", "output.tar.gz"):
-                if os.path.exists(os.path.join(artifacts, name)):
-                    shutil.copy(os.path.join(artifacts, name), os.path.join(spec.output_path[len("file://") :], name))
+
+
+def _channel_request(name: str, uri: str) -> dict:
+    """A channel as CreateTrainingJob names it (local mode reads a file:// URI there too)."""
+    source = {"S3DataType": "S3Prefix", "S3Uri": uri, "S3DataDistributionType": "FullyReplicated"}
+    return {"ChannelName": name, "DataSource": {"S3DataSource": source}, "InputMode": "File"}
+
+
+def compose_environment(env: dict[str, str]) -> dict[str, str]:
+    """The job's environment as local mode hands it to docker-compose, which reads `$` in its file
+    as a variable (`$HOME` would become this machine's; `${x:-...}` an error that shows the value):
+    each `$` doubled, as compose escapes it, so that every value arrives as given."""
+    return {key: value.replace("$", "$$") for key, value in env.items()}
 
 
 def _estimator_v2(spec: SageMakerSpec, boto_session, local: bool, container_root: str | None = None):
@@ -152,7 +148,7 @@ def _estimator_v2(spec: SageMakerSpec, boto_session, local: bool, container_root
         output_path=spec.output_path,
         container_entry_point=ENTRYPOINT,
         hyperparameters=dict(spec.hyperparameters) or None,
-        environment=dict(spec.env) or None,
+        environment=(compose_environment(spec.env) if local else dict(spec.env)) or None,
         volume_size=spec.volume_size or DEFAULT_VOLUME_GB,
         tags=[{"Key": key, "Value": value} for key, value in spec.tags.items()] or None,
         subnets=list(spec.subnets) or None,

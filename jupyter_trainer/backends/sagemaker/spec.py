@@ -10,7 +10,7 @@ from typing import Any, Iterable, Mapping
 from ...errors import InvalidOption
 from ...options import SAGEMAKER, settle
 from ...checks import IMAGE_REF, Metric, parse_metrics
-from ...spec import added_field, cell_fingerprint, cell_values, parse_declared, public_options_of, secret
+from ...spec import added_field, cell_values, parse_declared, public_options_of, secret, spec_fingerprint
 
 ROLE_ARN = re.compile(r"arn:aws[a-z-]*:iam::\d{12}:role/[\w+=,.@/-]{1,512}")
 INSTANCE_TYPE = re.compile(r"ml\.[a-z0-9]+[a-z0-9-]*\.[0-9]*x?(small|medium|large|xlarge)")
@@ -27,6 +27,7 @@ MAX_TAGS = 50
 CODE_CHANNEL = "code"  # where the cell's script (and --source-dir) reach the container
 SCRIPT_NAME = "train_script.py"
 LAUNCHER_NAME = "_jupyter_trainer_launch.py"  # the entrypoint, shipped beside the script (launcher.py)
+COMPOSE_VARIABLE = "$"  # docker-compose substitutes variables in its file: a host path with it is not mounted as named
 JOB_ENV_VARIABLE = "JUPYTER_TRAINER_JOB_ENV"  # local mode: the job's --env values, handed to its runner's process only
 
 
@@ -71,7 +72,8 @@ class SageMakerSpec:
         return [{"Name": m.name, "Regex": m.regex} for m in self.metrics]
 
     def fingerprint(self, key: bytes, rerun: bool = False) -> str:
-        return cell_fingerprint(key, self.script, self.backend, self.public_options(), rerun)
+        """As a detached cell's: the --env values and the --notify URL count (through the HMAC)."""
+        return spec_fingerprint(self, key, rerun)
 
 
 def _pairs(items: Iterable[str], option: str, example: str) -> list[tuple[str, str]]:
@@ -108,6 +110,11 @@ def parse_channels(items: Iterable[str], local: bool) -> dict[str, str]:
         channels[name] = parse_uri(uri, f"--input {name}", ("s3", "file") if local else ("s3",))
         if uri.startswith("file://") and not os.path.exists(uri[len("file://") :]):
             raise InvalidOption(f"--input {name}: {uri[len('file://'):]} does not exist")
+        if uri.startswith("file://") and COMPOSE_VARIABLE in uri:
+            raise InvalidOption(
+                f"--input {name}: local mode's docker-compose would read the '$' in {uri[len('file://'):][:80]!r} as a variable",
+                "link the directory from a path without '$' and give that",
+            )
     return channels
 
 
