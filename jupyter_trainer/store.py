@@ -10,6 +10,11 @@ atomic, so two processes can never claim the same name and run. Records are
 replaced atomically (write, fsync, rename) so readers never see half a record,
 and read-modify-write goes through an advisory lock on the run directory.
 Directories are 0700 and files 0600.
+
+Removing a run is two steps: one rename takes it out of every listing at once
+(its directory becomes a hidden `.removing-RUN-TOKEN` beside the runs), then its
+files are deleted. A run whose files could not all be deleted stays hidden, and
+is found again (`leftovers`) by the next `rm` or `prune`, which finish it.
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ import hashlib
 import hmac
 import json
 import os
+import re
 import secrets
 import shutil
 from pathlib import Path
@@ -52,6 +58,8 @@ FAILURE_FILE = "failure"  # SageMaker local mode: what the training container wr
 MAX_RECORD_BYTES = 1 << 20  # records are a few KB: a larger one was not written by us
 KEY_FILE = "fingerprint.key"  # in the store's home: the key of the fingerprints' HMAC
 CONTAINERS_DIR = "containers"  # in the store's home: the directory each container we create mounts
+REMOVING_PREFIX = ".removing-"  # in a job's directory: a run taken out of the listings, its files not all deleted yet
+LEFTOVER = re.compile(re.escape(REMOVING_PREFIX) + r"([0-9]{1,9})-[0-9a-f]{8}")  # REMOVING_PREFIX RUN-TOKEN
 
 
 def default_home() -> Path:
@@ -131,9 +139,37 @@ class JobStore:
         return path
 
     def discard(self, name: str, run: int) -> None:
-        """Remove a run that never started, and its job directory if it was the first."""
+        """Remove a run that never started, and its job directory if it was the first. On the way
+        out of a failed launch, whose error is what the user needs to hear: what cannot be removed
+        is left for the next `rm` or `prune` (hidden, if it could at least be renamed)."""
         with self.claiming(name):
-            shutil.rmtree(self.run_dir(name, run), ignore_errors=True)
+            try:
+                hidden = self.retire(name, run)
+            except (OSError, StoreError, UnknownJob):
+                return
+            shutil.rmtree(hidden, ignore_errors=True)
+
+    # -- removing runs ----------------------------------------------------
+
+    def retire(self, name: str, run: int) -> Path:
+        """Take a run out of every listing at once: rename its directory to a hidden name beside
+        it, and return that. Done under the record's lock, so no update is half done (one that comes
+        later finds no run). Raises OSError or StoreError when it cannot: then nothing changed.
+        The caller holds the name's claim, so no other removal runs meanwhile."""
+        hidden = self.job_dir(name) / f"{REMOVING_PREFIX}{int(run)}-{secrets.token_hex(4)}"
+        with self.locked(name, run):
+            os.rename(self.run_dir(name, run), hidden)
+        return hidden
+
+    def leftovers(self, name: str) -> list[tuple[int, Path]]:
+        """The job's runs that were taken out of the listings but whose files are not all deleted
+        yet: (run, hidden directory) each."""
+        try:
+            entries = os.listdir(self.job_dir(name))
+        except (FileNotFoundError, NotADirectoryError):
+            return []
+        found = [(int(match.group(1)), self.job_dir(name) / entry) for entry in entries if (match := LEFTOVER.fullmatch(entry))]
+        return sorted(found)
 
     @contextlib.contextmanager
     def claiming(self, name: str) -> Iterator[None]:
@@ -212,11 +248,34 @@ class JobStore:
 
     @contextlib.contextmanager
     def locked(self, name: str, run: int) -> Iterator[None]:
+        """The record's lock, held for the block; UnknownJob when the run has been removed."""
         path = self.run_dir(name, run) / LOCK_FILE
-        with self.writing():
-            path.touch(mode=0o600, exist_ok=True)
-        with flocked(path):
+        with contextlib.ExitStack() as held:
+            try:
+                with self.writing():
+                    path.touch(mode=0o600, exist_ok=True)
+                    held.enter_context(flocked(path))
+            except StoreError as exc:
+                if isinstance(exc.__cause__, FileNotFoundError) and not path.parent.is_dir():
+                    # removed by another process: not a full disk, whatever the write said
+                    raise UnknownJob(f"job {name!r} has no run {run} any more", "it was removed") from None
+                raise
             yield
+
+    @contextlib.contextmanager
+    def containers_lock(self, shared: bool) -> Iterator[None]:
+        """Held shared while a submission finds, creates or starts its container, and exclusively
+        while stopped containers are pruned: no container is removed between a submission finding it
+        and starting it. The lock is the store's home directory itself, so it leaves no file behind
+        (a refused submission leaves the store as it was)."""
+        with self.writing():
+            make_private_dir(self.home)
+            fd = os.open(self.home, os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH if shared else fcntl.LOCK_EX)
+            yield
+        finally:
+            os.close(fd)
 
     def records(self, all_runs: bool = False) -> Iterator[JobRecord | CorruptRecord]:
         """The latest run of every job (or every run); an unreadable record is yielded as its error."""

@@ -235,12 +235,25 @@ def test_sync_leaves_the_job_store_out_and_prune_clears_the_host(laptop, tmp_pat
     project = tmp_path / "project"
     project.mkdir()
     (project / "train.txt").write_text("data\n")
+    # credentials as they lie in a home directory, and what the user's .trainerignore leaves out
+    for secret in (".netrc", ".git-credentials", ".cache/huggingface/token", ".config/gh/hosts.yml", "sub/.pypirc"):
+        (project / secret).parent.mkdir(parents=True, exist_ok=True)
+        (project / secret).write_text("password hunter2\n")
+    (project / "checkpoints").mkdir()
+    (project / "checkpoints" / "last.pt").write_text("weights\n")
+    (project / "data").mkdir()
+    for name in ("big.bin", "keep.txt"):
+        (project / "data" / name).write_text(name)
+    (project / ".trainerignore").write_text("# not worth copying\ncheckpoints\ndata/**\n!data/keep.txt\n")
     monkeypatch.setenv("JUPYTER_TRAINER_HOME", str(project / ".jupyter_trainer"))  # a notebook in ~, the store in it
-    script = _script(tmp_path, "import os\nprint(sorted(os.listdir('.')), flush=True)\n")
+    script = _script(tmp_path, "import os\nprint(sorted(os.path.join(d, f) for d, _, fs in os.walk('.') for f in fs), flush=True)\n")
     done = cli("submit", str(script), "--name", "synced", "--docker-host", remote.alias_url, "--image", TEST_IMAGE, "--sync", str(project))
     assert done.returncode == 0, done.stderr
+    assert "--sync left out credentials: .cache/huggingface/token, .config/gh, .git-credentials, .netrc, sub/.pypirc" in done.stdout
     wait_for(lambda: status("synced")["status"] == "completed", timeout=90, what="the job")
-    assert cli("logs", "synced").stdout == "['train.txt']\n"  # not the store: its scripts, logs and key
+    # not the store (its scripts, logs and key), no credential, nothing the ignore file lists
+    assert cli("logs", "synced").stdout == "['./.trainerignore', './data/keep.txt', './train.txt']\n"
+    assert "--sync left out credentials: .cache/huggingface/token" in cli("status", "synced").stdout
     # prune: the stopped container on the host and its runs' volume go (its workspace stays: the user's work)
     (container,) = remote_containers(remote)
     container.stop(timeout=1)

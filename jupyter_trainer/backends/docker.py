@@ -24,7 +24,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
-from ..errors import BackendUnavailable, ImageNotFound, InvalidOption, RunFileError, TrainerError, Unreachable
+from ..errors import BackendUnavailable, CorruptRecord, ImageNotFound, InvalidOption, RunFileError, TrainerError, Unreachable
 from ..jobs import NAME_PATTERN, JobRecord, Observation, Status
 from ..resources import NVIDIA_SMI_QUERY, Usage, parse_nvidia_smi
 from ..spec import DetachedSpec
@@ -80,6 +80,7 @@ LABEL_JOBS_DIR = "jupyter_trainer.jobs_dir"
 LABEL_WORKDIR = "jupyter_trainer.workdir"
 LABEL_GPUS = "jupyter_trainer.gpus"
 LABEL_STORE = "jupyter_trainer.store"  # the store's id (JobStore.store_id): stores of the same path differ
+LABEL_CONTAINER = "jupyter_trainer.container"  # on a volume we made: the container it was made for
 KEEP_ALIVE = ["tail", "-f", "/dev/null"]
 PING_VALID_SECONDS = 5.0  # an engine that answered this recently is not asked again before a submission
 
@@ -97,6 +98,7 @@ class DockerRuntime:
     mounted: bool  # the run's files are the store's, through the container's own directory
     shared_dir: str | None = None  # that directory's name in the store's containers/
     engine: dict | None = None  # the engine it runs on (docker_hosts.Engine.to_dict); None in older records
+    sync_facts: list | None = None  # what --sync left out, in words (credential paths, never contents)
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -104,7 +106,9 @@ class DockerRuntime:
     @classmethod
     def of(cls, record: JobRecord) -> "DockerRuntime":
         kinds = {"container_id": str, "container_name": str, "container_started_at": str, "exec_id": str, "run_dir": str}
-        runtime = read_runtime(cls, record, {**kinds, "mounted": bool, "shared_dir": (str, "optional"), "engine": (dict, "optional")})
+        runtime = read_runtime(cls, record, {**kinds, "mounted": bool, "shared_dir": (str, "optional"), "engine": (dict, "optional"), "sync_facts": (list, "optional")})
+        if runtime.sync_facts is not None and not all(isinstance(fact, str) for fact in runtime.sync_facts):
+            raise malformed_runtime(record, "sync_facts is not a list of words")
         if not INNER_RUN_DIR.fullmatch(runtime.run_dir):
             raise malformed_runtime(record, "run_dir is not a run's directory")
         if runtime.shared_dir is not None and not NAME_PATTERN.fullmatch(runtime.shared_dir):
@@ -308,8 +312,9 @@ class DockerBackend:
             inner_run_dir = f"{SHIPPED_JOBS_DIR}/{store_id}/{relative}"
             self._ship(container, run_dir, inner_run_dir)
         ours = container.labels.get(LABEL) == "1"
+        sync_facts = None
         if spec.sync:
-            sync_directory(container, spec.sync, WORKSPACE if ours else container.attrs["Config"].get("WorkingDir") or "/", jobs_dir.parent)
+            sync_facts = sync_directory(container, spec.sync, WORKSPACE if ours else container.attrs["Config"].get("WorkingDir") or "/", jobs_dir.parent)
         command = [
             "sh", f"{inner_run_dir}/{SUPERVISOR_FILE}", inner_run_dir, str(STOP_GRACE_SECONDS),
             "1" if spec.stop_container_when_done else "0",
@@ -343,14 +348,43 @@ class DockerBackend:
             mounted=shared_dir is not None,
             shared_dir=shared_dir.name if shared_dir is not None else None,
             engine=engine.to_dict(),
+            sync_facts=sync_facts or None,
         )
 
     def _ensure_container(self, spec: DetachedSpec, jobs_dir: Path, client, engine: Engine):
+        """The job's container, running: found, or created, or started again. Under the store's
+        containers lock (shared), so that a prune does not remove it between found and started."""
+        with JobStore(jobs_dir.parent).containers_lock(shared=True):
+            return self._running_container(spec, jobs_dir, client, engine)
+
+    @staticmethod
+    def _container_name(container: str | None, image: str | None, workdir: str | None, engine: Engine, store: JobStore) -> str:
+        """The container a job runs in: the one it names, else one per image and working directory
+        (on a remote host, where other laptops and users meet, one per store too)."""
+        if container:
+            return container
+        return default_container_name(image or "", f"{workdir}\0{store.store_id()}" if engine.remote else workdir)
+
+    def containers_named_by(self, record: JobRecord, store: JobStore) -> set[str]:
+        """The containers a job's record names: the one it runs in; while it is being launched (no
+        runtime yet), the one its launch finds or creates, which may be stopped at that moment."""
+        name = record.runtime.get("container_name")
+        if isinstance(name, str):
+            return {name}
+        if record.runtime or record.status.is_final:
+            return set()
+        container, image, workdir = (record.options.get(key) for key in ("container", "image", "workdir"))
+        if isinstance(container, str) and container:
+            return {container}
+        if not isinstance(image, str) or not isinstance(workdir, (str, type(None))):
+            return set()
+        engine = Engine.of(record.options.get("engine")) or Engine(LOCAL_SOCKET)
+        return {self._container_name(None, image, workdir, engine, store)}
+
+    def _running_container(self, spec: DetachedSpec, jobs_dir: Path, client, engine: Engine):
         import docker
 
-        # on a remote host, where other laptops and users meet, one container per store too
-        workdir = f"{spec.workdir}\0{JobStore(jobs_dir.parent).store_id()}" if engine.remote else spec.workdir
-        name = spec.container or default_container_name(spec.image, workdir)
+        name = self._container_name(spec.container, spec.image, spec.workdir, engine, JobStore(jobs_dir.parent))
         try:
             container = client.containers.get(name)
         except docker.errors.NotFound:
@@ -454,9 +488,43 @@ class DockerBackend:
         workspace = spec.workdir or f"{name}-workspace"
         volumes = {
             workspace: {"bind": WORKSPACE, "mode": "rw"},
-            f"{name}-runs": {"bind": SHIPPED_JOBS_DIR, "mode": "rw"},
+            self._runs_volume(client, name, self._spec_engine(spec), JobStore(jobs_dir.parent)): {"bind": SHIPPED_JOBS_DIR, "mode": "rw"},
         }
         return self._run_container(client, name, spec, jobs_dir, volumes, tmpfs={})
+
+    @staticmethod
+    def _runs_volume(client, container_name: str, engine: Engine, store: JobStore) -> str:
+        """The volume a remote container keeps its runs' files on, created here with our labels (a
+        prune removes it with the container only if they say it is this store's). A volume of that
+        name that we did not make is someone's own: it is neither written to nor ever removed."""
+        name = f"{container_name}-runs"
+        labels = {LABEL: "1", LABEL_CONTAINER: container_name, LABEL_STORE: store.store_id()}
+        volume = client.volumes.create(name=name, labels=labels)  # one that exists is returned as it is
+        found = volume.attrs.get("Labels") or {}
+        if found.get(LABEL) != "1" or found.get(LABEL_CONTAINER) != container_name:
+            raise InvalidOption(
+                f"a volume named {name!r} already exists on {engine.label} and is not labelled as jupyter_trainer's "
+                f"(someone's own, or left by an older version), so container {container_name!r} cannot keep its runs' files there",
+                f"choose another --container, or remove that volume if nothing in it is needed (docker volume rm {name})",
+            )
+        return name
+
+    @staticmethod
+    def _remove_runs_volume(container, store: JobStore) -> None:
+        """Remove the volume a removed remote container kept its runs' files on, if it is the one we
+        made for it for this store; a user's volume mounted there (or one made before volumes were
+        labelled) stays. Its workspace volume holds the user's work, and stays too."""
+        mounted = next(
+            (mount.get("Name") for mount in container.attrs.get("Mounts") or [] if mount.get("Type") == "volume" and mount.get("Destination") == SHIPPED_JOBS_DIR),
+            None,
+        )
+        if not mounted:
+            return
+        with contextlib.suppress(*engine_errors()):  # gone already, or used by another container
+            volume = container.client.volumes.get(mounted)
+            labels = volume.attrs.get("Labels") or {}
+            if labels.get(LABEL) == "1" and labels.get(LABEL_CONTAINER) == container.name and labels.get(LABEL_STORE) == store.store_id():
+                volume.remove()
 
     def _run_container(self, client, name: str, spec: DetachedSpec, jobs_dir: Path, volumes: dict, tmpfs: dict):
         import docker
@@ -714,7 +782,10 @@ class DockerBackend:
         return f"container {name or record.options.get('container') or '?'}{on}"
 
     def describe_facts(self, record: JobRecord) -> list[str]:
-        return []  # the status and exit code say it all
+        try:
+            return list(DockerRuntime.of(record).sync_facts or []) if record.runtime else []
+        except CorruptRecord:
+            return []
 
     def lingering(self, record: JobRecord, run_dir: Path) -> list[str]:
         return []  # what it left stays in its container, which `stop --container` ends
@@ -787,9 +858,8 @@ class DockerBackend:
                     continue  # running, paused or restarting: never touched
                 try:
                     container.remove()
-                    if engine.remote:  # its runs' files; its workspace volume holds the user's work, and stays
-                        with contextlib.suppress(*engine_errors()):
-                            container.client.volumes.get(f"{container.name}-runs").remove()
+                    if engine.remote:  # the volume of its runs' files, if it is ours
+                        self._remove_runs_volume(container, store)
                 except engine_errors() as exc:  # the others are still tried
                     failed.append(f"{container.name} ({exc})")
                     continue
