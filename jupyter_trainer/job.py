@@ -247,10 +247,11 @@ class Job:
         seen = self._observe()
         outcome = resolve(self.record, seen)
         new_details = seen.details and any(self.record.runtime.get(k) != v for k, v in seen.details.items())
-        if not new_details and (outcome.status, outcome.exit_code, outcome.reason) == (
+        if not new_details and (outcome.status, outcome.exit_code, outcome.reason, outcome.unreachable_since) == (
             self.record.status,
             self.record.exit_code,
             self.record.reason,
+            self.record.unreachable_since,
         ):
             return self
 
@@ -262,6 +263,7 @@ class Job:
         def apply(record: JobRecord) -> None:
             latest = resolve(record, seen)  # again under the lock: a stop may have been asked meanwhile
             record.status, record.exit_code, record.reason = latest.status, latest.exit_code, latest.reason
+            record.unreachable_since, record.unreachable_host = latest.unreachable_since, latest.unreachable_host
             if seen.details:
                 record.runtime.update(seen.details)
             if raised and latest.status is Status.FAILED and latest.reason == describe_exit_code(latest.exit_code):
@@ -317,10 +319,8 @@ class Job:
             return self.backend_impl().observe(self.record, self.run_dir)
         except Unreachable as error:
             # the host may be down or this machine offline: that says nothing of the job, which
-            # keeps its status and says since when its host could not be reached
-            said = f"cannot reach {error.host} since "
-            since = self.record.reason if self.record.reason.startswith(said) else said + time.strftime("%Y-%m-%d %H:%M:%S")
-            return Observation(alive=None, why_gone=since)
+            # keeps its status and says since when its host could not be reached (see resolve)
+            return Observation(alive=None, why_gone=str(error), unreachable_host=error.host)
         except BackendUnavailable as error:
             return Observation(alive=None, why_gone=str(error))
 

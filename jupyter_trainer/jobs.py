@@ -80,6 +80,9 @@ class JobRecord:
     # whether a requested stop was handed to the backend (None: no stop asked, or asked by a version
     # that did not say): a stopper killed in between must not make a vanished job "stopped by the user"
     stop_sent: bool | None = None
+    # while the job's runtime cannot be asked (a remote host offline): since when, and which host
+    unreachable_since: float | None = None
+    unreachable_host: str = ""
     notification: dict[str, Any] = field(default_factory=dict)  # with --notify: what came of it
 
     def to_dict(self) -> dict[str, Any]:
@@ -117,11 +120,12 @@ _FIELD_TYPES: dict[str, tuple[type, ...]] = {
     "exit_code": (int, type(None)), "created_at": _NUMBER, "started_at": (*_NUMBER, type(None)),
     "ended_at": (*_NUMBER, type(None)), "fingerprint": (str,), "options": (dict,), "runtime": (dict,),
     "submitter": (dict,), "stop_requested": (bool,), "stop_sent": (bool, type(None)), "notification": (dict,),
+    "unreachable_since": (*_NUMBER, type(None)), "unreachable_host": (str,),
 }  # fmt: skip
 # Numbers a record can hold: times are seconds since 1970 (until the year 5000), runs and exit
 # codes are small. Anything else (nan, inf, 1e309, 300 digits) was not written by us.
 _RANGES = {
-    "created_at": (0, 1e11), "started_at": (0, 1e11), "ended_at": (0, 1e11),
+    "created_at": (0, 1e11), "started_at": (0, 1e11), "ended_at": (0, 1e11), "unreachable_since": (0, 1e11),
     "run": (1, 10**9), "exit_code": (-(2**31), 2**31),
 }  # fmt: skip
 
@@ -139,6 +143,7 @@ class Observation:
     final: "Status | None" = None  # a runtime that reports its own final status (SageMaker)
     reason: str = ""  # with `final`: the runtime's words for it
     details: dict | None = None  # facts the runtime reports, kept in the record's runtime (SageMaker)
+    unreachable_host: str = ""  # with alive None: the host that could not be reached (its jobs keep their status)
 
 
 @dataclass(frozen=True)
@@ -146,10 +151,12 @@ class Resolution:
     status: Status
     exit_code: int | None = None
     reason: str = ""
+    unreachable_since: float | None = None  # the job's host cannot be reached, since then
+    unreachable_host: str = ""
 
 
-def resolve(record: JobRecord, seen: Observation) -> Resolution:
-    """The status a job has now, given its record and a fresh observation."""
+def resolve(record: JobRecord, seen: Observation, now: float | None = None) -> Resolution:
+    """The status a job has now, given its record and a fresh observation (made at `now`)."""
     if record.status.is_final:
         return Resolution(record.status, record.exit_code, record.reason)
     stop_sent = record.stop_requested and record.stop_sent is not False
@@ -164,6 +171,12 @@ def resolve(record: JobRecord, seen: Observation) -> Resolution:
             return Resolution(Status.COMPLETED, 0)
         return Resolution(Status.FAILED, seen.exit_code, describe_exit_code(seen.exit_code))
     if seen.alive is None:
+        if seen.unreachable_host:
+            # kept from the first failed look while the host stays unreachable
+            same_host = record.unreachable_since is not None and record.unreachable_host == seen.unreachable_host
+            since = record.unreachable_since if same_host else (now if now is not None else time.time())
+            when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(since))
+            return Resolution(record.status, None, f"cannot reach {seen.unreachable_host} since {when}", since, seen.unreachable_host)
         return Resolution(record.status, None, seen.why_gone or record.reason)
     if seen.alive:
         return Resolution(Status.RUNNING if seen.started else Status.PENDING)

@@ -13,12 +13,12 @@ from .backends import DEFAULT, Backends, UnknownBackend
 from .docker_hosts import Engine
 from .errors import TrainerError
 from .jobs import JobRecord, describe_outcome, format_duration
+from .logs import clean_line
 from .resources import Usage
 from .resources import describe as describe_usage
 from .resources import as_json as resources_json
 
 COLUMNS = ("name", "backend", "host", "status", "started", "duration", "exit code")
-UNREACHABLE = "cannot reach "  # how a job's reason begins while its host cannot be reached (see Job._observe)
 
 
 def format_time(timestamp: float | None) -> str:
@@ -57,8 +57,8 @@ def docker_host(record: JobRecord) -> str | None:
 def host_cell(record: JobRecord) -> str:
     """The host column: the Docker host, and whether it cannot be reached now."""
     host = docker_host(record) or "-"
-    if not record.status.is_final and record.reason.startswith(UNREACHABLE):
-        return f"{host} (unreachable since {record.reason.rpartition(' since ')[2]})"
+    if not record.status.is_final and record.unreachable_since is not None:
+        return f"{host} (unreachable since {time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(record.unreachable_since))})"
     return host
 
 
@@ -101,13 +101,19 @@ def jobs_table(items: Iterable[JobRecord | TrainerError]) -> str:
     return "\n".join([table(rows)] + problems) if rows else "\n".join(problems)
 
 
+def printable(text: str) -> str:
+    """A reason or a fact as a terminal may show it: a record written by an older version, or
+    words a runtime passed on, may hold escapes; one line."""
+    return " / ".join(clean_line(line).strip() for line in text.splitlines() if line.strip())
+
+
 def one_line(record: JobRecord) -> str:
     parts = [f"{record.name}: {record.status.value}", record.backend, where(record)]
     if record.duration is not None:
         parts.append(format_duration(record.duration))
     outcome = describe_outcome(record.status, record.exit_code, record.reason)
     if outcome:
-        parts.append(outcome)
+        parts.append(printable(outcome))
     return " | ".join(parts)
 
 
@@ -130,8 +136,8 @@ def status_block(record: JobRecord, usage: Usage | None = None) -> str:
         ("exit code", "-" if record.exit_code is None else str(record.exit_code)),
     ]
     if record.reason:
-        lines.append(("reason", record.reason))
-    lines += [("note", fact) for fact in facts(record)]  # what its backend says besides (left out, billed, ...)
+        lines.append(("reason", printable(record.reason)))
+    lines += [("note", printable(fact)) for fact in facts(record)]  # what its backend says besides (left out, billed, ...)
     if usage is not None and usage.scope != "instances":  # a SageMaker job's instances are in "where"
         lines += [(what, f"{value} ({usage.scope})" if what == "cpu" else value) for what, value in describe_usage(usage).items()]
     width = max(len(key) for key, _ in lines)
@@ -154,6 +160,7 @@ def status_json(record: JobRecord, usage: Usage | None = None) -> dict:
         "duration": record.duration,
         "where": where(record),
         **({"host": docker_host(record)} if docker_host(record) else {}),
+        **({"unreachable_since": record.unreachable_since} if record.unreachable_since is not None and not record.status.is_final else {}),
         "options": record.options,
         **({"notification": record.notification} if record.notification else {}),
         **({"resources": resources_json(usage)} if usage is not None else {}),

@@ -245,3 +245,13 @@ def test_a_finished_job_leaves_no_process_behind_not_even_its_clocks_sleep(home,
         except OSError:
             continue
     assert left == []
+
+
+def test_a_reason_with_escapes_in_an_old_record_reaches_the_terminal_as_text(home, store, fake_backend, backends):
+    from jupyter_trainer import summary
+    from jupyter_trainer.jobs import JobRecord, Status
+
+    record = JobRecord(name="old", backend="host", status=Status.FAILED, reason="boom\x1b]0;pwned\x07 \x1b[2J\nsecond line")
+    for text in (summary.one_line(record), summary.status_block(record)):
+        assert "\x1b" not in text and "\x07" not in text and "boom" in text
+    assert "\n" not in summary.one_line(record) and "boom / second line" in summary.status_block(record)

@@ -109,3 +109,22 @@ def test_a_stop_that_never_reached_the_job_does_not_make_it_stopped():
     older = JobRecord(name="j", backend="host", status=Status.RUNNING, stop_requested=True)  # before stop_sent was kept
     assert resolve(older, Observation(alive=False)).status is Status.STOPPED
     assert JobRecord.from_dict(asked.to_dict()) == asked
+
+
+def test_an_unreachable_host_is_kept_as_typed_state_since_the_first_failed_look():
+    from jupyter_trainer import summary
+
+    running = JobRecord(name="j", backend="docker", status=Status.RUNNING, reason="cannot reach the Docker engine at unix:///x")
+    first = resolve(running, Observation(alive=None, why_gone="cannot reach the Docker engine on gpu1", unreachable_host="gpu1"), now=1000.0)
+    assert (first.status, first.unreachable_since, first.unreachable_host) == (Status.RUNNING, 1000.0, "gpu1")
+    assert first.reason.startswith("cannot reach gpu1 since ")
+    running.unreachable_since, running.unreachable_host, running.reason = first.unreachable_since, first.unreachable_host, first.reason
+    later = resolve(running, Observation(alive=None, unreachable_host="gpu1"), now=2000.0)
+    assert later.unreachable_since == 1000.0 and later.reason == first.reason  # since the first failure
+    answered = resolve(running, Observation(alive=True, started=True))
+    assert answered.unreachable_since is None and answered.status is Status.RUNNING
+    # the host column reads the typed state, never the reason: a local engine that is down is no host's
+    down = JobRecord(name="j", backend="docker", status=Status.RUNNING, reason="cannot reach the Docker engine at unix:///var/run/docker.sock")
+    assert summary.host_cell(down) == "local"
+    assert summary.host_cell(running).startswith("local (unreachable since ")
+    assert JobRecord.from_dict(running.to_dict()) == running

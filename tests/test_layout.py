@@ -96,16 +96,3 @@ def test_every_known_backend_follows_the_protocol():
             assert hasattr(backend, attribute), (name, attribute)
         assert isinstance(backend.describe_where(JobRecord(name="x", backend=name)), str)  # not launched yet
 
-
-def test_the_supervisor_names_only_the_run_files_the_store_names():
-    """store.py names a run's files; the supervisor (a shell script, which cannot import it) uses
-    exactly those names."""
-    import re
-
-    from jupyter_trainer import store
-
-    named = {value for key, value in vars(store).items() if key.endswith("_FILE") and isinstance(value, str)}
-    supervisor = (PACKAGE / "backends" / "supervise.sh").read_text()
-    used = set(re.findall(r"\$run_dir/([A-Za-z0-9_.]+)", supervisor))
-    assert used and used <= named, used - named
-    assert {store.LOG_FILE, store.PID_FILE, store.EXIT_CODE_FILE, store.CLOCK_FILE, store.NOTIFIED_FILE} <= used
