@@ -81,10 +81,13 @@ def run(argv: list[str] | None = None) -> int:
             print(summary.jobs_table(items))
         return 0
     if args.command == "prune":
-        print(housekeeping.describe_removed(housekeeping.prune(housekeeping.parse_age(args.older_than), store)))
-        if args.containers:
-            names = housekeeping.prune_containers(store)
-            print(f"removed containers {', '.join(names)}" if names else "no container to remove")
+        age = housekeeping.parse_age(args.older_than)
+        try:
+            print(housekeeping.describe_removed(housekeeping.prune(age, store)))
+        finally:  # a run that could not be removed is said (below), and the containers still go
+            if args.containers:
+                names = housekeeping.prune_containers(store)
+                print(f"removed containers {', '.join(names)}" if names else "no container to remove")
         return 0
     if args.command == "rm":
         print(housekeeping.describe_removed(housekeeping.remove_runs(args.name, args.run, store)))
