@@ -135,6 +135,14 @@ def parse_sync(directory: str | None) -> str | None:
             f"--sync {path} {what}, with your credentials and tokens: nothing was copied",
             "sync the project's own directory (--sync ~/project), and list in its .trainerignore what else to leave out",
         )
+    from .credentials import credential_holding
+
+    secret = credential_holding(path)
+    if secret is not None:
+        raise InvalidOption(
+            f"--sync {path} is, or lies in, ~/{secret}, where credentials are kept: nothing was copied",
+            "sync the project's own directory instead",
+        )
     return path
 
 

@@ -63,8 +63,12 @@ def _clean(pattern: str) -> str:
 
 
 def parse(text: str) -> list[Pattern]:
+    """The patterns of an ignore file; ValueError for one of more than MAX_PATTERNS lines."""
+    lines = text.splitlines()
+    if len(lines) > MAX_PATTERNS:
+        raise ValueError(f"it has {len(lines):,} lines, more than the {MAX_PATTERNS:,} an ignore file may have")
     patterns = []
-    for line in text.splitlines()[:MAX_PATTERNS]:
+    for line in lines:
         line = line.strip()
         if not line or line.startswith("#"):
             continue
@@ -82,6 +86,16 @@ class IgnoreRules:
     def __init__(self, patterns: list[Pattern]):
         self.patterns = patterns
         self.has_exceptions = any(pattern.include for pattern in patterns)
+        # consecutive lines of one kind are one expression, tried last first: the first run that
+        # matches holds the last matching line, which decides (a path costs a few matches, not one
+        # per line)
+        self.runs: list[tuple[bool, re.Pattern]] = []
+        for pattern in patterns:
+            if self.runs and self.runs[-1][0] == pattern.include:
+                self.runs[-1][1].append(pattern.regex.pattern)
+            else:
+                self.runs.append((pattern.include, [pattern.regex.pattern]))
+        self.runs = [(include, re.compile("|".join(f"(?:{body})" for body in bodies))) for include, bodies in self.runs][::-1]
 
     def ignored(self, relative: str) -> bool:
         """Whether the path (relative, `/`-separated) is left out: by a pattern that matches it or
@@ -89,11 +103,10 @@ class IgnoreRules:
         leaves = [relative]
         parts = relative.split("/")
         leaves += ["/".join(parts[:end]) for end in range(1, len(parts))]
-        decided = False
-        for pattern in self.patterns:
-            if any(pattern.regex.match(path) for path in leaves):
-                decided = not pattern.include
-        return decided
+        for include, regex in self.runs:
+            if any(regex.match(path) for path in leaves):
+                return not include
+        return False
 
     def may_take_back_under(self, directory: str) -> bool:
         """Whether a `!` line could take back something inside an ignored directory (then its

@@ -85,7 +85,7 @@ class JobsTable:
 
         self.widgets = widgets
         self.store = store or JobStore()
-        self.backends = backends
+        self.backends = backends or _backends.DEFAULT  # the jobs are shown as this registry's backends see them
         self.all_runs = all_runs
         self.log_lines = log_lines
         self.clock = clock
@@ -285,7 +285,7 @@ class JobsTable:
         except (OSError, TrainerError) as exc:
             text = f"cannot read {row.job.name}'s log: {describe(exc)}"
         with self.detail:
-            print(f"--- {row.job.name}: the last {self.log_lines} lines ---\n{text}")
+            print(f"--- {run_label(row.record)}: the last {self.log_lines} lines ---\n{text}")
 
     def _stop(self, row: Row) -> None:
         stop = row.buttons[2]

@@ -48,7 +48,9 @@ SILENT_AFTER = 1_000_000
 _NUMBERS = re.compile(r"\d+")
 
 # What a metric's rank starts with: which comes first when charts or kept series are chosen.
-FLOOD, PLAIN, LOSS, CHOSEN = range(4)
+FLOOD, PLAIN, LOSS, MAIN, CHOSEN = range(5)
+MAIN_KEYS = ("loss",)  # the metric a training run is judged by, with its twins (val_loss, eval_loss)
+_WORDS = re.compile(r"[^a-z0-9]+")
 
 
 class NameCount:
@@ -246,12 +248,14 @@ class MetricSeries:
         self.version += 1
 
     def rank_of(self, name: str) -> int:
-        """CHOSEN, LOSS, PLAIN or FLOOD: which comes first when metrics are kept or drawn."""
+        """CHOSEN, MAIN, LOSS, PLAIN or FLOOD: which comes first when metrics are kept or drawn."""
         if self._is_chosen(name):
             return CHOSEN
         if self._in_flood(name):
             return FLOOD
-        return LOSS if "loss" in name else PLAIN
+        if twin_key(name) in MAIN_KEYS:
+            return MAIN  # before any other loss, however many of those the run prints first
+        return LOSS if "loss" in _WORDS.split(name.lower()) else PLAIN  # a word of its name: not "glossary_acc"
 
     def _is_chosen(self, name: str) -> bool:
         chosen = self.chosen

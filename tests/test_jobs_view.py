@@ -144,5 +144,5 @@ def test_every_button_of_an_earlier_runs_row_acts_on_that_run(home, workdir, cap
     assert get_job("twice").status is Status.RUNNING
     first_row.buttons[1].click()  # Log
     shown = capsys.readouterr().out + "".join(o.get("text", "") for o in table.detail.outputs)
-    assert "the first run" in shown and "the second run" not in shown
+    assert "the first run" in shown and "the second run" not in shown and "--- twice: the last" in shown
     second.stop()

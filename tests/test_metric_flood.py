@@ -222,3 +222,19 @@ def test_a_series_keeps_at_most_its_names_and_refuses_a_state_with_more():
     state["updated"] = {f"x{i}": i for i in range(5)}
     with pytest.raises(ValueError):
         MetricSeries(max_names=4).restore(state)
+
+
+def test_the_loss_is_drawn_first_however_many_other_losses_came_before(store, fake_backend, backends):
+    """Thousands of word-named losses (no number to make them a family) fill every kept place
+    before `loss` and `val_loss` are printed: those still take one, and their chart comes first."""
+    import random
+
+    words = random.Random(7)
+    names = ["".join(words.choice("abcdefghijklmnopqrstuvwxyz") for _ in range(8)) + "_loss" for _ in range(3000)]
+    job = fake_job(store, backends)
+    text = "".join(f"step {step} {name}: 0.5\n" for step in (1, 2) for name in names)
+    append(job, text + "".join(f"step {step} loss: {1 / step}\nstep {step} val_loss: {2 / step}\n" for step in (1, 2, 3)))
+    html = plot_html(read_through(JobMonitor(job)).snapshot(0.0))
+    assert titles(html)[0] == "loss" and legends(html, "loss") == ["loss", "val_loss"]
+    # a name holding "loss" inside a word is not loss-like: "glossary_acc" ranks as any accuracy
+    assert MetricSeries().rank_of("glossary_acc") == MetricSeries().rank_of("acc")

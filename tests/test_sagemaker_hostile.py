@@ -333,3 +333,21 @@ def test_a_forged_report_of_megabytes_is_not_decoded_and_the_launchers_own_is_ke
     kept = (tmp_path / "failure").read_text()
     assert_kept(kept, "AlgorithmError: red NUL ", cut="... (cut: ")
     assert len(launcher.bounded("x" * 10**6)) == launcher.FAILURE_LIMIT
+
+
+def test_what_a_failing_script_wrote_into_the_failure_file_is_its_reason(tmp_path, monkeypatch):
+    """As a SageMaker image's own train does: the script writes /opt/ml/output/failure and exits
+    non-zero; that text is the job's reason (its start, printable), not an empty ErrorMessage."""
+    from jupyter_trainer.backends.sagemaker import launcher
+
+    monkeypatch.setattr(launcher, "BASE_DIR", str(tmp_path))
+    (tmp_path / "output").mkdir()
+    assert launcher.script_failure() == ""
+    (tmp_path / "output" / "failure").write_bytes(b"channel 'training' is empty\x1b[2J\n" + b"x" * 10_000)
+    said = launcher.script_failure()
+    assert said.startswith("channel 'training' is empty") and "\x1b" not in said and len(said) <= launcher.FAILURE_LIMIT
+    os.remove(tmp_path / "output" / "failure")
+    os.mkfifo(tmp_path / "output" / "failure")  # a FIFO never blocks the launcher
+    assert launcher.script_failure() == ""
+    reason = launcher.failure_of(3, "channel 'training' is empty", ["python3", "train.py"])
+    assert 'ExitCode 3\nErrorMessage "channel \'training\' is empty"' in reason

@@ -136,3 +136,49 @@ def test_links_fifos_and_sockets_stay_what_they_are(tmp_path):
     finally:
         sock.close()
     assert taker.names == [".", "passwd", "pipe", "train.py"]
+
+
+def test_a_credential_directory_or_one_in_it_is_refused_and_home_relative_names_count(tmp_path, monkeypatch):
+    home = tmp_path / "home"
+    write(home, ".aws/credentials", ".ssh/my_deploy_key", ".config/gh/hosts.yml", ".config/other/settings",
+          ".cache/huggingface/token", ".cache/pip/x", ".local/share/jupyter/runtime/jpserver-1.json", ".local/share/other/x")
+    monkeypatch.setenv("HOME", str(home))
+    for refused in (".aws", ".ssh", ".config/gh", ".local/share/jupyter/runtime", ".cache/huggingface/token"):
+        if (home / refused).is_dir():
+            with pytest.raises(InvalidOption, match="where credentials are kept"):
+                parse_sync(str(home / refused))
+    # a directory that holds one: what lies under it is named from home, so the credential is known
+    assert synced(home / ".config")[0] == ["other", "other/settings"]
+    assert synced(home / ".cache")[0] == ["huggingface", "pip", "pip/x"]
+    assert synced(home / ".local")[0] == ["share", "share/jupyter", "share/other", "share/other/x"]
+
+
+def test_case_variants_keys_env_files_and_hard_links_to_secrets_are_left_out(tmp_path, monkeypatch):
+    home = tmp_path / "home"
+    write(home, ".aws/credentials")
+    monkeypatch.setenv("HOME", str(home))
+    project = tmp_path / "project"
+    write(project, "train.py", ".Netrc", "key.pem", "server.key", ".env", "data.csv")
+    os.link(home / ".aws" / "credentials", project / "credentials")
+    names, facts = synced(project)
+    assert names == ["data.csv", "train.py"]
+    assert facts == ["--sync left out credentials: .Netrc, .env, credentials, key.pem, server.key"]
+
+
+def test_an_ignore_file_too_long_to_be_written_by_hand_is_refused_not_cut(tmp_path):
+    from jupyter_trainer.ignore_patterns import MAX_PATTERNS
+
+    project = tmp_path / "project"
+    write(project, "train.py", "secret.txt")
+    (project / IGNORE_FILE).write_text("# note\n" * MAX_PATTERNS + "secret.txt\n")
+    with pytest.raises(InvalidOption, match="more than the 10,000 an ignore file may have"):
+        synced(project)
+    (project / IGNORE_FILE).write_text("#" * (2 << 20) + "\nsecret.txt\n")
+    with pytest.raises(InvalidOption, match=r"--sync cannot use .*\.trainerignore: it is larger than 1 MiB"):
+        synced(project)
+
+
+def test_many_patterns_cost_a_few_matches_a_path(tmp_path):
+    rules = IgnoreRules(parse("\n".join(f"dir{index}/*.bin" for index in range(5000)) + "\n!keep.bin\n**/*.tmp\n"))
+    assert len(rules.runs) == 3
+    assert rules.ignored("dir4999/a.bin") and not rules.ignored("keep.bin") and rules.ignored("x/y.tmp") and not rules.ignored("a.py")

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .. import ignore_patterns
+from ..credentials import credential_inodes, home_prefix, is_credential
 from .._fs import read_small
 from ..errors import InvalidOption, TrainerError
 from ..logs import clean_line
@@ -24,30 +25,7 @@ IGNORE_FILE = ".trainerignore"
 MAX_IGNORE_FILE_BYTES = 1 << 20
 SHOWN_LEFT_OUT = 8  # credential paths named in the job's facts; the rest are counted
 
-# Credentials of common tools, left out wherever they lie in the synced directory: matched by a
-# path's last segments, so `.ssh` is left out at any depth and `.config/gh` below any directory.
-CREDENTIAL_DIRS = (
-    ".ssh", ".aws", ".docker", ".gnupg", ".kube", ".azure", ".password-store", ".kaggle", ".oci",
-    ".config/gcloud", ".config/gh", ".config/hub", ".terraform.d", ".huggingface",
-    ".cache/huggingface/token", ".local/share/jupyter/runtime", "Library/Jupyter/runtime",
-)  # fmt: skip
-CREDENTIAL_FILES = (
-    ".netrc", "_netrc", ".git-credentials", ".config/git/credentials", ".pypirc", ".npmrc", ".pgpass",
-    ".my.cnf", ".s3cfg", ".boto", ".vault-token", ".databrickscfg", ".docker/config.json",
-    "id_rsa", "id_dsa", "id_ecdsa", "id_ed25519", "id_ecdsa_sk", "id_ed25519_sk",
-)  # fmt: skip
-
-
-_BY_LAST_SEGMENT: dict[str, list[list[str]]] = {}
-for _suffix in (*CREDENTIAL_DIRS, *CREDENTIAL_FILES):
-    _BY_LAST_SEGMENT.setdefault(_suffix.rsplit("/", 1)[-1], []).append(_suffix.split("/"))
-
-
-def is_credential(relative: str) -> bool:
-    """Whether a path (relative to the synced directory) is a well-known credential file or
-    directory. (What lies in such a directory is never looked at: the walk does not enter it.)"""
-    segments = relative.split("/")
-    return any(segments[-len(wanted) :] == wanted for wanted in _BY_LAST_SEGMENT.get(segments[-1], ()))
+TAR_MEMBERS_KEPT = 1000  # tarfile keeps every member it wrote: a million files must not fill memory
 
 
 @dataclass
@@ -56,30 +34,47 @@ class SyncPlan:
 
     local_dir: str
     left_out_dirs: set = field(default_factory=set)  # absolute paths never copied (the job store)
+    prefix: str = ""  # where local_dir lies in the home directory (see home_prefix)
+    secret_inodes: set = field(default_factory=set)  # the home's credential files (see credential_inodes)
     rules: ignore_patterns.IgnoreRules = field(default_factory=lambda: ignore_patterns.IgnoreRules([]))
     credentials: list = field(default_factory=list)  # what was left out as a credential, relative
 
     @classmethod
     def of(cls, local_dir: str, store_home: Path) -> "SyncPlan":
-        plan = cls(local_dir, {os.path.realpath(store_home)})
+        plan = cls(local_dir, {os.path.realpath(store_home)}, home_prefix(local_dir), credential_inodes())
         ignore_file = os.path.join(local_dir, IGNORE_FILE)
         if os.path.lexists(ignore_file):
             try:
                 # a regular file only (not a FIFO, not a link to somewhere else), bounded
-                text = read_small(Path(ignore_file), MAX_IGNORE_FILE_BYTES).decode("utf-8", "replace")
+                raw = read_small(Path(ignore_file), MAX_IGNORE_FILE_BYTES + 1)
             except OSError as exc:
                 raise InvalidOption(f"--sync cannot read {ignore_file} ({exc.strerror or exc})", f"make {IGNORE_FILE} a readable text file, or remove it") from None
-            plan.rules = ignore_patterns.IgnoreRules(ignore_patterns.parse(text))
+            if len(raw) > MAX_IGNORE_FILE_BYTES:  # never cut silently: what is past the cut would be sent
+                raise InvalidOption(f"--sync cannot use {ignore_file}: it is larger than {MAX_IGNORE_FILE_BYTES >> 20} MiB", "keep it to patterns, one a line")
+            try:
+                plan.rules = ignore_patterns.IgnoreRules(ignore_patterns.parse(raw.decode("utf-8", "replace")))
+            except ValueError as exc:  # too long to be a list written by hand: never cut silently
+                raise InvalidOption(f"--sync cannot use {ignore_file}: {exc}", "keep it to patterns, one a line") from None
         return plan
 
-    def leaves_out(self, relative: str, absolute: str, is_dir: bool) -> str | None:
+    def leaves_out(self, relative: str, entry: os.DirEntry, is_dir: bool) -> str | None:
         """Why the path is left out ("credential", "store", "ignored"), or None to copy it."""
-        if is_credential(relative):
+        absolute = entry.path
+        if is_credential(self.prefix + relative) or (not is_dir and self._is_a_link_to_a_secret(entry)):
             self.credentials.append(relative)
             return "credential"
         if is_dir and os.path.realpath(absolute) in self.left_out_dirs:
             return "store"
         return "ignored" if self.rules.ignored(relative) else None
+
+    def _is_a_link_to_a_secret(self, entry: os.DirEntry) -> bool:
+        if not self.secret_inodes or entry.inode() not in {inode for _, inode in self.secret_inodes}:
+            return False  # inode() costs no system call: most files end here
+        try:
+            info = entry.stat(follow_symlinks=False)
+        except OSError:
+            return False
+        return (info.st_dev, info.st_ino) in self.secret_inodes
 
     def facts(self) -> list[str]:
         """The credential paths that were left out, for the job's facts (names, never contents)."""
@@ -103,7 +98,7 @@ def walk(plan: SyncPlan):
         for entry in entries:
             relative = f"{relative_dir}{entry.name}"
             is_dir = entry.is_dir(follow_symlinks=False)
-            why = plan.leaves_out(relative, entry.path, is_dir)
+            why = plan.leaves_out(relative, entry, is_dir)
             if why:
                 if why == "ignored" and is_dir and plan.rules.has_exceptions:
                     subdirectories.append((entry.path, relative + "/"))  # for what a `!` line takes back
@@ -131,6 +126,8 @@ def sync_directory(container, local_dir: str, inner_dir: str, store_home: Path) 
                 tar.add(local_dir, arcname=".", recursive=False, filter=portable)
                 for absolute, relative in walk(plan):
                     tar.add(absolute, arcname=relative, recursive=False, filter=portable)
+                    if len(tar.members) > TAR_MEMBERS_KEPT:
+                        del tar.members[:]  # kept only for reading the archive back, which we never do
         except OSError as exc:
             raise InvalidOption(f"--sync cannot read {exc.filename or local_dir} ({exc.strerror or exc})") from None
         archive.seek(0)

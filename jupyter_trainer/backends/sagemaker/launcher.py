@@ -23,6 +23,7 @@ import os
 import select
 import shutil
 import signal
+import stat
 import subprocess
 import sys
 import sysconfig
@@ -294,8 +295,7 @@ def shown_code(code):
     return code if code >= 0 else 128 - code  # killed by a signal: as a shell reports it
 
 
-def failure_of(code, tail, command):
-    message = error_message(tail)
+def failure_of(code, message, command):
     if code == -signal.SIGKILL and not message:
         message = "OutOfMemory: Process killed by SIGKILL (signal 9), most often by the kernel for want of memory"
     return 'AlgorithmError: ExecuteUserScriptError:\nExitCode %d\nErrorMessage "%s"\nCommand "%s"' % (
@@ -455,8 +455,27 @@ def launch(runner):
         write_failure("ExecuteUserScriptError: cannot run %s (%s)" % (command[0], error), runner)
         return 127
     if code != 0 and not runner.stopping:  # a stopped job is reported as stopped, not failed
-        write_failure(failure_of(code, tail, command), runner)
+        # what the script wrote itself, as a SageMaker image's own train does, says the most
+        write_failure(failure_of(code, script_failure() or error_message(tail), command), runner)
     return shown_code(code)
+
+
+def script_failure():
+    """What the script wrote into /opt/ml/output/failure itself ("" if nothing): its start only,
+    from a regular file (not a FIFO, not a link), printable."""
+    failure = os.path.join(path("output"), "failure")
+    try:
+        fd = os.open(failure, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError:
+        return ""
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return ""
+        data = os.read(fd, FAILURE_LIMIT)
+    finally:
+        os.close(fd)
+    text = data.decode("utf-8", "replace")
+    return "".join(char if char.isprintable() or char in "\n\t" else " " for char in text).strip()
 
 
 def main():
