@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 from . import housekeeping, summary, surface
+from .backends import DEFAULT, Backends
 from .errors import TrainerError
 from .job import Job, refreshed_records
 from .jobs import JobRecord
@@ -62,43 +63,45 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def run(argv: list[str] | None = None) -> int:
+def run(argv: list[str] | None = None, store: JobStore | None = None, backends: Backends | None = None) -> int:
+    """One command; `store` and `backends` default to the user's store and the real backends."""
     # the script's arguments, as after `--` on a magic's line
     argv, script_args = split_script_arguments(sys.argv[1:] if argv is None else argv)
     args = build_parser().parse_args(argv)
-    store = JobStore()
+    store = store or JobStore()
+    backends = backends or DEFAULT
     if args.command == "submit":
-        return submit(args, script_args, store)
+        return submit(args, script_args, store, backends)
     if args.command == "list":
-        items = refreshed_records(store, all_runs=args.all)
+        items = refreshed_records(store, all_runs=args.all, backends=backends)
         if args.json:
-            rows = [summary.status_json(item) for item in items if isinstance(item, JobRecord)]
+            rows = [summary.status_json(item, backends) for item in items if isinstance(item, JobRecord)]
             print(json.dumps(rows, indent=1))
             for item in items:
                 if isinstance(item, TrainerError):
                     print(f"jupyter-trainer: {item}", file=sys.stderr)
         else:
-            print(summary.jobs_table(items))
+            print(summary.jobs_table(items, backends))
         return 0
     if args.command == "prune":
         age = housekeeping.parse_age(args.older_than)
         try:
-            print(housekeeping.describe_removed(housekeeping.prune(age, store)))
+            print(housekeeping.describe_removed(housekeeping.prune(age, store, backends)))
         finally:  # a run that could not be removed is said (below), and the containers still go
             if args.containers:
-                names = housekeeping.prune_containers(store)
+                names = housekeeping.prune_containers(store, backends)
                 print(f"removed containers {', '.join(names)}" if names else "no container to remove")
         return 0
     if args.command == "rm":
-        print(housekeeping.describe_removed(housekeeping.remove_runs(args.name, args.run, store)))
+        print(housekeeping.describe_removed(housekeeping.remove_runs(args.name, args.run, store, backends)))
         return 0
-    job = Job.load(args.name, store)
+    job = Job.load(args.name, store, backends)
     if args.command == "status":
         record = job.refresh().record
         if args.json:
-            print(json.dumps(summary.status_json(record, job.usage()), indent=1))
+            print(json.dumps(summary.status_json(record, backends, job.usage()), indent=1))
         else:
-            print(summary.status_block(record, job.usage()))
+            print(summary.status_block(record, backends, job.usage()))
     elif args.command == "logs":
         if args.lines is not None and args.lines < 0:
             raise TrainerError("-n expects a number of lines, 0 or more")
@@ -111,7 +114,7 @@ def run(argv: list[str] | None = None) -> int:
     elif args.command == "metrics":
         print_metrics(job, args.json)
     elif args.command == "stop":
-        print(summary.stop_line(job.stop(container=args.container).record))
+        print(summary.stop_line(job.stop(container=args.container).record, backends))
     return 0
 
 
@@ -128,7 +131,7 @@ def print_metrics(job: Job, as_json: bool) -> None:
             sys.stdout.write(f"{name}\t{axis}\t{x:g}\t{value!r}\n")
 
 
-def submit(args, script_args: list[str], store: JobStore) -> int:
+def submit(args, script_args: list[str], store: JobStore, backends: Backends) -> int:
     try:
         script = Path(args.script).read_text()
     except (OSError, UnicodeDecodeError) as exc:
@@ -136,10 +139,10 @@ def submit(args, script_args: list[str], store: JobStore) -> int:
     defaults = configured_defaults()
     hosts = defaults.pop("docker_hosts", {})
     spec = dataclasses.replace(detached_spec(script, vars(args), defaults, script_args, hosts), from_cell=False)
-    submission = submit_detached(spec, name=args.name, rerun=bool(args.rerun), store=store, label=Path(args.script).stem)
+    submission = submit_detached(spec, name=args.name, rerun=bool(args.rerun), store=store, backends=backends, label=Path(args.script).stem)
     if submission.attached or submission.facts:  # facts: what the launch left out, say
         print(submission.message)
-    print(summary.one_line(submission.job.record))
+    print(summary.one_line(submission.job.record, backends))
     name = submission.job.name
     print(surface.follow_and_stop(name))
     return 0

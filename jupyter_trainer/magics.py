@@ -20,6 +20,7 @@ from .options import (
 )  # fmt: skip
 
 if TYPE_CHECKING:
+    from .backends import Backends
     from .job import Job
     from .store import JobStore
 
@@ -127,10 +128,22 @@ class TrainerMagics(Magics):
         value_trait=Unicode(), help='Docker hosts by name, for --docker-host NAME: {"gpu1": "ssh://me@gpu1"}'
     ).tag(config=True)
 
+    def __init__(self, shell=None, store: JobStore | None = None, backends: Backends | None = None, **kwargs):
+        """`store` and `backends`: the job store and the backends' registry the magics use (by
+        default the user's store and the real backends, found at first use)."""
+        super().__init__(shell, **kwargs)
+        self._given_store, self._given_backends = store, backends
+
     def _store(self) -> JobStore:
         from .store import JobStore
 
-        return JobStore()
+        return self._given_store or JobStore()
+
+    @property
+    def backends(self) -> Backends:
+        from .backends import DEFAULT
+
+        return self._given_backends or DEFAULT
 
     def _config(self, options) -> dict:
         return {option.dest: getattr(self, option.dest) for option in configurable(options)}
@@ -176,14 +189,14 @@ class TrainerMagics(Magics):
 
             from .jobs_view import JobsTable
 
-            table = JobsTable(self._store(), all_runs=args.all, log_lines=self.log_lines)
+            table = JobsTable(self._store(), all_runs=args.all, log_lines=self.log_lines, backends=self.backends)
             display(table)
             poller().watch(table)
             return
         from . import summary
         from .job import refreshed_records
 
-        print(summary.jobs_table(refreshed_records(self._store(), all_runs=args.all)))
+        print(summary.jobs_table(refreshed_records(self._store(), all_runs=args.all, backends=self.backends), self.backends))
 
     @documented("train_attach")
     @line_arguments(JOB_NAME)
@@ -193,7 +206,7 @@ class TrainerMagics(Magics):
         args = parse_line(self.train_attach, line)
         from .job import Job
 
-        self._show(Job.load(args.name, self._store()), widget=self.widget, detailed=True)
+        self._show(Job.load(args.name, self._store(), self.backends), widget=self.widget, detailed=True)
 
     @documented("train_logs")
     @line_arguments(JOB_NAME, LINES, FOLLOW)
@@ -206,14 +219,14 @@ class TrainerMagics(Magics):
         from . import summary
         from .job import Job
 
-        job = Job.load(args.name, self._store())
+        job = Job.load(args.name, self._store(), self.backends)
         if args.follow:
             try:
                 for text in job.follow(tail=args.lines):
                     print(text, flush=True)
             except KeyboardInterrupt:
                 pass  # interrupting the kernel ends following, not the job
-            print(summary.one_line(job.refresh().record))
+            print(summary.one_line(job.refresh().record, self.backends))
         else:
             for text in job.log_lines(tail=args.lines):
                 print(text)
@@ -226,7 +239,7 @@ class TrainerMagics(Magics):
         from .housekeeping import describe_removed, remove_runs
 
         args = parse_line(self.train_rm, line)
-        print(describe_removed(remove_runs(args.name, args.run, self._store())))
+        print(describe_removed(remove_runs(args.name, args.run, self._store(), self.backends)))
 
     @documented("train_stop")
     @line_arguments(JOB_NAME, WITH_CONTAINER)
@@ -237,8 +250,8 @@ class TrainerMagics(Magics):
         from . import summary
         from .job import Job
 
-        job = Job.load(args.name, self._store()).stop(container=args.container)
-        print(summary.stop_line(job.record))
+        job = Job.load(args.name, self._store(), self.backends).stop(container=args.container)
+        print(summary.stop_line(job.record, self.backends))
 
     def _submit(self, spec, args) -> None:
         """Submit (or attach to) the job of a cell, then show it."""
@@ -246,7 +259,7 @@ class TrainerMagics(Magics):
         from .submit import submit_detached
 
         label = notebook_label(self.shell.user_ns if self.shell else None)
-        submission = submit_detached(spec, name=args.name, rerun=bool(args.rerun), store=self._store(), label=label)
+        submission = submit_detached(spec, name=args.name, rerun=bool(args.rerun), store=self._store(), backends=self.backends, label=label)
         if submission.attached or submission.facts:  # facts: what the launch left out, say
             print(submission.message)
         self._show(submission.job, widget=not args.no_widget and self.widget, fresh=not submission.attached)
@@ -275,6 +288,6 @@ class TrainerMagics(Magics):
             monitor.read_log()
             print(summary.snapshot_text(monitor.snapshot(now=time.time())))
         else:
-            print(summary.one_line(job.record))
+            print(summary.one_line(job.record, self.backends))
         if not job.record.status.is_final:
             print(surface.follow_and_stop(job.name))

@@ -160,6 +160,19 @@ class DetachedBackend:
     lacks: str = ""  # what it runs without, said when it is given another backend's option
     needs_one_of: tuple[str, ...] = ()  # options of which at least one must have a value
     missing: tuple[str, str] = ("", "")  # the error and the hint when none of them has
+    # "module:function" that turns its parsed option values (and the named Docker hosts) into the
+    # spec's fields, where its options mean something together; None: the workdir is this machine's
+    settle_spec: str | None = None
+
+    def spec_fields(self, parsed: dict[str, Any], hosts: Mapping[str, str] | None) -> dict[str, Any]:
+        if self.settle_spec is None:
+            from .checks import parse_workdir
+
+            return {**parsed, "workdir": parse_workdir(parsed.get("workdir"))}
+        import importlib
+
+        module, _, function = self.settle_spec.partition(":")
+        return getattr(importlib.import_module(module), function)(parsed, hosts)
 
 
 DETACHED_BACKENDS = (
@@ -168,6 +181,7 @@ DETACHED_BACKENDS = (
         "docker",
         needs_one_of=("image", "container"),
         missing=("no image or container given", "pass --image IMAGE (or set %config TrainerMagics.image), --container NAME, or --host"),
+        settle_spec="jupyter_trainer.backends.docker_spec:settle_docker_spec",
     ),
 )
 

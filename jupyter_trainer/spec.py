@@ -16,14 +16,7 @@ import json
 from dataclasses import MISSING, dataclass, field, fields
 from typing import Any, Iterable, Mapping
 
-from .checks import (
-    Metric,
-    parse_metrics,
-    parse_remote_workdir,
-    parse_workdir,
-    shown_url,
-)
-from .docker_hosts import LOCAL_SOCKET, resolve
+from .checks import Metric, parse_metrics, shown_url
 from .errors import InvalidOption
 from .options import DETACHED, DETACHED_BACKENDS, DetachedBackend, settle
 
@@ -139,11 +132,6 @@ def cell_fingerprint(key: bytes, script: str, backend: str, options: dict, rerun
     return hmac.new(key, canonical.encode(), hashlib.sha256).hexdigest()
 
 
-# options that the builder turns into a field of another name: --docker-host, as given (a name, a
-# context, nothing), becomes the engine it chooses, which is what the job runs on
-OPTIONS_INTO_FIELDS = {"docker_host": "engine"}
-
-
 def build_spec(
     script: str, *, args: Iterable[str] = (), metrics: Iterable[str] = (), hosts: Mapping[str, str] | None = None, **values: Any
 ) -> DetachedSpec:
@@ -155,26 +143,16 @@ def build_spec(
     _refuse_options_not_taken(backend, values)
     if backend.needs_one_of and not any(values[dest] for dest in backend.needs_one_of):
         raise InvalidOption(*backend.missing)
+    # the backend's own options, and what they mean together (its declaration says), are the
+    # spec's fields; the switches that chose it are not
+    switches = {declared.switch for declared in DETACHED_BACKENDS if declared.switch}
+    taken = {option.dest for option in DETACHED if option.taken_by(backend.name)} - switches
+    parsed = backend.spec_fields({dest: value for dest, value in parse_declared(DETACHED, values).items() if dest in taken}, hosts)
     held = {spec_field.name for spec_field in fields(DetachedSpec)}
-    parsed = {dest: value for dest, value in parse_declared(DETACHED, values).items() if dest in held}
-    engine = _engine(values["docker_host"], hosts) if backend.name == "docker" else None
-    parsed[OPTIONS_INTO_FIELDS["docker_host"]] = engine.to_dict() if engine is not None else None
-    remote = engine is not None and engine.remote
-    # the workdir is a directory of the machine the job runs on
-    parsed["workdir"] = parse_remote_workdir(values["workdir"]) if remote else parse_workdir(values["workdir"])
-    if parsed.get("sync") and not remote:
-        raise InvalidOption(
-            "--sync copies a directory to a remote Docker host, and this engine runs here",
-            "drop --sync: --workdir is mounted into the container as it is",
-        )
+    dropped = set(parsed) - held
+    if dropped:  # a declared option no field holds would be silently ignored: a programming error
+        raise TypeError(f"options {sorted(dropped)} of backend {backend.name!r} are no field of DetachedSpec")
     return DetachedSpec(script=script, backend=backend.name, metrics=parse_metrics(metrics), args=tuple(args), **parsed)
-
-
-def _engine(given: str | None, hosts: Mapping[str, str] | None):
-    """The Docker engine chosen now (None: the local socket, as before engines could be chosen, so
-    that those cells keep their fingerprints)."""
-    engine = resolve(given, dict(hosts or {}))
-    return None if engine.url == LOCAL_SOCKET and not engine.name else engine
 
 
 def cell_values(script: str, options, values: Mapping[str, Any]) -> dict[str, Any]:

@@ -1,6 +1,7 @@
 """Jobs as text: the one-line summary, the status block and the jobs table.
 
-Shared by the magics (`--no-widget`, terminal IPython) and the CLI.
+Shared by the magics (`--no-widget`, terminal IPython) and the CLI. Whatever depends on where a
+job runs is asked of its backend, found in the registry the caller was given.
 """
 
 from __future__ import annotations
@@ -9,8 +10,7 @@ import time
 from typing import Iterable
 
 from . import surface
-from .backends import DEFAULT, Backends, UnknownBackend
-from .docker_hosts import Engine
+from .backends import Backends, UnknownBackend
 from .errors import TrainerError
 from .jobs import JobRecord, describe_outcome, format_duration
 from .logs import clean_line
@@ -27,39 +27,39 @@ def format_time(timestamp: float | None) -> str:
     return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(timestamp))
 
 
-def where(record: JobRecord, backends: Backends | None = None) -> str:
+def where(record: JobRecord, backends: Backends) -> str:
     """Where the job runs, in its backend's words (its name alone when they cannot be had: one bad
     record never breaks a listing)."""
     try:
-        return (backends or DEFAULT).get(record.backend).describe_where(record)
+        return backends.get(record.backend).describe_where(record)
     except (UnknownBackend, TrainerError):
         return record.backend
 
 
-def facts(record: JobRecord, backends: Backends | None = None) -> list[str]:
+def facts(record: JobRecord, backends: Backends) -> list[str]:
     """What the job's runtime says of it besides its status, in its backend's words (none when
     they cannot be had)."""
     try:
-        return list((backends or DEFAULT).get(record.backend).describe_facts(record))
+        return list(backends.get(record.backend).describe_facts(record))
     except (UnknownBackend, TrainerError):
         return []
 
 
-def docker_host(record: JobRecord) -> str | None:
-    """The Docker host a Docker job runs on, by the name the user chose it by ("local": this
-    machine's engine); None for the other backends."""
-    if record.backend != "docker":
+def host(record: JobRecord, backends: Backends) -> str | None:
+    """The machine the job runs on, by the name the user knows it by, where its backend has one
+    (a Docker job's host: "local" for this machine's engine); None otherwise."""
+    try:
+        return backends.get(record.backend).describe_host(record)
+    except (UnknownBackend, TrainerError):
         return None
-    engine = Engine.of(record.options.get("engine"))
-    return engine.label if engine is not None else "local"
 
 
-def host_cell(record: JobRecord) -> str:
-    """The host column: the Docker host, and whether it cannot be reached now."""
-    host = docker_host(record) or "-"
+def host_cell(record: JobRecord, backends: Backends) -> str:
+    """The host column: the job's host, and whether it cannot be reached now."""
+    shown = host(record, backends) or "-"
     if not record.status.is_final and record.unreachable_since is not None:
-        return f"{host} (unreachable since {time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(record.unreachable_since))})"
-    return host
+        return f"{shown} (unreachable since {format_time(record.unreachable_since)})"
+    return shown
 
 
 def run_label(record: JobRecord) -> str:
@@ -67,13 +67,13 @@ def run_label(record: JobRecord) -> str:
     return record.name if record.run == 1 else f"{record.name} (run {record.run})"
 
 
-def record_row(record: JobRecord) -> tuple[str, ...]:
+def record_row(record: JobRecord, backends: Backends) -> tuple[str, ...]:
     name = run_label(record)
     exit_code = "-" if record.exit_code is None else str(record.exit_code)
     return (
         name,
         record.backend,
-        host_cell(record),
+        host_cell(record, backends),
         record.status.value,
         format_time(record.started_at or record.created_at),
         format_duration(record.duration),
@@ -88,14 +88,14 @@ def table(rows: Iterable[tuple[str, ...]], header: tuple[str, ...] = COLUMNS) ->
     return "\n".join(lines)
 
 
-def jobs_table(items: Iterable[JobRecord | TrainerError]) -> str:
+def jobs_table(items: Iterable[JobRecord | TrainerError], backends: Backends) -> str:
     rows = []
     problems = []
     for item in items:
         if isinstance(item, TrainerError):
             problems.append(f"! {item}")
         else:
-            rows.append(record_row(item))
+            rows.append(record_row(item, backends))
     if not rows and not problems:
         return "No jobs yet."
     return "\n".join([table(rows)] + problems) if rows else "\n".join(problems)
@@ -107,8 +107,8 @@ def printable(text: str) -> str:
     return " / ".join(clean_line(line).strip() for line in text.splitlines() if line.strip())
 
 
-def one_line(record: JobRecord) -> str:
-    parts = [f"{record.name}: {record.status.value}", record.backend, where(record)]
+def one_line(record: JobRecord, backends: Backends) -> str:
+    parts = [f"{record.name}: {record.status.value}", record.backend, where(record, backends)]
     if record.duration is not None:
         parts.append(format_duration(record.duration))
     outcome = describe_outcome(record.status, record.exit_code, record.reason)
@@ -117,19 +117,19 @@ def one_line(record: JobRecord) -> str:
     return " | ".join(parts)
 
 
-def stop_line(record: JobRecord) -> str:
+def stop_line(record: JobRecord, backends: Backends) -> str:
     """What a stop reports: the job's line, and whether it is still stopping."""
-    line = one_line(record)
+    line = one_line(record, backends)
     if record.status.is_final:
         return line
     return f"{line} | stop requested, still stopping: {surface.command('list')} shows when it has stopped"
 
 
-def status_block(record: JobRecord, usage: Usage | None = None) -> str:
+def status_block(record: JobRecord, backends: Backends, usage: Usage | None = None) -> str:
     lines = [
         ("name", run_label(record)),
         ("backend", record.backend),
-        ("where", where(record)),
+        ("where", where(record, backends)),
         ("status", record.status.value),
         ("started", format_time(record.started_at)),
         ("duration", format_duration(record.duration)),
@@ -137,16 +137,17 @@ def status_block(record: JobRecord, usage: Usage | None = None) -> str:
     ]
     if record.reason:
         lines.append(("reason", printable(record.reason)))
-    lines += [("note", printable(fact)) for fact in facts(record)]  # what its backend says besides (left out, billed, ...)
+    lines += [("note", printable(fact)) for fact in facts(record, backends)]  # what its backend says besides (left out, billed, ...)
     if usage is not None and usage.scope != "instances":  # a SageMaker job's instances are in "where"
         lines += [(what, f"{value} ({usage.scope})" if what == "cpu" else value) for what, value in describe_usage(usage).items()]
     width = max(len(key) for key, _ in lines)
     return "\n".join(f"{key.ljust(width)}  {value}" for key, value in lines)
 
 
-def status_json(record: JobRecord, usage: Usage | None = None) -> dict:
+def status_json(record: JobRecord, backends: Backends, usage: Usage | None = None) -> dict:
     """What `status --json` prints: the record without internals or anything secret, and what the
     job uses now where that is known."""
+    shown_host = host(record, backends)
     return {
         "name": record.name,
         "run": record.run,
@@ -158,8 +159,8 @@ def status_json(record: JobRecord, usage: Usage | None = None) -> dict:
         "started_at": record.started_at,
         "ended_at": record.ended_at,
         "duration": record.duration,
-        "where": where(record),
-        **({"host": docker_host(record)} if docker_host(record) else {}),
+        "where": where(record, backends),
+        **({"host": shown_host} if shown_host else {}),
         **({"unreachable_since": record.unreachable_since} if record.unreachable_since is not None and not record.status.is_final else {}),
         "options": record.options,
         **({"notification": record.notification} if record.notification else {}),

@@ -252,6 +252,34 @@ def test_a_reason_with_escapes_in_an_old_record_reaches_the_terminal_as_text(hom
     from jupyter_trainer.jobs import JobRecord, Status
 
     record = JobRecord(name="old", backend="host", status=Status.FAILED, reason="boom\x1b]0;pwned\x07 \x1b[2J\nsecond line")
-    for text in (summary.one_line(record), summary.status_block(record)):
+    for text in (summary.one_line(record, backends), summary.status_block(record, backends)):
         assert "\x1b" not in text and "\x07" not in text and "boom" in text
-    assert "\n" not in summary.one_line(record) and "boom / second line" in summary.status_block(record)
+    assert "\n" not in summary.one_line(record, backends) and "boom / second line" in summary.status_block(record, backends)
+
+
+def test_the_command_line_and_the_magics_use_the_registry_they_are_given(home, store, fake_backend, backends, capsys):
+    """A registry of one's own reaches every answer: a job of a backend no real registry knows is
+    listed, described, stopped and removed through it, from the CLI and the magics alike."""
+    import os
+
+    from IPython.core.interactiveshell import InteractiveShell
+
+    from jupyter_trainer.backends import DEFAULT, KNOWN, UnknownBackend
+    from jupyter_trainer.cli import run
+    from jupyter_trainer.jobs import Observation
+    from jupyter_trainer.magics import TrainerMagics
+    from jupyter_trainer.spec import DetachedSpec
+    from jupyter_trainer.submit import submit_detached
+
+    assert "fake" not in KNOWN  # the tests' own backend is registered by them
+    submit_detached(DetachedSpec(script="print(1)", backend="fake", workdir=os.getcwd()), name="faked", store=store, backends=backends)
+    fake_backend.observations["faked"] = Observation(alive=True, started=True)
+    assert run(["list"], store, backends) == 0 and "faked  fake" in capsys.readouterr().out
+    assert run(["status", "faked", "--json"], store, backends) == 0 and '"status": "running"' in capsys.readouterr().out
+    magics = TrainerMagics(InteractiveShell.instance(), store=store, backends=backends)
+    magics.train_jobs("--no-widget")
+    assert "faked" in capsys.readouterr().out
+    magics.train_stop("faked")
+    assert fake_backend.stopped == [("faked", False)] and "stopped" in capsys.readouterr().out
+    with pytest.raises(UnknownBackend):
+        DEFAULT.get("fake")

@@ -113,6 +113,7 @@ def test_a_stop_that_never_reached_the_job_does_not_make_it_stopped():
 
 def test_an_unreachable_host_is_kept_as_typed_state_since_the_first_failed_look():
     from jupyter_trainer import summary
+    from jupyter_trainer.backends import Backends
 
     running = JobRecord(name="j", backend="docker", status=Status.RUNNING, reason="cannot reach the Docker engine at unix:///x")
     first = resolve(running, Observation(alive=None, why_gone="cannot reach the Docker engine on gpu1", unreachable_host="gpu1"), now=1000.0)
@@ -125,6 +126,6 @@ def test_an_unreachable_host_is_kept_as_typed_state_since_the_first_failed_look(
     assert answered.unreachable_since is None and answered.status is Status.RUNNING
     # the host column reads the typed state, never the reason: a local engine that is down is no host's
     down = JobRecord(name="j", backend="docker", status=Status.RUNNING, reason="cannot reach the Docker engine at unix:///var/run/docker.sock")
-    assert summary.host_cell(down) == "local"
-    assert summary.host_cell(running).startswith("local (unreachable since ")
+    assert summary.host_cell(down, Backends()) == "local"
+    assert summary.host_cell(running, Backends()).startswith("local (unreachable since ")
     assert JobRecord.from_dict(running.to_dict()) == running

@@ -265,7 +265,7 @@ def test_secrets_never_leave_the_job(where, workdir, home, monkeypatch, capsys):
     monitor = JobMonitor(Job.load("secretive"))
     monitor.start()
     snapshot = monitor.snapshot(time.time())
-    shown += [header_html(snapshot), log_html(snapshot), one_line(job.record)]
+    shown += [header_html(snapshot), log_html(snapshot), one_line(job.record, job.backends)]
     for root, _, files in os.walk(home):
         for name in files:
             with open(os.path.join(root, name), "rb") as handle:

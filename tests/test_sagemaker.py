@@ -17,6 +17,7 @@ for module in ("sagemaker", "moto"):
 from moto_sagemaker import REGION, MotoSageMaker  # noqa: E402
 
 import jupyter_trainer.backends.sagemaker.launcher  # noqa: E402
+from jupyter_trainer.backends import DEFAULT  # noqa: E402
 from jupyter_trainer.job import Job, get_job  # noqa: E402
 from jupyter_trainer.jobs import Status  # noqa: E402
 
@@ -270,7 +271,7 @@ def test_status_transitions(aws, shell, capsys, monkeypatch):
     assert get_job("done").status is Status.PENDING  # Starting: not training yet
     from jupyter_trainer.summary import status_json
 
-    resources = status_json(get_job("done").record, get_job("done").usage())["resources"]
+    resources = status_json(get_job("done").record, DEFAULT, get_job("done").usage())["resources"]
     assert resources["scope"] == "instances" and (resources["instance_type"], resources["instance_count"]) == ("ml.g5.xlarge", 1)
     aws.set_status(by_name["done"], "InProgress", "Training")
     assert get_job("done").status is Status.RUNNING
@@ -838,7 +839,7 @@ def test_local_mode_failure_reason_requirements_and_env(docker_client, docker_im
     from jupyter_trainer import summary
     from jupyter_trainer.monitor import JobMonitor
 
-    assert summary.one_line(job.record).endswith("exit code 1: the script raised an error · ValueError: learning rate 0.5 is too high")
+    assert summary.one_line(job.record, DEFAULT).endswith("exit code 1: the script raised an error · ValueError: learning rate 0.5 is too high")
     assert JobMonitor(job).snapshot(now=time.time()).outcome == "exit code 1: the script raised an error · ValueError: learning rate 0.5 is too high"
     assert not [p for p in home.rglob("*") if p.is_file() and b"hunter2" in p.read_bytes()]
 

@@ -115,12 +115,14 @@ def test_every_detached_option_is_a_spec_field_or_a_backend_switch():
     from dataclasses import fields
 
     from jupyter_trainer.options import DETACHED, DETACHED_BACKENDS
-    from jupyter_trainer.spec import OPTIONS_INTO_FIELDS, DetachedSpec
+    from jupyter_trainer.spec import DetachedSpec
 
     held = {spec_field.name for spec_field in fields(DetachedSpec)}
     switches = {backend.switch for backend in DETACHED_BACKENDS if backend.switch}
-    assert [option.dest for option in DETACHED if option.dest not in held | switches | set(OPTIONS_INTO_FIELDS)] == []
-    assert set(OPTIONS_INTO_FIELDS.values()) <= held
+    # --docker-host becomes the engine it chooses: the Docker backend's declared settle_spec says so
+    assert [option.dest for option in DETACHED if option.dest not in held | switches] == ["docker_host"]
+    docker = next(backend for backend in DETACHED_BACKENDS if backend.name == "docker")
+    assert set(docker.spec_fields({"docker_host": None, "workdir": "/tmp"}, {})) == {"engine", "workdir"}
     assert [backend for backend in DETACHED_BACKENDS if backend.switch is None and backend.lacks] == []
     assert sum(backend.switch is None for backend in DETACHED_BACKENDS) == 1  # one default backend
     named = {name for option in DETACHED for name in option.backends}
@@ -177,3 +179,17 @@ def test_a_switch_flagged_off_leaves_config_out():
     from jupyter_trainer.spec import detached_spec
 
     assert detached_spec("print(1)", {"host": False}, {"host": True, "image": "cfg:1"}).backend == "docker"
+
+
+def test_an_option_a_backend_declares_that_no_spec_field_holds_is_never_dropped(monkeypatch):
+    import dataclasses
+
+    from jupyter_trainer import options, spec
+    from jupyter_trainer.options import Option
+
+    extra = Option("queue", "--queue", "a queue", "Q", backends=("host",))
+    monkeypatch.setattr(options, "DETACHED", options.DETACHED + (extra,))
+    monkeypatch.setattr(spec, "DETACHED", options.DETACHED)
+    with pytest.raises(TypeError, match="queue"):
+        spec.build_spec("print(1)\n", host=True, workdir="/tmp", queue="fast")
+    assert dataclasses.is_dataclass(spec.DetachedSpec)

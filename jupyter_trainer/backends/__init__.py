@@ -1,23 +1,26 @@
-"""Where jobs run, by name: `host`, `docker`, `sagemaker` and `fake`.
+"""Where jobs run, by name: `host`, `docker` and `sagemaker`.
 
 A `Backends` registry creates each backend on first use, so loading the
 extension imports no runtime library. Everything that resolves a job's backend
-(submitting, following, stopping) takes a registry; `DEFAULT` serves the
-magics and the CLI, and tests pass one holding a fake instead.
+(submitting, following, stopping, describing) is given a registry: the magics
+(`TrainerMagics(shell, backends=...)`) and the CLI (`cli.run(argv, backends=...)`)
+hand theirs down, `DEFAULT` when none was given. A registry can hold a backend
+of its own, by name: the tests' `Backends(fake=FakeBackend())` (backends/fake.py).
 """
 
 from __future__ import annotations
 
 import importlib
+from typing import TYPE_CHECKING
 
-from .base import Backend
+if TYPE_CHECKING:
+    from .base import Backend
 
 # name -> "module:Class", imported when the backend is first used
 KNOWN = {
     "host": "jupyter_trainer.backends.host:HostBackend",
     "docker": "jupyter_trainer.backends.docker:DockerBackend",
     "sagemaker": "jupyter_trainer.backends.sagemaker:SageMakerBackend",
-    "fake": "jupyter_trainer.backends.fake:FakeBackend",
 }
 
 

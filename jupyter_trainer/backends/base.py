@@ -82,6 +82,10 @@ class Backend(Protocol):
         """Where the job runs, in a few words, for tables and headers. The record may not be
         launched yet (an empty runtime)."""
 
+    def describe_host(self, record: JobRecord) -> str | None:
+        """The machine the job runs on, by the name its user knows it by, for the jobs table's host
+        column and `status --json`'s `host`; None where the backend has no such notion."""
+
     def describe_facts(self, record: JobRecord) -> list[str]:
         """What the runtime last said of the job besides its status (a SageMaker job's secondary
         status, billable time, model artifact), a few words each; often nothing."""

@@ -781,6 +781,11 @@ class DockerBackend:
         on = f" on {engine.label}" if engine is not None and engine.remote else ""
         return f"container {name or record.options.get('container') or '?'}{on}"
 
+    def describe_host(self, record: JobRecord) -> str | None:
+        """The engine's host by the name the user chose it by; "local" for this machine's engine."""
+        engine = Engine.of(record.options.get("engine"))
+        return engine.label if engine is not None else "local"
+
     def describe_facts(self, record: JobRecord) -> list[str]:
         try:
             return list(DockerRuntime.of(record).sync_facts or []) if record.runtime else []

@@ -48,6 +48,9 @@ class FakeBackend:
     def describe_where(self, record: JobRecord) -> str:
         return "nowhere (a fake backend)"
 
+    def describe_host(self, record: JobRecord) -> str | None:
+        return None
+
     def describe_facts(self, record: JobRecord) -> list[str]:
         return []  # the status and exit code say it all
 

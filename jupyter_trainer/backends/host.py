@@ -134,6 +134,9 @@ class HostBackend:
         pid = HostRuntime.of(record).supervisor.pid if record.runtime else 0
         return f"this machine (pid {pid})" if pid else "this machine"
 
+    def describe_host(self, record: JobRecord) -> str | None:
+        return None  # this machine, where the jobs table is read
+
     def describe_facts(self, record: JobRecord) -> list[str]:
         return []  # the status and exit code say it all
 

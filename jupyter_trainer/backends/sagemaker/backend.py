@@ -225,6 +225,9 @@ class SageMakerBackend:
         name = record.runtime.get("training_job_name") if isinstance(record.runtime.get("training_job_name"), str) else None
         return f"SageMaker job {name or '?'} ({size})"
 
+    def describe_host(self, record: JobRecord) -> str | None:
+        return None  # its instances are in describe_where
+
     def describe_facts(self, record: JobRecord) -> list[str]:
         if not record.runtime:
             return []
