@@ -211,10 +211,12 @@ def prune_containers(store: JobStore | None = None, backends: _backends.Backends
     holding the store's containers lock, which a submission holds while it finds, creates or starts
     its container: the records are read, and the containers removed, with no submission in between."""
     store = store or JobStore()
-    docker = (backends or _backends.DEFAULT).get("docker")
+    registry = backends or _backends.DEFAULT
     with store.containers_lock(shared=False):
-        in_use: set[str] = set()
-        for record in store.records(all_runs=True):
-            if isinstance(record, JobRecord) and record.backend == "docker":
-                in_use |= docker.containers_named_by(record, store)
-        return docker.remove_stopped_containers(store.jobs_dir, in_use)
+        records = [record for record in store.records(all_runs=True) if isinstance(record, JobRecord)]
+        removed: list[str] = []
+        for name in registry.names():
+            backend = registry.get(name)
+            if backend.has_containers:  # each backend with containers knows which of its own are unused
+                removed += backend.remove_unused_containers(store, [record for record in records if record.backend == name])
+        return removed

@@ -83,16 +83,31 @@ def test_only_the_sagemaker_backend_imports_the_aws_libraries():
 
 
 def test_every_known_backend_follows_the_protocol():
+    """Every member of backends.base.Backend, with its parameters, on every known backend (and the
+    tests' fake): a backend missing one, or taking other arguments, fails here, not in a user's view."""
     import importlib
+    import inspect
 
     from jupyter_trainer.backends import KNOWN
+    from jupyter_trainer.backends.base import Backend
+    from jupyter_trainer.backends.fake import FakeBackend
     from jupyter_trainer.jobs import JobRecord
 
-    for name, where in KNOWN.items():
-        module, _, cls = where.partition(":")
-        backend = getattr(importlib.import_module(module), cls)()
+    members = {name for name in vars(Backend) if not name.startswith("_")} | set(Backend.__annotations__)
+    methods = {name: inspect.signature(member) for name, member in vars(Backend).items() if callable(member) and not name.startswith("_")}
+    assert {"describe_host", "describe_where", "remove_unused_containers", "usage", "lingering"} <= members
+    backends = {name: getattr(importlib.import_module(where.partition(":")[0]), where.partition(":")[2])() for name, where in KNOWN.items()}
+    backends["fake"] = FakeBackend()
+    for name, backend in backends.items():
         assert backend.name == name  # the registry's name is the backend's own
-        for attribute in ("has_containers", "status_interval", "preflight", "prepare", "launch", "observe", "log_source", "stop"):
-            assert hasattr(backend, attribute), (name, attribute)
+        for member in members:
+            if member == "remove_unused_containers" and not backend.has_containers:
+                continue
+            assert hasattr(backend, member), (name, member)
+        for method, signature in methods.items():
+            if not hasattr(backend, method):
+                continue
+            own = inspect.signature(getattr(type(backend), method))
+            assert list(own.parameters) == list(signature.parameters), (name, method, own, signature)
         assert isinstance(backend.describe_where(JobRecord(name="x", backend=name)), str)  # not launched yet
-
+        assert backend.describe_host(JobRecord(name="x", backend=name)) in (None, "local")

@@ -34,6 +34,10 @@ class Backends:
     def __init__(self, **given: Backend):
         self._instances: dict[str, Backend] = dict(given)
 
+    def names(self) -> list[str]:
+        """Every backend this registry can give: the known ones and those it was given."""
+        return sorted({*KNOWN, *self._instances})
+
     def get(self, name: str) -> Backend:
         if name not in self._instances:
             if name not in KNOWN:

@@ -59,7 +59,7 @@ class Runtime(Protocol):
 
 class Backend(Protocol):
     name: str
-    has_containers: bool  # whether `stop(container=True)` means something
+    has_containers: bool  # whether `stop(container=True)` means something (and `remove_unused_containers`)
     status_interval: float  # seconds between two status checks by a widget (a check may cost API calls)
     usage_outlives_the_job: bool  # whether `usage` still says something once the job has ended
 
@@ -77,6 +77,10 @@ class Backend(Protocol):
     def log_source(self, record: JobRecord, run_dir: Path) -> LogSource: ...
 
     def stop(self, record: JobRecord, run_dir: Path, container: bool = False) -> None: ...
+
+    def remove_unused_containers(self, store: JobStore, records: list[JobRecord]) -> list[str]:
+        """With `has_containers`: remove the stopped containers the store's jobs ran in that none of
+        `records` (this backend's remaining ones) names; their names."""
 
     def describe_where(self, record: JobRecord) -> str:
         """Where the job runs, in a few words, for tables and headers. The record may not be

@@ -365,6 +365,14 @@ class DockerBackend:
             return container
         return default_container_name(image or "", f"{workdir}\0{store.store_id()}" if engine.remote else workdir)
 
+    def remove_unused_containers(self, store: JobStore, records: list[JobRecord]) -> list[str]:
+        """`prune --containers`: the stopped containers the store's jobs ran in (on every engine it
+        used) that none of its remaining Docker records (`records`) names."""
+        in_use: set[str] = set()
+        for record in records:
+            in_use |= self.containers_named_by(record, store)
+        return self.remove_stopped_containers(store.jobs_dir, in_use)
+
     def containers_named_by(self, record: JobRecord, store: JobStore) -> set[str]:
         """The containers a job's record names: the one it runs in; while it is being launched (no
         runtime yet), the one its launch finds or creates, which may be stopped at that moment."""

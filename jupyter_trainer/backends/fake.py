@@ -48,6 +48,9 @@ class FakeBackend:
     def describe_where(self, record: JobRecord) -> str:
         return "nowhere (a fake backend)"
 
+    def remove_unused_containers(self, store, records) -> list[str]:
+        return []  # its "containers" are never left behind
+
     def describe_host(self, record: JobRecord) -> str | None:
         return None
 
