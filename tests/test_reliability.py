@@ -3,6 +3,7 @@
 Run against the --host backend and a real Docker engine.
 """
 
+import argparse
 import json
 import os
 import stat
@@ -340,6 +341,13 @@ BAD_INPUTS = [
     ("cli", "logs keep -n many", "invalid int value", False),
     ("cli", "logs keep -n -1", "-n expects", False),
     ("cli", "", "required", False),
+    ("magic", "%train_rm ghost", "no job named 'ghost'", False),
+    ("magic", "%%sagemaker_fit --instance-count many\nprint(1)", "invalid int value", False),
+    ("cli", "list --bogus", "unrecognized arguments", False),
+    ("cli", "metrics ghost", "no job named 'ghost'", False),
+    ("cli", "prune --older-than soon", "--older-than expects an age", False),
+    ("cli", "rm ghost", "no job named 'ghost'", False),
+    ("cli", "submit /nonexistent/train.py --host", "cannot read the script", False),
 ]
 
 
@@ -390,4 +398,13 @@ def test_bad_input_is_one_line_and_changes_nothing(kind, source, words, needs_do
 
 
 def test_bad_input_table_is_broad():
-    assert len(BAD_INPUTS) >= 25
+    """Every magic and every command of the CLI has bad input of its own in the table."""
+    from jupyter_trainer.cli import build_parser
+    from jupyter_trainer.magics import TrainerMagics
+
+    sources = [source for _, source, _, _ in BAD_INPUTS]
+    magics = {*TrainerMagics.magics["line"], *TrainerMagics.magics["cell"]}
+    assert sorted(magic for magic in magics if not any(source.lstrip("%").startswith(magic) for source in sources if source.startswith("%"))) == []
+    commands = next(action for action in build_parser()._actions if isinstance(action, argparse._SubParsersAction)).choices
+    cli_rows = [source.split()[:1] for kind, source, _, _ in BAD_INPUTS if kind == "cli"]
+    assert sorted(command for command in commands if [command] not in cli_rows) == []
