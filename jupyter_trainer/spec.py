@@ -114,6 +114,9 @@ class DetachedSpec:
     from_cell: bool = added_field(True)  # a cell's script (its line 1 is the magic's), or a file's
     engine: dict | None = added_field(None)  # the Docker engine (engines.Engine.to_dict); None: the local socket
     sync: str | None = added_field(None)  # a local directory copied to a remote host's workdir first
+    # a backend's own options that no field above holds, by option name, as its declaration settled
+    # them: a new backend's options reach it (stored, shown and fingerprinted) with no field here
+    backend_options: dict[str, Any] = added_field(default_factory=dict)
 
 
     def public_options(self) -> dict:
@@ -148,11 +151,16 @@ def build_spec(
     switches = {declared.switch for declared in DETACHED_BACKENDS if declared.switch}
     taken = {option.dest for option in DETACHED if option.taken_by(backend.name)} - switches
     parsed = backend.spec_fields({dest: value for dest, value in parse_declared(DETACHED, values).items() if dest in taken}, hosts)
-    held = {spec_field.name for spec_field in fields(DetachedSpec)}
-    dropped = set(parsed) - held
-    if dropped:  # a declared option no field holds would be silently ignored: a programming error
-        raise TypeError(f"options {sorted(dropped)} of backend {backend.name!r} are no field of DetachedSpec")
-    return DetachedSpec(script=script, backend=backend.name, metrics=parse_metrics(metrics), args=tuple(args), **parsed)
+    held = {spec_field.name for spec_field in fields(DetachedSpec)} - {"backend_options"}
+    # never dropped; one not given is left out, so that cells without it keep their fingerprints
+    own = {dest: value for dest, value in parsed.items() if dest not in held and not _not_given(value)}
+    core = {dest: value for dest, value in parsed.items() if dest in held}
+    return DetachedSpec(script=script, backend=backend.name, metrics=parse_metrics(metrics), args=tuple(args), backend_options=own, **core)
+
+
+def _not_given(value: Any) -> bool:
+    """An option's value when neither a flag nor config gave one (0 is a value: `is`, not ==)."""
+    return value is None or value is False or (isinstance(value, (list, tuple)) and not value)
 
 
 def cell_values(script: str, options, values: Mapping[str, Any]) -> dict[str, Any]:

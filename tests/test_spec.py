@@ -181,7 +181,7 @@ def test_a_switch_flagged_off_leaves_config_out():
     assert detached_spec("print(1)", {"host": False}, {"host": True, "image": "cfg:1"}).backend == "docker"
 
 
-def test_an_option_a_backend_declares_that_no_spec_field_holds_is_never_dropped(monkeypatch):
+def test_an_option_a_backend_declares_that_no_spec_field_holds_reaches_its_spec(monkeypatch):
     import dataclasses
 
     from jupyter_trainer import options, spec
@@ -190,6 +190,10 @@ def test_an_option_a_backend_declares_that_no_spec_field_holds_is_never_dropped(
     extra = Option("queue", "--queue", "a queue", "Q", backends=("host",))
     monkeypatch.setattr(options, "DETACHED", options.DETACHED + (extra,))
     monkeypatch.setattr(spec, "DETACHED", options.DETACHED)
-    with pytest.raises(TypeError, match="queue"):
-        spec.build_spec("print(1)\n", host=True, workdir="/tmp", queue="fast")
+    given = spec.build_spec("print(1)\n", host=True, workdir="/tmp", queue="fast")
+    assert given.backend_options == {"queue": "fast"} and given.public_options()["backend_options"] == {"queue": "fast"}
+    other = spec.build_spec("print(1)\n", host=True, workdir="/tmp", queue="slow")
+    assert given.fingerprint(b"k") != other.fingerprint(b"k")  # another value, another cell
+    plain = spec.build_spec("print(1)\n", host=True, workdir="/tmp")
+    assert "backend_options" not in plain.public_options()  # cells without any keep their fingerprints
     assert dataclasses.is_dataclass(spec.DetachedSpec)
