@@ -336,9 +336,14 @@ def _end_time(record: JobRecord, reported: float | None) -> float:
     """When the job ended: as reported (a file's time, whole seconds where it was read through the
     engine, or another clock), kept between its start and now; now if unknown."""
     now = time.time()
+    started = record.started_at
+    if started is not None and now < started:
+        # this reader's clock is behind the one that recorded the start (it was set back, or it is
+        # another machine's): the job's own report, or its start, is nearer the truth than now
+        return reported if reported is not None and reported >= started else started
     if reported is None:
         return now
-    return min(max(reported, record.started_at or reported), now)
+    return min(max(reported, started or reported), now)
 
 
 def _disk_full(path: Path) -> bool:

@@ -82,6 +82,10 @@ def test_a_reported_end_time_is_kept_between_the_start_and_now():
     assert _end_time(record, 1000.0) == 1000.5  # a file time cut to whole seconds
     assert _end_time(record, time.time() + 3600) <= time.time()  # another machine's clock
     assert abs(_end_time(record, None) - time.time()) < 5
+    # a reader whose clock is behind the job's start (set back a day): the job's report is kept
+    later = JobRecord(name="t", backend="host", started_at=time.time() + 86400)
+    assert _end_time(later, later.started_at + 6) == later.started_at + 6
+    assert _end_time(later, None) == later.started_at  # never before its start
 
 
 def test_a_failure_says_what_went_wrong_in_one_line():
