@@ -190,10 +190,30 @@ def chosen_backend(values: Mapping[str, Any]) -> DetachedBackend:
 
 def _refuse_options_not_taken(backend: DetachedBackend, values: Mapping[str, Any]) -> None:
     others = [option for option in DETACHED if not option.taken_by(backend.name)]
-    if any(values.get(option.dest) for option in others):
-        flags = [option.flag for option in others]
-        listed = ", ".join(flags[:-1]) + " and " + flags[-1] if len(flags) > 1 else flags[0]
-        raise InvalidOption(f"{_flag(backend.switch)} {backend.lacks}", f"drop {listed}")
+    given = [option for option in others if not _not_given(values.get(option.dest))]  # 0 is a value
+    if not given:
+        return
+    # options only backends chosen by a switch take (--toy-nice): say which switch they need; this
+    # is also how the default backend, which lacks nothing, refuses them
+    owners = {
+        declared.switch for option in given for declared in DETACHED_BACKENDS
+        if declared.switch and option.taken_by(declared.name) and option.backends
+    }  # fmt: skip
+    default = next(declared for declared in DETACHED_BACKENDS if declared.switch is None)
+    if backend.switch is None or not any(option.taken_by(default.name) for option in given):
+        flags = _listed([option.flag for option in given])
+        switches = sorted(_flag(switch) for switch in owners)
+        raise InvalidOption(
+            f"{flags} {'is an option' if len(given) == 1 else 'are options'} of {' or '.join(switches)}",
+            f"add {' or '.join(switches)}, or drop {flags}",
+        )
+    # what it lacks is what the default backend has: another switched backend's options are not listed
+    lacked = [option.flag for option in others if option.taken_by(default.name)]
+    raise InvalidOption(f"{_flag(backend.switch)} {backend.lacks}", f"drop {_listed(lacked)}")
+
+
+def _listed(flags: list[str]) -> str:
+    return ", ".join(flags[:-1]) + " and " + flags[-1] if len(flags) > 1 else flags[0]
 
 
 def _flag(dest: str | None) -> str:

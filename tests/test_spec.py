@@ -119,8 +119,11 @@ def test_every_detached_option_is_a_spec_field_or_a_backend_switch():
 
     held = {spec_field.name for spec_field in fields(DetachedSpec)}
     switches = {backend.switch for backend in DETACHED_BACKENDS if backend.switch}
+    # an option only backends without a settle_spec take (--toy-nice) reaches the spec as backend_options
+    plain = {backend.name for backend in DETACHED_BACKENDS if backend.settle_spec is None}
+    own = {option.dest for option in DETACHED if option.backends and set(option.backends) <= plain}
     # --docker-host becomes the engine it chooses: the Docker backend's declared settle_spec says so
-    assert [option.dest for option in DETACHED if option.dest not in held | switches] == ["docker_host"]
+    assert [option.dest for option in DETACHED if option.dest not in held | switches | own] == ["docker_host"]
     docker = next(backend for backend in DETACHED_BACKENDS if backend.name == "docker")
     assert set(docker.spec_fields({"docker_host": None, "workdir": "/tmp"}, {})) == {"engine", "workdir"}
     assert [backend for backend in DETACHED_BACKENDS if backend.switch is None and backend.lacks] == []
@@ -161,6 +164,28 @@ def test_a_backend_declared_in_the_options_alone_is_chosen_checked_and_configure
     assert spec_module.detached_spec("print(1)", {}, config).gpus is None  # docker's config does not reach it
     assert spec_module.detached_spec("print(1)", {"container": "box"}, config).backend == "docker"
     assert spec_module.detached_spec("print(1)", {"host": True}, config).backend == "host"
+
+
+def test_an_option_of_a_switched_backend_given_without_its_switch_is_one_line(monkeypatch):
+    """--queue belongs to --remote alone: without --remote (the default backend chosen) it is one
+    line naming the switch, never a crash; with another switch, a 0 is a value and refused too."""
+    from jupyter_trainer import spec as spec_module
+    from jupyter_trainer.options import DETACHED, DETACHED_BACKENDS, DetachedBackend, Option
+
+    options = DETACHED + (Option("remote", "--remote", "run on the cluster", kind="switch"),
+                          Option("queue", "--queue", "the cluster's queue", "N", "int", backends=("remote",)))  # fmt: skip
+    backends = (DetachedBackend("remote", switch="remote", lacks="runs without a local container"),) + DETACHED_BACKENDS
+    monkeypatch.setattr(spec_module, "DETACHED", options)
+    monkeypatch.setattr(spec_module, "DETACHED_BACKENDS", backends)
+    with pytest.raises(InvalidOption, match="--queue is an option of --remote") as refused:
+        spec_module.build_spec("print(1)", image="img", queue=3)
+    assert "add --remote, or drop --queue" in refused.value.hint
+    with pytest.raises(InvalidOption, match="--queue is an option of --remote"):
+        spec_module.build_spec("print(1)", host=True, workdir="/tmp", queue=0)
+    with pytest.raises(InvalidOption, match="--host runs without a container") as lacking:
+        spec_module.build_spec("print(1)", host=True, workdir="/tmp", image="img")
+    assert "--queue" not in lacking.value.hint and "--remote" not in lacking.value.hint
+    assert spec_module.build_spec("print(1)", remote=True, workdir="/tmp", queue=0).backend_options == {"queue": 0}
 
 
 @pytest.mark.parametrize("flags", [{"gpus": "all"}, {"stop_container_when_done": True}])
