@@ -337,7 +337,8 @@ def test_a_forged_report_of_megabytes_is_not_decoded_and_the_launchers_own_is_ke
 
 def test_what_a_failing_script_wrote_into_the_failure_file_is_its_reason(tmp_path, monkeypatch):
     """As a SageMaker image's own train does: the script writes /opt/ml/output/failure and exits
-    non-zero; that text is the job's reason (its start, printable), not an empty ErrorMessage."""
+    non-zero without an exception; that text is the job's reason (its start, printable), not an
+    empty ErrorMessage. (An exception it ended with comes first: see the huge binary failure test.)"""
     from jupyter_trainer.backends.sagemaker import launcher
 
     monkeypatch.setattr(launcher, "BASE_DIR", str(tmp_path))
@@ -351,3 +352,26 @@ def test_what_a_failing_script_wrote_into_the_failure_file_is_its_reason(tmp_pat
     assert launcher.script_failure() == ""
     reason = launcher.failure_of(3, "channel 'training' is empty", ["python3", "train.py"])
     assert 'ExitCode 3\nErrorMessage "channel \'training\' is empty"' in reason
+
+
+OWN_FAILURE_SCRIPT = """
+import os, sys
+os.makedirs("/opt/ml/output", exist_ok=True)
+with open("/opt/ml/output/failure", "w") as handle:
+    handle.write("channel 'training' is empty: nothing to train on")
+sys.exit(3)
+"""
+
+
+def test_a_script_that_writes_its_own_failure_and_exits_has_that_reason_in_local_mode(docker_client, docker_image, home, tmp_path, monkeypatch):
+    from jupyter_trainer.backends.sagemaker.sdk import sdk_major
+    from jupyter_trainer.jobs import Status
+    from jupyter_trainer.submit import submit_detached
+
+    monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
+    output = tmp_path / "output"
+    output.mkdir()
+    spec = build_sagemaker_spec(OWN_FAILURE_SCRIPT, image_uri=TEST_IMAGE, role=ROLE, instance_type="local", output_path=f"file://{output}")
+    job = submit_detached(spec, name=f"own-failure-v{sdk_major()}").job
+    assert job.wait(timeout=300) is Status.FAILED and job.exit_code == 3, job.logs(tail=50)
+    assert "ExitCode 3\nErrorMessage \"channel 'training' is empty: nothing to train on\"" in job.reason, job.reason

@@ -455,8 +455,8 @@ def launch(runner):
         write_failure("ExecuteUserScriptError: cannot run %s (%s)" % (command[0], error), runner)
         return 127
     if code != 0 and not runner.stopping:  # a stopped job is reported as stopped, not failed
-        # what the script wrote itself, as a SageMaker image's own train does, says the most
-        write_failure(failure_of(code, script_failure() or error_message(tail), command), runner)
+        # the exception it ended with; else what it wrote itself, as an image's own train does
+        write_failure(failure_of(code, error_message(tail) or script_failure(), command), runner)
     return shown_code(code)
 
 
