@@ -107,8 +107,3 @@ class IgnoreRules:
             if any(regex.match(path) for path in leaves):
                 return not include
         return False
-
-    def may_take_back_under(self, directory: str) -> bool:
-        """Whether a `!` line could take back something inside an ignored directory (then its
-        contents must still be looked at)."""
-        return self.has_exceptions

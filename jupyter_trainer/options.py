@@ -20,7 +20,7 @@ import argparse
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Mapping
 
-from .checks import parse_container, parse_env, parse_gpus, parse_image, parse_interpreter, parse_notify, parse_sync
+from .checks import parse_container, parse_env, parse_gpus, parse_image, parse_interpreter, parse_notify, parse_sync, parse_workdir
 
 
 @dataclass(frozen=True)
@@ -166,8 +166,6 @@ class DetachedBackend:
 
     def spec_fields(self, parsed: dict[str, Any], hosts: Mapping[str, str] | None) -> dict[str, Any]:
         if self.settle_spec is None:
-            from .checks import parse_workdir
-
             return {**parsed, "workdir": parse_workdir(parsed.get("workdir"))}
         import importlib
 

@@ -82,6 +82,20 @@ def backends(fake_backend):
     return Backends(fake=fake_backend)
 
 
+@pytest.fixture
+def quiet_comm(monkeypatch):
+    """Widgets made without a frontend: their comms send nothing (a test reads their traits)."""
+    from comm.base_comm import BaseComm
+
+    import comm
+
+    class QuietComm(BaseComm):
+        def publish_msg(self, msg_type, data=None, metadata=None, buffers=None, **keys):
+            pass
+
+    monkeypatch.setattr(comm, "create_comm", lambda *a, **k: QuietComm(*a, **k))
+
+
 def wait_for(predicate, timeout=30.0, interval=0.1, what="condition"):
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -264,3 +278,19 @@ def remote(docker_client):
         yield host
     finally:
         host.close()
+
+
+@pytest.fixture
+def laptop(remote, home, monkeypatch, tmp_path):
+    """This process and its subprocesses as the user's laptop: SSH set up for the remote host, the
+    store in `home`, and the notebook's directory somewhere else."""
+    for key, value in remote.environ().items():
+        monkeypatch.setenv(key, value)
+    monkeypatch.delenv("DOCKER_HOST", raising=False)
+    notebook_dir = tmp_path / "notebook"
+    notebook_dir.mkdir()
+    monkeypatch.chdir(notebook_dir)
+    yield remote
+    remote.start_sshd()  # whatever a test did to it
+    remote.unblock_ssh()
+    remote.exec("docker ps -aq | xargs -r docker rm -f >/dev/null 2>&1; docker volume prune -af >/dev/null 2>&1")

@@ -385,18 +385,7 @@ def test_prune_containers_that_read_the_records_first_leaves_a_container_being_c
 
 # -- the runs' volumes of containers on a remote host ---------------------------------------------
 
-
-@pytest.fixture
-def laptop(remote, home, monkeypatch, tmp_path):
-    """This process and its subprocesses as a laptop with SSH set up for the remote host."""
-    for key, value in remote.environ().items():
-        monkeypatch.setenv(key, value)
-    monkeypatch.delenv("DOCKER_HOST", raising=False)
-    notebook_dir = tmp_path / "notebook"
-    notebook_dir.mkdir()
-    monkeypatch.chdir(notebook_dir)
-    yield remote
-    remote.exec("docker ps -aq | xargs -r docker rm -f >/dev/null 2>&1; docker volume prune -af >/dev/null 2>&1")
+# `laptop` (conftest): SSH set up for the remote host, its containers and volumes removed after each test
 
 
 @pytest.mark.docker

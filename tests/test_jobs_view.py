@@ -2,9 +2,7 @@
 
 import re
 
-import comm
 import pytest
-from comm.base_comm import BaseComm
 from conftest import wait_for
 
 from jupyter_trainer.job import get_job
@@ -14,14 +12,7 @@ from jupyter_trainer.spec import build_spec
 from jupyter_trainer.submit import submit_detached
 
 
-class QuietComm(BaseComm):
-    def publish_msg(self, msg_type, data=None, metadata=None, buffers=None, **keys):
-        pass
-
-
-@pytest.fixture(autouse=True)
-def quiet_comm(monkeypatch):
-    monkeypatch.setattr(comm, "create_comm", lambda *a, **k: QuietComm(*a, **k))
+pytestmark = pytest.mark.usefixtures("quiet_comm")  # see conftest
 
 
 def host_job(name, script, workdir):

@@ -7,9 +7,7 @@ import re
 import subprocess
 import sys
 
-import comm
 import pytest
-from comm.base_comm import BaseComm
 
 from jupyter_trainer.monitor import JobMonitor
 from jupyter_trainer.plot import MetricSeries
@@ -23,14 +21,7 @@ MAX_CHARTS = 8
 MAX_SERIES = 32
 
 
-class QuietComm(BaseComm):
-    def publish_msg(self, msg_type, data=None, metadata=None, buffers=None, **keys):
-        pass
-
-
-@pytest.fixture(autouse=True)
-def quiet_comm(monkeypatch):
-    monkeypatch.setattr(comm, "create_comm", lambda *a, **k: QuietComm(*a, **k))
+pytestmark = pytest.mark.usefixtures("quiet_comm")  # see conftest
 
 
 def fake_job(store, backends, name="flood"):

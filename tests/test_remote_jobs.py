@@ -31,22 +31,6 @@ COUNTER = textwrap.dedent(
 )
 
 
-@pytest.fixture
-def laptop(remote, home, monkeypatch, tmp_path):
-    """This process and its subprocesses as the user's laptop: SSH set up for the remote host, the
-    store in `home`, and the notebook's directory somewhere else."""
-    for key, value in remote.environ().items():
-        monkeypatch.setenv(key, value)
-    monkeypatch.delenv("DOCKER_HOST", raising=False)
-    notebook_dir = tmp_path / "notebook"
-    notebook_dir.mkdir()
-    monkeypatch.chdir(notebook_dir)
-    yield remote
-    remote.start_sshd()  # whatever a test did to it
-    remote.unblock_ssh()
-    remote.exec("docker ps -aq | xargs -r docker rm -f >/dev/null 2>&1; docker volume prune -af >/dev/null 2>&1")
-
-
 def cli(*words, timeout=120):
     result = subprocess.run([sys.executable, "-m", "jupyter_trainer.cli", *words], capture_output=True, text=True, timeout=timeout)
     return result

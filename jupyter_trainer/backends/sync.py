@@ -36,6 +36,7 @@ class SyncPlan:
     left_out_dirs: set = field(default_factory=set)  # absolute paths never copied (the job store)
     prefix: str = ""  # where local_dir lies in the home directory (see home_prefix)
     secret_inodes: set = field(default_factory=set)  # the home's credential files (see credential_inodes)
+    secret_inode_numbers: set = field(init=False, default_factory=set)  # their inodes alone: one look a file
     rules: ignore_patterns.IgnoreRules = field(default_factory=lambda: ignore_patterns.IgnoreRules([]))
     credentials: list = field(default_factory=list)  # what was left out as a credential, relative
 
@@ -67,8 +68,11 @@ class SyncPlan:
             return "store"
         return "ignored" if self.rules.ignored(relative) else None
 
+    def __post_init__(self):
+        self.secret_inode_numbers = {inode for _, inode in self.secret_inodes}
+
     def _is_a_link_to_a_secret(self, entry: os.DirEntry) -> bool:
-        if not self.secret_inodes or entry.inode() not in {inode for _, inode in self.secret_inodes}:
+        if entry.inode() not in self.secret_inode_numbers:
             return False  # inode() costs no system call: most files end here
         try:
             info = entry.stat(follow_symlinks=False)
