@@ -312,6 +312,7 @@ def _contrast(first, second):
 # the colour an element's text is drawn in (`fill` for SVG text), and the first opaque background
 # behind it, as the browser computed them
 COLOURS_OF = """(element) => {
+    if (!element.isConnected) return null;  // re-rendered by an update meanwhile: its style is empty
     const parse = (value) => { const m = value.match(/rgba?\\(([^)]+)\\)/); if (!m) return null;
         const parts = m[1].split(',').map(Number); return parts.length > 3 && parts[3] === 0 ? null : parts.slice(0, 3); };
     const style = getComputedStyle(element);
@@ -331,8 +332,14 @@ def _set_theme(page, theme):
 
 
 def _readable(widget, selector):
-    text, background = widget.locator(selector).first.evaluate(COLOURS_OF)
-    return _contrast(text, background)
+    # the view's HTML is replaced on every update (the elapsed time ticks), so the element found may
+    # be gone before its colours are read: read again from the one there now
+    for _ in range(20):
+        colours = widget.locator(selector).first.evaluate(COLOURS_OF)
+        if colours is not None and colours[0] is not None:
+            return _contrast(*colours)
+        widget.page.wait_for_timeout(100)
+    raise AssertionError(f"{selector}: no colours could be read (text {colours})")
 
 
 def test_the_view_reads_well_in_the_light_and_the_dark_theme(lab, browser):
