@@ -60,10 +60,13 @@ def clean_line(line: str, strip_ansi: bool = True) -> str:
     return ANSI_ESCAPE.sub("", line) if strip_ansi else line
 
 
-def tail_lines(source: LogSource, count: int, strip_ansi: bool = True) -> list[str]:
-    """The last `count` lines, read from the end in blocks: cost grows with `count`, not the log.
-    The bytes read are bounded too, so a log of one endless line (progress-bar redraws) costs no
-    more: its last line is shown by its last redraw, or by its end."""
+def tail_lines(
+    source: LogSource, count: int, strip_ansi: bool = True, block_size: int = BLOCK_SIZE, max_block_size: int = MAX_BLOCK_SIZE
+) -> list[str]:
+    """The last `count` lines, read from the end in blocks (the first at most `block_size`, then
+    doubling up to `max_block_size`): cost grows with `count`, not the log. The bytes read are
+    bounded too, so a log of one endless line (progress-bar redraws) costs no more: its last line
+    is shown by its last redraw, or by its end."""
     if count <= 0:
         return []
     end = source.size()
@@ -71,7 +74,7 @@ def tail_lines(source: LogSource, count: int, strip_ansi: bool = True) -> list[s
     newlines = 0
     position = end
     floor = max(0, end - max(TAIL_MIN_BYTES, count * TAIL_BYTES_PER_LINE))
-    block_size = min(BLOCK_SIZE, count * TYPICAL_LINE)
+    block_size = min(block_size, count * TYPICAL_LINE)
     while position > floor and newlines <= count:
         start = max(floor, position - block_size)
         block = source.read(start, position - start)
@@ -80,7 +83,7 @@ def tail_lines(source: LogSource, count: int, strip_ansi: bool = True) -> list[s
         chunks.append(block)
         newlines += block.count(b"\n")
         position = start
-        block_size = min(block_size * 2, MAX_BLOCK_SIZE)
+        block_size = min(block_size * 2, max_block_size)
     data = b"".join(reversed(chunks))
     lines = data.split(b"\n")
     if lines[-1] == b"":

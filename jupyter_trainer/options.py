@@ -179,7 +179,7 @@ DETACHED_BACKENDS = (
         "docker",
         needs_one_of=("image", "container"),
         missing=("no image or container given", "pass --image IMAGE (or set %config TrainerMagics.image), --container NAME, or --host"),
-        settle_spec="jupyter_trainer.backends.docker_spec:settle_docker_spec",
+        settle_spec="jupyter_trainer.backends.docker.spec:settle_docker_spec",
     ),
 )
 

@@ -590,6 +590,12 @@ class Poller:
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
 
+    @property
+    def running(self) -> bool:
+        """Whether its thread is polling (it ends once no widget is left to poll)."""
+        thread = self._thread
+        return thread is not None and thread.is_alive()
+
     def watch(self, *widgets: JobWidget) -> None:
         with self._lock:
             self.widgets.extend(widget for widget in widgets if widget not in self.widgets)

@@ -5,7 +5,7 @@ import contextlib
 import pytest
 from conftest import wait_for
 
-from jupyter_trainer.backends.docker import default_container_name
+from jupyter_trainer.backends.docker.containers import default_container_name
 from jupyter_trainer.errors import (
     BackendUnavailable,
     ImageNotFound,
@@ -223,7 +223,7 @@ def test_unreachable_engine(workdir, store, monkeypatch):
 def test_an_answer_cut_short_is_never_taken_for_the_whole(docker_client, docker_image):
     """A log read through the engine whose answer ends early (a connection reset, a job's replaced
     tools) must not pass for a short log: a reader would think the log was truncated."""
-    from jupyter_trainer.backends.in_container import run_in
+    from jupyter_trainer.backends.docker.in_container import run_in
     from jupyter_trainer.errors import BackendUnavailable
 
     container = docker_client.containers.run(docker_image, ["sleep", "300"], detach=True, init=True)

@@ -6,7 +6,7 @@ import subprocess
 import pytest
 from conftest import IN_CI
 
-from jupyter_trainer.docker_hosts import LOCAL_SOCKET, Engine, resolve
+from jupyter_trainer.backends.docker.hosts import LOCAL_SOCKET, Engine, resolve
 from jupyter_trainer.errors import InvalidOption
 from jupyter_trainer.spec import build_spec
 

@@ -4,9 +4,9 @@ import os
 
 import pytest
 
-from jupyter_trainer.backends.docker import DockerBackend
-from jupyter_trainer.backends.in_container import stops_on_term
-from jupyter_trainer.backends.links import link_run, unlink_run
+from jupyter_trainer.backends.docker.backend import DockerBackend
+from jupyter_trainer.backends.docker.in_container import stops_on_term
+from jupyter_trainer.backends.docker.links import link_run, unlink_run
 from jupyter_trainer.errors import CorruptRecord
 from jupyter_trainer.jobs import JobRecord
 
@@ -68,11 +68,11 @@ def test_a_released_run_is_found_by_name_never_by_a_path_in_the_record(tmp_path)
     for tampered in ("../../victim", "/", "..", "", 7):
         record.runtime = {**runtime, "shared_dir": tampered}
         with pytest.raises(CorruptRecord):  # never taken for a directory to release
-            DockerBackend()._release(record, run_dir)
+            DockerBackend().release(record, run_dir)
     assert sorted(os.listdir(victim / "1")) == sorted((*FILES, "keep.txt"))
     assert (shared / "train" / "1" / "script.py").exists()
     record.runtime = {**runtime, "shared_dir": "jt-box"}
-    DockerBackend()._release(record, run_dir)
+    DockerBackend().release(record, run_dir)
     assert not (shared / "train").exists() and (run_dir / "script.py").read_text() == "script.py"
 
 
@@ -90,7 +90,7 @@ def test_which_main_processes_stop_on_term():
 
 
 def test_the_supervisor_is_found_in_a_docker_top_listing_by_its_run():
-    from jupyter_trainer.backends.in_container import runs_supervisor
+    from jupyter_trainer.backends.docker.in_container import runs_supervisor
 
     def listing(*commands, titles=("PID", "COMMAND")):
         return {"Titles": list(titles), "Processes": [["7", command] for command in commands]}

@@ -461,8 +461,11 @@ def test_a_job_cannot_end_a_neighbour_in_its_container(docker_image, workdir, ho
     assert get_job("victim").status is Status.STOPPED
 
 
-def test_a_container_whose_tools_hang_never_hangs_us(docker_client, docker_image, workdir, home, monkeypatch):
-    monkeypatch.setattr("jupyter_trainer.backends.in_container.EXEC_SECONDS", 2)
+def test_a_container_whose_tools_hang_never_hangs_us(docker_client, docker_image, workdir, home):
+    from jupyter_trainer.backends import Backends
+    from jupyter_trainer.backends.docker.backend import DockerBackend
+
+    patient = Backends(docker=DockerBackend(exec_seconds=2))  # answers from inside awaited 2 s, not 30
     theirs = docker_client.containers.run(docker_image, ["sleep", "infinity"], detach=True, init=True)
     try:
         script = """
@@ -477,13 +480,13 @@ os.chmod("/bin/sh", 0o755)
 time.sleep(600)
 """
         spec = build_spec(textwrap.dedent(script), host=False, image=None, container=theirs.name, workdir=str(workdir), gpus=None)
-        job = submit_detached(spec, name="hanger").job
+        job = submit_detached(spec, name="hanger", backends=patient).job
         wait_for(lambda: theirs.exec_run(["/bin/dash", "-c", "head -c 2 /bin/sh"]).output == b"#!", what="the job to replace sh")
         with pytest.raises(TrainerError) as answered:
             job.logs(tail=3)
         assert "did not answer within 2 s" in str(answered.value) and "\n" not in str(answered.value)
         with pytest.raises(TrainerError) as stopping:
-            get_job("hanger").stop()
+            get_job("hanger", backends=patient).stop()
         assert "did not answer" in str(stopping.value)
     finally:
         theirs.remove(force=True)
@@ -672,7 +675,7 @@ def test_a_job_that_forges_its_exit_code_and_kills_its_supervisor_is_still_follo
     else:
         import docker
 
-        from jupyter_trainer.backends.in_container import job_processes
+        from jupyter_trainer.backends.docker.in_container import job_processes
 
         container = docker.from_env().containers.get(job.record.runtime["container_id"])
         assert job_processes(container, job.record.runtime["run_dir"]) == {"supervisor": [], "job": []}

@@ -390,9 +390,10 @@ def test_prune_containers_that_read_the_records_first_leaves_a_container_being_c
 
 @pytest.mark.docker
 def test_a_users_volume_named_like_a_runs_volume_is_neither_used_nor_pruned(laptop, store, tmp_path):
-    from jupyter_trainer.backends.docker import LABEL, LABEL_JOBS_DIR, LABEL_STORE, SHIPPED_JOBS_DIR
-    from jupyter_trainer.backends.engines import remember_engine
-    from jupyter_trainer.docker_hosts import Engine
+    from jupyter_trainer.backends.docker.containers import LABEL, LABEL_JOBS_DIR, LABEL_STORE
+    from jupyter_trainer.backends.docker.runtime import SHIPPED_JOBS_DIR
+    from jupyter_trainer.backends.docker.clients import remember_engine
+    from jupyter_trainer.backends.docker.hosts import Engine
 
     engine = laptop.client()
     engine.volumes.create("mybox-runs")  # the user's own, before any job

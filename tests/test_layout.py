@@ -7,7 +7,7 @@ PACKAGE = Path(__file__).resolve().parent.parent / "jupyter_trainer"
 
 # Lower layers never import higher ones. A module not listed is in the layer of its package.
 LAYERS = [
-    {"errors", "_fs", "proc", "jobs", "checks", "options", "spec", "surface", "naming", "resources", "docker_hosts", "ignore_patterns", "wording", "credentials"},  # pure: names, records, status rules, options, words
+    {"errors", "_fs", "proc", "jobs", "checks", "options", "spec", "surface", "naming", "resources", "ignore_patterns", "wording", "credentials"},  # pure: names, records, status rules, options, words
     {"store", "logs", "metrics", "plot", "metrics_cache"},  # the store, reading logs and metrics, charts
     {"backends"},  # where jobs run (every module under backends/)
     {"job", "submit", "summary"},  # jobs as users see them
@@ -78,6 +78,19 @@ def test_only_the_sagemaker_backend_imports_the_aws_libraries():
             continue
         for imported in imports_of(path):
             if imported.split(".")[0] in RUNTIME_LIBRARIES:
+                outside.append(f"{name} imports {imported}")
+    assert outside == []
+
+
+def test_only_the_docker_package_imports_docker_py():
+    """docker-py and paramiko are Docker's: SageMaker's local mode, the views and the CLI ask
+    backends/docker for what they need of the engine."""
+    outside = []
+    for name, path in modules().items():
+        if name.startswith("jupyter_trainer.backends.docker"):
+            continue
+        for imported in imports_of(path):
+            if imported.split(".")[0] in ("docker", "paramiko"):
                 outside.append(f"{name} imports {imported}")
     assert outside == []
 

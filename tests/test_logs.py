@@ -29,12 +29,10 @@ def log(tmp_path):
     return tmp_path / "output.log"
 
 
-def test_tail_reads_only_the_end(log, monkeypatch):
-    monkeypatch.setattr("jupyter_trainer.logs.BLOCK_SIZE", 512)
-    monkeypatch.setattr("jupyter_trainer.logs.MAX_BLOCK_SIZE", 1024)
+def test_tail_reads_only_the_end(log):
     log.write_text("".join(f"line {i}\n" for i in range(100_000)))
     source = CountingSource(log)
-    assert tail_lines(source, 3) == ["line 99997", "line 99998", "line 99999"]
+    assert tail_lines(source, 3, block_size=512, max_block_size=1024) == ["line 99997", "line 99998", "line 99999"]
     assert source.bytes_read <= 2048
 
 

@@ -114,7 +114,7 @@ def test_engine_restart_mid_job(private_docker, workdir, home):
     engine.stop()
     try:
         down = get_job("engine")
-        assert down.status is Status.RUNNING and "cannot reach the Docker engine" in down.reason
+        assert down.status is Status.RUNNING and "no Docker engine reachable at" in down.reason
     finally:
         engine.start()
     back = get_job("engine")
@@ -333,6 +333,7 @@ BAD_INPUTS = [
     ("magic", "%%train_detached --image jupyter-trainer-no-such-image:1\nprint(1)", "could not be pulled", True),
     ("magic", "%%train_detached --container nobody-here\nprint(1)", "no container named 'nobody-here'", True),
     ("engine down", "%%train_detached --image python:3.11-slim\nprint(1)", "no Docker engine reachable", False),
+    ("engine down", "%%sagemaker_fit --instance-type local --role arn:aws:iam::123456789012:role/Trainer --image-uri jupyter-trainer-test:bookworm-pip --output-path file:///tmp/jt-model-out\nprint(1)", "no Docker engine reachable at unix:///nonexistent/docker.sock while trying to run SageMaker local mode", False),
     ("cli", "status ghost", "no job named 'ghost'", False),
     ("cli", "logs ghost", "no job named 'ghost'", False),
     ("cli", "stop ghost", "no job named 'ghost'", False),

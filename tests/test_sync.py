@@ -7,7 +7,7 @@ import tarfile
 
 import pytest
 
-from jupyter_trainer.backends.sync import IGNORE_FILE, sync_directory
+from jupyter_trainer.backends.docker.sync import IGNORE_FILE, sync_directory
 from jupyter_trainer.checks import parse_sync
 from jupyter_trainer.errors import InvalidOption
 from jupyter_trainer.ignore_patterns import IgnoreRules, parse

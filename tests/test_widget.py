@@ -307,7 +307,7 @@ def test_poller_thread_serves_widgets_and_ends(store, fake_backend, backends):
     append(job, "hello from the job\n")
     wait_for(lambda: "hello from the job" in view.log.value, timeout=10, what="the poller to show the line")
     fake_backend.finish("w", 0)
-    wait_for(lambda: poller._thread is None, timeout=10, what="the poller to end")
+    wait_for(lambda: not poller.running, timeout=10, what="the poller to end")
     assert poller.widgets == [] and "completed" in view.header.value
 
 
@@ -526,7 +526,7 @@ def test_a_huge_or_flat_metric_neither_breaks_its_widget_nor_the_poller(store, f
     assert "jt-error" not in views[0].header.value and "-1.000e+300" in views[0].plot.value
     fake_backend.finish("flat", 0)
     fake_backend.finish("other", 0)
-    wait_for(lambda: poller._thread is None, timeout=10, what="the poller to end")
+    wait_for(lambda: not poller.running, timeout=10, what="the poller to end")
 
 
 def test_one_widgets_failure_stays_in_that_widget(store, fake_backend, backends, monkeypatch):
@@ -549,7 +549,7 @@ def test_one_widgets_failure_stays_in_that_widget(store, fake_backend, backends,
     assert "ZeroDivisionError" in shown_text(views[2].header.value)  # reported by the poller
     append(healthy, "step 2\n")
     wait_for(lambda: "step 2" in views[1].log.value, timeout=10, what="the healthy widget to go on")
-    assert poller._thread.is_alive() and "jt-error" not in views[1].header.value
+    assert poller.running and "jt-error" not in views[1].header.value
     fake_backend.finish("broken", 1)
     wait_for(lambda: "failed" in views[0].header.value, timeout=10, what="the final status despite the chart")
     # the poller lets a finished view go once its last poll has returned (which shows the status first)
@@ -557,7 +557,7 @@ def test_one_widgets_failure_stays_in_that_widget(store, fake_backend, backends,
     assert views[0].stop_button.disabled
     bug["on"] = False
     fake_backend.finish("healthy", 0)
-    wait_for(lambda: poller._thread is None, timeout=10, what="the poller to end")
+    wait_for(lambda: not poller.running, timeout=10, what="the poller to end")
 
 
 @pytest.mark.filterwarnings("ignore::pytest.PytestUnhandledThreadExceptionWarning")  # the death is the point
@@ -575,14 +575,14 @@ def test_watch_restarts_a_poller_thread_that_died(store, fake_backend, backends)
 
     poller = Poller(interval=0.01)
     poller.watch(Fatal())
-    wait_for(lambda: Fatal.polls and not poller._thread.is_alive(), timeout=10, what="the thread to die")
+    wait_for(lambda: Fatal.polls and not poller.running, timeout=10, what="the thread to die")
     job = fake_job(store, backends)
     view = JobWidget(job, clock=Clock())
     poller.watch(view)
     append(job, "served again\n")
     wait_for(lambda: "served again" in view.log.value, timeout=10, what="a new poller thread")
     fake_backend.finish("w", 0)
-    wait_for(lambda: poller._thread is None, timeout=10, what="the poller to end")
+    wait_for(lambda: not poller.running, timeout=10, what="the poller to end")
 
 
 # -- a job removed while its widget is open -----------------------------------------
@@ -600,7 +600,7 @@ def test_a_removed_job_says_so_once_and_is_dropped(store, fake_backend, backends
     else:
         shutil.rmtree(store.job_dir("w") if removed == "job directory" else job.run_dir)
     view.last_status_check = float("-inf")  # the check is due at once
-    wait_for(lambda: poller._thread is None, timeout=10, what="the poller to drop the widget")
+    wait_for(lambda: not poller.running, timeout=10, what="the poller to drop the widget")
     assert poller.widgets == []
     text = shown_text(view.header.value)
     assert view.header.value.count("jt-error") == 1 and "job w was removed" in text, text

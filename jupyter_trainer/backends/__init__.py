@@ -19,7 +19,7 @@ if TYPE_CHECKING:
 # name -> "module:Class", imported when the backend is first used
 KNOWN = {
     "host": "jupyter_trainer.backends.host:HostBackend",
-    "docker": "jupyter_trainer.backends.docker:DockerBackend",
+    "docker": "jupyter_trainer.backends.docker.backend:DockerBackend",
     "sagemaker": "jupyter_trainer.backends.sagemaker:SageMakerBackend",
 }
 

@@ -83,7 +83,13 @@ class SageMakerBackend:
         from .sdk import sdk_major
 
         sdk_major()
-        if not spec.local:
+        if spec.local:  # the SDK runs it with docker-compose, on the engine the environment names
+            from ..docker.clients import check_answers
+            from ..docker.errors import LOCAL_MODE
+            from ..docker.hosts import resolve
+
+            check_answers(resolve(None), LOCAL_MODE)
+        else:
             aws_session()
         if spec.framework:  # an unknown version is one line before anything is created
             self._with_image(spec)

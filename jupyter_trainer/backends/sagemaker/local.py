@@ -10,7 +10,6 @@ temporary directory removed at the end.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import re
@@ -18,7 +17,6 @@ import shutil
 import signal
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 from ..._fs import write_private_file
@@ -177,25 +175,14 @@ def botocore_session_without_credentials():
     return session
 
 
-def remove_containers(project: str, timeout: float = 8.0) -> None:
+def remove_containers(project: str) -> None:
     """Remove the training containers of a compose project. Stopping the job stops docker-compose
-    too, which may be removing the same containers: wait until every one is gone, within the
-    supervisor's grace period."""
-    try:
-        import docker
+    too, which may be removing the same containers: they are awaited, within the supervisor's
+    grace period."""
+    from ..docker.containers import remove_compose_project
 
-        client = docker.from_env()
-        deadline = time.monotonic() + timeout
-        while True:
-            left = client.containers.list(all=True, filters={"label": f"com.docker.compose.project={project}"})
-            if not left:
-                return
-            for container in left:
-                with contextlib.suppress(docker.errors.NotFound, docker.errors.APIError):  # being removed already
-                    container.remove(force=True)
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"{', '.join(c.name for c in left)} still there after {timeout:.0f} s")
-            time.sleep(0.2)
+    try:
+        remove_compose_project(project, timeout=8.0)
     except Exception as exc:  # cleaning up must not change the job's result
         print(f"jupyter_trainer: could not remove the local-mode containers: {exc}", flush=True)
 

@@ -11,12 +11,13 @@ from __future__ import annotations
 import io
 import select
 import signal
+import socket
 import tarfile
 import time
 
-from .. import surface
-from ..errors import BackendUnavailable
-from ..store import SUPERVISOR_FILE
+from ... import surface
+from ...errors import BackendUnavailable
+from ...store import SUPERVISOR_FILE
 
 EXEC_SECONDS = 30  # our snippets answer in well under a second, unless a job replaced the container's tools
 EXEC_OUTPUT_LIMIT = 1 << 20
@@ -52,10 +53,10 @@ done
 STOP_GROUPS = 'grace=$1; shift; for g in "$@"; do kill -TERM -"$g" 2>/dev/null; done; sleep "$grace"; for g in "$@"; do kill -KILL -"$g" 2>/dev/null; done; true'
 
 
-def job_processes(container, inner_run_dir: str) -> dict[str, list[str]]:
+def job_processes(container, inner_run_dir: str, seconds: float | None = None) -> dict[str, list[str]]:
     """The run's supervisor and job processes now running in the container (pids in its namespace)."""
     found: dict[str, list[str]] = {"supervisor": [], "job": []}
-    for line in run_in(container, FIND_RUN_PROCESSES, inner_run_dir, whole=True).decode(errors="replace").splitlines():
+    for line in run_in(container, FIND_RUN_PROCESSES, inner_run_dir, seconds=seconds, whole=True).decode(errors="replace").splitlines():
         kind, _, pid = line.partition(" ")
         if kind in found and pid.isdigit() and pid.isascii():
             found[kind].append(pid)
@@ -101,7 +102,7 @@ def run_in(
 ) -> bytes:
     """Run a fixed sh snippet in the container; values go in as arguments, never into the script.
     A job can replace the container's tools (its sh, wc, tail): the answer is awaited for
-    EXEC_SECONDS at most and read up to `limit` bytes, so no container can hang us or fill our memory.
+    `seconds` (EXEC_SECONDS) at most and read up to `limit` bytes, so no container can hang us or fill our memory.
     `whole`: an answer that ends before the snippet has (shorter than `limit`) is never taken for
     the whole of it: the engine's error if the way to it failed, else BackendUnavailable."""
     from docker.utils.socket import read
@@ -220,3 +221,13 @@ class _ChunkReader(io.RawIOBase):
         return size
 
 
+
+
+def give_stdin(stream, data: bytes) -> None:
+    """Write `data` to an attached exec's stdin and close it: the process reads it, then EOF."""
+    sock = getattr(stream, "_sock", stream)
+    try:
+        sock.sendall(data)
+        sock.shutdown(socket.SHUT_WR)
+    finally:
+        stream.close()

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-from ..checks import parse_remote_workdir, parse_workdir
-from ..docker_hosts import LOCAL_SOCKET, resolve
-from ..errors import InvalidOption
+from ...checks import parse_remote_workdir, parse_workdir
+from .hosts import LOCAL_SOCKET, resolve
+from ...errors import InvalidOption
 
 
 def settle_docker_spec(parsed: dict[str, Any], hosts: Mapping[str, str] | None) -> dict[str, Any]:

@@ -1,4 +1,4 @@
-"""A client of a Docker engine (see docker_hosts for which one), made with the care a remote
+"""A client of a Docker engine (see hosts for which one), made with the care a remote
 engine needs: a short timeout on every call, a bounded wait for the handshake, and a rest after a
 failure so that a host that is down costs the pollers nothing; and the remote engines a store's
 jobs have used, for prune."""
@@ -14,8 +14,10 @@ import time
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from .._fs import make_private_dir, write_private_file
-from ..docker_hosts import Engine
+from ..._fs import make_private_dir, write_private_file
+from ...errors import TrainerError
+from .errors import Doing, busy, engine_errors, refused, translate
+from .hosts import Engine
 
 # A remote engine is asked with a short timeout: a laptop that lost its network must learn it in
 # seconds, not in the minute a TCP connection takes to give up.
@@ -34,7 +36,8 @@ STREAMS_PER_HOST = 4
 
 def connect(engine: Engine):
     """A new docker-py client of this engine. A remote engine that does not answer the SSH or
-    TLS handshake within CONNECT_SECONDS is unreachable (docker-py itself would wait minutes)."""
+    TLS handshake within CONNECT_SECONDS is unreachable (docker-py itself would wait minutes).
+    It raises what docker-py and paramiko raise: `Clients.calling` words it."""
     import docker
 
     kwargs = {"base_url": _with_configured_port(engine.url), "timeout": REMOTE_CALL_SECONDS if engine.remote else LOCAL_CALL_SECONDS}
@@ -47,10 +50,7 @@ def connect(engine: Engine):
             verify=engine.tls_verify,
         )
     if not engine.remote:
-        try:
-            return docker.DockerClient(**kwargs)
-        except docker.errors.DockerException as exc:
-            raise engine.unreachable(exc) from exc
+        return docker.DockerClient(**kwargs)
     _quiet_paramiko()
     return _within(CONNECT_SECONDS, lambda: _tls_client(kwargs) if engine.tls_dir else docker.DockerClient(**kwargs), engine)
 
@@ -122,9 +122,9 @@ def _within(seconds: float, make, engine: Engine):
     threading.Thread(target=attempt, name=f"connect {engine.label}", daemon=True).start()
     if not done.wait(seconds):
         abandoned.set()
-        raise engine.unreachable(TimeoutError(f"no answer within {seconds:g} s"))
+        raise TimeoutError(f"no answer within {seconds:g} s")
     if "error" in outcome:
-        raise engine.unreachable(outcome["error"]) from outcome["error"]
+        raise outcome["error"]
     return outcome["client"]
 
 
@@ -148,6 +148,70 @@ class Reachability:
         with self._lock:
             failed = self._failed_at.get(engine.url)
         return failed is not None and time.monotonic() - failed < RETRY_AFTER_SECONDS
+
+
+class Clients:
+    """The clients of every engine this process talks to, each made on first use, and the way
+    every call to an engine is made: `with clients.calling(engine, doing) as client:`. Whatever
+    docker-py or paramiko raises in there leaves as our error (errors.translate); a lost engine's
+    clients are dropped (an SSH connection that died stays dead: the next call makes a new one).
+    A remote engine that failed a moment ago is not asked again before RETRY_AFTER_SECONDS, so a
+    host that is down costs every poll nothing. Log streams have clients of their own
+    (`purpose="streams"`): over SSH a connection of their own, whose sessions (sshd allows 10 per
+    connection) the calls of the views and pollers do not share."""
+
+    def __init__(self):
+        self._clients: dict[str, object] = {}  # by purpose and engine URL: each job names its engine
+        self._lock = threading.Lock()
+        self._reach = Reachability()
+
+    @contextlib.contextmanager
+    def calling(self, engine: Engine, doing: Doing, purpose: str = "calls"):
+        try:
+            yield self._client(engine, purpose)
+        except TrainerError:
+            raise
+        except engine_errors() as exc:
+            if not isinstance(exc, _Resting) and not refused(exc) and not busy(exc):
+                self._lost(engine)
+            raise translate(exc, engine, doing) from exc
+        self._reach.answered(engine)
+
+    def _client(self, engine: Engine, purpose: str):
+        key = f"{purpose} {engine.url}"
+        with self._lock:
+            client = self._clients.get(key)
+        if client is not None:
+            return client
+        if engine.remote and self._reach.resting(engine):  # a local engine is asked again at once: Docker may just have started
+            raise _Resting()
+        client = connect(engine)
+        with self._lock:
+            return self._clients.setdefault(key, client)
+
+    def _lost(self, engine: Engine) -> None:
+        self._reach.failed(engine)
+        with self._lock:
+            clients = [self._clients.pop(key) for key in list(self._clients) if key.endswith(f" {engine.url}")]
+        for client in clients:
+            with contextlib.suppress(Exception):
+                client.close()
+
+
+class _Resting(OSError):
+    """The engine failed a moment ago and was not asked again."""
+
+    def __str__(self) -> str:
+        return "it did not answer a moment ago"
+
+
+def check_answers(engine: Engine, doing: Doing) -> None:
+    """One line now, when `engine` does not answer, rather than a failure in a job's log later."""
+    with Clients().calling(engine, doing) as client:
+        try:
+            client.ping()
+        finally:
+            client.close()
 
 
 def remember_engine(home: Path, engine: Engine) -> None:

@@ -21,14 +21,15 @@ import socket
 import threading
 import time
 
-# $1 the first byte (1-based), $2 the heartbeat's period; the run's directory comes in the environment
-# (JT_RUN_DIR) and tail is given the log's bare name: no command line here names a run's files, which
-# the supervisor takes for another job still running in the container (see supervise.sh)
+# $1 the first byte (1-based), $2 the heartbeat's period; the run's directory (JT_RUN_DIR) and the
+# log's name in it (JT_LOG, from the store) come in the environment, and tail is given the bare
+# name: no command line here names a run's files, which the supervisor takes for another job still
+# running in the container (see supervise.sh)
 # The follower ends when its stdin does: the engine ends an exec's stdin when the connection
 # attached to it closes (its output it keeps reading, and throwing away, for as long as the exec lives).
 FOLLOW_LOG = r"""
-cd "$JT_RUN_DIR" && [ -f output.log ] && [ ! -L output.log ] || exit 1
-tail -c +"$1" -f output.log & follower=$!
+cd "$JT_RUN_DIR" && [ -f "$JT_LOG" ] && [ ! -L "$JT_LOG" ] || exit 1
+tail -c +"$1" -f "$JT_LOG" & follower=$!
 (
     trap 'kill $nap 2>/dev/null; exit 0' TERM
     while :; do

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from .errors import BackendUnavailable, InvalidOption
+from ...errors import InvalidOption
 
 LOCAL_SOCKET = "unix:///var/run/docker.sock"
 TLS_PORT = 2376
@@ -74,20 +74,6 @@ class Engine:
         name = value.get("name") if isinstance(value.get("name"), str) and HOST_NAME.fullmatch(value["name"]) else ""
         tls_dir = value.get("tls_dir") if isinstance(value.get("tls_dir"), str) else None
         return cls(value["url"], name, tls_dir, value.get("tls_verify") is not False)
-
-    def unreachable(self, cause: BaseException | None = None) -> BackendUnavailable:
-        detail = f" ({brief(cause)})" if cause is not None else ""
-        if self.remote:
-            return BackendUnavailable(f"cannot reach the Docker engine on {self.label}{detail}")
-        return BackendUnavailable(
-            f"no Docker engine reachable at {self.url}{detail}",
-            "start Docker or set DOCKER_HOST, or use --host to run without a container",
-        )
-
-
-def brief(exc: BaseException) -> str:
-    text = str(exc).strip().splitlines()[0] if str(exc).strip() else exc.__class__.__name__
-    return text[:160]
 
 
 # -- choosing one ----------------------------------------------------------------

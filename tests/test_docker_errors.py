@@ -1,0 +1,111 @@
+"""The one translation of docker-py's and paramiko's errors (backends/docker/errors.py) and the
+way every call reaches an engine (Clients.calling): one wording per failure, the cause told to a
+submission only, a lost engine's clients dropped, a remote one left to rest."""
+
+import docker
+import paramiko
+import pytest
+
+from jupyter_trainer.backends.docker import clients as clients_module
+from jupyter_trainer.backends.docker.clients import Clients
+from jupyter_trainer.backends.docker.errors import LIST, LOOK, REACH, START, STOP, translate
+from jupyter_trainer.backends.docker.hosts import Engine
+from jupyter_trainer.errors import BackendUnavailable, TrainerError, Unreachable
+
+LOCAL = Engine("unix:///nonexistent/docker.sock")
+REMOTE = Engine("ssh://me@gpu1.example.org", name="gpu1")
+
+
+def refusal(message="No such container: abc"):
+    response = type("Response", (), {"status_code": 409, "reason": "Conflict", "url": "x"})()
+    return docker.errors.APIError("409 Client Error", response=response, explanation=message)
+
+
+def test_a_refusal_is_the_engine_saying_no():
+    error = translate(refusal(), REMOTE, STOP)
+    assert type(error) is TrainerError and str(error) == "Docker refused to stop the job: No such container: abc"
+
+
+def test_a_host_with_no_session_to_spare_is_up():
+    busy = OSError("channel failed")
+    busy.__cause__ = paramiko.ChannelException(2, "Connect failed")
+    error = translate(busy, REMOTE, LOOK)
+    assert not isinstance(error, Unreachable) and "no SSH session to spare" in str(error)
+
+
+def test_this_machines_engine_gone():
+    cause = ConnectionRefusedError(111, "Connection refused")
+    looked = translate(cause, LOCAL, LOOK)
+    assert type(looked) is BackendUnavailable
+    # a look repeats every poll and becomes the job's reason: never the cause, which varies
+    assert str(looked) == "no Docker engine reachable at unix:///nonexistent/docker.sock: check that Docker is running"
+    submitted = str(translate(cause, LOCAL, REACH))
+    assert "(Connection refused" in submitted or "([Errno 111] Connection refused)" in submitted
+    assert submitted.endswith("start Docker or set DOCKER_HOST, or use --host to run without a container")
+    assert "while trying to stop the job" in str(translate(cause, LOCAL, STOP))
+
+
+def test_a_remote_host_gone_names_it():
+    error = translate(TimeoutError("no answer within 10 s"), REMOTE, LIST)
+    assert isinstance(error, Unreachable) and error.host == "gpu1"
+    assert error.message == "cannot reach the Docker engine on gpu1 while trying to list its containers"
+    lost = translate(EOFError(), REMOTE, START)
+    assert isinstance(lost, Unreachable) and "so nothing was recorded" in lost.message and "docker ps" in lost.hint
+    # this machine's engine lost mid-start: nothing can run there unrecorded, no such warning
+    assert "nothing was recorded" not in str(translate(EOFError(), LOCAL, START))
+
+
+def test_a_remote_host_that_failed_rests_and_a_local_engine_is_asked_again(monkeypatch):
+    attempts = []
+
+    def connect(engine):
+        attempts.append(engine.url)
+        raise ConnectionRefusedError(111, "Connection refused")
+
+    monkeypatch.setattr(clients_module, "connect", connect)
+    clients = Clients()
+    for _ in range(3):
+        with pytest.raises(Unreachable, match="cannot reach the Docker engine on gpu1"):
+            with clients.calling(REMOTE, REACH):
+                pass
+    assert attempts == [REMOTE.url]  # asked once: the next RETRY_AFTER_SECONDS cost nothing
+    with pytest.raises(Unreachable, match="did not answer a moment ago"):
+        with clients.calling(REMOTE, REACH):
+            pass
+    for _ in range(2):
+        with pytest.raises(BackendUnavailable, match="no Docker engine reachable"):
+            with clients.calling(LOCAL, LOOK):
+                pass
+    assert attempts == [REMOTE.url, LOCAL.url, LOCAL.url]  # Docker may just have started
+
+
+def test_a_lost_engine_drops_its_clients_and_a_refusal_keeps_them(monkeypatch):
+    made = []
+
+    class Client:
+        closed = False
+
+        def close(self):
+            self.closed = True
+
+    def connect(engine):
+        made.append(Client())
+        return made[-1]
+
+    monkeypatch.setattr(clients_module, "connect", connect)
+    clients = Clients()
+    with pytest.raises(TrainerError, match="refused"):
+        with clients.calling(LOCAL, STOP):
+            raise refusal()
+    with clients.calling(LOCAL, LOOK) as client:
+        assert client is made[0]  # the engine answered: the same client
+    with pytest.raises(BackendUnavailable):
+        with clients.calling(LOCAL, LOOK):
+            raise ConnectionResetError(104, "Connection reset by peer")
+    assert made[0].closed
+    with clients.calling(LOCAL, LOOK) as client:
+        assert client is made[1]
+    # our own errors pass as they are
+    with pytest.raises(TrainerError, match="^mine$"):
+        with clients.calling(LOCAL, LOOK):
+            raise TrainerError("mine")
