@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import math
 import sys
@@ -15,10 +14,9 @@ from .errors import TrainerError
 from .job import Job, refreshed_records
 from .jobs import JobRecord
 from .options import (
-    ALL_RUNS, AS_JSON, DETACHED, FOLLOW, JOB, JOB_NAME, LINES, ONE_RUN, WITH_CONTAINER, add_options, argument, configurable,
+    ALL_RUNS, AS_JSON, DETACHED, FOLLOW, JOB, JOB_NAME, LINES, ONE_RUN, SCRIPT, WITH_CONTAINER, add_options, argument, configurable,
     split_script_arguments,
 )  # fmt: skip
-from .spec import detached_spec
 from .store import JobStore
 from .submit import submit_detached
 
@@ -54,11 +52,11 @@ def build_parser() -> argparse.ArgumentParser:
     submit = commands.add_parser(
         "submit",
         help="run a script as a detached job (the options of %%%%train_detached)",
-        description="Run SCRIPT as a detached job, as %%train_detached runs a cell: the same options, and the "
-        "same defaults from c.TrainerMagics in the IPython profile's ipython_config.py. Words after -- are "
-        "the script's arguments.",
+        description="Run SCRIPT in place as a detached job, as %train_detached SCRIPT does: the options of "
+        "%%train_detached, and the same defaults from c.TrainerMagics in the IPython profile's ipython_config.py. "
+        "Words after -- are the script's arguments.",
     )
-    submit.add_argument("script", help="the training script")
+    SCRIPT.add_to(submit)
     add_options(submit, [option for option in JOB if option.dest != "no_widget"] + list(DETACHED))
     return parser
 
@@ -132,13 +130,11 @@ def print_metrics(job: Job, as_json: bool) -> None:
 
 
 def submit(args, script_args: list[str], store: JobStore, backends: Backends) -> int:
-    try:
-        script = Path(args.script).read_text()
-    except (OSError, UnicodeDecodeError) as exc:
-        raise TrainerError(f"cannot read the script {args.script} ({getattr(exc, 'strerror', None) or exc})") from None
+    from .in_place import detached_in_place
+
     defaults = configured_defaults()
     hosts = defaults.pop("docker_hosts", {})
-    spec = dataclasses.replace(detached_spec(script, vars(args), defaults, script_args, hosts), from_cell=False)
+    spec = detached_in_place(args.script, vars(args), defaults, script_args, hosts)
     submission = submit_detached(spec, name=args.name, rerun=bool(args.rerun), store=store, backends=backends, label=Path(args.script).stem)
     if submission.attached or submission.facts:  # facts: what the launch left out, say
         print(submission.message)

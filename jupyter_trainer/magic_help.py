@@ -30,12 +30,16 @@ HELP = {
         "persistent Docker container (--image, --container) or as a process on this machine "
         "(--host). The cell returns at once; the job goes on when the notebook is closed, the kernel "
         "dies or the SSH session drops. Running the same cell again attaches to its job instead of "
-        "training twice. Defaults come from %config TrainerMagics.OPTION; a flag always wins. Words "
-        "after -- are the script's arguments.",
+        "training twice. The cell runs as a file of the working directory would (its modules import, "
+        "its files open). %train_detached SCRIPT, with no cell, runs an existing script in place. "
+        "Defaults come from %config TrainerMagics.OPTION; a flag always wins. Words after -- are the "
+        "script's arguments.",
         """\
 %%train_detached --image pytorch/pytorch:latest --gpus all --name resnet50
 import torch
 ...
+
+%train_detached main.py --image pytorch/pytorch:latest --gpus all -- --epochs 3
 
 %%train_detached --host --name quick -- --epochs 3 --lr 0.01
 import sys
@@ -49,7 +53,8 @@ print(sys.argv[1:])
         "hyperparameters as --key value arguments, the model written to SM_MODEL_DIR uploaded to "
         "S3) and stops the instances when it ends. The cell returns once the job is submitted. "
         "--instance-type local runs the same job on this machine's Docker engine. The standard AWS "
-        "configuration chain gives the credentials; no option takes them.",
+        "configuration chain gives the credentials; no option takes them. %sagemaker_fit with no "
+        "script runs the image's own train; %sagemaker_fit SCRIPT makes an existing file the entry script.",
         """\
 %%sagemaker_fit --framework pytorch --framework-version 2.1 --py-version py310 --instance-type ml.g5.xlarge --hyperparameter epochs=10
 import os
@@ -57,7 +62,9 @@ import os
 
 %%sagemaker_fit --image-uri 123456789012.dkr.ecr.us-east-1.amazonaws.com/trainer:1 --input train=s3://bucket/data --spot --max-wait 7200
 
-%%sagemaker_fit --image-uri my-image --instance-type local --name try-locally""",
+%%sagemaker_fit --image-uri my-image --instance-type local --name try-locally
+
+%sagemaker_fit --image-uri my-byoc-image --input training=s3://bucket/data --hyperparameter epochs=10""",
     ),
     "train_jobs": MagicHelp(
         "Every job of this user, whichever kernel or terminal started it: its status, backend and "

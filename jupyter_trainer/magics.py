@@ -3,19 +3,20 @@
 from __future__ import annotations
 
 import functools
+import os
 import shlex
 import time
 from typing import TYPE_CHECKING
 
 from IPython.core.error import UsageError
-from IPython.core.magic import Magics, cell_magic, line_magic, magics_class
+from IPython.core.magic import Magics, line_cell_magic, line_magic, magics_class
 from IPython.core.magic_arguments import MagicArgumentParser
 from traitlets import Bool, Dict, Int, List, Unicode
 
 from .errors import TrainerError
 from .magic_help import describe
 from .options import (
-    ALL_RUNS, DETACHED, FOLLOW, JOB, JOB_NAME, LINES, NO_WIDGET_TABLE, ONE_RUN, SAGEMAKER, WITH_CONTAINER,
+    ALL_RUNS, DETACHED, ENTRY_SCRIPT, FOLLOW, JOB, JOB_NAME, LINES, NO_WIDGET_TABLE, ONE_RUN, SAGEMAKER, SCRIPT, WITH_CONTAINER,
     Argument, add_options, configurable, split_script_arguments,
 )  # fmt: skip
 
@@ -80,7 +81,11 @@ def cell_parser(*groups) -> MagicArgumentParser:
 
 
 DETACHED_PARSER = cell_parser(JOB, DETACHED)
+DETACHED_LINE_PARSER = cell_parser(JOB, DETACHED)  # the line form: SCRIPT first
+SCRIPT.add_to(DETACHED_LINE_PARSER)
 SAGEMAKER_PARSER = cell_parser(JOB, SAGEMAKER)
+SAGEMAKER_LINE_PARSER = cell_parser(JOB, SAGEMAKER)  # the line form: an entry script, or none
+ENTRY_SCRIPT.add_to(SAGEMAKER_LINE_PARSER)
 
 
 def documented(magic: str, parser=None):
@@ -150,29 +155,48 @@ class TrainerMagics(Magics):
 
     # -- the cell magics ------------------------------------------------------------
 
-    @cell_magic
+    @line_cell_magic
     @documented("train_detached", DETACHED_PARSER)
     @user_errors
-    def train_detached(self, line, cell):
+    def train_detached(self, line, cell=None):
         words, script_args = options_and_arguments(line)
+        if cell is None:  # %train_detached SCRIPT [options] [-- ARGS]: an existing file, in place
+            from .in_place import detached_in_place
+
+            args = DETACHED_LINE_PARSER.parse_args(words)
+            spec = detached_in_place(args.script, vars(args), self._config(DETACHED), script_args, self.docker_hosts)
+            self._submit(spec, args, label=os.path.splitext(os.path.basename(args.script))[0])
+            return
         args = DETACHED_PARSER.parse_args(words)
         from .spec import detached_spec
 
         self._submit(detached_spec(cell, vars(args), self._config(DETACHED), script_args, self.docker_hosts), args)
 
-    @cell_magic
+    @line_cell_magic
     @documented("sagemaker_fit", SAGEMAKER_PARSER)
     @user_errors
-    def sagemaker_fit(self, line, cell):
+    def sagemaker_fit(self, line, cell=None):
         from .backends.sagemaker.sdk import notebook_default_output, notebook_instance_role
         from .backends.sagemaker.spec import sagemaker_spec
 
         words, script_args = options_and_arguments(line)
-        args = SAGEMAKER_PARSER.parse_args(words)
-        spec = sagemaker_spec(cell, vars(args), self._config(SAGEMAKER), notebook_instance_role, script_args, notebook_default_output)
+        args = (SAGEMAKER_PARSER if cell is not None else SAGEMAKER_LINE_PARSER).parse_args(words)
+        given, config, label = vars(args), self._config(SAGEMAKER), None
+        fallbacks = {"fallback_role": notebook_instance_role, "args": script_args, "fallback_output": notebook_default_output}
+        if cell is not None:
+            spec = sagemaker_spec(cell, given, config, **fallbacks)
+        elif args.script:  # %sagemaker_fit SCRIPT: an existing file, relative to --source-dir as the SDK's entry_point
+            from .in_place import in_place, read_script, script_path
+
+            path = script_path(args.script, given.get("source_dir") or config.get("source_dir"))
+            spec = in_place(sagemaker_spec(read_script(path), given, config, **fallbacks), path)
+            label = os.path.splitext(os.path.basename(path))[0]
+        else:  # %sagemaker_fit: the image's own train
+            spec = sagemaker_spec("", given, config, **fallbacks, image_train=True)
+            label = spec.image_uri.rsplit("/", 1)[-1].split(":")[0].split("@")[0] if spec.image_uri else spec.framework
         if spec.notify and not spec.local:
             print(REMOTE_NOTIFY_NOTE)
-        self._submit(spec, args)
+        self._submit(spec, args, label=label)
 
     # -- line magics -------------------------------------------------------------
 
@@ -253,12 +277,12 @@ class TrainerMagics(Magics):
         job = Job.load(args.name, self._store(), self.backends).stop(container=args.container)
         print(summary.stop_line(job.record, self.backends))
 
-    def _submit(self, spec, args) -> None:
-        """Submit (or attach to) the job of a cell, then show it."""
+    def _submit(self, spec, args, label: str | None = None) -> None:
+        """Submit (or attach to) the job of a cell (or a script: `label`, its name), then show it."""
         from .naming import notebook_label
         from .submit import submit_detached
 
-        label = notebook_label(self.shell.user_ns if self.shell else None)
+        label = label or notebook_label(self.shell.user_ns if self.shell else None)
         submission = submit_detached(spec, name=args.name, rerun=bool(args.rerun), store=self._store(), backends=self.backends, label=label)
         if submission.attached or submission.facts:  # facts: what the launch left out, say
             print(submission.message)

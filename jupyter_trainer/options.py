@@ -76,6 +76,11 @@ ONE_RUN = argument("--run", type=int, default=None, metavar="N", help="only run 
 WITH_CONTAINER = argument("--container", action="store_true", help="also stop the job's container")
 NO_WIDGET_TABLE = argument("--no-widget", action="store_true", help="print a text table instead of the live one")
 AS_JSON = argument("--json", action="store_true", help="one JSON object")
+SCRIPT = argument("script", help="an existing training script, run in place (relative to --workdir, else the current directory)")
+ENTRY_SCRIPT = argument(
+    "script", nargs="?", default=None,
+    help="an existing file as the entry script (relative to --source-dir when given); none: the image's own train runs",
+)
 
 
 def split_script_arguments(words: list[str]) -> tuple[list[str], list[str]]:

@@ -117,6 +117,10 @@ class DetachedSpec:
     # a backend's own options that no field above holds, by option name, as its declaration settled
     # them: a new backend's options reach it (stored, shown and fingerprinted) with no field here
     backend_options: dict[str, Any] = added_field(default_factory=dict)
+    # the line forms: the file run in place (absolute, on this machine), and its text's SHA-256;
+    # the text itself is `script`, as submitted
+    script_path: str | None = added_field(None)
+    script_sha256: str | None = added_field(None)
 
 
     def public_options(self) -> dict:
@@ -163,10 +167,11 @@ def _not_given(value: Any) -> bool:
     return value is None or value is False or (isinstance(value, (list, tuple)) and not value)
 
 
-def cell_values(script: str, options, values: Mapping[str, Any]) -> dict[str, Any]:
-    """What a spec builder starts from: a cell with a script in it, and every option's value (its
-    default where none is given); an option no declaration names is a programming error."""
-    if not script.strip():
+def cell_values(script: str, options, values: Mapping[str, Any], needs_script: bool = True) -> dict[str, Any]:
+    """What a spec builder starts from: a cell with a script in it (unless not `needs_script`), and
+    every option's value (its default where none is given); an option no declaration names is a
+    programming error."""
+    if needs_script and not script.strip():
         raise InvalidOption("the cell is empty", "write the training script in the cell body")
     unknown = set(values) - {option.dest for option in options}
     if unknown:

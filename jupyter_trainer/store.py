@@ -1,7 +1,8 @@
 """The job store: one directory per job, one sub-directory per run.
 
     $JUPYTER_TRAINER_HOME/jobs/<name>/<run>/record.json   the JobRecord
-                                             script.py     the cell body
+                                             script.py     the cell body, or the file as submitted
+                                             launch.py     runs it as a file of the working directory
                                              output.log    stdout + stderr
                                              pid, exit_code  written by the supervisor
 
@@ -40,7 +41,8 @@ from .jobs import NAME_PATTERN, JobRecord, validate_name
 # LOG_FILE, PID_FILE and EXIT_CODE_FILE under these names; tests/test_store.py checks that it does.
 RECORD_FILE = "record.json"  # the JobRecord
 LOCK_FILE = "record.lock"  # held while the record is read, changed and saved
-SCRIPT_FILE = "script.py"  # the cell body
+SCRIPT_FILE = "script.py"  # the cell body, or a copy of the script run in place as it was submitted
+LAUNCH_FILE = "launch.py"  # what the interpreter runs: the script, as a file of the job's working directory
 SUPERVISOR_FILE = "supervise.sh"  # the supervisor, copied into the run
 LOG_FILE = "output.log"  # the job's stdout and stderr
 PID_FILE = "pid"  # "SUPERVISOR_PID JOB_PID", written by the supervisor

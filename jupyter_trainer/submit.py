@@ -9,6 +9,7 @@ store is left as it was.
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from dataclasses import dataclass
 
@@ -56,8 +57,11 @@ def submit_detached(
     backend.preflight(spec)  # an unreachable runtime is one line before the store is touched
     fingerprint = spec.fingerprint(store.fingerprint_key(), rerun)
     if name is None:
-        # the same cell gets the same name, so running it again attaches instead of training twice
-        name = _named_before(store, fingerprint) or default_name(label, fingerprint)
+        # the same cell gets the same name, so running it again attaches instead of training twice;
+        # a script run in place is named by its path and options, not its text: once the file has
+        # changed, the same line names the same job, which it then may not silently train again
+        named_by = _without_text(spec).fingerprint(store.fingerprint_key()) if getattr(spec, "script_path", None) else fingerprint
+        name = _named_before(store, fingerprint) or default_name(label, named_by)
     validate_name(name)
 
     with store.claiming(name):  # looking for the name's runs and creating the next is one step
@@ -67,7 +71,7 @@ def submit_detached(
             existing = Job(store.load(name, latest), store, backends).refresh()
             if existing.record.fingerprint == fingerprint:
                 return Submission(existing, attached=True)
-            _refuse_other_cell(name, existing.record.status, rerun)
+            _refuse_other_cell(name, existing.record.status, rerun, "script" if getattr(spec, "script_path", None) else "cell")
         record = JobRecord(
             name=name,
             backend=spec.backend,
@@ -110,15 +114,20 @@ def _named_before(store: JobStore, fingerprint: str) -> str | None:
     return None
 
 
-def _refuse_other_cell(name: str, status, rerun: bool) -> None:
-    """A different cell under a taken name: an error unless it re-runs a finished job."""
+def _without_text(spec):
+    """The spec with its script's text and hash left out: what names a script run in place."""
+    return dataclasses.replace(spec, script="", script_sha256=None)
+
+
+def _refuse_other_cell(name: str, status, rerun: bool, what: str = "cell") -> None:
+    """A different cell (or script: `what`) under a taken name: an error unless it re-runs a finished job."""
     if not status.is_final:
         raise NameInUse(
-            f"job {name!r} is {status.value} with a different cell",
+            f"job {name!r} is {status.value} with a different {what}",
             f"choose another --name, or stop it first with {surface.command('stop', name)}",
         )
     if not rerun:
         raise NameInUse(
-            f"job {name!r} already ran ({status.value}) with a different cell",
+            f"job {name!r} already ran ({status.value}) with a different {what}",
             "pass --rerun to train again under this name (the old run is kept), or choose another --name",
         )

@@ -33,7 +33,7 @@ import json, os, time
 print('epoch 1 <img src=x onerror="window.__jt_pwned=1">', flush=True)
 print("</pre><script>window.__jt_pwned=1</script>", flush=True)
 time.sleep(3)
-record = os.path.join(os.path.dirname(os.path.abspath(__file__)), "record.json")
+record = os.path.join(os.path.dirname(open('/proc/self/cmdline', 'rb').read().split(b'\\0')[1].decode()), "record.json")
 
 def replace(text):  # whole, as the store writes it
     with open(record + ".new", "w") as handle:

@@ -78,7 +78,7 @@ def test_two_kernels_submitting_one_name_at_once_launch_it_once(same_cell, workd
 SCRIBBLER = """
 import os, time
 time.sleep(1)  # seen running first
-run_dir = os.path.dirname(os.path.abspath(__file__))
+run_dir = os.path.dirname(open('/proc/self/cmdline', 'rb').read().split(b'\\0')[1].decode())
 with open(os.path.join(run_dir, {file!r}), "w") as handle:
     handle.write({content!r})
 print("scribbled", flush=True)
@@ -117,7 +117,7 @@ def test_a_job_that_scribbles_on_its_run_files_breaks_only_itself(where, workdir
 def test_a_fifo_in_place_of_a_run_file_blocks_nobody(workdir, home):
     script = """
     import os, time
-    run_dir = os.path.dirname(os.path.abspath(__file__))
+    run_dir = os.path.dirname(open('/proc/self/cmdline', 'rb').read().split(b'\\0')[1].decode())
     for name in ("pid", "output.log"):
         os.remove(os.path.join(run_dir, name))
         os.mkfifo(os.path.join(run_dir, name))
@@ -317,7 +317,7 @@ for i in range(3):
 TRUNCATIONS = {
     "ftruncate": "os.ftruncate(1, 0)",
     "reopened": "import sys\nsys.stdout = open('/dev/stdout', 'w')",  # reopening truncates (O_TRUNC)
-    "copytruncate": "import shutil\nshutil.copy(os.path.join(os.path.dirname(os.path.abspath(__file__)), 'output.log'), {rotated!r})\nos.truncate(os.path.join(os.path.dirname(os.path.abspath(__file__)), 'output.log'), 0)",
+    "copytruncate": "import shutil\nshutil.copy(os.path.join(os.path.dirname(open('/proc/self/cmdline', 'rb').read().split(b'\\0')[1].decode()), 'output.log'), {rotated!r})\nos.truncate(os.path.join(os.path.dirname(open('/proc/self/cmdline', 'rb').read().split(b'\\0')[1].decode()), 'output.log'), 0)",
 }
 
 
@@ -470,7 +470,7 @@ def test_a_container_whose_tools_hang_never_hangs_us(docker_client, docker_image
     try:
         script = """
 import os, time
-run_dir = os.path.dirname(os.path.abspath(__file__))
+run_dir = os.path.dirname(open('/proc/self/cmdline', 'rb').read().split(b'\\0')[1].decode())
 os.remove(os.path.join(run_dir, "output.log"))
 os.mkfifo(os.path.join(run_dir, "output.log"))  # wc -c < it waits forever
 os.remove("/bin/sh")
@@ -496,7 +496,7 @@ def test_a_job_that_kills_its_supervisor_cannot_name_another_process_as_itself(w
     told = tmp_path / "bystander.pid"
     script = f"""
 import os, signal, time
-run_dir = os.path.dirname(os.path.abspath(__file__))
+run_dir = os.path.dirname(open('/proc/self/cmdline', 'rb').read().split(b'\\0')[1].decode())
 while not os.path.exists({str(told)!r}):
     time.sleep(0.05)
 bystander = open({str(told)!r}).read().strip()
@@ -652,7 +652,7 @@ def test_a_store_named_through_a_bind_mount_of_the_workspace_is_still_covered(do
 
 FORGE_AND_KILL = """
 import os, signal, time
-run_dir = os.path.dirname(os.path.abspath(__file__))
+run_dir = os.path.dirname(open('/proc/self/cmdline', 'rb').read().split(b'\\0')[1].decode())
 with open(os.path.join(run_dir, "exit_code"), "r+") as code:
     code.write("0 exited\\n")
 os.kill(int(open(os.path.join(run_dir, "pid")).read().split()[0]), signal.SIGKILL)
@@ -719,7 +719,7 @@ def test_a_job_that_replaces_its_exit_code_file_keeps_its_outcome(where, workdir
     leaves what we read as it is."""
     script = """
     import os
-    run_dir = os.path.dirname(os.path.abspath(__file__))
+    run_dir = os.path.dirname(open('/proc/self/cmdline', 'rb').read().split(b'\\0')[1].decode())
     for name in ("exit_code", "pid"):
         os.remove(os.path.join(run_dir, name))
         os.mkfifo(os.path.join(run_dir, name))

@@ -37,6 +37,22 @@ def test_sagemaker_fit_notebook(docker_client, docker_image, tmp_path, home, mon
     assert "'w': 2.9" in outputs or "'w': 3.0" in outputs, outputs[-2000:]
 
 
+def test_bring_your_own_container_notebook(docker_client, docker_image, tmp_path, home, monkeypatch):
+    """The image of example_notebooks/byoc_image, built on the test image, trained by its own
+    `train` in local mode; then failed on an empty channel, with the reason it wrote."""
+    __import__("sagemaker") if IN_CI else pytest.importorskip("sagemaker")
+    shutil.copytree(REPO / "example_notebooks" / "byoc_image", tmp_path / "byoc_image")
+    monkeypatch.setenv("JUPYTER_TRAINER_BYOC_BASE", TEST_IMAGE)
+    try:
+        outputs = execute("bring_your_own_container.ipynb", tmp_path)
+    finally:
+        with __import__("contextlib").suppress(Exception):
+            docker_client.images.remove("byoc-trainer:example", force=True)
+    assert "completed 0" in outputs and "epoch 200 loss" in outputs, outputs[-3000:]
+    assert "'rows': 20, 'epochs': 200" in outputs, outputs[-2000:]
+    assert "failed · no training data: no x,y rows in /opt/ml/input/data/training/*.csv" in outputs, outputs[-2000:]
+
+
 def run_demo(tmp_path, **env):
     env = {**os.environ, "JUPYTER_TRAINER_DEMO_DIR": str(tmp_path), **env}
     result = subprocess.run(

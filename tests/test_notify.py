@@ -225,7 +225,7 @@ print('found', found, flush=True)
 
 def test_the_job_can_neither_read_the_url_nor_replace_the_code_that_sends_it(home, workdir, receiver):
     script = THIEF + (
-        "here = os.path.dirname(os.path.abspath(__file__))\n"
+        "here = os.path.dirname(open('/proc/self/cmdline', 'rb').read().split(b'\\0')[1].decode())\n"
         "with open(os.path.join(here, 'notify.py'), 'w') as handle:\n"  # in place, and by a new file
         "    handle.write('import os, sys\\nopen(\"/tmp/stolen\", \"w\").write(sys.stdin.read())\\n')\n"
         "os.replace(os.path.join(here, 'notify.py'), os.path.join(here, 'notify.py'))\n"
@@ -241,7 +241,7 @@ def test_a_result_the_job_forged_is_not_recorded(home, workdir):
     server = Receiver(status=404)
     forge = (
         "import json, os\n"
-        "here = os.path.dirname(os.path.abspath(__file__))\n"
+        "here = os.path.dirname(open('/proc/self/cmdline', 'rb').read().split(b'\\0')[1].decode())\n"
         "with open(os.path.join(here, 'notified'), 'w') as handle:\n"
         "    json.dump({'delivered': True, 'detail': 'HTTP 200', 'attempts': 1, 'at': 1700000000, 'check': 'x' * 64}, handle)\n"
     )

@@ -368,3 +368,34 @@ def test_a_log_cut_and_written_again_while_the_host_is_unreachable_is_read_from_
     assert lines[:cut] == [f"A {i}" for i in range(2000)]
     assert lines[cut + 1 :] == [f"L {i}" for i in range(5000)]
     assert cli("stop", "cutter").returncode == 0
+
+
+def test_a_repository_script_runs_in_its_synced_folder_on_the_remote_host(laptop, tmp_path, monkeypatch):
+    """A clone's train.py (tests/test_in_place.py's folder): run in place from the line form, pasted
+    into a cell, and sent without its folder, on the remote host, in its workdir there."""
+    from test_in_place import FILES, TRAIN, facts
+
+    remote = laptop
+    project = tmp_path / "word-language-model"
+    for name, text in FILES.items():
+        (project / name).parent.mkdir(parents=True, exist_ok=True)
+        (project / name).write_text(text)
+    monkeypatch.chdir(project)
+    where = f"--docker-host {remote.alias_url} --image {TEST_IMAGE}"
+    out = submit_from_a_kernel(f"--name pasted {where} --sync {project} --no-widget -- --epochs 2", TRAIN)
+    assert "pasted: " in out, out
+    done = cli("submit", "train.py", "--name", "inplace", *where.split(), "--sync", str(project), "--", "--epochs", "1")
+    assert done.returncode == 0 and "only train.py was sent" not in done.stdout, done.stdout + done.stderr
+    # a workdir of its own there: the others' container has the folder from their --sync
+    alone = cli("submit", "train.py", "--name", "alone", *where.split(), "--workdir", "/srv/alone")
+    assert alone.returncode == 0 and "only train.py was sent to jt-remote-test, not its folder" in alone.stdout, alone.stdout
+    for name in ("pasted", "inplace", "alone"):
+        wait_for(lambda: status(name)["status"] not in ("pending", "running"), timeout=120, what=f"{name} to end")
+    assert status("pasted")["status"] == "completed", cli("logs", "pasted").stdout
+    shown = facts(cli("logs", "pasted").stdout)
+    assert shown == {"FILE": "/workspace/pasted.cell.py", "ARGV0": "/workspace/pasted.cell.py", "PATH0": "/workspace", "CWD": "/workspace", "DATA": "1 2 3 | 1 2 3"}
+    assert "epoch 1 loss 0.5000 utils ok depth 3" in cli("logs", "pasted").stdout
+    assert status("inplace")["status"] == "completed" and facts(cli("logs", "inplace").stdout)["FILE"] == "/workspace/train.py"
+    # alone: its first import is the folder's, which is not there; its file is named where it would be
+    log = cli("logs", "alone").stdout
+    assert status("alone")["status"] == "failed" and 'File "/workspace/train.py", line 5, in <module>\n    import model' in log and "No module named 'model'" in log, log

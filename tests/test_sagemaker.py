@@ -922,3 +922,102 @@ def test_pytorch_ddp_across_two_hosts_in_local_mode(docker_client, torch_image, 
     lines = job.logs().splitlines()
     assert "[algo-1] rank 0 of 2: sum 3" in lines and "[algo-2] rank 1 of 2: sum 3" in lines, lines
     assert not [line for line in lines if "\x1b[" in line]  # compose's colours are gone
+
+
+# -- the line forms: an image's own train, an existing file as the entry script ------------------
+
+BYOC_DIR = Path(__file__).resolve().parent.parent / "example_notebooks" / "byoc_image"
+
+
+def fit_line(shell, capsys, line):
+    result = shell.run_cell(f"%sagemaker_fit --no-widget {line}")
+    return result, "".join(capsys.readouterr())
+
+
+def test_the_images_own_train_is_asked_for_with_the_image_alone(aws, shell, capsys):
+    """`%sagemaker_fit` with no script: as Estimator(image_uri=...).fit({"training": uri}) asks."""
+    result, out = fit_line(shell, capsys, remote("own-train", f"--input training=s3://{BUCKET}/data --hyperparameter epochs=3 --hyperparameter learning_rate=0.1 --spot --max-wait 7200 --max-run 3600"))
+    assert result.success, out
+    (request,) = aws.create_requests
+    assert request["AlgorithmSpecification"] == {"TrainingImage": "123456789012.dkr.ecr.us-east-1.amazonaws.com/trainer:1", "TrainingInputMode": "File"}
+    assert [c["ChannelName"] for c in request["InputDataConfig"]] == ["training"]  # no channel of ours
+    assert request["HyperParameters"] == {"epochs": "3", "learning_rate": "0.1"}
+    assert request["EnableManagedSpotTraining"] is True and request["StoppingCondition"]["MaxWaitTimeInSeconds"] == 7200
+    import boto3
+
+    assert "Contents" not in boto3.client("s3").list_objects_v2(Bucket=BUCKET, Prefix=f"out/{request['TrainingJobName']}/")  # nothing uploaded
+    assert get_job("own-train").record.options["image_train"] is True
+
+
+def test_an_existing_file_is_the_entry_script_relative_to_its_source_dir(aws, shell, capsys, tmp_path, monkeypatch):
+    source = tmp_path / "project"
+    (source / "src").mkdir(parents=True)
+    text = "import helpers\nprint('epoch 1 loss:', helpers.VALUE)\n"
+    (source / "src" / "train.py").write_text(text)
+    (source / "src" / "helpers.py").write_text("VALUE = 42\n")
+    monkeypatch.chdir(tmp_path)  # SCRIPT is --source-dir's, not the current directory's
+    result, out = fit_line(shell, capsys, remote("from-file", f"src/train.py --source-dir {source} -- --epochs 2"))
+    assert result.success, out
+    (request,) = aws.create_requests
+    assert request["AlgorithmSpecification"]["ContainerEntrypoint"] == ["python3", "/opt/ml/input/data/code/_jupyter_trainer_launch.py"]
+    import boto3
+
+    s3, prefix = boto3.client("s3"), f"out/{request['TrainingJobName']}/code/"
+    assert s3.get_object(Bucket=BUCKET, Key=prefix + "src/train.py")["Body"].read() == text.encode()  # as it is: no line added
+    launch = json.loads(s3.get_object(Bucket=BUCKET, Key=prefix + "_jupyter_trainer.json")["Body"].read())
+    assert launch["script"] == "src/train.py" and launch["args"] == ["--epochs", "2"]
+    record = get_job("from-file").record
+    assert record.options["script_path"] == str(source / "src" / "train.py")
+    assert record.options["script_sha256"] == __import__("hashlib").sha256(text.encode()).hexdigest()
+
+
+@pytest.mark.parametrize(
+    "extra, words",
+    [
+        ("--interpreter 'python3 -u'", "--interpreter means nothing without a script: the image's own train runs"),
+        ("--source-dir {tmp}", "--source-dir means nothing without a script"),
+        ("-- --epochs 3", "words after -- means nothing without a script"),
+        ("missing.py", "cannot read the script"),
+    ],
+)
+def test_what_means_nothing_without_a_script_is_one_line(aws, shell, capsys, tmp_path, home, extra, words):
+    result, out = fit_line(shell, capsys, remote("refused", extra.format(tmp=tmp_path)))
+    assert not result.success and words in out and out.count("\n") == 1, out
+    assert aws.create_requests == [] and not (home / "jobs").exists() or not list((home / "jobs").iterdir())
+
+
+@pytest.fixture(scope="module")
+def byoc_image(docker_client):
+    """example_notebooks/byoc_image built on the test image (no registry is reachable)."""
+    tag = "jupyter-trainer-byoc:test"
+    docker_client.images.build(path=str(BYOC_DIR), tag=tag, buildargs={"BASE_IMAGE": TEST_IMAGE}, rm=True, network_mode="none")
+    yield tag
+    docker_client.images.remove(tag, force=True)
+
+
+def test_a_bring_your_own_container_image_trains_in_local_mode_and_says_why_it_failed(docker_client, byoc_image, home, tmp_path, monkeypatch):
+    monkeypatch.setenv("AWS_DEFAULT_REGION", REGION)
+    data, empty, output = tmp_path / "data", tmp_path / "empty", tmp_path / "output"
+    for folder in (data, empty, output):
+        folder.mkdir()
+    (data / "points.csv").write_text("".join(f"{x},{2 * x + 1}\n" for x in range(5)))
+    for name, channel in (("byoc-ok", data), ("byoc-empty", empty)):
+        line = local_line(name, output / name, f"--image-uri {byoc_image} --input training=file://{channel} --hyperparameter epochs=40")
+        (output / name).mkdir()
+        done = subprocess.run(
+            [sys.executable, "-m", "IPython", "--quick", "--no-banner", "-c", f"%load_ext jupyter_trainer\n%sagemaker_fit {line}"],
+            capture_output=True, text=True, timeout=120,
+        )  # fmt: skip
+        assert done.returncode == 0 and f"{name}: " in done.stdout, done.stdout + done.stderr
+    trained = Job.load("byoc-ok")
+    assert trained.wait(timeout=300) is Status.COMPLETED, trained.logs()
+    assert "epoch 40 loss" in trained.logs() and "saved the model" in trained.logs()
+    assert "loss" in trained.metrics()  # parsed from the image's own log, as for any job
+    import tarfile
+
+    with tarfile.open(output / "byoc-ok" / "model.tar.gz") as archive:
+        model = json.load(archive.extractfile("model.json"))
+    assert model["rows"] == 5 and model["epochs"] == 40
+    failed = Job.load("byoc-empty")
+    assert failed.wait(timeout=300) is Status.FAILED, failed.logs()
+    assert failed.record.reason == "no training data: no x,y rows in /opt/ml/input/data/training/*.csv", failed.logs()

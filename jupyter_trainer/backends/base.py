@@ -15,6 +15,7 @@ import hashlib
 import hmac
 import json
 import os
+import posixpath
 import re
 from dataclasses import dataclass
 from importlib import resources
@@ -28,7 +29,7 @@ from ..jobs import JobRecord, Observation
 from ..logs import LogSource
 from ..resources import Usage
 from ..spec import DetachedSpec, Metric
-from ..store import CLOCK_FILE, EXIT_CODE_FILE, LOG_FILE, NOTIFIED_FILE, NOTIFY_FILE, PID_FILE, SCRIPT_FILE, SUPERVISOR_FILE, JobStore
+from ..store import CLOCK_FILE, EXIT_CODE_FILE, LAUNCH_FILE, LOG_FILE, NOTIFIED_FILE, NOTIFY_FILE, PID_FILE, SCRIPT_FILE, SUPERVISOR_FILE, JobStore
 
 # pid and exit_code are overwritten in place by the supervisor: room reserved beforehand.
 RESERVED = b" " * 64
@@ -210,7 +211,7 @@ def read_supervisor_facts(run_dir: Path) -> SupervisorFacts:
     return dataclasses.replace(facts, ended_at=ended_at)
 
 
-@functools.lru_cache(maxsize=2)
+@functools.lru_cache(maxsize=4)
 def _source(name: str) -> bytes:
     return resources.files("jupyter_trainer.backends").joinpath(name).read_bytes()
 
@@ -235,11 +236,31 @@ def prepare_supervised_run(run_dir: Path, script: str, from_cell: bool = True) -
     """The script, the supervisor and its notifier, and the files they write into (see supervise.sh)."""
     write_script(run_dir, script, from_cell)
     write_private_file(run_dir / SUPERVISOR_FILE, _source(SUPERVISOR_FILE), durable=False)
+    write_private_file(run_dir / LAUNCH_FILE, _source(LAUNCH_FILE), durable=False)
     write_private_file(run_dir / NOTIFY_FILE, notifier_source(), durable=False)
     for name in (PID_FILE, EXIT_CODE_FILE):
         create_private_file(run_dir / name, RESERVED)
     create_private_file(run_dir / NOTIFIED_FILE)
     create_private_file(run_dir / CLOCK_FILE)
+
+
+def job_command(spec, inner_run_dir: str, working_dir: str, job_name: str, script_in_job: str | None = None) -> list[str]:
+    """What the supervisor starts: the interpreter, running the launcher (launch.py), which runs
+    the script as a file of `working_dir` (the job's working directory, where the job sees it):
+    a script run in place is that file (`script_in_job`, its path where the job runs; None: it
+    was sent alone, and named as if it lay there); a cell, `NAME.cell.py` there, never written."""
+    if spec.script_path and script_in_job:
+        mode, as_file = "file", script_in_job
+    elif spec.script_path:  # sent alone to where it cannot be seen: run as if it lay in working_dir
+        mode, as_file = "cell", posixpath.join(working_dir, posixpath.basename(spec.script_path))
+    else:
+        mode, as_file = "cell", posixpath.join(working_dir, cell_file_name(job_name))
+    return [*spec.interpreter, f"{inner_run_dir}/{LAUNCH_FILE}", mode, as_file, *spec.args]
+
+
+def cell_file_name(job_name: str) -> str:
+    """The name a cell runs under in its working directory (`__file__`, a traceback's lines)."""
+    return f"{job_name}.cell.py"
 
 
 def notify_input(record: JobRecord, run_dir: Path, url: str | None) -> bytes:

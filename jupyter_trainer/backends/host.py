@@ -15,11 +15,12 @@ from ..proc import ProcessIdentity, boot_id, command_line, memory_limit, session
 from ..resources import NVIDIA_SMI_QUERY, Usage, parse_nvidia_smi
 from ..spec import DetachedSpec
 from .base import (
+    LAUNCH_FILE,
     LOG_FILE,
-    SCRIPT_FILE,
     STOP_GRACE_SECONDS,
     SUPERVISOR_FILE,
     FileLogSource,
+    job_command,
     job_environment,
     notify_input,
     prepare_supervised_run,
@@ -100,7 +101,7 @@ def _is_the_job(pid: int, supervisor: ProcessIdentity, script: str) -> bool:
 def find_job(run_dir: Path, supervisor: ProcessIdentity) -> int | None:
     """The job's process, found by what it runs, once its supervisor is gone. Never by the pid
     file: the job can write it, and could name another process there."""
-    script = str(run_dir / SCRIPT_FILE)
+    script = str(run_dir / LAUNCH_FILE)
     try:
         pids = [int(entry) for entry in os.listdir("/proc") if entry.isdigit()]
     except OSError:
@@ -121,7 +122,7 @@ class HostBackend:
         prepare_supervised_run(run_dir, spec.script, spec.from_cell)
 
     def launch(self, record: JobRecord, run_dir: Path, spec: DetachedSpec) -> HostRuntime:
-        command = [*spec.interpreter, str(run_dir / SCRIPT_FILE), *spec.args]
+        command = job_command(spec, str(run_dir), spec.workdir, record.name, spec.script_path)
         return start_supervised(run_dir, command, cwd=spec.workdir, env=job_environment(spec), given=notify_input(record, run_dir, spec.notify))
 
     def observe(self, record: JobRecord, run_dir: Path) -> Observation:

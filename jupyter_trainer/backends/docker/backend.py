@@ -21,11 +21,11 @@ from ..base import (
     LOG_FILE,
     PID_FILE,
     RUN_FILE_LIMIT,
-    SCRIPT_FILE,
     STOP_GRACE_SECONDS,
     SUPERVISOR_FILE,
     FileLogSource,
     SupervisorFacts,
+    job_command,
     job_environment,
     notify_input,
     prepare_supervised_run,
@@ -38,6 +38,7 @@ from .hosts import LOCAL_SOCKET, Engine, resolve
 from .in_container import EXEC_SECONDS, STOP_GROUPS, container_file, give_stdin, job_processes, read_container_file, run_in, runs_supervisor
 from .links import link_run, unlink_run
 from .log_source import ContainerLogSource, SharedStreams
+from .script_place import check_reachable, script_in_container, sent_alone, sent_alone_fact
 from .runtime import MOUNTED_JOBS_DIR, RUN_FILES, SHIPPED_JOBS_DIR, WORKSPACE, DockerRuntime
 from .sync import sync_directory
 from .usage import ContainerUsage
@@ -81,6 +82,7 @@ class DockerBackend:
 
     def preflight(self, spec: DetachedSpec) -> None:
         engine = self._spec_engine(spec)
+        check_reachable(spec, engine)
         if time.monotonic() - self._pinged.get(engine.url, float("-inf")) < PING_VALID_SECONDS:
             return
         with self.clients.calling(engine, REACH) as client:
@@ -100,6 +102,7 @@ class DockerBackend:
         if engine.remote:
             remember_engine(jobs_dir.parent, engine)
         container = containers.running_container(spec, jobs_dir, client, engine, self.exec_seconds)
+        script_in_job = script_in_container(spec, engine, container)
         relative = f"{record.name}/{record.run}"
         # a remote engine's containers cannot see this machine's store: the files are copied in
         shared_dir = None if engine.remote else containers.store_mount(container, jobs_dir)
@@ -116,10 +119,13 @@ class DockerBackend:
         sync_facts = None
         if spec.sync:
             sync_facts = sync_directory(container, spec.sync, WORKSPACE if ours else container.attrs["Config"].get("WorkingDir") or "/", jobs_dir.parent)
+        if sent_alone(spec, engine):
+            sync_facts = [*(sync_facts or []), sent_alone_fact(spec, engine)]
+        working_dir = WORKSPACE if ours else container.attrs["Config"].get("WorkingDir") or "/"
         command = [
             "sh", f"{inner_run_dir}/{SUPERVISOR_FILE}", inner_run_dir, str(STOP_GRACE_SECONDS),
             "1" if spec.stop_container_when_done else "0",
-            *spec.interpreter, f"{inner_run_dir}/{SCRIPT_FILE}", *spec.args,
+            *job_command(spec, inner_run_dir, working_dir, record.name, script_in_job),
         ]  # fmt: skip
         try:
             given = notify_input(record, run_dir, spec.notify)

@@ -17,29 +17,29 @@ import time
 
 from ... import surface
 from ...errors import BackendUnavailable
-from ...store import SUPERVISOR_FILE
+from ...store import LAUNCH_FILE, SUPERVISOR_FILE
 
 EXEC_SECONDS = 30  # our snippets answer in well under a second, unless a job replaced the container's tools
 EXEC_OUTPUT_LIMIT = 1 << 20
 
 
 # Finds a run's processes in its container by their command lines: the supervisor
-# (sh RUN_DIR/supervise.sh RUN_DIR ...) and the job, which runs RUN_DIR/script.py and leads a
+# (sh RUN_DIR/SUPERVISOR RUN_DIR ..., $3) and the job, which runs RUN_DIR/LAUNCHER ($2) and leads a
 # session of its own (the supervisor starts it with setsid). Prints "supervisor PID" / "job PID".
 FIND_RUN_PROCESSES = r"""
-run_dir=$1
+run_dir=$1 launcher=$2 supervisor=$3
 for dir in /proc/[0-9]*; do
     pid=${dir#/proc/}
     [ "$pid" = "$$" ] && continue
     args=$(tr '\000' '\n' < "$dir/cmdline" 2>/dev/null) || continue
     case "$args" in
         *"
-$run_dir/supervise.sh
+$run_dir/$supervisor
 $run_dir
 "*) echo "supervisor $pid"; continue ;;
         *"
-$run_dir/script.py"|*"
-$run_dir/script.py
+$run_dir/$launcher"|*"
+$run_dir/$launcher
 "*) ;;
         *) continue ;;
     esac
@@ -56,7 +56,7 @@ STOP_GROUPS = 'grace=$1; shift; for g in "$@"; do kill -TERM -"$g" 2>/dev/null; 
 def job_processes(container, inner_run_dir: str, seconds: float | None = None) -> dict[str, list[str]]:
     """The run's supervisor and job processes now running in the container (pids in its namespace)."""
     found: dict[str, list[str]] = {"supervisor": [], "job": []}
-    for line in run_in(container, FIND_RUN_PROCESSES, inner_run_dir, seconds=seconds, whole=True).decode(errors="replace").splitlines():
+    for line in run_in(container, FIND_RUN_PROCESSES, inner_run_dir, LAUNCH_FILE, SUPERVISOR_FILE, seconds=seconds, whole=True).decode(errors="replace").splitlines():
         kind, _, pid = line.partition(" ")
         if kind in found and pid.isdigit() and pid.isascii():
             found[kind].append(pid)

@@ -10,6 +10,7 @@ from ...jobs import NAME_PATTERN, JobRecord
 from ..base import (
     CLOCK_FILE,
     EXIT_CODE_FILE,
+    LAUNCH_FILE,
     LOG_FILE,
     NOTIFIED_FILE,
     NOTIFY_FILE,
@@ -22,7 +23,7 @@ from ..base import (
 
 MOUNTED_JOBS_DIR = "/jupyter_trainer/jobs"  # where containers we create see their runs' files
 SHIPPED_JOBS_DIR = "/tmp/jupyter_trainer/jobs"  # run files copied into containers we did not create
-RUN_FILES = (SCRIPT_FILE, SUPERVISOR_FILE, NOTIFY_FILE, LOG_FILE, PID_FILE, EXIT_CODE_FILE, NOTIFIED_FILE, CLOCK_FILE)
+RUN_FILES = (SCRIPT_FILE, LAUNCH_FILE, SUPERVISOR_FILE, NOTIFY_FILE, LOG_FILE, PID_FILE, EXIT_CODE_FILE, NOTIFIED_FILE, CLOCK_FILE)
 # A run's directory in a container: MOUNTED_JOBS_DIR/NAME/RUN or SHIPPED_JOBS_DIR/STORE_ID/NAME/RUN
 INNER_RUN_DIR = re.compile(
     r"(?:/jupyter_trainer/jobs|/tmp/jupyter_trainer/jobs/[0-9a-f]{12})/[A-Za-z0-9][A-Za-z0-9_.-]{0,62}/[0-9]{1,9}"

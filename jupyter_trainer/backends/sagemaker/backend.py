@@ -35,7 +35,7 @@ from ...resources import Usage
 from ..host import observe_supervised, start_supervised, stop_supervised
 from . import launcher
 from .reasons import reason_from_file
-from .spec import CODE_CHANNEL, JOB_ENV_VARIABLE, LAUNCHER_NAME, SCRIPT_NAME, SageMakerSpec, local_region, training_job_name
+from .spec import CODE_CHANNEL, JOB_ENV_VARIABLE, LAUNCHER_NAME, SageMakerSpec, local_region, training_job_name
 
 
 @dataclass(frozen=True)
@@ -104,10 +104,11 @@ class SageMakerBackend:
         return dataclasses.replace(spec, image_uri=framework_image(spec, region))
 
     def prepare(self, run_dir: Path, spec: SageMakerSpec) -> None:
+        from_cell = not spec.script_path  # a cell's line 1 is the magic's; a file's is its own
         if spec.local:  # run on this machine under the supervisor
-            prepare_supervised_run(run_dir, spec.script)
+            prepare_supervised_run(run_dir, spec.script, from_cell)
         else:
-            write_script(run_dir, spec.script)
+            write_script(run_dir, spec.script, from_cell)
 
     def launch(self, record: JobRecord, run_dir: Path, spec: SageMakerSpec) -> SageMakerRuntime:
         from .sdk import sdk_major
@@ -115,7 +116,7 @@ class SageMakerBackend:
         sdk = sdk_major()
         job_name = training_job_name(record.name, time.strftime("%Y%m%d-%H%M%S"), secrets.token_hex(2))
         spec = self._with_image(spec)
-        code_dir = self._stage_code(run_dir, spec, job_name)
+        code_dir = None if spec.image_train else self._stage_code(run_dir, spec, job_name)
         if spec.local:
             job = {"job_name": job_name, **spec.public_options(), "image_uri": spec.image_uri}
             write_private_file(run_dir / SPEC_FILE, json.dumps(job).encode())
@@ -125,7 +126,7 @@ class SageMakerBackend:
             supervised = start_supervised(run_dir, command, cwd=str(run_dir), env=env, given=notify_input(record, run_dir, spec.notify))
             return SageMakerRuntime(job_name, "local", sdk, supervisor=supervised.supervisor.to_dict(), image_uri=spec.image_uri)
         session = aws_session()
-        code_uri = self._upload_code(session, code_dir, spec.output_path, job_name)
+        code_uri = None if code_dir is None else self._upload_code(session, code_dir, spec.output_path, job_name)
         from .sdk import submit_remote
 
         submit_remote(spec, job_name, code_uri, session)
@@ -139,9 +140,11 @@ class SageMakerBackend:
             shutil.copytree(spec.source_dir, code_dir, ignore=shutil.ignore_patterns("__pycache__", ".git", "*.pyc"))
         else:
             code_dir.mkdir(mode=0o700)
-        shutil.copyfile(run_dir / SCRIPT_FILE, code_dir / SCRIPT_NAME)
+        # the entry script as submitted (a file of --source-dir is already there, at its place)
+        (code_dir / spec.entry_script).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(run_dir / SCRIPT_FILE, code_dir / spec.entry_script)
         shutil.copyfile(launcher.__file__, code_dir / LAUNCHER_NAME)
-        launch = {"script": SCRIPT_NAME, "interpreter": list(spec.interpreter), "args": list(spec.args), "job_name": job_name}
+        launch = {"script": spec.entry_script, "interpreter": list(spec.interpreter), "args": list(spec.args), "job_name": job_name}
         (code_dir / launcher.CONFIG_NAME).write_text(json.dumps(launch))
         return code_dir
 

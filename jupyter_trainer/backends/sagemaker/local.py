@@ -126,6 +126,12 @@ def keep_failure(reason: str | None, run_dir: Path) -> None:
         write_private_file(run_dir / FAILURE_FILE, reason.encode())
 
 
+def written_failure(kept: list[bytes]) -> str | None:
+    """What a training container wrote to /opt/ml/output/failure itself (an image's own `train`;
+    our launcher says it on its log instead), as sdk.keeping_failures kept it: the first host's."""
+    return kept[0].decode("utf-8", "replace") if kept else None
+
+
 def refuse_compose_variables(paths: list[str]) -> None:
     """The host paths local mode mounts (the store's, the temporary directory's) must mean what
     they say in the compose file, where `$` starts a variable."""
@@ -196,14 +202,16 @@ def main(argv: list[str]) -> int:
     job_name, spec = load_spec(run_dir)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # stopped: still clean up
     container_root = tempfile.mkdtemp(prefix="jupyter-trainer-local-")
+    failures: list[bytes] = []  # what training containers wrote to /opt/ml/output/failure
     print(f"SageMaker local mode: training job {job_name} ({spec.image_uri}) on this machine's Docker", flush=True)
     if not needs_aws(spec):  # the SDK then logs that it could not get AWS credentials: on purpose
         print("jupyter_trainer: every channel is local, so the container gets no AWS credentials", flush=True)
     cleaner = sys.stdout = ComposeLogCleaner(sys.stdout, spec.instance_count)
     try:
-        refuse_compose_variables([str(run_dir / CODE_DIR), container_root])
+        code_dir = None if spec.image_train else str(run_dir / CODE_DIR)  # the image's own train: no code of ours
+        refuse_compose_variables([path for path in (code_dir, container_root) if path])
         session = session_for(spec)  # before the SDK is imported: v2 makes a session of its own as it is
-        run_local(spec, job_name, str(run_dir / CODE_DIR), container_root, session)
+        run_local(spec, job_name, code_dir, container_root, session, failures)
     except TrainerError as error:
         print(f"jupyter_trainer: {error}", flush=True)
         return 1
@@ -226,7 +234,7 @@ def main(argv: list[str]) -> int:
         return 1
     finally:
         cleaner.close_line()
-        keep_failure(cleaner.failure, run_dir)
+        keep_failure(cleaner.failure or written_failure(failures), run_dir)
         for compose_dir in Path(container_root).glob("*"):  # compose projects are named after their directory
             if compose_dir.is_dir():
                 remove_containers(re.sub(r"[^-_a-z0-9]", "", compose_dir.name.lower()))

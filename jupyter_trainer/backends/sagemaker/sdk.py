@@ -64,7 +64,7 @@ def sdk_major() -> int:
     return int(version.split(".")[0])
 
 
-def submit_remote(spec: SageMakerSpec, job_name: str, code_uri: str, boto_session) -> None:
+def submit_remote(spec: SageMakerSpec, job_name: str, code_uri: str | None, boto_session) -> None:
     """CreateTrainingJob through the installed SDK; returns as soon as the job is created."""
     major = sdk_major()
     with quiet_sdk():
@@ -81,18 +81,56 @@ def submit_remote(spec: SageMakerSpec, job_name: str, code_uri: str, boto_sessio
             raise TrainerError(f"SageMaker refused the training job: {_one_line(exc)}") from exc
 
 
-def run_local(spec: SageMakerSpec, job_name: str, code_dir: str, container_root: str, boto_session) -> None:
-    """SageMaker local mode on this machine's Docker; blocks until the training container exits."""
+def run_local(spec: SageMakerSpec, job_name: str, code_dir: str | None, container_root: str, boto_session, failures: list | None = None) -> None:
+    """SageMaker local mode on this machine's Docker; blocks until the training container exits.
+    `code_dir`: the code channel (None: the image's own `train` runs); `failures` gets what each
+    host's container wrote to /opt/ml/output/failure."""
     major = sdk_major()
     with quiet_sdk():
+        keeping_failures(failures if failures is not None else [])
         if major >= 3:
             _local_v3(spec, job_name, code_dir, container_root, boto_session)
             return
         estimator = _estimator_v2(spec, boto_session, local=True, container_root=container_root)
-        estimator.fit(_inputs_v2(spec, f"file://{code_dir}"), job_name=job_name, wait=True, logs=True)
+        estimator.fit(_inputs_v2(spec, code_dir and f"file://{code_dir}") or None, job_name=job_name, wait=True, logs=True)
 
 
-def _local_v3(spec: SageMakerSpec, job_name: str, code_dir: str, container_root: str, boto_session) -> None:
+def keeping_failures(kept: list) -> None:
+    """Local mode deletes each host's directory (its /opt/ml/output) as the job ends, before the
+    failure file a container wrote there is read: read it first, as SageMaker would for its
+    FailureReason. The container's file: a regular one, never a link followed, bounded."""
+    import importlib
+
+    from ..._fs import read_small
+
+    for module in ("sagemaker.local.image", "sagemaker.core.local.image"):  # v2's engine, and v3's copy of it
+        try:
+            container = importlib.import_module(module)._SageMakerContainer
+        except (ImportError, AttributeError):
+            continue
+        cleanup = getattr(container, "_cleanup", None)
+        if cleanup is None or getattr(cleanup, "keeps_failures", False):
+            continue
+
+        def _cleanup(self, *args, _cleanup=cleanup, **kwargs):
+            for host in getattr(self, "hosts", None) or []:
+                with contextlib.suppress(OSError, TypeError):
+                    kept.append(read_small(os.path.join(self.container_root, host, "output", "failure"), 4096))
+            return _cleanup(self, *args, **kwargs)
+
+        _cleanup.keeps_failures = True
+        container._cleanup = _cleanup
+
+
+def _code(spec: SageMakerSpec, code_uri: str | None) -> tuple[dict[str, str], dict]:
+    """The code channel and the entrypoint that runs our launcher; neither when the image's own
+    `train` runs (the request then names the image alone, as Estimator(image_uri=...) makes it)."""
+    if spec.image_train or code_uri is None:
+        return {}, {}
+    return {CODE_CHANNEL: code_uri}, {"ContainerEntrypoint": ENTRYPOINT}
+
+
+def _local_v3(spec: SageMakerSpec, job_name: str, code_dir: str | None, container_root: str, boto_session) -> None:
     """v3 local mode: sagemaker-core's LocalSession (v2's local engine, carried over) given the
     request a remote v3 job gets, the launcher as the container's entrypoint. Not ModelTrainer: its
     SourceCode driver needs bash and pip, logs the container's whole environment (--env values
@@ -102,10 +140,11 @@ def _local_v3(spec: SageMakerSpec, job_name: str, code_dir: str, container_root:
 
     session = LocalSession(boto_session=boto_session, sagemaker_config=TELEMETRY_OFF)
     session.config = {"local": {"local_code": True, "container_root": container_root}}
-    channels = {**spec.inputs, CODE_CHANNEL: f"file://{code_dir}"}
+    code, entrypoint = _code(spec, code_dir and f"file://{code_dir}")
+    channels = {**spec.inputs, **code}
     session.sagemaker_client.create_training_job(  # returns when the training container has exited
         TrainingJobName=job_name,
-        AlgorithmSpecification={"TrainingImage": spec.image_uri, "TrainingInputMode": "File", "ContainerEntrypoint": ENTRYPOINT},
+        AlgorithmSpecification={"TrainingImage": spec.image_uri, "TrainingInputMode": "File", **entrypoint},
         InputDataConfig=[_channel_request(name, uri) for name, uri in channels.items()],
         OutputDataConfig={"S3OutputPath": spec.output_path},
         ResourceConfig={"InstanceType": spec.instance_type, "InstanceCount": spec.instance_count,
@@ -146,7 +185,7 @@ def _estimator_v2(spec: SageMakerSpec, boto_session, local: bool, container_root
         instance_count=spec.instance_count,
         instance_type=spec.instance_type,
         output_path=spec.output_path,
-        container_entry_point=ENTRYPOINT,
+        container_entry_point=None if spec.image_train else ENTRYPOINT,
         hyperparameters=dict(spec.hyperparameters) or None,
         environment=(compose_environment(spec.env) if local else dict(spec.env)) or None,
         volume_size=spec.volume_size or DEFAULT_VOLUME_GB,
@@ -165,15 +204,14 @@ def _estimator_v2(spec: SageMakerSpec, boto_session, local: bool, container_root
     )
 
 
-def _inputs_v2(spec: SageMakerSpec, code_uri: str) -> dict:
+def _inputs_v2(spec: SageMakerSpec, code_uri: str | None) -> dict:
     from sagemaker.inputs import TrainingInput
 
-    inputs = {name: TrainingInput(uri, input_mode="File") for name, uri in spec.inputs.items()}
-    inputs[CODE_CHANNEL] = TrainingInput(code_uri, input_mode="File")
-    return inputs
+    code, _ = _code(spec, code_uri)
+    return {name: TrainingInput(uri, input_mode="File") for name, uri in {**spec.inputs, **code}.items()}
 
 
-def _create_v3(spec: SageMakerSpec, job_name: str, code_uri: str, boto_session) -> None:
+def _create_v3(spec: SageMakerSpec, job_name: str, code_uri: str | None, boto_session) -> None:
     from sagemaker.core import shapes
     from sagemaker.core.resources import TrainingJob
 
@@ -203,10 +241,10 @@ def _create_v3(spec: SageMakerSpec, job_name: str, code_uri: str, boto_session) 
         algorithm_specification=shapes.AlgorithmSpecification(
             training_image=spec.image_uri,
             training_input_mode="File",
-            container_entrypoint=ENTRYPOINT,
+            container_entrypoint=_code(spec, code_uri)[1].get("ContainerEntrypoint"),
             metric_definitions=[shapes.MetricDefinition(name=m.name, regex=m.regex) for m in spec.metrics] or None,
         ),
-        input_data_config=[channel(name, uri) for name, uri in spec.inputs.items()] + [channel(CODE_CHANNEL, code_uri)],
+        input_data_config=[channel(name, uri) for name, uri in {**spec.inputs, **_code(spec, code_uri)[0]}.items()] or None,
         output_data_config=shapes.OutputDataConfig(s3_output_path=spec.output_path),
         resource_config=shapes.ResourceConfig(
             instance_type=spec.instance_type,

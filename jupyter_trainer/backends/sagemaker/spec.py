@@ -60,10 +60,27 @@ class SageMakerSpec:
     security_group_ids: tuple[str, ...] = added_field(())
     keep_alive_period: int | None = added_field(None)
     notify: str | None = secret(added=True, default=None)  # the URL told when the job ends
+    # the line forms: an existing file as the entry script (absolute; its text is `script`), or
+    # none at all, and the image's own `train` runs (as Estimator(image_uri=...).fit() does)
+    script_path: str | None = added_field(None)
+    script_sha256: str | None = added_field(None)
+    image_train: bool = added_field(False)
 
     @property
     def local(self) -> bool:
         return self.instance_type in LOCAL_TYPES
+
+    @property
+    def entry_script(self) -> str:
+        """The entry script's name in the code channel: a file of --source-dir by its place there,
+        another file by its name, a cell as SCRIPT_NAME."""
+        if not self.script_path:
+            return SCRIPT_NAME
+        if self.source_dir:
+            relative = os.path.relpath(self.script_path, self.source_dir)
+            if not relative.startswith(".."):
+                return relative.replace(os.sep, "/")
+        return os.path.basename(self.script_path)
 
     def public_options(self) -> dict:
         return public_options_of(self)
@@ -118,9 +135,14 @@ def parse_channels(items: Iterable[str], local: bool) -> dict[str, str]:
     return channels
 
 
-def build_sagemaker_spec(script: str, *, metrics: Iterable[str] = (), args: Iterable[str] = (), **values: Any) -> SageMakerSpec:
-    """A SageMaker spec from option values (by option name; one not given takes its default)."""
-    values = cell_values(script, SAGEMAKER, values)
+def build_sagemaker_spec(
+    script: str, *, metrics: Iterable[str] = (), args: Iterable[str] = (), image_train: bool = False, **values: Any
+) -> SageMakerSpec:
+    """A SageMaker spec from option values (by option name; one not given takes its default).
+    `image_train`: no script of ours, the image's own `train` runs."""
+    values = cell_values(script, SAGEMAKER, values, needs_script=not image_train)
+    if image_train:
+        _refuse_script_options(values, args)
     values["instance_type"] = values["instance_type"] or "ml.m5.xlarge"  # an empty flag, as none
     image_uri, role, instance_type = values["image_uri"], values["role"], values["instance_type"]
     _check_image(image_uri, values["framework"], values["framework_version"], values["py_version"])
@@ -149,7 +171,22 @@ def build_sagemaker_spec(script: str, *, metrics: Iterable[str] = (), args: Iter
     values["tags"] = parse_tags(values["tags"])
     values["subnets"], values["security_group_ids"] = parse_vpc(values["subnets"], values["security_group_ids"])
     _check_instances(values["volume_size"], values["keep_alive_period"])
-    return SageMakerSpec(script=script, metrics=parse_metrics(metrics), args=tuple(args), **values)
+    return SageMakerSpec(script=script, metrics=parse_metrics(metrics), args=tuple(args), image_train=image_train, **values)
+
+
+def _refuse_script_options(values: dict, args: Iterable[str]) -> None:
+    """What means something only with a script of ours, given where the image's own `train` runs."""
+    given = ["--source-dir"] if values["source_dir"] else []
+    if values["interpreter"] not in (None, "", "python3"):  # python3: the default, said or not
+        given.append("--interpreter")
+    if tuple(args):
+        given.append("words after --")
+    if given:
+        listed = " and ".join(given)
+        raise InvalidOption(
+            f"{listed} {'mean' if len(given) > 1 else 'means'} nothing without a script: the image's own train runs",
+            "give SCRIPT (or write the script in a %%sagemaker_fit cell), or drop " + listed + " (the image's train reads --hyperparameter values)",
+        )
 
 
 def _check_image(image_uri: str | None, framework: str | None, version: str | None, py_version: str | None) -> None:
@@ -244,14 +281,18 @@ def sagemaker_spec(
     fallback_role=None,
     args: Iterable[str] = (),
     fallback_output=None,
+    image_train: bool = False,
 ) -> SageMakerSpec:
     """A `%%sagemaker_fit` cell: its flags (`given`, by option name) and the configured defaults; a
     flag always wins. On a notebook instance or in Studio, `fallback_role()` gives the role and
-    `fallback_output(name)` the output path when neither names one."""
+    `fallback_output(name)` the output path when neither names one. `image_train`: the line form
+    without a script (a configured --interpreter, for the cells, is not held against it)."""
+    if image_train:
+        config = {key: value for key, value in config.items() if key != "interpreter"}
     values = settle(SAGEMAKER, given, config)  # by option name, as build_sagemaker_spec takes them
     if not values["role"] and fallback_role:
         values["role"] = fallback_role()
     local = (values["instance_type"] or "") in LOCAL_TYPES
     if not values["output_path"] and fallback_output and not local:
         values["output_path"] = fallback_output(given.get("name"))
-    return build_sagemaker_spec(script, **values, metrics=given.get("metrics") or (), args=args)
+    return build_sagemaker_spec(script, **values, metrics=given.get("metrics") or (), args=args, image_train=image_train)

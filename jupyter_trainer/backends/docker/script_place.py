@@ -1,0 +1,66 @@
+"""Where a script run in place (the line forms) is, seen from the job's container: inside the
+working directory a container we create mounts at /workspace, inside a directory an existing
+container mounts, or on a remote host inside the --sync directory copied to its workdir. A remote
+host that has no copy of it is sent the script alone (as a cell is), run as if it lay in its
+workdir; the submission says that its folder was not sent."""
+
+from __future__ import annotations
+
+import posixpath
+
+from ...errors import InvalidOption
+from ...in_place import inside
+from ...spec import DetachedSpec
+from .hosts import Engine
+from .runtime import WORKSPACE
+
+
+def check_reachable(spec: DetachedSpec, engine: Engine) -> None:
+    """Before anything is made: the script lies where a container made for the job will see it
+    (one named with --container is looked at when it is found)."""
+    if spec.script_path and not engine.remote and not spec.container:
+        script_in_container(spec, engine, None)
+
+
+def sent_alone(spec: DetachedSpec, engine: Engine) -> bool:
+    """Whether the job's host has no copy of the script run in place, which is sent alone."""
+    return bool(spec.script_path) and engine.remote and (not spec.sync or inside(spec.script_path, spec.sync) is None)
+
+
+def sent_alone_fact(spec: DetachedSpec, engine: Engine) -> str:
+    name = posixpath.basename(spec.script_path)
+    return f"only {name} was sent to {engine.label}, not its folder (it is in no --sync directory): pass --sync DIR to send the modules and files beside it"
+
+
+def script_in_container(spec: DetachedSpec, engine: Engine, container) -> str | None:
+    """The script's path in the job's container (`container`: None for one not made yet), None
+    when it is sent alone, or one line saying why the container cannot see it."""
+    if not spec.script_path:
+        return None
+    if engine.remote:
+        if sent_alone(spec, engine):
+            return None
+        return posixpath.join(WORKSPACE, inside(spec.script_path, spec.sync))
+    if container is None:  # the one made for the job mounts --workdir at /workspace
+        relative = inside(spec.script_path, spec.workdir)
+        if relative is None:
+            raise InvalidOption(
+                f"{spec.script_path} is not inside --workdir {spec.workdir}, the only directory the container sees",
+                "give a script inside it, or a --workdir that holds the script",
+            )
+        return posixpath.join(WORKSPACE, relative)
+    # the deepest of its mounts that holds the script (ours mount --workdir at /workspace)
+    found = [
+        (len(mount["Source"]), mount["Destination"], relative)
+        for mount in container.attrs.get("Mounts") or []
+        if mount.get("Source") and mount.get("Destination")
+        for relative in [inside(spec.script_path, mount["Source"])]
+        if relative is not None
+    ]
+    if found:
+        _, destination, relative = max(found)
+        return posixpath.join(destination, relative)
+    raise InvalidOption(
+        f"container {container.name!r} mounts no directory that holds {spec.script_path}",
+        "give a script inside a directory it mounts, or let jupyter_trainer make the container (--image, --workdir)",
+    )

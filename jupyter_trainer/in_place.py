@@ -1,0 +1,72 @@
+"""The line forms' script: an existing file, run where it is (`%train_detached SCRIPT`,
+`jupyter-trainer submit SCRIPT`).
+
+The file is read once at submission: its content is what makes the line "the same cell" (it is
+in the fingerprint, and the run keeps it as submitted), and the job runs the file in place.
+Where the job sees it (a container's mount, a remote host's --sync directory) is its backend's
+to say.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import os
+import stat
+
+from .errors import InvalidOption
+
+MAX_SCRIPT_BYTES = 16 << 20  # a training script is code: larger is a data file given by mistake
+
+
+def script_path(given: str, workdir: str | None) -> str:
+    """SCRIPT as an absolute path: relative to `workdir` (--workdir or its default) when that is a
+    directory of this machine, else to the current directory (a remote host's --workdir)."""
+    base = os.path.expanduser(workdir) if workdir and os.path.isdir(os.path.expanduser(workdir)) else os.getcwd()
+    return os.path.normpath(os.path.join(os.path.abspath(base), os.path.expanduser(given)))
+
+
+def detached_in_place(given: str, flags: dict, config: dict, args, hosts):
+    """The spec of `%train_detached SCRIPT` and `jupyter-trainer submit SCRIPT`: the options of
+    the cell form, and the file's text as its script."""
+    from .spec import detached_spec
+
+    path = script_path(given, flags.get("workdir") or config.get("workdir"))
+    return in_place(detached_spec(read_script(path), flags, config, args, hosts), path)
+
+
+def read_script(path: str) -> str:
+    """The script's text, read once; one line when it cannot be a script to run."""
+    try:
+        with open(path, "rb") as handle:
+            found = os.fstat(handle.fileno())
+            if not stat.S_ISREG(found.st_mode):
+                raise InvalidOption(f"cannot run {path}: it is not a regular file", "give the path of a Python script")
+            data = handle.read(MAX_SCRIPT_BYTES + 1)
+    except OSError as exc:
+        raise InvalidOption(f"cannot read the script {path} ({exc.strerror or exc})", "check the path (relative to --workdir or the current directory)") from None
+    if len(data) > MAX_SCRIPT_BYTES:
+        raise InvalidOption(f"cannot run {path}: it is larger than {MAX_SCRIPT_BYTES >> 20} MiB", "give the path of a Python script")
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise InvalidOption(f"cannot run {path}: it is not UTF-8 text", "give the path of a Python script") from None
+    if not text.strip():
+        raise InvalidOption(f"the script {path} is empty", "write the training script in it")
+    return text
+
+
+def in_place(spec, path: str):
+    """The spec of a cell made to run the file at `path` instead (its text is the spec's script)."""
+    fields = {"script_path": path, "script_sha256": hashlib.sha256(spec.script.encode()).hexdigest()}
+    if hasattr(spec, "from_cell"):
+        fields["from_cell"] = False
+    return dataclasses.replace(spec, **fields)
+
+
+def inside(path: str, directory: str) -> str | None:
+    """`path` relative to `directory` when it lies inside it (links resolved), else None."""
+    real, root = os.path.realpath(path), os.path.realpath(directory)
+    if real == root or not real.startswith(root.rstrip("/") + "/"):
+        return None
+    return os.path.relpath(real, root)

@@ -1,0 +1,259 @@
+"""The code people already have: a repository's training script, pasted into a cell or run in place
+(`%train_detached SCRIPT`, `jupyter-trainer submit SCRIPT`), runs as `python3 train.py` would in its
+folder: sibling modules and packages import, data is found by `__file__` and by relative path,
+checkpoints land in the working directory, and the user's `git status` is what the script made it.
+On this machine, in a container, and for every rank under torchrun; remote hosts in test_remote_jobs."""
+
+import hashlib
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+from conftest import wait_for
+
+from jupyter_trainer.job import get_job
+from jupyter_trainer.jobs import Status
+from jupyter_trainer.store import SCRIPT_FILE, JobStore
+
+# a clone-shaped folder: train.py beside the modules it imports, a package, data and a .gitignore
+TRAIN = textwrap.dedent(
+    """\
+    import argparse
+    import os
+    import sys
+
+    import model
+    from utils import describe
+    from nets.layers import DEPTH
+
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--epochs", type=int, default=1)
+    parser.add_argument("--out", default="checkpoints")
+    args = parser.parse_args()
+
+    here = os.path.dirname(os.path.abspath(__file__))
+    print("FILE", __file__)
+    print("ARGV0", sys.argv[0])
+    print("PATH0", sys.path[0])
+    print("CWD", os.getcwd())
+    with open(os.path.join(here, "data", "numbers.txt")) as by_file, open("data/numbers.txt") as by_cwd:
+        print("DATA", by_file.read().strip(), "|", by_cwd.read().strip())
+    os.makedirs(args.out, exist_ok=True)
+    for epoch in range(args.epochs):
+        print(f"epoch {epoch} loss {model.loss(epoch):.4f} {describe()} depth {DEPTH}", flush=True)
+        with open(os.path.join(args.out, f"epoch{epoch}.txt"), "w") as checkpoint:
+            checkpoint.write(str(epoch))
+    """
+)
+FILES = {
+    "train.py": TRAIN,
+    "model.py": "def loss(epoch):\n    return 1 / (epoch + 1)\n",
+    "utils.py": "def describe():\n    return 'utils ok'\n",
+    "nets/__init__.py": "",
+    "nets/layers.py": "DEPTH = 3\n",
+    "data/numbers.txt": "1 2 3\n",
+    ".gitignore": "checkpoints/\n",  # not __pycache__: nothing of the kind may appear
+}
+
+
+def git(repo, *words):
+    return subprocess.run(["git", "-C", str(repo), *words], capture_output=True, text=True, check=True).stdout
+
+
+@pytest.fixture
+def repo(tmp_path, monkeypatch):
+    """The clone: committed, so that `git status --porcelain` is empty; bytecode may be written."""
+    folder = tmp_path / "word-language-model"
+    for name, text in FILES.items():
+        (folder / name).parent.mkdir(parents=True, exist_ok=True)
+        (folder / name).write_text(text)
+    git(folder, "init", "-q")
+    git(folder, "add", "-A")
+    git(folder, "-c", "user.email=me@example.org", "-c", "user.name=me", "commit", "-qm", "clone")
+    assert git(folder, "status", "--porcelain") == ""
+    monkeypatch.delenv("PYTHONDONTWRITEBYTECODE", raising=False)  # as a user's shell has it
+    monkeypatch.chdir(folder)
+    return folder
+
+
+@pytest.fixture(scope="module")
+def shell():
+    from IPython.core.interactiveshell import InteractiveShell
+
+    ip = InteractiveShell.instance()
+    ip.run_line_magic("load_ext", "jupyter_trainer")
+    return ip
+
+
+def run(shell, capsys, source):
+    result = shell.run_cell(source)
+    out = "".join(capsys.readouterr())
+    return result, out
+
+
+def finished(name, timeout=90):
+    job = get_job(name)
+    assert job.wait(timeout=timeout) is Status.COMPLETED, job.logs()
+    return job
+
+
+def facts(log):
+    """The FILE/ARGV0/PATH0/CWD/DATA lines the script printed, by their first word."""
+    return {line.split(" ", 1)[0]: line.split(" ", 1)[1] for line in log.splitlines() if line.split(" ", 1)[0] in ("FILE", "ARGV0", "PATH0", "CWD", "DATA")}
+
+
+def placement(where):
+    return "--host" if where["host"] else f"--image {where['image']}"
+
+
+def folder_seen(where, repo):
+    return str(repo) if where["host"] else "/workspace"
+
+
+def test_a_pasted_main_py_runs_as_a_file_of_its_folder(where, repo, home, shell, capsys):
+    result, out = run(shell, capsys, f"%%train_detached {placement(where)} --workdir {repo} --name pasted --no-widget -- --epochs 2\n{TRAIN}")
+    assert result.success, out
+    job = finished("pasted")
+    seen, log = folder_seen(where, repo), job.logs()
+    assert facts(log) == {"FILE": f"{seen}/pasted.cell.py", "ARGV0": f"{seen}/pasted.cell.py", "PATH0": seen, "CWD": seen, "DATA": "1 2 3 | 1 2 3"}
+    assert "epoch 1 loss 0.5000 utils ok depth 3" in log
+    assert sorted(os.listdir(repo / "checkpoints")) == ["epoch0.txt", "epoch1.txt"]
+    # nothing of ours in the user's folder: no cell file, no __pycache__ beside the modules
+    assert git(repo, "status", "--porcelain", "--ignored") == "!! checkpoints/\n"
+
+
+def test_the_line_form_runs_the_file_in_place_and_keeps_a_copy(where, repo, home, shell, capsys):
+    line = f"%train_detached train.py {placement(where)} --workdir {repo} --name inplace --no-widget -- --epochs 1"
+    result, out = run(shell, capsys, line)
+    assert result.success, out
+    job = finished("inplace")
+    seen = folder_seen(where, repo)
+    assert facts(job.logs()) == {"FILE": f"{seen}/train.py", "ARGV0": f"{seen}/train.py", "PATH0": seen, "CWD": seen, "DATA": "1 2 3 | 1 2 3"}
+    run_dir = JobStore().run_dir("inplace", 1)
+    assert (run_dir / SCRIPT_FILE).read_text() == TRAIN  # as submitted, byte for byte
+    assert job.record.options["script_sha256"] == hashlib.sha256(TRAIN.encode()).hexdigest()
+    assert job.record.options["script_path"] == str(repo / "train.py")
+    assert git(repo, "status", "--porcelain", "--ignored") == "!! checkpoints/\n"
+
+    # the same line with the same file is the same job: Run All never trains twice
+    result, out = run(shell, capsys, line)
+    assert result.success and "attached" in out and JobStore().runs("inplace") == [1], out
+    # the file changed: the line is another job, which may not silently train under the name
+    (repo / "train.py").write_text(TRAIN + "print('changed')\n")
+    result, out = run(shell, capsys, line)
+    assert not result.success and "already ran (completed) with a different script" in out and out.count("\n") == 1, out
+    result, out = run(shell, capsys, line.replace("--no-widget", "--no-widget --rerun"))
+    assert result.success, out
+    assert "changed" in finished("inplace").logs() and JobStore().runs("inplace") == [1, 2]
+
+
+def test_a_changed_script_does_not_replace_its_running_job(repo, home, shell, capsys):
+    (repo / "slow.py").write_text("import time\nprint('up', flush=True)\ntime.sleep(600)\n")
+    line = "%train_detached slow.py --host --no-widget"
+    result, out = run(shell, capsys, line)
+    assert result.success, out
+    name = out.split(":", 1)[0]
+    try:
+        wait_for(lambda: get_job(name).logs() == "up\n", what="the job to run")
+        (repo / "slow.py").write_text("print('other')\n")
+        result, out = run(shell, capsys, line)
+        assert not result.success and f"job {name!r} is running with a different script" in out, out
+    finally:
+        get_job(name).stop()
+
+
+def test_submit_runs_the_script_in_place_from_the_terminals_directory(where, repo, home):
+    command = [sys.executable, "-m", "jupyter_trainer.cli", "submit", "train.py", "--name", "terminal", "--", "--epochs", "1"]
+    if where["host"]:
+        command[5:5] = ["--host"]
+    else:
+        command[5:5] = ["--image", where["image"]]
+    result = subprocess.run(command, capture_output=True, text=True, cwd=repo, timeout=120)
+    assert result.returncode == 0, result.stderr
+    seen = folder_seen(where, repo)
+    assert facts(finished("terminal").logs())["FILE"] == f"{seen}/train.py"
+    assert git(repo, "status", "--porcelain", "--ignored") == "!! checkpoints/\n"
+
+
+def test_a_cells_traceback_points_at_the_cells_own_lines(repo, home, shell, capsys):
+    cell = "import json\n\nvalues = json.loads('{}')\nprint(values['images'])\n"
+    result, out = run(shell, capsys, f"%%train_detached --host --name broken --no-widget\n{cell}")
+    assert result.success, out
+    job = get_job("broken")
+    assert job.wait(timeout=60) is Status.FAILED
+    log = job.logs()
+    # line 5 of the cell (the magic's line is line 1), shown with its text, and no frame of ours
+    assert f'File "{repo}/broken.cell.py", line 5, in <module>\n    print(values[\'images\'])' in log, log
+    assert "launch.py" not in log and log.rstrip().endswith("KeyError: 'images'")
+
+
+def test_a_cells_spawned_children_find_its_functions(repo, home, shell, capsys):
+    """multiprocessing's spawn (a DataLoader's workers on macOS, Python 3.14's default) imports the
+    parent's main file again: for a cell, the run's copy."""
+    cell = textwrap.dedent(
+        """\
+        import multiprocessing
+
+        def square(value):
+            return value * value
+
+        if __name__ == "__main__":
+            multiprocessing.set_start_method("spawn")
+            with multiprocessing.Pool(2) as pool:
+                print("SQUARES", pool.map(square, [1, 2, 3]))
+        """
+    )
+    result, out = run(shell, capsys, f"%%train_detached --host --name spawner --no-widget\n{cell}")
+    assert result.success, out
+    assert "SQUARES [1, 4, 9]" in finished("spawner").logs()
+    assert git(repo, "status", "--porcelain", "--ignored") == ""
+
+
+@pytest.mark.docker
+def test_a_script_the_container_cannot_see_is_one_line(repo, home, shell, capsys, docker_image, docker_client, tmp_path):
+    outside = tmp_path / "elsewhere.py"
+    outside.write_text("print(1)\n")
+    result, out = run(shell, capsys, f"%train_detached {outside} --image {docker_image} --workdir {repo} --no-widget")
+    assert not result.success and f"{outside} is not inside --workdir {repo}" in out and out.count("\n") == 1, out
+    assert (sorted(os.listdir(home / "jobs")) if (home / "jobs").exists() else []) == []
+    theirs = docker_client.containers.run(docker_image, ["sleep", "infinity"], detach=True, init=True, labels={"jupyter_trainer.test": "1"})
+    try:
+        result, out = run(shell, capsys, f"%train_detached train.py --container {theirs.name} --no-widget")
+        assert not result.success and f"container {theirs.name!r} mounts no directory that holds {repo}/train.py" in out, out
+        assert out.count("\n") == 1
+    finally:
+        theirs.remove(force=True)
+
+
+@pytest.mark.docker
+def test_every_torchrun_rank_runs_the_cell_as_a_file_of_its_folder(repo, home, shell, capsys, torch_image, docker_image):
+    # docker_image: its clean-up removes the containers of this test's store, whatever their image
+    cell = textwrap.dedent(
+        """\
+        import os, sys
+        import model
+        rank = os.environ["RANK"]
+        print(f"RANK {rank} FILE {__file__} PATH0 {sys.path[0]} LOSS {model.loss(int(rank))}", flush=True)
+        """
+    )
+    # Debian's torch 1.13 on Python 3.11 cannot read torchrun's default --redirects (0: an IntFlag
+    # member 3.11 no longer lists); ranks' stdout teed to the log (prefixed [defaultN]:) it can
+    torchrun = "torchrun --nproc_per_node 2 --redirects 1 --tee 1"
+    source = f"%%train_detached --image {torch_image} --workdir {repo} --interpreter '{torchrun}' --name ranks --no-widget\n{cell}"
+    result, out = run(shell, capsys, source)
+    assert result.success, out
+    log = finished("ranks", timeout=180).logs()
+    for rank, loss in (("0", "1.0"), ("1", "0.5")):
+        assert f"RANK {rank} FILE /workspace/ranks.cell.py PATH0 /workspace LOSS {loss}" in log, log
+    assert git(repo, "status", "--porcelain", "--ignored") == ""
+
+
+def test_status_json_names_the_script_run_in_place(repo, home, shell, capsys):
+    result, out = run(shell, capsys, "%train_detached train.py --host --name shown --no-widget")
+    assert result.success, out
+    finished("shown")
+    shown = json.loads(subprocess.run([sys.executable, "-m", "jupyter_trainer.cli", "status", "shown", "--json"], capture_output=True, text=True, check=True).stdout)
+    assert shown["options"]["script_path"] == str(repo / "train.py")
