@@ -32,11 +32,19 @@ class Option:
     kind: str = "value"  # "value", "int", "append" (repeatable) or "switch"
     config: bool = False  # %config TrainerMagics.<dest> gives it a default
     default: Any = None  # the value when neither a flag nor config gives one
-    parse: Callable[[Any], Any] | None = None  # checks the settled value and gives what the spec holds
+    # checks the settled value and gives what the spec holds: a function, or "module:function" (a
+    # backend's check in its own package, imported when a value is checked)
+    parse: Callable[[Any], Any] | str | None = None
     backends: tuple[str, ...] = ()  # the detached backends that take it (none named: every one)
 
     def taken_by(self, backend: str) -> bool:
         return not self.backends or backend in self.backends
+
+    def check(self, value: Any) -> Any:
+        """The value as its `parse` leaves it (as it is, with none)."""
+        if self.parse is None:
+            return value
+        return (declared_function(self.parse) if isinstance(self.parse, str) else self.parse)(value)
 
     def add_to(self, parser: argparse.ArgumentParser) -> None:
         if self.kind == "switch":
@@ -47,6 +55,14 @@ class Option:
         else:
             kind = int if self.kind == "int" else str
             parser.add_argument(self.flag, dest=self.dest, type=kind, default=None, metavar=self.metavar, help=self.help)
+
+
+def declared_function(reference: str) -> Callable:
+    """The function a declaration names as "module:function", imported now."""
+    import importlib
+
+    module, _, function = reference.partition(":")
+    return getattr(importlib.import_module(module), function)
 
 
 # -- the line magics and the CLI's commands -----------------------------------------------------
@@ -172,10 +188,7 @@ class DetachedBackend:
     def spec_fields(self, parsed: dict[str, Any], hosts: Mapping[str, str] | None) -> dict[str, Any]:
         if self.settle_spec is None:
             return {**parsed, "workdir": parse_workdir(parsed.get("workdir"))}
-        import importlib
-
-        module, _, function = self.settle_spec.partition(":")
-        return getattr(importlib.import_module(module), function)(parsed, hosts)
+        return declared_function(self.settle_spec)(parsed, hosts)
 
 
 DETACHED_BACKENDS = (

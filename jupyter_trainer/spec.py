@@ -181,8 +181,8 @@ def cell_values(script: str, options, values: Mapping[str, Any], needs_script: b
 
 def parse_declared(options, values: Mapping[str, Any]) -> dict[str, Any]:
     """Every value checked by the parser its option declares (`Option.parse`), the rest as they are."""
-    parsers = {option.dest: option.parse for option in options if option.parse}
-    return {dest: parsers[dest](value) if dest in parsers else value for dest, value in values.items()}
+    declared = {option.dest: option for option in options}
+    return {dest: declared[dest].check(value) if dest in declared else value for dest, value in values.items()}
 
 
 def chosen_backend(values: Mapping[str, Any]) -> DetachedBackend:

@@ -222,3 +222,17 @@ def test_an_option_a_backend_declares_that_no_spec_field_holds_reaches_its_spec(
     plain = spec.build_spec("print(1)\n", host=True, workdir="/tmp")
     assert "backend_options" not in plain.public_options()  # cells without any keep their fingerprints
     assert dataclasses.is_dataclass(spec.DetachedSpec)
+
+
+def _tenfold(value):
+    return value * 10
+
+
+def test_an_options_check_may_live_in_its_backends_own_package():
+    """`parse="module:function"`: a new backend keeps the check of its option in its own package,
+    imported only when a value is checked (checks.py holds the shared ones)."""
+    from jupyter_trainer.options import Option
+    from jupyter_trainer.spec import parse_declared
+
+    option = Option("toy_nice", "--toy-nice", "how nice", kind="int", parse=f"{__name__}:_tenfold", backends=("toy",))
+    assert parse_declared([option], {"toy_nice": 3, "other": "x"}) == {"toy_nice": 30, "other": "x"}
