@@ -68,9 +68,8 @@ def _bytecode_elsewhere():
     if sys.dont_write_bytecode or getattr(sys, "pycache_prefix", None) is not None:
         return
     import stat
-    import tempfile
 
-    path = os.path.join(tempfile.gettempdir(), "jupyter_trainer-pycache-%d" % os.getuid())
+    path = os.path.join(os.environ.get("TMPDIR") or "/tmp", "jupyter_trainer-pycache-%d" % os.getuid())
     try:
         os.mkdir(path, 0o700)
     except FileExistsError:
@@ -90,20 +89,40 @@ def _bytecode_elsewhere():
 
 def _spawn_children_from(cell, path):
     """multiprocessing's spawn and forkserver start a child by running the parent's `__main__`
-    file again (a DataLoader's workers, say): for a cell, the file that exists is `cell`."""
-    try:
-        import multiprocessing.spawn as spawn
-    except ImportError:
-        return
-    prepared = spawn.get_preparation_data
+    file again (a DataLoader's workers, say): for a cell, the file that exists is `cell`. Its
+    module is changed as it is imported, if the script ever imports it."""
 
-    def get_preparation_data(name):
-        data = prepared(name)
-        if data.get("init_main_from_path") == path:
-            data["init_main_from_path"] = cell
-        return data
+    def point_at_cell(spawn):
+        prepared = spawn.get_preparation_data
 
-    spawn.get_preparation_data = get_preparation_data
+        def get_preparation_data(name):
+            data = prepared(name)
+            if data.get("init_main_from_path") == path:
+                data["init_main_from_path"] = cell
+            return data
+
+        spawn.get_preparation_data = get_preparation_data
+
+    class Finder:
+        @staticmethod
+        def find_spec(name, search_path=None, target=None):
+            if name != "multiprocessing.spawn":
+                return None
+            from importlib.machinery import PathFinder
+
+            spec = PathFinder.find_spec(name, search_path, target)
+            if spec is None or spec.loader is None or not hasattr(spec.loader, "exec_module"):
+                return spec
+            execute = spec.loader.exec_module
+
+            def exec_module(module):
+                execute(module)
+                point_at_cell(module)
+
+            spec.loader.exec_module = exec_module
+            return spec
+
+    sys.meta_path.insert(0, Finder)
 
 
 if __name__ == "__main__":
