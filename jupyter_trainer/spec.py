@@ -154,7 +154,9 @@ def build_spec(
     # spec's fields; the switches that chose it are not
     switches = {declared.switch for declared in DETACHED_BACKENDS if declared.switch}
     taken = {option.dest for option in DETACHED if option.taken_by(backend.name)} - switches
-    parsed = backend.spec_fields({dest: value for dest, value in parse_declared(DETACHED, values).items() if dest in taken}, hosts)
+    # only the chosen backend's options are checked: another backend's check (in its own package)
+    # is not even imported
+    parsed = backend.spec_fields(parse_declared(DETACHED, {dest: value for dest, value in values.items() if dest in taken}), hosts)
     held = {spec_field.name for spec_field in fields(DetachedSpec)} - {"backend_options"}
     # never dropped; one not given is left out, so that cells without it keep their fingerprints
     own = {dest: value for dest, value in parsed.items() if dest not in held and not _not_given(value)}

@@ -236,3 +236,16 @@ def test_an_options_check_may_live_in_its_backends_own_package():
 
     option = Option("toy_nice", "--toy-nice", "how nice", kind="int", parse=f"{__name__}:_tenfold", backends=("toy",))
     assert parse_declared([option], {"toy_nice": 3, "other": "x"}) == {"toy_nice": 30, "other": "x"}
+
+
+def test_another_backends_check_is_not_imported(monkeypatch):
+    """An option only a switched backend takes is checked (and its module imported) only when that
+    backend is chosen: a --host cell never imports it."""
+    import sys
+
+    from jupyter_trainer import options, spec
+
+    own = options.Option("toy_nice", "--toy-nice", "how nice", kind="int", parse="jupyter_trainer_no_such_module:check", backends=("toy",))
+    monkeypatch.setattr(spec, "DETACHED", (*options.DETACHED, own))
+    built = spec.build_spec("print(1)\n", host=True, image=None, container=None, gpus=None, workdir=None)
+    assert built.backend == "host" and "jupyter_trainer_no_such_module" not in sys.modules
