@@ -269,6 +269,23 @@ def test_progress_on_a_line_of_digits_costs_one_pass():
     assert time.process_time() - started < 0.5  # quadratic, it took seconds a line
 
 
+def test_a_torchrun_failure_is_told_by_its_ranks_exception():
+    """torchrun (ranks teed with --tee: `[default0]:`) ends with its own ChildFailedError, which
+    says nothing; the rank's error is the reason (seen with nanoGPT's CUDA-only DDP on a CPU)."""
+    log = [
+        "[default0]:Traceback (most recent call last):",
+        '[default0]:  File "/workspace/train.py", line 89, in <module>',
+        "[default0]:    torch.cuda.set_device(device)",
+        "[default0]:AttributeError: module 'torch._C' has no attribute '_cuda_setDevice'",
+        "Traceback (most recent call last):",
+        '  File "/usr/bin/torchrun", line 33, in <module>',
+        "    sys.exit(load_entry_point('torch==1.13.0a0', 'console_scripts', 'torchrun')())",
+        "torch.distributed.elastic.multiprocessing.errors.ChildFailedError: ",
+    ]
+    assert exception_line(log) == "AttributeError: module 'torch._C' has no attribute '_cuda_setDevice'"
+    assert exception_line(log[4:]) == "torch.distributed.elastic.multiprocessing.errors.ChildFailedError:"  # alone, it is all there is
+
+
 def test_a_syntax_error_and_a_long_exception_line():
     assert exception_line(['  File "/job/script.py", line 3', "    print(", "         ^", "SyntaxError: '(' was never closed"]) == (
         "SyntaxError: '(' was never closed"

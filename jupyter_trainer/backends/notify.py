@@ -44,6 +44,7 @@ PAUSES = (2, 8, 20)  # seconds before each new attempt
 TAIL_BYTES = 64 * 1024  # of the log, read for the exception the script ended with
 DETAIL_CHARS = 300
 PYTHON_RAISED = 1  # the exit code of a Python script that ended with an exception
+RANK_PREFIX = re.compile(r"^\[(?:default|rank)\d+\]:")  # a torchrun rank's line, teed into the log
 EXCEPTION = re.compile(r"^([A-Za-z_][\w.]*(?:Error|Exception|Exit|Interrupt|Warning|Failure|Fault))(?::\s?.*)?$")
 # what every jupyter_trainer process in a container has in its command line (written so that this
 # code, which a notifier's command line holds, does not contain it)
@@ -187,15 +188,17 @@ def read_tail(fd):
 
 def exception_line(lines):
     """The last traceback's final line (`KeyError: 'images'`, or a SyntaxError's), or "": the line
-    after a traceback's frames that names an exception, cut to 300 characters. (The one reading of
-    it: a job's record takes its reason from it too, see Job.refresh.)"""
+    after a traceback's frames that names an exception, cut to 300 characters. A torchrun rank's
+    lines count without their `[default0]:` prefix, and an exception that says nothing (torchrun's
+    own `ChildFailedError:` after a rank failed) does not hide the rank's. (The one reading of it:
+    a job's record takes its reason from it too, see Job.refresh.)"""
     seen_traceback, found = False, ""
     for line in lines:
-        line = line.rsplit("\r", 1)[-1]
+        line = RANK_PREFIX.sub("", line.rsplit("\r", 1)[-1])
         if line.startswith("Traceback (most recent call last)") or line.startswith('  File "'):
             seen_traceback = True
         elif seen_traceback and line.strip() and not line.startswith((" ", "\t")):
-            if EXCEPTION.match(line.strip()):
+            if EXCEPTION.match(line.strip()) and not (found and line.strip().endswith(":")):
                 found = line.strip()[:DETAIL_CHARS]
             seen_traceback = False
     return found
