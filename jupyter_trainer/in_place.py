@@ -37,11 +37,15 @@ def detached_in_place(given: str, flags: dict, config: dict, args, hosts):
 
 def read_script(path: str) -> str:
     """The script's text, read once; one line when it cannot be a script to run."""
+    not_a_script = InvalidOption(f"cannot run {path}: it is not a regular file", "give the path of a Python script")
+    if os.path.realpath(path).startswith(("/proc/", "/sys/", "/dev/")):  # "regular" files that are not files
+        raise not_a_script
     try:
-        with open(path, "rb") as handle:
-            found = os.fstat(handle.fileno())
-            if not stat.S_ISREG(found.st_mode):
-                raise InvalidOption(f"cannot run {path}: it is not a regular file", "give the path of a Python script")
+        # never blocks on a FIFO (its open would wait for a writer), and checks what was opened
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+        with open(fd, "rb") as handle:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                raise not_a_script
             data = handle.read(MAX_SCRIPT_BYTES + 1)
     except OSError as exc:
         raise InvalidOption(f"cannot read the script {path} ({exc.strerror or exc})", "check the path (relative to --workdir or the current directory)") from None
@@ -50,7 +54,9 @@ def read_script(path: str) -> str:
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError:
-        raise InvalidOption(f"cannot run {path}: it is not UTF-8 text", "give the path of a Python script") from None
+        raise InvalidOption(
+            f"cannot run {path}: it is not UTF-8 text", "save it as UTF-8 (Python's default; another coding: cookie is not taken here)"
+        ) from None
     if not text.strip():
         raise InvalidOption(f"the script {path} is empty", "write the training script in it")
     return text

@@ -13,7 +13,7 @@ from IPython.core.magic import Magics, line_cell_magic, line_magic, magics_class
 from IPython.core.magic_arguments import MagicArgumentParser
 from traitlets import Bool, Dict, Int, List, Unicode
 
-from .errors import TrainerError
+from .errors import InvalidOption, TrainerError
 from .magic_help import describe
 from .options import (
     ALL_RUNS, DETACHED, ENTRY_SCRIPT, FOLLOW, JOB, JOB_NAME, LINES, NO_WIDGET_TABLE, ONE_RUN, SAGEMAKER, SCRIPT, WITH_CONTAINER,
@@ -186,9 +186,15 @@ class TrainerMagics(Magics):
         if cell is not None:
             spec = sagemaker_spec(cell, given, config, **fallbacks)
         elif args.script:  # %sagemaker_fit SCRIPT: an existing file, relative to --source-dir as the SDK's entry_point
-            from .in_place import in_place, read_script, script_path
+            from .in_place import in_place, inside, read_script, script_path
 
-            path = script_path(args.script, given.get("source_dir") or config.get("source_dir"))
+            source_dir = given.get("source_dir") or config.get("source_dir")
+            path = script_path(args.script, source_dir)
+            if source_dir and inside(path, source_dir) is None:
+                raise InvalidOption(
+                    f"{path} is not inside --source-dir {source_dir}",
+                    "the entry script is one of its files, as the SDK's entry_point: give its path there (or drop --source-dir)",
+                )
             spec = in_place(sagemaker_spec(read_script(path), given, config, **fallbacks), path)
             label = os.path.splitext(os.path.basename(path))[0]
         else:  # %sagemaker_fit: the image's own train

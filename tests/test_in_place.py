@@ -196,19 +196,24 @@ def test_a_cells_spawned_children_find_its_functions(repo, home, shell, capsys):
     cell = textwrap.dedent(
         """\
         import multiprocessing
+        from pathlib import Path
 
         def square(value):
-            return value * value
+            import model  # the folder's, imported in the child: its bytecode not in the folder either
+            numbers = (Path(__file__).parent / "data" / "numbers.txt").read_text().split()
+            return value * value, Path(__file__).name, len(numbers), model.loss(0)
 
         if __name__ == "__main__":
-            multiprocessing.set_start_method("spawn")
-            with multiprocessing.Pool(2) as pool:
-                print("SQUARES", pool.map(square, [1, 2, 3]))
+            for method in ("spawn", "forkserver"):
+                with multiprocessing.get_context(method).Pool(2) as pool:
+                    print(method, pool.map(square, [1, 2]))
         """
     )
     result, out = run(shell, capsys, f"%%train_detached --host --name spawner --no-widget\n{cell}")
     assert result.success, out
-    assert "SQUARES [1, 4, 9]" in finished("spawner").logs()
+    log = finished("spawner").logs()
+    for method in ("spawn", "forkserver"):  # the children's __file__ is the cell's, in the folder
+        assert f"{method} [(1, 'spawner.cell.py', 3, 1.0), (4, 'spawner.cell.py', 3, 1.0)]" in log, log
     assert git(repo, "status", "--porcelain", "--ignored") == ""
 
 
@@ -257,3 +262,65 @@ def test_status_json_names_the_script_run_in_place(repo, home, shell, capsys):
     finished("shown")
     shown = json.loads(subprocess.run([sys.executable, "-m", "jupyter_trainer.cli", "status", "shown", "--json"], capture_output=True, text=True, check=True).stdout)
     assert shown["options"]["script_path"] == str(repo / "train.py")
+
+
+@pytest.fixture
+def slow_python(tmp_path):
+    """An interpreter that waits a second before it starts Python: the file may change meanwhile."""
+    wrapper = tmp_path / "slow-python"
+    wrapper.write_text('#!/bin/sh\nsleep 1\nexec python3 "$@"\n')
+    wrapper.chmod(0o755)
+    return wrapper
+
+
+def test_the_script_that_runs_is_the_one_submitted(repo, home, shell, capsys, slow_python):
+    """Its record keeps the text and hash of what was submitted: that is what runs, whatever
+    becomes of the file before the job starts (rewritten, or deleted)."""
+    for name, change in (("swapped", lambda path: path.write_text("print('SWAPPED')\n")), ("deleted", lambda path: path.unlink())):
+        script = repo / f"{name}.py"
+        script.write_text("print('ORIGINAL')\n")
+        result, out = run(shell, capsys, f"%train_detached {name}.py --host --interpreter {slow_python} --name {name} --no-widget")
+        assert result.success, out
+        change(script)
+        assert finished(name).logs() == "ORIGINAL\n"
+
+
+def test_the_users_modules_named_like_the_standard_library_are_theirs_alone(repo, home, shell, capsys):
+    """A folder with its own multiprocessing.py, tempfile.py, stat.py, traceback.py: the launcher
+    imports none of them, and the script gets them as `python3 script.py` would."""
+    for name in ("multiprocessing", "tempfile", "stat", "traceback", "types", "linecache"):
+        (repo / f"{name}.py").write_text(f"print('the folder\\'s {name} imported')\n")
+    cell = "import sys\nprint('loaded:', sorted(m for m in ('multiprocessing', 'tempfile', 'stat') if m in sys.modules))\nimport tempfile, multiprocessing\n"
+    (repo / "as_python_runs_it.py").write_text(cell)
+    try:  # what python3 itself makes of that folder (its site may import some of the standard library first)
+        expected = subprocess.run(["python3", "as_python_runs_it.py"], cwd=repo, capture_output=True, text=True, check=True).stdout
+    finally:
+        (repo / "as_python_runs_it.py").unlink()
+    assert "the folder's multiprocessing imported" in expected
+    result, out = run(shell, capsys, f"%%train_detached --host --name shadowed --no-widget\n{cell}")
+    assert result.success, out
+    assert finished("shadowed").logs() == expected
+    # and a traceback is shown by Python's traceback module, not by the folder's traceback.py
+    result, out = run(shell, capsys, "%%train_detached --host --name shadowed-raise --no-widget\nraise ValueError('the folder is not read')\n")
+    assert result.success, out
+    failed = get_job("shadowed-raise")
+    assert failed.wait(timeout=60) is Status.FAILED
+    assert "imported" not in failed.logs() and failed.logs().rstrip().endswith("ValueError: the folder is not read"), failed.logs()
+
+
+def test_a_linked_script_imports_beside_its_target_as_python_does(repo, home, shell, capsys):
+    (repo / "real").mkdir()
+    (repo / "real" / "helper.py").write_text("VALUE = 'beside the target'\n")
+    (repo / "real" / "main.py").write_text("import helper\nprint(helper.VALUE)\n")
+    (repo / "links").mkdir()
+    (repo / "links" / "main.py").symlink_to("../real/main.py")
+    result, out = run(shell, capsys, "%train_detached links/main.py --host --name linked --no-widget")
+    assert result.success, out
+    assert finished("linked").logs() == "beside the target\n"
+
+
+def test_a_fifo_or_a_proc_file_as_the_script_is_one_line_not_a_hang(repo, home):
+    os.mkfifo(repo / "fifo.py")
+    for script in ("fifo.py", "/proc/self/environ"):
+        result = subprocess.run([sys.executable, "-m", "jupyter_trainer.cli", "submit", script, "--host"], capture_output=True, text=True, cwd=repo, timeout=60)
+        assert result.returncode == 1 and "it is not a regular file" in result.stderr and result.stderr.count("\n") == 1, result.stderr

@@ -399,3 +399,19 @@ def test_a_repository_script_runs_in_its_synced_folder_on_the_remote_host(laptop
     # alone: its first import is the folder's, which is not there; its file is named where it would be
     log = cli("logs", "alone").stdout
     assert status("alone")["status"] == "failed" and 'File "/workspace/train.py", line 5, in <module>\n    import model' in log and "No module named 'model'" in log, log
+
+
+def test_a_script_in_place_in_a_users_container_on_the_remote_host(laptop, tmp_path, monkeypatch):
+    """--sync copies into a container of the user's own working directory (here /app), and the
+    script runs in place there, not in /workspace."""
+    remote = laptop
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "helper.py").write_text("WHERE = 'beside it'\n")
+    (project / "top.py").write_text("import os, helper\nprint(__file__, os.getcwd(), helper.WHERE)\n")
+    remote.client().containers.run(TEST_IMAGE, ["sleep", "infinity"], name="userbox", working_dir="/app", init=True, detach=True)
+    monkeypatch.chdir(project)
+    done = cli("submit", "top.py", "--name", "theirs", "--docker-host", remote.alias_url, "--container", "userbox", "--sync", str(project))
+    assert done.returncode == 0, done.stdout + done.stderr
+    wait_for(lambda: status("theirs")["status"] not in ("pending", "running"), timeout=90, what="the job to end")
+    assert cli("logs", "theirs").stdout == "/app/top.py /app beside it\n", cli("logs", "theirs").stdout

@@ -1021,3 +1021,15 @@ def test_a_bring_your_own_container_image_trains_in_local_mode_and_says_why_it_f
     failed = Job.load("byoc-empty")
     assert failed.wait(timeout=300) is Status.FAILED, failed.logs()
     assert failed.record.reason == "no training data: no x,y rows in /opt/ml/input/data/training/*.csv", failed.logs()
+
+
+def test_an_entry_script_outside_its_source_dir_and_a_spaced_default_interpreter(aws, shell, capsys, tmp_path, home):
+    """The SDK's entry_point is one of source_dir's files: one outside is refused, not dropped
+    beside them; `--interpreter 'python3 '` is the default said with a space, not a script's."""
+    (tmp_path / "src").mkdir()
+    (tmp_path / "outside.py").write_text("print(1)\n")
+    result, out = fit_line(shell, capsys, remote("outside", f"{tmp_path}/outside.py --source-dir {tmp_path}/src"))
+    assert not result.success and f"{tmp_path}/outside.py is not inside --source-dir {tmp_path}/src" in out and out.count("\n") == 1, out
+    result, out = fit_line(shell, capsys, remote("spaced", "--interpreter 'python3 '"))
+    assert result.success, out
+    assert [request["TrainingJobName"].split("-")[0] for request in aws.create_requests] == ["spaced"]

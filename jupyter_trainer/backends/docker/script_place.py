@@ -40,7 +40,10 @@ def script_in_container(spec: DetachedSpec, engine: Engine, container) -> str | 
     if engine.remote:
         if sent_alone(spec, engine):
             return None
-        return posixpath.join(WORKSPACE, inside(spec.script_path, spec.sync))
+        # --sync copies into the container's working directory: ours is /workspace
+        ours = container is None or container.labels.get("jupyter_trainer") == "1"
+        synced_to = WORKSPACE if ours else container.attrs["Config"].get("WorkingDir") or "/"
+        return posixpath.join(synced_to, inside(spec.script_path, spec.sync))
     if container is None:  # the one made for the job mounts --workdir at /workspace
         relative = inside(spec.script_path, spec.workdir)
         if relative is None:

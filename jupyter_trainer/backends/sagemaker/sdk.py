@@ -72,8 +72,8 @@ def submit_remote(spec: SageMakerSpec, job_name: str, code_uri: str | None, boto
             if major >= 3:
                 _create_v3(spec, job_name, code_uri, boto_session)
             else:
-                _estimator_v2(spec, boto_session, local=False).fit(
-                    _inputs_v2(spec, code_uri), job_name=job_name, wait=False, logs=False
+                _estimator_v2(spec, boto_session, local=False).fit(  # no channel at all: none (an empty list is refused)
+                    _inputs_v2(spec, code_uri) or None, job_name=job_name, wait=False, logs=False
                 )
         except TrainerError:
             raise

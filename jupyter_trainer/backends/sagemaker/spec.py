@@ -177,7 +177,7 @@ def build_sagemaker_spec(
 def _refuse_script_options(values: dict, args: Iterable[str]) -> None:
     """What means something only with a script of ours, given where the image's own `train` runs."""
     given = ["--source-dir"] if values["source_dir"] else []
-    if values["interpreter"] not in (None, "", "python3"):  # python3: the default, said or not
+    if (values["interpreter"] or "python3").split() != ["python3"]:  # python3: the default, said or not
         given.append("--interpreter")
     if tuple(args):
         given.append("words after --")
