@@ -324,3 +324,14 @@ def test_a_fifo_or_a_proc_file_as_the_script_is_one_line_not_a_hang(repo, home):
     for script in ("fifo.py", "/proc/self/environ"):
         result = subprocess.run([sys.executable, "-m", "jupyter_trainer.cli", "submit", script, "--host"], capture_output=True, text=True, cwd=repo, timeout=60)
         assert result.returncode == 1 and "it is not a regular file" in result.stderr and result.stderr.count("\n") == 1, result.stderr
+
+
+def test_an_interpreter_that_ignores_the_environment_still_writes_the_log_as_it_goes(repo, home, shell, capsys):
+    """-I and -E ignore PYTHONUNBUFFERED: the log would fill only when the job ends."""
+    result, out = run(shell, capsys, "%%train_detached --host --interpreter 'python3 -I' --name isolated --no-widget\nimport time\nprint('early')\ntime.sleep(600)\n")
+    assert result.success, out
+    job = get_job("isolated")
+    try:
+        wait_for(lambda: job.logs() == "early\n", timeout=30, what="the line in the log while the job runs")
+    finally:
+        job.stop()
