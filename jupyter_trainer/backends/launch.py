@@ -19,6 +19,7 @@ the script imports is cached outside the working directory, so that the user's f
 git status) holds only what the script itself writes.
 """
 
+import io
 import linecache
 import os
 import stat
@@ -110,12 +111,16 @@ def _bytecode_elsewhere():
 def _live_output():
     """The job's output reaches its log as it is written, as PYTHONUNBUFFERED asks, also under an
     interpreter that ignores the environment (-I, -E)."""
-    if os.environ.get("PYTHONUNBUFFERED") and sys.flags.ignore_environment:
-        for stream in (sys.stdout, sys.stderr):
-            try:
-                stream.reconfigure(write_through=True)
-            except (AttributeError, ValueError):
-                pass
+    if not os.environ.get("PYTHONUNBUFFERED") or not sys.flags.ignore_environment:
+        return
+    for name in ("stdout", "stderr"):  # as -u makes them: no buffer under the text layer
+        stream = getattr(sys, name)
+        try:
+            stream.flush()
+            raw = io.FileIO(stream.fileno(), "w", closefd=False)
+            setattr(sys, name, io.TextIOWrapper(raw, encoding=stream.encoding, errors=stream.errors, write_through=True))
+        except (AttributeError, OSError, ValueError):
+            continue
 
 
 def _spawn_children_from_here(path):
