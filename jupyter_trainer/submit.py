@@ -56,11 +56,12 @@ def submit_detached(
     backend = backends.get(spec.backend)
     backend.preflight(spec)  # an unreachable runtime is one line before the store is touched
     fingerprint = spec.fingerprint(store.fingerprint_key(), rerun)
+    in_place = bool(getattr(spec, "script_path", None))  # a file run in place (SageMaker's specs have it too)
     if name is None:
         # the same cell gets the same name, so running it again attaches instead of training twice;
         # a script run in place is named by its path and options, not its text: once the file has
         # changed, the same line names the same job, which it then may not silently train again
-        named_by = _without_text(spec).fingerprint(store.fingerprint_key()) if getattr(spec, "script_path", None) else fingerprint
+        named_by = _without_text(spec).fingerprint(store.fingerprint_key()) if in_place else fingerprint
         name = _named_before(store, fingerprint) or default_name(label, named_by)
     validate_name(name)
 
@@ -71,7 +72,7 @@ def submit_detached(
             existing = Job(store.load(name, latest), store, backends).refresh()
             if existing.record.fingerprint == fingerprint:
                 return Submission(existing, attached=True)
-            _refuse_other_cell(name, existing.record.status, rerun, "script" if getattr(spec, "script_path", None) else "cell")
+            _refuse_other_cell(name, existing.record.status, rerun, "script" if in_place else "cell")
         record = JobRecord(
             name=name,
             backend=spec.backend,

@@ -116,12 +116,12 @@ class DockerBackend:
             inner_run_dir = f"{SHIPPED_JOBS_DIR}/{store_id}/{relative}"
             containers.ship(container, run_dir, inner_run_dir)
         ours = containers.is_ours(container)
+        working_dir = containers.working_dir(container)
         sync_facts = None
         if spec.sync:
-            sync_facts = sync_directory(container, spec.sync, WORKSPACE if ours else container.attrs["Config"].get("WorkingDir") or "/", jobs_dir.parent)
+            sync_facts = sync_directory(container, spec.sync, working_dir, jobs_dir.parent)
         if sent_alone(spec, engine):
             sync_facts = [*(sync_facts or []), sent_alone_fact(spec, engine)]
-        working_dir = WORKSPACE if ours else container.attrs["Config"].get("WorkingDir") or "/"
         command = [
             "sh", f"{inner_run_dir}/{SUPERVISOR_FILE}", inner_run_dir, str(STOP_GRACE_SECONDS),
             "1" if spec.stop_container_when_done else "0",

@@ -92,6 +92,12 @@ def is_ours(container) -> bool:
     return container.labels.get(LABEL) == "1"
 
 
+def working_dir(container) -> str:
+    """Where a job in the container runs, and --sync copies to: /workspace in ours, else the
+    container's own working directory."""
+    return WORKSPACE if is_ours(container) else container.attrs["Config"].get("WorkingDir") or "/"
+
+
 # -- the job's container, running ----------------------------------------------------
 
 

@@ -11,6 +11,7 @@ import posixpath
 from ...errors import InvalidOption
 from ...in_place import inside
 from ...spec import DetachedSpec
+from .containers import working_dir
 from .hosts import Engine
 from .runtime import WORKSPACE
 
@@ -40,9 +41,8 @@ def script_in_container(spec: DetachedSpec, engine: Engine, container) -> str | 
     if engine.remote:
         if sent_alone(spec, engine):
             return None
-        # --sync copies into the container's working directory: ours is /workspace
-        ours = container is None or container.labels.get("jupyter_trainer") == "1"
-        synced_to = WORKSPACE if ours else container.attrs["Config"].get("WorkingDir") or "/"
+        # --sync copies into the container's working directory (ours, when not made yet)
+        synced_to = WORKSPACE if container is None else working_dir(container)
         return posixpath.join(synced_to, inside(spec.script_path, spec.sync))
     if container is None:  # the one made for the job mounts --workdir at /workspace
         relative = inside(spec.script_path, spec.workdir)
