@@ -32,23 +32,61 @@ def detached_in_place(given: str, flags: dict, config: dict, args, hosts):
     from .spec import detached_spec
 
     path = script_path(given, flags.get("workdir") or config.get("workdir"))
-    return in_place(detached_spec(read_script(path), flags, config, args, hosts), path)
+    try:
+        text = read_script(path)
+    except ScriptMissing as missing:
+        # it may lie on the job's machine only (a remote host's --workdir): its backend reads it
+        spec = detached_spec("#", flags, config, args, hosts)
+        on_host = remote_script_path(given, spec)
+        if on_host is None:
+            raise missing from None
+        return dataclasses.replace(spec, script="", script_path=on_host, script_on_host=True, from_cell=False)
+    return in_place(detached_spec(text, flags, config, args, hosts), path)
+
+
+def remote_script_path(given: str, spec) -> str | None:
+    """SCRIPT as a path of the remote Docker host the spec runs on, inside its --workdir (the only
+    directory of it a job's container is known to see), or None when that cannot be."""
+    import posixpath
+
+    if spec.backend != "docker" or not spec.engine or not spec.workdir or "\0" in given:
+        return None
+    from .backends.docker.hosts import Engine
+
+    if not Engine.of(spec.engine).remote:
+        return None
+    path = posixpath.normpath(posixpath.join(spec.workdir, given))
+    return path if path.startswith(spec.workdir.rstrip("/") + "/") else None
+
+
+class ScriptMissing(InvalidOption):
+    """SCRIPT is not a file of this machine."""
 
 
 def read_script(path: str) -> str:
     """The script's text, read once; one line when it cannot be a script to run."""
-    not_a_script = InvalidOption(f"cannot run {path}: it is not a regular file", "give the path of a Python script")
     if os.path.realpath(path).startswith(("/proc/", "/sys/", "/dev/")):  # "regular" files that are not files
-        raise not_a_script
+        raise not_a_regular_file(path)
     try:
         # never blocks on a FIFO (its open would wait for a writer), and checks what was opened
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
         with open(fd, "rb") as handle:
             if not stat.S_ISREG(os.fstat(fd).st_mode):
-                raise not_a_script
+                raise not_a_regular_file(path)
             data = handle.read(MAX_SCRIPT_BYTES + 1)
     except OSError as exc:
-        raise InvalidOption(f"cannot read the script {path} ({exc.strerror or exc})", "check the path (relative to --workdir or the current directory)") from None
+        kind = ScriptMissing if isinstance(exc, FileNotFoundError) else InvalidOption
+        raise kind(f"cannot read the script {path} ({exc.strerror or exc})", "check the path (relative to --workdir or the current directory)") from None
+    return script_text(data, path)
+
+
+def not_a_regular_file(path: str) -> InvalidOption:
+    return InvalidOption(f"cannot run {path}: it is not a regular file", "give the path of a Python script")
+
+
+def script_text(data: bytes, path: str) -> str:
+    """The text of a script read as `data` (at most MAX_SCRIPT_BYTES + 1 of them), or one line
+    saying why it cannot be run."""
     if len(data) > MAX_SCRIPT_BYTES:
         raise InvalidOption(f"cannot run {path}: it is larger than {MAX_SCRIPT_BYTES >> 20} MiB", "give the path of a Python script")
     try:
@@ -64,10 +102,14 @@ def read_script(path: str) -> str:
 
 def in_place(spec, path: str):
     """The spec of a cell made to run the file at `path` instead (its text is the spec's script)."""
-    fields = {"script_path": path, "script_sha256": hashlib.sha256(spec.script.encode()).hexdigest()}
+    fields = {"script_path": path, "script_sha256": sha256_of(spec.script)}
     if hasattr(spec, "from_cell"):
         fields["from_cell"] = False
     return dataclasses.replace(spec, **fields)
+
+
+def sha256_of(script: str) -> str:
+    return hashlib.sha256(script.encode()).hexdigest()
 
 
 def inside(path: str, directory: str) -> str | None:

@@ -121,6 +121,9 @@ class DetachedSpec:
     # the text itself is `script`, as submitted
     script_path: str | None = added_field(None)
     script_sha256: str | None = added_field(None)
+    # SCRIPT lies on the job's machine only (a remote host's --workdir): script_path is its path
+    # there, and its backend reads its text into `script` before anything is fingerprinted
+    script_on_host: bool = added_field(False)
 
 
     def public_options(self) -> dict:

@@ -415,3 +415,50 @@ def test_a_script_in_place_in_a_users_container_on_the_remote_host(laptop, tmp_p
     assert done.returncode == 0, done.stdout + done.stderr
     wait_for(lambda: status("theirs")["status"] not in ("pending", "running"), timeout=90, what="the job to end")
     assert cli("logs", "theirs").stdout == "/app/top.py /app beside it\n", cli("logs", "theirs").stdout
+
+
+def test_a_script_that_lies_on_the_remote_host_only_runs_in_its_workdir_there(laptop, tmp_path, monkeypatch):
+    """A clone that exists only on the GPU server (cloned there, in --workdir): SCRIPT is read
+    through its engine, kept with the run as submitted, and run in place there; the same line
+    attaches, a changed file is another job; a container of the user's sees it through its mounts."""
+    import base64
+
+    from test_in_place import FILES, facts
+
+    remote = laptop
+    for name, text in FILES.items():
+        encoded = base64.b64encode(text.encode()).decode()
+        remote.exec(["sh", "-c", f'mkdir -p "$(dirname /srv/clone/{name})" && echo {encoded} | base64 -d > /srv/clone/{name}'], check=True)
+    monkeypatch.chdir(tmp_path)  # no train.py here
+    where = ["--docker-host", remote.alias_url, "--image", TEST_IMAGE, "--workdir", "/srv/clone"]
+    done = cli("submit", "train.py", "--name", "there", *where, "--", "--epochs", "1")
+    assert done.returncode == 0 and "was sent" not in done.stdout, done.stdout + done.stderr
+    wait_for(lambda: status("there")["status"] not in ("pending", "running"), timeout=120, what="the job to end")
+    log = cli("logs", "there").stdout
+    assert status("there")["status"] == "completed", log
+    assert facts(log) == {"FILE": "/workspace/train.py", "ARGV0": "/workspace/train.py", "PATH0": "/workspace", "CWD": "/workspace", "DATA": "1 2 3 | 1 2 3"}
+    record = status("there")
+    assert record["options"]["script_path"] == "/srv/clone/train.py", record["options"]
+    home = Path(os.environ["JUPYTER_TRAINER_HOME"])
+    assert (home / "jobs" / "there" / "1" / "script.py").read_text() == FILES["train.py"]
+    # the same line with the same file attaches; once the file changed there, it needs --rerun
+    again = cli("submit", "train.py", "--name", "there", *where, "--", "--epochs", "1")
+    assert again.returncode == 0 and "attached to it" in again.stdout, again.stdout + again.stderr
+    remote.exec(["sh", "-c", "echo '# changed' >> /srv/clone/train.py"], check=True)
+    changed = cli("submit", "train.py", "--name", "there", *where, "--", "--epochs", "1")
+    assert changed.returncode != 0 and "already ran (completed) with a different script" in changed.stderr, changed.stdout + changed.stderr
+    # one line for a file that is nowhere, here or there
+    missing = cli("submit", "nothere.py", *where)
+    assert missing.returncode != 0 and "cannot read the script /srv/clone/nothere.py on jt-remote-test: there is no such file" in missing.stderr, missing.stderr
+    assert len(missing.stderr.strip().splitlines()) == 1 and "Traceback" not in missing.stderr
+    outside = cli("submit", "../elsewhere/train.py", *where)
+    assert outside.returncode != 0 and "cannot read the script" in outside.stderr and "Traceback" not in outside.stderr, outside.stderr
+    # a container of the user's mounting the clone at /code: the script is where its mount puts it
+    remote.client().containers.run(
+        TEST_IMAGE, ["sleep", "infinity"], name="cloned", working_dir="/code", init=True, detach=True, volumes={"/srv/clone": {"bind": "/code", "mode": "rw"}}
+    )
+    theirs = cli("submit", "train.py", "--name", "in-theirs", "--docker-host", remote.alias_url, "--container", "cloned", "--workdir", "/srv/clone", "--", "--epochs", "1")
+    assert theirs.returncode == 0, theirs.stdout + theirs.stderr
+    wait_for(lambda: status("in-theirs")["status"] not in ("pending", "running"), timeout=120, what="the job to end")
+    log = cli("logs", "in-theirs").stdout
+    assert status("in-theirs")["status"] == "completed" and facts(log)["FILE"] == "/code/train.py" and facts(log)["DATA"] == "1 2 3 | 1 2 3", log

@@ -38,6 +38,7 @@ from .hosts import LOCAL_SOCKET, Engine, resolve
 from .in_container import EXEC_SECONDS, STOP_GROUPS, container_file, give_stdin, job_processes, read_container_file, run_in, runs_supervisor
 from .links import link_run, unlink_run
 from .log_source import ContainerLogSource, SharedStreams
+from .remote_script import with_script_read
 from .script_place import check_reachable, script_in_container, sent_alone, sent_alone_fact
 from .runtime import MOUNTED_JOBS_DIR, RUN_FILES, SHIPPED_JOBS_DIR, WORKSPACE, DockerRuntime
 from .sync import sync_directory
@@ -80,14 +81,18 @@ class DockerBackend:
 
     # -- launching ---------------------------------------------------------
 
-    def preflight(self, spec: DetachedSpec) -> None:
+    def preflight(self, spec: DetachedSpec) -> DetachedSpec | None:
         engine = self._spec_engine(spec)
         check_reachable(spec, engine)
+        if spec.script_on_host:  # its text, read there, is what the job is
+            with self.clients.calling(engine, REACH) as client:
+                return with_script_read(spec, client, engine)
         if time.monotonic() - self._pinged.get(engine.url, float("-inf")) < PING_VALID_SECONDS:
-            return
+            return None
         with self.clients.calling(engine, REACH) as client:
             client.ping()
         self._pinged[engine.url] = time.monotonic()
+        return None
 
     def prepare(self, run_dir: Path, spec: DetachedSpec) -> None:
         prepare_supervised_run(run_dir, spec.script, spec.from_cell)

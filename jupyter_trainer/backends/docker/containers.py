@@ -194,7 +194,7 @@ def _create_container(name: str, spec: DetachedSpec, jobs_dir: Path, client):
     home = jobs_dir.parent
     if store_mounts.is_inside(spec.workdir, str(home)):
         raise InvalidOption(f"--workdir {spec.workdir} is inside the job store ({home})", "choose a directory outside it")
-    _ensure_image(spec.image, client)
+    ensure_image(spec.image, client)
     own_dir = JobStore(home).container_dir(name)
     # the store may lie inside the workspace (a notebook in ~): cover it, and pin the way to it
     try:
@@ -215,7 +215,7 @@ def _create_remote_container(name: str, spec: DetachedSpec, jobs_dir: Path, clie
     """A container on another machine: its workdir is a directory there (--workdir) or a volume
     of its own, and its runs' files are kept on a volume of its own there, so that they outlive
     both the container and the laptop that started the job."""
-    _ensure_image(spec.image, client)
+    ensure_image(spec.image, client)
     workspace = spec.workdir or f"{name}-workspace"
     volumes = {
         workspace: {"bind": WORKSPACE, "mode": "rw"},
@@ -294,7 +294,7 @@ def _wait_for_container(name: str, client, timeout: float = 30.0):
             time.sleep(0.1)
 
 
-def _ensure_image(image: str, client) -> None:
+def ensure_image(image: str, client) -> None:
     import docker
 
     try:

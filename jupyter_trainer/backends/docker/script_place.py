@@ -2,7 +2,8 @@
 working directory a container we create mounts at /workspace, inside a directory an existing
 container mounts, or on a remote host inside the --sync directory copied to its workdir. A remote
 host that has no copy of it is sent the script alone (as a cell is), run as if it lay in its
-workdir; the submission says that its folder was not sent."""
+workdir; the submission says that its folder was not sent. A script that lies on the remote host
+only, in its --workdir, is where that directory is mounted (remote_script)."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from ...in_place import inside
 from ...spec import DetachedSpec
 from .containers import working_dir
 from .hosts import Engine
+from .remote_script import path_in_container
 from .runtime import WORKSPACE
 
 
@@ -25,7 +27,9 @@ def check_reachable(spec: DetachedSpec, engine: Engine) -> None:
 
 def sent_alone(spec: DetachedSpec, engine: Engine) -> bool:
     """Whether the job's host has no copy of the script run in place, which is sent alone."""
-    return bool(spec.script_path) and engine.remote and (not spec.sync or inside(spec.script_path, spec.sync) is None)
+    if not spec.script_path or not engine.remote or spec.script_on_host:
+        return False
+    return not spec.sync or inside(spec.script_path, spec.sync) is None
 
 
 def sent_alone_fact(spec: DetachedSpec, engine: Engine) -> str:
@@ -38,6 +42,8 @@ def script_in_container(spec: DetachedSpec, engine: Engine, container) -> str | 
     when it is sent alone, or one line saying why the container cannot see it."""
     if not spec.script_path:
         return None
+    if spec.script_on_host:  # a path of the remote host, in its --workdir
+        return path_in_container(spec, container)
     if engine.remote:
         if sent_alone(spec, engine):
             return None
