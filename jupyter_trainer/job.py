@@ -25,6 +25,7 @@ from .store import CLOCK_FILE, NOTIFIED_FILE, JobStore
 EXCEPTION_LINES = 200  # of a failed job's log, read for the exception it ended with
 CLOCK_BYTES = 16 << 20  # of the log's clock read for its metrics' times
 LATEST_METRICS_BYTES = 256 << 10  # of the log's end read for the latest metric values
+METRICS_READ = 4 << 20  # bytes of the log read at once for its metrics
 STOP_WAIT_SECONDS = 30  # a stop waits this long for the job to end (a remote runtime takes its time)
 
 
@@ -153,15 +154,13 @@ class Job:
             clock.add(_fs.read_range(self.run_dir / CLOCK_FILE, 0, CLOCK_BYTES))
         clock.until(source.size(), time.time())
         reader = MetricReader(keep, parser.finders(), clock)
-        cursor = LogCursor()
+        offset = 0
         while True:
-            before = cursor.offset
-            data = cursor.read_bytes(source)
-            for start, chunk in cursor.metric_chunks(data):
-                reader.feed(chunk, start)
-            if cursor.offset == before:
+            data = source.read(offset, METRICS_READ)
+            if not data:
                 break
-        reader.feed(cursor.unscanned, cursor.scanned_to)
+            reader.feed(data)
+            offset += len(data)
         reader.flush()
         return found
 

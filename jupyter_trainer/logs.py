@@ -141,6 +141,7 @@ class LogCursor:
         self._check = b""  # the log's bytes just before `offset`, as they were read
         self._truncated_at: int | None = None
         self._buffer = bytearray()
+        self.added: memoryview = memoryview(b"")  # the bytes the last read added, as the log has them
 
     @property
     def line_start(self) -> int:
@@ -182,6 +183,7 @@ class LogCursor:
         limit = limit or self.chunk_size
         buffer = self._buffer
         del buffer[:]
+        self.added = memoryview(b"")
         self._skip, self._redraws = 0, []
         known = min(CHECK_BYTES, self.offset)
         data = source.read(self.offset - known, limit + known)
@@ -192,6 +194,7 @@ class LogCursor:
             self._check = bytes(data)  # a cursor that started at an offset learns what precedes it
             return buffer
         view = memoryview(data)[known:]
+        self.added = view
         self.offset += len(view)
         self._check = bytes(data[-CHECK_BYTES:])
         buffer += self._partial

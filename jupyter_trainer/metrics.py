@@ -142,7 +142,7 @@ class MetricReader:
         self.bar: float | None = None  # a progress bar's n, when no epoch is known
         self.axes: dict[str, str] = {}
         self.counts: dict[str, int] = {}  # values read per name
-        self.pending: dict[str, Point] = {}  # each name's latest value, given out once the next has another x
+        self.pending: dict[str, Point] = {}  # each name's latest value (shown as its newest, not yet given out)
         self.segment: tuple[int, int] = (0, -1)  # the line or redraw being read
         self.heading: tuple[tuple[int, int], float] | None = None  # where the last "Epoch E/T" was, and E
         self.restarted = False  # the line being read shows a bar just reset (its values are stale)
@@ -150,55 +150,119 @@ class MetricReader:
         self.done = 0.0  # the last bar's n
         self.epoch_total: float | None = None  # the total of the epoch's own bar, once it has one
         self.evaluating = False  # the line being read shows another loop's bar (evaluate's)
-        self._last_byte = b""  # of what was fed last
+        self._last_byte = b""  # the byte before the buffer's: \r when its first line is a redraw
+        self.held: dict[str, list] = {}  # per name: [axis, x, the values drawn at x, whether the first was carried over]
+        self._buffer = bytearray()  # the log's bytes not read yet (with `_context` bytes read before them)
+        self._context = 0
+        self._continued = b""  # the byte before an endless line read in windows
+        self._shifts: list[tuple[int, int]] | None = None  # where escapes were cut out of what is being read
+        self.position = 0  # where the buffer starts in the log
+        self._line_start = 0  # where the line being read starts in the log
         self._names: dict[bytes, tuple[str | None, str | None]] = {}  # see _named_before
 
     # -- reading -------------------------------------------------------------
 
     def feed(self, data: bytes, offset: int | None = None) -> None:
-        """Read `data`, which starts at `offset` in the log when known (a value's time is then
-        found from the log's clock)."""
-        self.offset = offset
-        data = bytes(data)
+        """Read the log's next bytes, cut anywhere (inside a redraw, a line or a character): what
+        is read of them does not depend on where. `offset`: where they start in the log, when known
+        (a value's time is then found from the log's clock); the reader counts on from there."""
+        if offset is not None and not self._buffer:
+            self.position = offset - self._context
+        self._buffer += data
+        buffer = self._buffer
+        cut = max(buffer.rfind(b"\n"), buffer.rfind(b"\r")) + 1
+        if cut > self._context:  # complete lines and redraws: read them, keep the rest
+            self._read(bytes(buffer[:cut]), self._context, cut)
+            self._last_byte = buffer[cut - 1 : cut]
+            self._advance(cut, 0)
+        # one line endless and unredrawn: read in windows fixed from the line's start (never where
+        # the reads happened to end), each seeing the bytes before it as the names' context
+        while len(self._buffer) - self._context >= WINDOW + WINDOW_AHEAD:
+            ahead = self._context + WINDOW
+            self._read(bytes(self._buffer[: ahead + WINDOW_AHEAD]), self._context, ahead)
+            self._advance(ahead - WINDOW_CONTEXT, WINDOW_CONTEXT)
+
+    def flush(self) -> None:
+        """The log has ended: read its unended last line, and give out every value still held."""
+        if len(self._buffer) > self._context:
+            self._read(bytes(self._buffer), self._context, len(self._buffer))
+            self._advance(len(self._buffer), 0)
+        for name in list(self.held):
+            self._give_out(name, None)
+        self.pending.clear()
+
+    def skip_to(self, offset: int) -> None:
+        """Read on from `offset` (the log was cut, and is read from its new start): what was held
+        of an unended line is let go."""
+        self._buffer, self._context, self.position = bytearray(), 0, offset
+        self._last_byte = self._continued = b""
+
+    @property
+    def resume_at(self) -> int:
+        """Where reading the log again goes on from with this reader (see `state`)."""
+        return self.position
+
+    def _advance(self, drop: int, context: int) -> None:
+        """Let the buffer's first `drop` bytes go; the first `context` bytes left were read already."""
+        if context and not self._context:  # the first window of an endless line: what came before it
+            self._continued = self._last_byte
+        del self._buffer[:drop]
+        self.position += drop
+        self._context = context
+
+    def _read(self, data: bytes, first: int, end: int) -> None:
+        """Read the values of `data` that lie in [first, end): the bytes before `first` were read
+        already (they are there for the names that start in them), those from `end` on will be."""
+        self.offset = self.position
+        shifts = None
         if b"\x1b" in data:
-            data = ANSI_ESCAPE_BYTES.sub(b"", data)
+            data, shifts = _without_escapes(data)
+            first, end = _shifted(first, shifts), _shifted(end, shifts)
+        self._shifts = shifts
         low = data.lower()
-        tokens = self._tokens(low, data)
+        tokens = [token for token in self._tokens(low, data) if first <= token[0] < end]
         if not tokens:
-            self._last_byte = low[-1:] or self._last_byte
             return
         tokens.sort()  # by position: tokens of one pass are in order, so this merges runs
         length = len(low)
         segment_end = -1
         split = ""
         overridden = self.overridden
-        values: list[tuple[str, float]] = []
-        for position, kind, first, second in tokens:
+        values: list[tuple[str, float, int]] = []
+        line_start = window = 0
+        for position, kind, first_value, second in tokens:
             if position >= segment_end:  # a new line or redraw: the last one's values take its x
                 if values:
                     self._settle(values)
                     values = []
                 self.restarted = self.evaluating = False
-                start, segment_end = _segment(low, position, length)
-                self.segment = (id(data), start)
-                self.redraw = (low[start - 1 : start] if start else self._last_byte) == b"\r"
+                start, segment_end = _segment(low, position, length, max(segment_end, 0))
+                continued = start == 0 and self._context
+                # where the line starts in the log (one read in windows started before `data`)
+                line_start = self._line_start if continued else self.position + _unshifted(start, shifts)
+                self._line_start = line_start
+                window = 0
+                before = low[start - 1 : start] if start else (self._continued if continued else self._last_byte)
+                self.redraw = before == b"\r"
                 line_split = _EVALUATION_LINE.match(low, start)
                 split = _SPLIT_NAMES[line_split.group(1)] if line_split else ""
+            # a line longer than a WINDOW is read as lines of a WINDOW each, counted from its start:
+            # however the log is read, its values take the same x
+            at_window = (self.position + _unshifted(position, shifts) - line_start) // WINDOW
+            if at_window != window:
+                if values:
+                    self._settle(values)
+                    values = []
+                window = at_window
+            self.segment = (line_start, window)
             if kind == VALUE:
-                if split and first not in overridden and twin_key(first) == first:
-                    first = f"{split}_{first}"
-                values.append((first, second, position))
+                if split and first_value not in overridden and twin_key(first_value) == first_value:
+                    first_value = f"{split}_{first_value}"
+                values.append((first_value, second, position))
             else:
-                self._mark(kind, first, second)
+                self._mark(kind, first_value, second)
         if values:
             self._settle(values)
-        self._last_byte = low[-1:]
-
-    def flush(self) -> None:
-        """The log has ended: give out every name's last value."""
-        for point in self.pending.values():
-            self.sink(point)
-        self.pending.clear()
 
     def _tokens(self, low: bytes, data: bytes) -> list[tuple]:
         """(position, kind, ...) of every value and marker in the bytes, unordered across kinds."""
@@ -319,7 +383,7 @@ class MetricReader:
             return
         if self.evaluating:
             values = [(f"eval_{name}" if twin_key(name) == name else name, value, at) for name, value, at in values]
-        axes, counts, pending, sink = self.axes, self.counts, self.pending, self.sink
+        axes, counts, held = self.axes, self.counts, self.held
         step = self.step if self.step is not None else self.bar
         timed = self.clock is not None and self.offset is not None and self.clock.known
         preferred = (
@@ -332,31 +396,64 @@ class MetricReader:
                 # a name first seen with no step or epoch (a config printed before training) moves to
                 # the step or epoch once the log gives one: its numbered values were not training's
                 if axis is not None:
-                    pending.pop(name, None)
+                    held.pop(name, None)
+                    self.pending.pop(name, None)
                     counts[name] = 0
                 axis = preferred
                 axes[name] = axis
-            count = counts.get(name, 0) + 1
-            counts[name] = count
             if axis == STEP:
                 x = step
             elif axis == EPOCH:
                 x = self.epoch
             elif axis == TIME:
-                x = self.clock.seconds_at(self.offset + at) if timed else None
+                x = self.clock.seconds_at(self.offset + _unshifted(at, self._shifts)) if timed else None
             else:
-                x = float(count)
+                x = float(counts.get(name, 0) + 1)
             if x is None:
                 continue
-            last = pending.get(name)
-            # a redraw at the same step replaces its value; in time or in number, every value counts
-            if last is not None and (last[2] != x or axis in (TIME, NTH)):
-                sink(last)
-            pending[name] = (name, axis, x, value)
+            group = held.get(name)
+            if group is None or group[1] != x or axis in (TIME, NTH) or len(group[2]) >= MAX_HELD:
+                # a new x: the values held at the last one are given out. The first value drawn at
+                # a new x may be the last one's, drawn again as the bar moved on (tqdm redraws the
+                # postfix it has until the loop sets the next): the next value there replaces it.
+                carried = group is not None and group[2][-1] == value
+                if group is not None:
+                    self._give_out(name, x)
+                held[name] = [axis, x, [value], carried]
+            elif group[2][-1] == value:
+                continue  # the same drawn again (tqdm redraws for its description and its postfix)
+            elif group[3]:
+                group[2][-1], group[3] = value, False
+                self.pending[name] = (name, axis, x, value)
+                continue
+            else:
+                # another value at the same x: a bar whose count lags behind the loop (tqdm draws
+                # its n at most every mininterval, its postfix at every step) shows each step's
+                # value at the n it last drew; each is kept
+                group[2].append(value)
+            counts[name] = counts.get(name, 0) + 1
+            self.pending[name] = (name, axis, x, value)
+
+    def _give_out(self, name: str, next_x: float | None) -> None:
+        """The values held at one x: spread up to the next x (the steps the bar had not drawn yet)."""
+        axis, x, held, _ = self.held.pop(name)
+        spacing = (next_x - x) / len(held) if next_x is not None and next_x > x and len(held) > 1 else 0.0
+        for index, value in enumerate(held):
+            self.sink((name, axis, x + index * spacing, value))
+
+    def keep_only(self, kept) -> None:
+        """Forget the metrics not in `kept` (a view that keeps only some): new dicts, not
+        deletions, as a dict keeps the room it once grew to."""
+        self.axes = {name: axis for name, axis in self.axes.items() if name in kept}
+        self.counts = {name: count for name, count in self.counts.items() if name in kept}
+        self.pending = {name: point for name, point in self.pending.items() if name in kept}
+        self.held = {name: group for name, group in self.held.items() if name in kept}
 
     # -- a reader carried over to another view (the metrics cache) ---------------
 
     def state(self) -> dict:
+        """What the reader knows, to read on from `resume_at` with: the first `context` bytes from
+        there were read already (an endless line's window before them)."""
         return {
             "epoch_base": self.epoch_base,
             "epoch": self.epoch,
@@ -366,6 +463,11 @@ class MetricReader:
             "axes": self.axes,
             "counts": self.counts,
             "pending": [list(point) for point in self.pending.values()],
+            "held": [[name, axis, x, values, carried] for name, (axis, x, values, carried) in self.held.items()],
+            "context": self._context,
+            "line_start": self._line_start,
+            "before": (self._continued if self._context else self._last_byte).hex(),
+            "done": self.done,
         }
 
     def restore(self, state: dict) -> None:
@@ -378,9 +480,26 @@ class MetricReader:
         self.axes = {str(name): str(axis) for name, axis in state["axes"].items()}
         self.counts = {str(name): int(count) for name, count in state["counts"].items()}
         self.pending = {str(n): (str(n), str(a), float(x), float(y)) for n, a, x, y in state["pending"]}
+        self.held = {
+            str(name): [str(axis), float(x), [float(value) for value in values][:MAX_HELD] or [0.0], bool(carried)]
+            for name, axis, x, values, carried in state["held"]
+        }
+        self._buffer = bytearray()
+        self._context = max(0, min(int(state["context"]), WINDOW_CONTEXT))
+        self._line_start = int(state["line_start"])
+        before = bytes.fromhex(state["before"])[:1]
+        self._continued = self._last_byte = before
+        self.done = float(state.get("done") or 0.0)
 
 
-MAX_NAMES_SEEN = 4096  # words before a separator a reader remembers the meaning of (a log may print endless ones)
+# An endless line with no redraw in it is read in windows of WINDOW bytes, each with the
+# WINDOW_CONTEXT bytes before it (a name before its value may start there) and the WINDOW_AHEAD
+# after it (a value that starts in it ends there).
+WINDOW = 64 << 10
+WINDOW_CONTEXT = 512
+WINDOW_AHEAD = 512
+MAX_NAMES_SEEN = 4096
+MAX_HELD = 1024  # values held at one x (a bar that never moves on is given out in groups of these)  # words before a separator a reader remembers the meaning of (a log may print endless ones)
 
 
 def _name_of(words: str) -> tuple[str | None, str | None]:
@@ -400,15 +519,48 @@ def _name_of(words: str) -> tuple[str | None, str | None]:
     return None, None
 
 
-def _segment(data: bytes, position: int, length: int) -> tuple[int, int]:
-    """Where the line or redraw that `position` is on starts and ends."""
-    line_start = data.rfind(b"\n", 0, position) + 1
-    start = data.rfind(b"\r", line_start, position) + 1 or line_start
-    newline = data.find(b"\n", position)
-    redraw = data.find(b"\r", position, newline if newline >= 0 else length)
-    if redraw >= 0:
-        return start, redraw
-    return start, newline if newline >= 0 else length
+def _without_escapes(data: bytes) -> tuple[bytes, list[tuple[int, int]]]:
+    """`data` without terminal escapes, and where they were: (position in what is left, bytes
+    removed up to there), so that a position can be found in the log again."""
+    parts, shifts, kept, removed = [], [], 0, 0
+    for match in ANSI_ESCAPE_BYTES.finditer(data):
+        begin, finish = match.span()
+        parts.append(data[kept:begin])
+        removed += finish - begin
+        shifts.append((begin - removed + (finish - begin), removed))
+        kept = finish
+    parts.append(data[kept:])
+    return b"".join(parts), shifts
+
+
+def _shifted(position: int, shifts: list[tuple[int, int]]) -> int:
+    """A position in the log's bytes as it is in them without escapes."""
+    removed = 0
+    for at, total in shifts:
+        if at + total > position:
+            break
+        removed = total
+    return position - removed
+
+
+def _unshifted(position: int, shifts: list[tuple[int, int]] | None) -> int:
+    """A position in the bytes without escapes as it is in the log's."""
+    if not shifts:
+        return position
+    index = bisect.bisect_right(shifts, (position, float("inf"))) - 1
+    return position + (shifts[index][1] if index >= 0 else 0)
+
+
+def _segment(data: bytes, position: int, length: int, floor: int = 0) -> tuple[int, int]:
+    """Where the line or redraw that `position` is on starts and ends; it starts at `floor` or
+    later. Each search goes no further than that line or redraw: a line of a million redraws
+    costs one pass, not one per redraw."""
+    start = max(data.rfind(b"\n", floor, position), data.rfind(b"\r", floor, position)) + 1 or floor
+    redraw = data.find(b"\r", position)
+    newline = data.find(b"\n", position, redraw if redraw >= 0 else length)
+    if newline >= 0:
+        return max(start, floor), newline
+    return max(start, floor), redraw if redraw >= 0 else length
 
 
 _SPLIT_NAMES = {b"test": "test", b"testing": "test", b"val": "val", b"valid": "val", b"validation": "val", b"eval": "eval", b"evaluation": "eval", b"dev": "dev"}

@@ -22,7 +22,7 @@ from .plot import MetricSeries
 from ._fs import read_small, write_private_file
 from .store import METRICS_FILE as CACHE_FILE
 
-VERSION = 3  # 3: a bounded number of metrics, the others counted; 2: series by step or epoch, windows of lowest and highest values, the reader's place
+VERSION = 4  # 4: the values held at a bar's last x, and an endless line's window; 3: a bounded number of metrics, the others counted; 2: series by step or epoch, windows of lowest and highest values, the reader's place
 CHECK_BYTES = 64  # log bytes before the cached offset that must be unchanged
 MAX_BYTES = 4 << 20  # a cache larger than this is not one this wrote (1,000 points for each of a few metrics)
 
@@ -63,6 +63,7 @@ def load(run_dir: Path, metrics: list[tuple[str, str]], source: LogSource, up_to
         cached_reader = MetricReader(reader.sink, reader.patterns)
         cached_series.restore(data["series"])
         cached_reader.restore(data["reader"])
+        cached_reader.position = offset
         if any(len(windows) > cached_series.max_points for windows in cached_series.windows.values()):
             return None  # more than a series ever keeps: not ours
         if not set(cached_reader.axes) <= set(cached_series.updated):
@@ -71,4 +72,5 @@ def load(run_dir: Path, metrics: list[tuple[str, str]], source: LogSource, up_to
         return None
     series.restore(cached_series.state())
     reader.restore(cached_reader.state())
+    reader.position = offset
     return offset

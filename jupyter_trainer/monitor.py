@@ -169,10 +169,12 @@ class JobMonitor:
             elif self.cursor.offset == before:
                 break
             budget -= max(1, self.cursor.offset - before if not truncation else self.cursor.offset)
-            for start, chunk in self.cursor.metric_chunks(data):
-                for offset, piece in line_pieces(chunk, start, METRIC_PIECE):
-                    self.reader.feed(piece, offset)
-                    self._take_metrics()
+            if truncation:
+                self.reader.skip_to(0)
+            added = self.cursor.added
+            for begin in range(0, len(added), METRIC_PIECE):  # the reader takes bytes cut anywhere
+                self.reader.feed(added[begin : begin + METRIC_PIECE])
+                self._take_metrics()
             if not in_history and data:  # a copy: the cursor reuses its buffer
                 shown.append(bytes(last_lines(data, self.lines.maxlen or 0)))
             if time.perf_counter() >= deadline:
@@ -194,12 +196,8 @@ class JobMonitor:
         clock, would count from 1 again, should the series take it in later)."""
         reader, kept = self.reader, self.metrics.updated
         self.metrics.set_latest(reader.pending, reader.counts)
-        if all(name in kept for name in reader.axes):
-            return
-        # new dicts, not deletions: a dict keeps the room it once grew to
-        reader.axes = {name: axis for name, axis in reader.axes.items() if name in kept}
-        reader.counts = {name: count for name, count in reader.counts.items() if name in kept}
-        reader.pending = {name: point for name, point in reader.pending.items() if name in kept}
+        if not all(name in kept for name in reader.axes):
+            reader.keep_only(kept)
 
     def _read_clock(self, size: int, now: float | None) -> None:
         """What the supervisor noted of the log's size since the last read (see LogClock)."""
@@ -220,7 +218,7 @@ class JobMonitor:
     def _keep_metrics(self, source) -> None:
         """Save the series now and then, so that the next view of this job need not read it all again."""
         offset, saved_at = self._saved
-        scanned_to = self.cursor.scanned_to  # from there on, a next view counts nothing twice
+        scanned_to = self.reader.resume_at  # from there on, a next view counts nothing twice
         read = scanned_to - offset
         quiet = self.caught_up and (self.record.status.is_final or time.monotonic() - saved_at >= SAVE_SECONDS)
         if read >= SAVE_BYTES or (read > 0 and quiet):

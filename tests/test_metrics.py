@@ -105,17 +105,34 @@ def test_hugging_face_epoch_comes_after_the_values_it_belongs_to():
     assert found["eval_loss"] == [("epoch", 1.0, 0.3)] and "eval_runtime" not in found
 
 
-def test_lightning_epochs_count_from_zero_and_redraws_at_one_step_replace_each_other():
+def test_lightning_epochs_count_from_zero_and_a_redraw_of_the_last_value_at_the_next_step_is_replaced():
+    # as Lightning's bar draws a step: n moves on (with the postfix it has), then the postfix is set
     log = (
+        "Epoch 0:   0%|          | 0/2 [00:00<?, ?it/s]\r"
+        "Epoch 0:  50%|#####     | 1/2 [00:01<00:01,  1.0it/s, v_num=0]\r"
         "Epoch 0:  50%|#####     | 1/2 [00:01<00:01,  1.0it/s, v_num=0, train_loss=0.41]\r"
-        "Epoch 0:  50%|#####     | 1/2 [00:01<00:01,  1.0it/s, v_num=0, train_loss=0.40]\r"
+        "Epoch 0: 100%|##########| 2/2 [00:02<00:00,  1.0it/s, v_num=0, train_loss=0.41]\r"
         "Epoch 0: 100%|##########| 2/2 [00:02<00:00,  1.0it/s, v_num=0, train_loss=0.38, val_loss=0.5]\n"
         "Epoch 1: 100%|##########| 2/2 [00:02<00:00,  1.0it/s, v_num=0, train_loss=0.3, val_loss=0.4]\n"
     )
     points = read(log)
     found = series(points)
-    assert found["train_loss"] == [("epoch", 0.5, 0.40), ("epoch", 1.0, 0.38), ("epoch", 2.0, 0.3)]
+    assert found["train_loss"] == [("epoch", 0.5, 0.41), ("epoch", 1.0, 0.38), ("epoch", 2.0, 0.3)]
     assert found["val_loss"] == [("epoch", 1.0, 0.5), ("epoch", 2.0, 0.4)]
+
+
+def test_values_drawn_while_a_bar_lags_behind_the_loop_are_each_kept_and_spread_to_its_next_n():
+    # tqdm draws n at most every mininterval but the postfix at every set_postfix: the steps between
+    # two drawn n show their values at the first; each is kept, and they are spread up to the next
+    log = "".join(
+        [" 0%|   | 0/8 [00:00<?, ?it/s]\r"]
+        + [f" 0%|   | 0/8 [00:00<?, ?it/s, loss={value}]\r" * 2 for value in (0.9, 0.8, 0.7, 0.6)]
+        + [" 50%|#  | 4/8 [00:01<00:01, 4it/s, loss=0.6]\r"]
+        + [f" 50%|#  | 4/8 [00:01<00:01, 4it/s, loss={value}]\r" for value in (0.5, 0.4)]
+        + [" 100%|## | 8/8 [00:02<00:00, 4it/s, loss=0.4]\n"]
+    )
+    assert series(read(log))["loss"] == [("step", 0.0, 0.9), ("step", 1.0, 0.8), ("step", 2.0, 0.7), ("step", 3.0, 0.6),
+                                         ("step", 4.0, 0.5), ("step", 6.0, 0.4), ("step", 8.0, 0.4)]  # fmt: skip
 
 
 def test_steps_win_over_epochs_and_a_bare_bar_counts_steps():

@@ -129,6 +129,19 @@ def check_log(what, data, expected, axis, tolerance):
     for pieces, how in ((False, "fed whole"), (True, "fed in pieces ending at \\r and \\n")):
         read, axes = read_log(data, pieces)
         check(f"{what} ({how})", read, axes, expected, axis, tolerance)
+    check_any_reading(what, data)
+
+
+def check_any_reading(what, data, seeds=range(3)):
+    """The points read from `data` whatever its reads' boundaries (random, inside redraws, lines and
+    characters), and with the reading handed over to another reader through the metrics cache
+    halfway (a new kernel catching up), are the points of one read."""
+    from test_one_series import difference, points_of, points_read_in_pieces
+
+    whole = points_of(data)
+    for seed in seeds:
+        differs = difference(points_read_in_pieces(data, seed), whole)
+        assert differs is None, f"{what}: read in random pieces (seed {seed}): {differs}"
 
 
 def check_job(name, expected, axis, tolerance):
@@ -291,6 +304,29 @@ def tqdm_loop_expected():
     losses = [round(2.0 / (k + 1), 3) for k in range(5)]
     draws = [(n, {"loss": loss}) for k, loss in enumerate(losses) for n in (k, k + 1)]
     return series_of(draws)
+
+
+def test_tqdm_at_its_own_pace_keeps_every_value_however_the_log_is_read(tmp_path):
+    """tqdm draws n at most every 0.1 s but the postfix at every set_postfix: 1,140 steps over three
+    bars, each of more than 64 KB of redraws; every value set is read, in order, at the epoch where
+    its bar was, whether the log is read whole or poll by poll."""
+    data = run_tqdm_to_file("lagging", tmp_path)
+    assert max(len(line) for line in data.split(b"\n")) > 64 << 10
+    read, axes = read_log(data, pieces=False)
+    assert axes == {"loss": "epoch"}
+    assert [value for _, value in read["loss"]] == [1000.0 + step for step in range(1140)]
+    xs = [x for x, _ in read["loss"]]
+    assert xs == sorted(xs) and xs[0] == 0.0 and xs[-1] <= 3.0 and len(set(xs)) > 1100, xs[:20]
+    check_any_reading("tqdm at its own pace", data)
+
+
+def test_nested_tqdm_bars_read_the_same_however_the_log_is_read(tmp_path):
+    data = run_tqdm_to_file("nested", tmp_path)
+    assert b"\x1b[A" in data  # the inner bar moves the cursor between the two lines
+    read, _ = read_log(data, pieces=False)
+    assert [value for _, value in read["loss"]] == [1.0, 0.5, 0.333]
+    assert len(read["val_loss"]) == 60
+    check_any_reading("nested tqdm bars", data)
 
 
 def test_tqdm_loop_into_a_file(tmp_path):

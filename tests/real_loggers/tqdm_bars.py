@@ -21,6 +21,21 @@ elif kind == "epochs":  # a bar per epoch, described "Epoch 1/2" as Keras counts
     for epoch in range(2):
         for k in (bar := tqdm(range(4), desc=f"Epoch {epoch + 1}/2", file=log, mininterval=0)):
             bar.set_postfix(loss=round(epoch + (k + 1) / 10, 3))
+elif kind == "lagging":  # tqdm's own pace: n drawn at most every 0.1 s, the postfix at every step
+    import time
+
+    step = 0
+    for epoch in range(3):
+        for k in (bar := tqdm(range(380), desc=f"Epoch {epoch + 1}/3", file=log)):
+            bar.set_postfix(loss=1000 + step)  # an int is drawn as it is: every value is distinct
+            step += 1
+            time.sleep(0.001)
+elif kind == "nested":  # an evaluation bar inside the epochs' (position=1, leave=False), as HF and Lightning draw
+    for epoch in (outer := tqdm(range(3), desc="epochs", file=log)):
+        for k in (inner := tqdm(range(20), desc="eval", position=1, leave=False, file=log, mininterval=0)):
+            inner.set_postfix(val_loss=round(2.0 - epoch - k / 100, 3))
+        outer.set_postfix(loss=round(1.0 / (epoch + 1), 3))
+        tqdm.write(f"epoch {epoch} done", file=log)
 else:
     raise SystemExit(f"unknown kind {kind!r}")
 log.flush()

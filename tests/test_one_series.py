@@ -1,0 +1,111 @@
+"""One series whatever the reading: the points a log gives are the same whether it is read whole
+or in pieces cut anywhere (inside a redraw, between a \\r and its bar, inside a UTF-8 character,
+inside a line of megabytes), and whether one reader reads it all or hands over to another through
+the metrics cache (a new kernel catching up). Real libraries' logs are checked the same way in
+test_real_outputs (check_any_reading); here, the formats of our own emitters and the extremes."""
+
+from __future__ import annotations
+
+import json
+import random
+
+import pytest
+
+from jupyter_trainer.metrics import WINDOW, MetricReader
+
+
+def points_of(data: bytes) -> list[tuple]:
+    points: list[tuple] = []
+    reader = MetricReader(points.append)
+    reader.feed(data)
+    reader.flush()
+    return points
+
+
+def points_read_in_pieces(data: bytes, seed: int, largest: int = 9000) -> list[tuple]:
+    """Read in random pieces; halfway, the reader's state goes through JSON (as the metrics cache
+    keeps it) to a new reader, which reads on from where the first says to."""
+    rng = random.Random(seed)
+    points: list[tuple] = []
+    reader = MetricReader(points.append)
+    handover = rng.randrange(len(data) + 1)
+    at = 0
+    while at < handover:
+        size = rng.choice((1, 2, 3, rng.randint(1, 200), rng.randint(1, largest)))
+        reader.feed(data[at : min(at + size, handover)])
+        at = min(at + size, handover)
+    state = json.loads(json.dumps(reader.state()))
+    resume = reader.resume_at
+    reader = MetricReader(points.append)
+    reader.restore(state)
+    reader.position = resume
+    at = resume
+    while at < len(data):
+        size = rng.choice((1, rng.randint(1, 200), rng.randint(1, largest), 1 << 20))
+        reader.feed(data[at : at + size])
+        at += size
+    reader.flush()
+    return points
+
+
+def difference(read: list[tuple], whole: list[tuple]) -> str | None:
+    """Where two readings' points first differ (None: nowhere), in a line a failure can show."""
+    if read == whole:
+        return None
+    at = next((index for index, (a, b) in enumerate(zip(read, whole)) if a != b), min(len(read), len(whole)))
+    return f"{len(read)} points, one read gives {len(whole)}; first difference at {at}: {read[at:at + 2]} against {whole[at:at + 2]}"
+
+
+def word_language_model(epochs=3, batches=114, every=20) -> bytes:
+    """PyTorch's word_language_model example's report lines."""
+    lines = []
+    for epoch in range(1, epochs + 1):
+        for batch in range(every, batches, every):
+            loss = 7.6 - epoch * 0.5 - batch / 1000
+            lines.append(f"| epoch {epoch:3d} | {batch:5d}/{batches:5d} batches | lr 20.00 | ms/batch 40.{batch % 10:02d} | loss {loss:5.2f} | ppl {2.718 ** loss:8.2f}")
+        lines.append("-" * 89)
+        lines.append(f"| end of epoch {epoch:3d} | time: 12.{epoch}s | valid loss {6 - epoch * 0.4:5.2f} | valid ppl {2.718 ** (6 - epoch * 0.4):8.2f}")
+        lines.append("-" * 89)
+    lines.append(f"| End of training | test loss {4.9:5.2f} | test ppl {134.3:8.2f}")
+    return ("\n".join(lines) + "\n").encode()
+
+
+def megatron(iterations=30) -> bytes:
+    return "".join(
+        f" iteration {i:8d}/{iterations:8d} | consumed samples: {i * 8:12d} | elapsed time per iteration (ms): 310.{i} | "
+        f"learning rate: {1.5e-4 * i / iterations:.3E} | global batch size: 8 | lm loss: {11 - i / 10:.6E} | loss scale: 4096.0 |\n"
+        for i in range(1, iterations + 1)
+    ).encode()
+
+
+def million_redraws(count=1_000_000) -> bytes:
+    """One line of a million redraws, as a bar that never ends its line draws it (with a 3-byte
+    block character in each, which a read may cut)."""
+    return b"".join(b"\r%3d%%|\xe2\x96\x88   | %d/%d [00:01<00:02, loss=%d]" % (n * 100 // count, n, count, n % 997) for n in range(count)) + b"\n"
+
+
+LOGS = {
+    "word language model": word_language_model,
+    "megatron": megatron,
+    "an endless line of values, never redrawn": lambda: b"start " + b"".join(b"step %d loss: 0.%d | " % (n, n) for n in range(120_000)) + b"\n",
+    "escapes between names and values": lambda: b"".join(b"\x1b[1mstep\x1b[0m %d \x1b[32mloss\x1b[0m: %d.5\r" % (n, n) for n in range(3000)),
+    "a value cut by the log's end": lambda: b"step 1 loss: 0.5\nstep 2 loss: 0.25",
+    "unicode everywhere": lambda: "".join(f"époque {n} — précision_loss: 0.{n} ✓ loss: {n}.0\n" for n in range(2000)).encode(),
+}
+
+
+@pytest.mark.parametrize("name", LOGS)
+def test_a_log_gives_one_series_however_it_is_read(name):
+    data = LOGS[name]()
+    whole = points_of(data)
+    assert whole, "the log has values"
+    for seed in range(8):
+        assert difference(points_read_in_pieces(data, seed), whole) is None, f"seed {seed}"
+
+
+def test_a_million_redraws_on_one_line_read_in_pieces_as_in_one_read():
+    data = million_redraws()
+    assert len(data) > 40 * WINDOW
+    whole = points_of(data)
+    assert len(whole) == 1_000_000 - 1  # every redraw's value at its n (the first, at n=0, is before any value)
+    assert difference(points_read_in_pieces(data, seed=1, largest=1 << 20), whole) is None
