@@ -25,9 +25,10 @@ elif kind == "lagging":  # tqdm's own pace: n drawn at most every 0.1 s, the pos
     import time
 
     step = 0
-    for epoch in range(3):
-        for k in (bar := tqdm(range(380), desc=f"Epoch {epoch + 1}/3", file=log)):
-            bar.set_postfix(loss=1000 + step)  # an int is drawn as it is: every value is distinct
+    for epoch, steps in enumerate((200, 380, 560)):
+        for k in (bar := tqdm(range(steps), desc=f"Epoch {epoch + 1}/3", file=log)):
+            # an int is drawn as it is: every value is distinct
+            bar.set_postfix(loss=1000 + step, accuracy=step % 100, lr=0.0003, batch_size=64)
             step += 1
             time.sleep(0.001)
 elif kind == "nested":  # an evaluation bar inside the epochs' (position=1, leave=False), as HF and Lightning draw
