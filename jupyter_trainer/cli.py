@@ -10,6 +10,7 @@ from pathlib import Path
 
 from . import housekeeping, summary, surface
 from .backends import DEFAULT, Backends
+from .compare import COMPARED_METRIC, JOB_NAMES, X_AXIS
 from .errors import TrainerError
 from .job import Job, refreshed_records
 from .jobs import JobRecord
@@ -42,6 +43,8 @@ def build_parser() -> argparse.ArgumentParser:
     command("metrics", "every metric value in a job's log", JOB_NAME,
             argument("--json", action="store_true", help='one JSON object: {"loss": [[x, value], ...], ...}'))  # fmt: skip
     command("rm", "remove a finished job's runs (a running job is refused)", JOB_NAME, ONE_RUN)
+    command("compare", "jobs side by side on one metric: status, last and best value, points", JOB_NAMES, COMPARED_METRIC, X_AXIS,
+            argument("--json", action="store_true", help="one JSON array: {name, status, metric, last, best, points} per job"))  # fmt: skip
 
     prune = commands.add_parser("prune", help="remove finished runs older than an age")
     prune.add_argument("--older-than", required=True, metavar="DURATION", help="e.g. 7d, 12h, 30m")
@@ -93,6 +96,9 @@ def run(argv: list[str] | None = None, store: JobStore | None = None, backends: 
     if args.command == "rm":
         print(housekeeping.describe_removed(housekeeping.remove_runs(args.name, args.run, store, backends)))
         return 0
+    if args.command == "compare":
+        print_comparison(args, store, backends)
+        return 0
     job = Job.load(args.name, store, backends)
     if args.command == "status":
         record = job.refresh().record
@@ -127,6 +133,22 @@ def print_metrics(job: Job, as_json: bool) -> None:
     for name, points in found.items():
         for axis, x, value in points:
             sys.stdout.write(f"{name}\t{axis}\t{x:g}\t{value!r}\n")
+
+
+def print_comparison(args, store: JobStore, backends: Backends) -> None:
+    """The jobs' table of one metric (as %train_compare prints it); as JSON, one object per job."""
+    from .compare import rows_json, table_text
+    from .compare_runs import compare, load_runs
+
+    runs = [run.read_all() for run in load_runs(args.names, args.metric, store, backends)]
+    comparison = compare(runs, args.metric, args.x == "time")
+    if not args.json:
+        print(table_text(comparison.rows, comparison.note))
+        return
+    print(rows_json(comparison.rows))
+    for row in comparison.rows:
+        if row.note:  # a job with no value of the metric: said beside the JSON, not in it
+            print(f"jupyter-trainer: {row.note}", file=sys.stderr)
 
 
 def submit(args, script_args: list[str], store: JobStore, backends: Backends) -> int:

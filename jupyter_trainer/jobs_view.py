@@ -3,7 +3,8 @@
 One row per job (its latest run; every run with --all), newest first: status in colour,
 backend and where it runs, elapsed time, the latest value of its main metric, and actions:
 Attach (the job's own view, below the table), Log (its last lines) and Stop. A filter shows
-the jobs of one status. The store is looked at every SCAN_INTERVAL seconds; a job still
+the jobs of one status. Ticking the rows of two or more jobs and pressing Compare shows their
+comparison (`%train_compare`) below the table. The store is looked at every SCAN_INTERVAL seconds; a job still
 running is asked for its status at its backend's own pace, and its metric read from the end
 of its log only when the log has grown.
 """
@@ -29,7 +30,7 @@ MAX_ROWS = 100  # the newest shown; the table says how many more there are
 FILTERS = ("all", *(status.value for status in Status))
 
 TABLE_STYLE = """<style>
-.jupyter-trainer-jobs .jt-row { display: grid; grid-template-columns: minmax(8em, 3fr) 6.5em minmax(8em, 4fr) 5.5em minmax(7em, 2fr) 15em;
+.jupyter-trainer-jobs .jt-row { display: grid; grid-template-columns: 1.6em minmax(8em, 3fr) 6.5em minmax(8em, 4fr) 5.5em minmax(7em, 2fr) 15em;
   gap: 0 10px; align-items: center; border-bottom: 1px solid var(--jt-border); padding: 2px 4px; }
 .jupyter-trainer-jobs .jt-row.jt-head { font-weight: bold; color: var(--jt-muted); }
 .jupyter-trainer-jobs .jt-row > .widget-html { margin: 0; width: auto; min-width: 0; justify-self: stretch; overflow: hidden; }
@@ -37,6 +38,9 @@ TABLE_STYLE = """<style>
 .jupyter-trainer-jobs .jt-cell { white-space: nowrap; overflow: hidden; text-overflow: ellipsis; text-align: left; }
 .jupyter-trainer-jobs .jt-row .widget-button { width: auto; padding: 0 8px; height: 24px; margin: 1px 2px; }
 .jupyter-trainer-jobs .jt-count { color: var(--jt-muted); padding: 0 4px; }
+.jupyter-trainer-jobs .jt-row > .widget-checkbox { width: auto; margin: 0; height: 24px; }
+.jupyter-trainer-jobs .jt-row > .widget-checkbox input { margin: 0; }
+.jupyter-trainer-jobs .widget-button.jt-compare { width: auto; padding: 0 10px; margin-left: 8px; }
 </style>"""
 
 
@@ -63,6 +67,7 @@ class Row:
 
     job: Job
     cells: list | None = None  # name, status, where, elapsed, metric: HTML widgets
+    pick: object = None  # the checkbox that selects it for Compare
     buttons: list | None = None  # attach, log, stop
     box: object = None
     checked_at: float = float("-inf")
@@ -94,13 +99,19 @@ class JobsTable:
         self.error = ""
         self.last_scan = float("-inf")
         self.attached = None  # the job view its Attach button opened last
+        self.compared = None  # the comparison its Compare button opened last
+        self.picked: list[tuple[str, int]] = []  # the rows ticked for Compare, in the order they were
         self.style = widgets.HTML(STYLE + TABLE_STYLE, layout={"display": "none"})
         self.filter = widgets.ToggleButtons(options=FILTERS, value="all", tooltips=[f"show {f} jobs" for f in FILTERS])
         self.filter.style.button_width = "auto"
         self.filter.observe(lambda _change: self._arrange(), names="value")
         self.counts = widgets.HTML()
+        self.compare_button = widgets.Button(description="Compare", disabled=True, tooltip="tick two or more jobs' rows to compare them")
+        self.compare_button.add_class("jt-compare")
+        self.compare_button.on_click(lambda _b: self._compare())
         self.head = widgets.HBox(
-            [widgets.HTML(_cell(title)) for title in ("name", "status", "backend · where", "elapsed", "latest metric")]
+            [widgets.HTML(_cell(""))]
+            + [widgets.HTML(_cell(title)) for title in ("name", "status", "backend · where", "elapsed", "latest metric")]
             + [widgets.HTML(_cell("actions"))]
         )
         self.head.add_class("jt-row")
@@ -109,7 +120,7 @@ class JobsTable:
         self.notes = widgets.HTML()
         self.detail = widgets.Output()
         self.box = widgets.VBox(
-            [self.style, widgets.HBox([self.filter, self.counts]), self.head, self.body, self.notes, self.detail],
+            [self.style, widgets.HBox([self.filter, self.compare_button, self.counts]), self.head, self.body, self.notes, self.detail],
             layout={"padding": "6px", "width": "100%"},
         )
         self.box.add_class("jupyter-trainer-job")  # the view's colours and theme variables
@@ -155,6 +166,8 @@ class JobsTable:
         gone = [key for key in self.rows if key not in seen]  # removed (rm, prune) elsewhere
         for key in gone:
             del self.rows[key]
+        if gone:
+            self._picked_changed()
         self.error = ""
         if rearrange or gone:
             self._arrange()
@@ -194,9 +207,13 @@ class JobsTable:
         attach.add_class("jt-attach")
         log.add_class("jt-log-button")
         stop.add_class("jt-stop")
-        box = widgets.HBox([*cells, widgets.HBox([attach, log, stop])])
+        pick = widgets.Checkbox(value=False, indent=False, tooltip=f"select {job.name} to compare")
+        pick.add_class("jt-pick")
+        key = (job.record.name, job.record.run)
+        pick.observe(lambda change: self._pick(key, change["new"]), names="value")
+        box = widgets.HBox([pick, *cells, widgets.HBox([attach, log, stop])])
         box.add_class("jt-row")
-        row.cells, row.buttons, row.box = cells, [attach, log, stop], box
+        row.cells, row.buttons, row.box, row.pick = cells, [attach, log, stop], box, pick
         attach.on_click(lambda _b: self._attach(row))
         log.on_click(lambda _b: self._show_log(row))
         stop.on_click(lambda _b: self._stop(row))
@@ -275,6 +292,48 @@ class JobsTable:
             view.show()
         self.attached = view
         if not view.monitor.finished:
+            poller().watch(view)
+
+    def _pick(self, key: tuple[str, int], picked: bool) -> None:
+        if picked and key not in self.picked:
+            self.picked.append(key)
+        elif not picked and key in self.picked:
+            self.picked.remove(key)
+        self._picked_changed()
+
+    def _picked_changed(self) -> None:
+        self.picked = [key for key in self.picked if key in self.rows]
+        count = len(self.picked)
+        with self.compare_button.hold_sync():
+            self.compare_button.disabled = count < 2
+            self.compare_button.description = f"Compare {count}" if count >= 2 else "Compare"
+
+    def _compare(self) -> None:
+        """The ticked jobs' comparison below the table. A click reaches the kernel only while it is
+        idle: this returns at once (the poller reads the logs)."""
+        from .compare_runs import ComparedRun
+        from .compare_view import CompareWidget
+        from .widget import poller
+
+        self.detail.clear_output()
+        runs = []
+        for name, run in self.picked:
+            try:
+                record = self.store.load(name, run)  # that row's own run, read afresh
+            except TrainerError as exc:
+                self.problems.append(f"cannot compare {name} run {run}: {describe(exc)}")
+                continue
+            runs.append(ComparedRun(Job(record, self.store, self.backends)))
+        if not runs:
+            self._show_counts()
+            return
+        view = CompareWidget(runs)
+        with self.detail:
+            from IPython.display import display
+
+            display(view)
+        self.compared = view
+        if not view.finished:
             poller().watch(view)
 
     def _show_log(self, row: Row) -> None:

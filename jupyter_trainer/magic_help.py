@@ -105,6 +105,19 @@ import os
 %train_rm resnet50
 %train_rm resnet50 --run 2""",
     ),
+    "train_compare": MagicHelp(
+        "Compare jobs on one metric: one chart with each job's series in its own colour, and a "
+        "table of each job's status, last value, best value (the lowest for loss-like names, the "
+        "highest for accuracy-like ones) and how many values it has, kept live while any of them "
+        "runs. The metric is --metric, else the first loss-like one the jobs share. x is the "
+        "metric's own axis (step, epoch) when every job gives it so, else the seconds since each "
+        "job's start (always with --x time). In a terminal, or with --no-widget, a text table; "
+        "jupyter-trainer compare gives the same, and --json.",
+        """\
+%train_compare lr-0.1 lr-0.01 lr-0.001
+%train_compare resnet50 vit-b16 --metric val_acc
+%train_compare run-a run-b --x time --no-widget""",
+    ),
 }
 
 

@@ -13,6 +13,7 @@ from IPython.core.magic import Magics, line_cell_magic, line_magic, magics_class
 from IPython.core.magic_arguments import MagicArgumentParser
 from traitlets import Bool, Dict, Int, List, Unicode
 
+from .compare import COMPARED_METRIC, JOB_NAMES, X_AXIS
 from .errors import InvalidOption, TrainerError
 from .magic_help import describe
 from .options import (
@@ -283,6 +284,29 @@ class TrainerMagics(Magics):
         job = Job.load(args.name, self._store(), self.backends).stop(container=args.container)
         print(summary.stop_line(job.record, self.backends))
 
+    @documented("train_compare")
+    @line_arguments(JOB_NAMES, COMPARED_METRIC, X_AXIS, NO_WIDGET_TABLE)
+    @line_magic
+    @user_errors
+    def train_compare(self, line):
+        args = parse_line(self.train_compare, line)
+        from .compare_runs import load_runs
+        from .widget import poller, widgets_supported
+
+        runs = load_runs(args.names, args.metric, self._store(), self.backends)  # an unknown name: one line
+        by_time = args.x == "time"
+        if self.widget and not args.no_widget and widgets_supported(self.shell):
+            from IPython.display import display
+
+            from .compare_view import CompareWidget
+
+            view = CompareWidget(runs, args.metric, by_time)
+            display(view)
+            if not view.finished:
+                poller().watch(view)
+            return
+        print(compare_text(runs, args.metric, by_time))
+
     def _submit(self, spec, args, label: str | None = None) -> None:
         """Submit (or attach to) the job of a cell (or a script: `label`, its name), then show it."""
         from .naming import notebook_label
@@ -321,3 +345,14 @@ class TrainerMagics(Magics):
             print(summary.one_line(job.record, self.backends))
         if not job.record.status.is_final:
             print(surface.follow_and_stop(job.name))
+
+
+def compare_text(runs, metric: str | None, by_time: bool) -> str:
+    """The comparison as text, every log read whole (a terminal, --no-widget)."""
+    from .compare import table_text
+    from .compare_runs import compare
+
+    for run in runs:
+        run.read_all()
+    comparison = compare(runs, metric, by_time)
+    return table_text(comparison.rows, comparison.note)

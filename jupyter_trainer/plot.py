@@ -31,6 +31,11 @@ from .metrics import AXIS_TITLES, twin_key
 
 # Colours that read on a light and on a dark background alike (and tell a metric from its twin).
 PALETTE = ("#3b82f6", "#ef4444", "#22a06b", "#f59e0b", "#a855f7", "#ec4899")
+# One colour per job on a chart of several (`%train_compare`): each has 3:1 contrast or more on
+# white and on JupyterLab's dark background (#111), and its hue differs from the others'.
+RUN_PALETTE = ("#3b82f6", "#ef4444", "#22a06b", "#d97706", "#a855f7", "#ec4899", "#0891b2", "#65a30d")
+LEGEND_LINE = 15  # pixels between two lines of a legend that wraps
+LEGEND_CHAR = 7  # about how wide a legend's character is, in pixels
 MAX_POINTS = 1000
 MAX_SERIES = 24  # metrics a view keeps the series of; of the others it only counts the names
 MAX_CHARTS = 6  # charts a view draws at once
@@ -407,13 +412,21 @@ def uses_log_scale(ys: list[float]) -> bool:
     return bool(ys) and min(ys) > 0 and max(ys) / min(ys) > LOG_SCALE_SPAN
 
 
-def chart_svg(title: str, axis: str, curves: list[tuple[str, list[tuple[float, float]], str]], width: int = 360, height: int = 170) -> str:
+def chart_svg(
+    title: str, axis: str, curves: list[tuple[str, list[tuple[float, float]], str]], width: int = 360, height: int = 170,
+    wrap_legend: bool = False,
+) -> str:
     """One chart: each curve (name, points, colour) over one x axis; its range, its latest values,
     what x is. Any numbers give coordinates inside the chart: values that are not finite (which a
-    metrics cache on disk could hold) are left out."""
+    metrics cache on disk could hold) are left out. `wrap_legend`: the legend goes on as many
+    lines as its entries need (a chart of many runs), the plot below it."""
     left, right, top, bottom = 58, 10, 22, 32
-    plot_w, plot_h = width - left - right, height - top - bottom
     curves = [(name, [(x, y) for x, y in points if _finite(x) and _finite(y)], colour) for name, points, colour in curves]
+    if wrap_legend:
+        rows = _legend_rows(curves, width - left - right)
+        top += LEGEND_LINE * (len(rows) - 1)
+        height += LEGEND_LINE * (len(rows) - 1)
+    plot_w, plot_h = width - left - right, height - top - bottom
     label = html.escape(title)
     head = (
         f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
@@ -426,6 +439,11 @@ def chart_svg(title: str, axis: str, curves: list[tuple[str, list[tuple[float, f
         for name, points, colour in curves
     )
     legend_svg = f'<text class="jt-legend" x="{left}" y="14">{legend}</text>'
+    if wrap_legend:
+        legend_svg = "".join(
+            f'<text class="jt-legend" x="{left}" y="{14 + LEGEND_LINE * index}">{"".join(_legend_entry(*curve, gap=bool(at)) for at, curve in enumerate(row))}</text>'
+            for index, row in enumerate(rows)
+        )
     everything = [point for _, points, _ in curves for point in points]
     if not everything:
         return head + legend_svg + frame + "</svg>"
@@ -458,6 +476,30 @@ def chart_svg(title: str, axis: str, curves: list[tuple[str, list[tuple[float, f
         f'<text class="jt-axis-title" x="{left + plot_w / 2:.0f}" y="{height - 4}" text-anchor="middle">{html.escape(axis_title)}</text>'
     )
     return head + legend_svg + frame + axes + "".join(lines) + _hover_bands(curves, x0, x1, left, top, plot_w, plot_h, axis) + "</svg>"
+
+
+def _legend_entry(name: str, points: list[tuple[float, float]], colour: str, gap: bool = False) -> str:
+    """■ name latest: `gap` after the entry before it (SVG text collapses spaces)."""
+    shift = f' dx="{LEGEND_CHAR * 2}"' if gap else ""
+    return (
+        f'<tspan class="jt-swatch"{shift} style="fill:{html.escape(colour)}">■</tspan>'
+        f'<tspan class="jt-name"> {html.escape(name)}</tspan> {_format(points[-1][1]) if points else "no value"}'
+    )
+
+
+def _legend_rows(curves, width: int) -> list[list]:
+    """The curves' legend entries, as many on each line as fit in `width` (at least one)."""
+    rows: list[list] = [[]]
+    used = 0
+    for curve in curves:
+        name, points, _ = curve
+        size = LEGEND_CHAR * (len(name) + len(_format(points[-1][1]) if points else "no value") + 6)
+        if rows[-1] and used + size > width:
+            rows.append([])
+            used = 0
+        rows[-1].append(curve)
+        used += size
+    return rows
 
 
 def _hover_bands(curves, x0: float, x1: float, left: int, top: int, plot_w: int, plot_h: int, axis: str) -> str:

@@ -647,3 +647,82 @@ def test_a_remote_job_while_its_host_cannot_be_reached(lab, browser, docker_clie
                 )  # fmt: skip
     finally:
         remote.close()
+
+
+# -- runs side by side ----------------------------------------------------------------------------
+
+COMPARED_CELL = """%%train_detached --host --name {name} --no-widget
+import math, time
+for step in range(30):
+    print(f"step {{step}} loss: {{{scale} * math.exp(-step / {decay}) + 0.1 + 0.08 * math.sin(step):.4f}} acc: {{1 - math.exp(-step / {decay}):.3f}}", flush=True)
+    time.sleep(0.1)
+"""
+
+
+def test_compare_two_jobs_live_in_both_themes_and_from_the_jobs_table(lab, browser):
+    _write_notebook(
+        lab, "compare.ipynb", "%load_ext jupyter_trainer",
+        COMPARED_CELL.format(name="cmp-lr-0.1", scale=2.0, decay=5), COMPARED_CELL.format(name="cmp-lr-0.01", scale=2.5, decay=15),
+        "%train_compare cmp-lr-0.1 cmp-lr-0.01", "%train_jobs",
+    )  # fmt: skip
+    page = _open_notebook(browser, lab, "compare.ipynb")
+    panel = f"#{page.evaluate('window.jupyterapp.shell.currentWidget.id')}"
+    news = page.locator(".jp-toast-button", has_text="No")  # the lab's offer of news, over the outputs
+    try:
+        with contextlib.suppress(Exception):
+            news.first.click(timeout=5_000)
+        for index in range(4):
+            _run_cell(page, index)
+        view = page.locator(f"{panel} .jupyter-trainer-compare").first
+        view.wait_for()
+        # live: the jobs still run when the view opens; it follows them until both have ended
+        rows = view.locator(".jt-compare-table tbody tr")
+        rows.nth(1).locator(".jt-status", has_text="completed").wait_for(timeout=90_000)
+        rows.nth(0).locator(".jt-status", has_text="completed").wait_for(timeout=30_000)
+        page.wait_for_function(
+            f"[...document.querySelectorAll('{panel} .jupyter-trainer-compare .jt-compare-table tbody tr')]"
+            ".every(row => row.cells[5].textContent === '30')", timeout=30_000,
+        )  # fmt: skip
+        chart = view.locator("svg.jt-chart")
+        assert chart.count() == 1 and chart.locator("polyline").count() == 2
+        legend = " ".join(chart.locator(".jt-legend").all_text_contents())
+        assert "cmp-lr-0.1" in legend and "cmp-lr-0.01" in legend
+        assert "step" in chart.locator(".jt-axis-title").text_content()
+        colours = chart.locator("polyline").evaluate_all("lines => lines.map(line => getComputedStyle(line).stroke)")
+        assert len(set(colours)) == 2, colours  # a colour each
+        cells = [rows.nth(index).locator("td").all_inner_texts() for index in range(2)]
+        assert [cell[0] for cell in cells] == ["cmp-lr-0.1", "cmp-lr-0.01"] and all(cell[2] == "loss" for cell in cells)
+        assert "best (lowest)" in view.locator(".jt-compare-table th").all_inner_texts()
+        for theme, name in (("JupyterLab Light", "light"), ("JupyterLab Dark", "dark")):
+            _set_theme(page, theme)
+            view.scroll_into_view_if_needed()
+            view.screenshot(path=str(ARTIFACTS / f"compare-{name}.png"))
+            for selector in (".jt-compare-table td", ".jt-compare-table th", ".jt-chart .jt-legend", ".jt-chart .jt-axis-title", ".jt-compare-title"):
+                ratio = _readable(view, selector)
+                assert ratio >= 4.5, f"{selector} in the {name} theme: contrast {ratio:.2f}"
+            for line in range(2):  # each job's line stands out from the background (3:1, as graphics need)
+                stroke = chart.locator("polyline").nth(line).evaluate(
+                    "line => getComputedStyle(line).stroke.match(/\\d+/g).slice(0, 3).map(Number)"
+                )
+                background = view.evaluate(COLOURS_OF)[1]
+                assert _contrast(stroke, background) >= 3, f"line {line} in the {name} theme"
+        _set_theme(page, "JupyterLab Light")
+
+        # the jobs table: tick both jobs' rows, Compare shows their comparison below it
+        table = page.locator(f"{panel} .jupyter-trainer-jobs").first
+        button = table.locator(".jt-compare")
+        _run_cell(page, 4)
+        table.locator(".jt-row", has_text="cmp-lr-0.01").first.wait_for()
+        for job in ("cmp-lr-0.1", "cmp-lr-0.01"):
+            table.locator(".jt-row", has_text=job).first.locator(".jt-pick input").check()
+        page.wait_for_function(f"!document.querySelector('{panel} .jupyter-trainer-jobs .jt-compare').disabled")
+        assert button.inner_text().strip() == "Compare 2"
+        button.click()
+        below = table.locator(".jupyter-trainer-compare").first
+        below.locator("svg.jt-chart polyline").nth(1).wait_for(timeout=30_000)
+        assert below.locator(".jt-compare-table tbody tr").count() == 2
+        table.scroll_into_view_if_needed()
+        table.screenshot(path=str(ARTIFACTS / "jobs-table-compare.png"))
+    finally:
+        _set_theme(page, "JupyterLab Light")
+        page.close()

@@ -8,12 +8,12 @@ PACKAGE = Path(__file__).resolve().parent.parent / "jupyter_trainer"
 # Lower layers never import higher ones. A module not listed is in the layer of its package.
 LAYERS = [
     {"errors", "_fs", "proc", "jobs", "checks", "options", "spec", "surface", "naming", "resources", "ignore_patterns", "wording", "credentials", "in_place"},  # pure: names, records, status rules, options, words
-    {"store", "logs", "metrics", "plot", "metrics_cache"},  # the store, reading logs and metrics, charts
+    {"store", "logs", "metrics", "plot", "metrics_cache", "compare"},  # the store, reading logs and metrics, charts
     {"backends"},  # where jobs run (every module under backends/)
     {"job", "submit", "summary"},  # jobs as users see them
     {"housekeeping"},  # removing finished runs
-    {"monitor"},  # a job's view, as plain state
-    {"widget"},  # the view's renderers
+    {"monitor", "compare_runs"},  # a job's view (and several jobs' series), as plain state
+    {"widget", "compare_view"},  # the views' renderers
     {"jobs_view"},  # the live jobs table
     {"magics", "magic_help", "cli", "__init__"},  # the surfaces
 ]

@@ -53,6 +53,7 @@ def test_every_magic_has_help_with_a_description_and_examples(ip, capsys):
         ("%train_stop?", "--container"),
         ("%train_attach?", "name"),
         ("%train_rm?", "--run"),
+        ("%train_compare?", "--metric"),
     ]:
         _, out = run(ip, capsys, magic)
         text = re.sub(r"\x1b\[[0-9;]*m", "", out)  # the pager's colours

@@ -1,0 +1,304 @@
+"""Several jobs followed for `%train_compare`: each one's metric series, by its own x and by time.
+
+A `ComparedRun` reads one job's log from where it left off (a bounded time per
+read, so that the poller serving every view of the kernel is never held long),
+and keeps each metric's series twice: on the metric's own axis (step, epoch, ...)
+and on the seconds since the job's start, for a chart of jobs whose axes differ.
+
+A value's time comes from the log's clock (the supervisor notes the log's size now
+and then, see `LogClock`): the log is fed to the reader in pieces that span at most
+`TIME_RESOLUTION` seconds of it, and a value takes the time of the piece in which it
+was printed (a progress bar redrawn at one step: of its last redraw). A log with no
+clock (a SageMaker job, a fake backend) places its bytes evenly between the job's
+start and its end (or now).
+
+`compare(runs, ...)` gives what every surface shows: the metric, the x, one row
+per job and each job's curve. Nothing here renders or imports a widget library.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass
+
+from . import compare as rules
+from ._fs import read_range
+from .job import Job
+from .logs import LogCursor, MetricParser
+from .metrics import TIME, LogClock, MetricReader
+from .plot import MetricSeries
+from .spec import Metric
+from .store import CLOCK_FILE
+from .summary import run_label
+
+READ_SECONDS = 0.02  # of reading per run and poll (a backlog is read over several polls)
+TIME_RESOLUTION = 0.1  # seconds of the log a piece fed to the reader spans at most
+MAX_PIECE = 64 << 10  # bytes fed to the reader at once at most
+CLOCK_READ = 1 << 20  # bytes of the log's clock read at most a time
+MAX_NAMES = 256  # metrics a run keeps the table's numbers of (a log may print endless names)
+
+
+class ComparedRun:
+    """One job of a comparison. `metric`: only that metric is kept (None: every one, to choose from)."""
+
+    def __init__(self, job: Job, metric: str | None = None, read_seconds: float = READ_SECONDS):
+        self.job = job
+        self.metric = metric
+        self.read_seconds = read_seconds
+        self.by_own = MetricSeries()
+        self.by_time = MetricSeries()
+        self.stats: dict[str, rules.Stats] = {}
+        self.axes: dict[str, str] = {}  # each metric's own x
+        self.others: dict[str, None] = {}  # the names of the metrics not asked for, in order
+        options = job.record.options.get("metrics", [])
+        self.parser = MetricParser(Metric(name, regex) for name, regex in options)
+        self.clock = LogClock(job.record.started_at)
+        self.reader = MetricReader(self._take, self.parser.finders(), self.clock)
+        self.cursor = LogCursor(chunk_size=1 << 20)
+        self._clock_read = 0
+        self._size = 0  # the log's size at the last read, and when
+        self._now = time.time()
+        self._times: dict[str, tuple[tuple, float | None]] = {}  # a name's pending value, and its time
+        self._piece_seconds: float | None = None  # the time of the piece being read
+        self._settled = False
+        self.flushed = False
+        self.caught_up = False
+        self.version = 0  # moves on whenever what the comparison shows of this run may have changed
+
+    @property
+    def record(self):
+        return self.job.record
+
+    @property
+    def label(self) -> str:
+        return run_label(self.record)
+
+    @property
+    def finished(self) -> bool:
+        """Nothing more will change: the job has ended and its log is read."""
+        return self.record.status.is_final and self.flushed
+
+    def refresh_status(self) -> bool:
+        before = (self.record.status, self.record.exit_code)
+        self.job.refresh()
+        changed = before != (self.record.status, self.record.exit_code)
+        self.version += changed
+        return changed
+
+    # -- reading --------------------------------------------------------------------
+
+    def read(self, now: float | None = None, seconds: float | None = None) -> bool:
+        """Read what the log gained, for up to `seconds` (default the run's own budget; None-like
+        math.inf: all of it); True if anything shown may have changed."""
+        self._now = time.time() if now is None else now
+        budget = self.read_seconds if seconds is None else seconds
+        source = self.job.log_source()
+        final = self.record.status.is_final
+        if final and not self._settled:
+            self._settled = True
+            settle = getattr(source, "settle", None)  # a streamed log: up to its end, not the stream's
+            if settle is not None:
+                settle()
+        self._size = source.size()
+        self._read_clock()
+        version = self.version
+        deadline = time.perf_counter() + budget
+        while True:
+            before = self.cursor.offset
+            data = self.cursor.read_bytes(source)
+            if self.cursor.take_truncation():
+                self._start_again()
+            elif self.cursor.offset == before:
+                break
+            for start, chunk in self.cursor.metric_chunks(data):
+                for offset, piece in timed_pieces(chunk, start, self.seconds_at):
+                    self._piece_seconds = self.seconds_at(offset + len(piece) - 1)
+                    self.reader.feed(piece, offset)
+                    self._note_pending()
+            self.version += 1
+            if time.perf_counter() >= deadline:
+                break
+        self.caught_up = source.size() <= self.cursor.offset
+        if final and self.caught_up and not self.flushed:
+            self._piece_seconds = self.seconds_at(self.cursor.scanned_to)
+            self.reader.feed(self.cursor.unscanned, self.cursor.scanned_to)
+            self.reader.flush()
+            self.flushed = True
+            self.version += 1
+        return self.version != version
+
+    def read_all(self, now: float | None = None) -> "ComparedRun":
+        """Read the whole log now (the text table, the command line)."""
+        while True:
+            self.read(now, seconds=math.inf)
+            if self.caught_up:
+                return self
+
+    def _start_again(self) -> None:
+        """The log was cut or replaced: its series start again from its new start."""
+        self.by_own, self.by_time, self.stats, self.axes, self._times, self.others = MetricSeries(), MetricSeries(), {}, {}, {}, {}
+        self.reader = MetricReader(self._take, self.parser.finders(), self.clock)
+
+    def _read_clock(self) -> None:
+        self.clock.started_at = self.record.started_at
+        try:
+            added = read_range(self.job.run_dir / CLOCK_FILE, self._clock_read, CLOCK_READ)
+        except OSError:
+            added = b""
+        self._clock_read += len(added)
+        self.clock.add(added)
+        self.clock.until(self._size, self._now)
+
+    def seconds_at(self, offset: int) -> float | None:
+        """Seconds since the job's start when the log had `offset` bytes: from its clock, else by
+        the byte's place in the log between the start and the end (or now)."""
+        if self.clock.known:
+            return self.clock.seconds_at(offset)
+        record = self.record
+        if record.started_at is None or self._size <= 0:
+            return None
+        end = record.ended_at if record.ended_at is not None else self._now
+        return max(0.0, (end - record.started_at) * min(1.0, offset / self._size))
+
+    def _note_pending(self) -> None:
+        """The time of each value still pending (a later redraw or value settles it): the piece's."""
+        pending = self.reader.pending
+        names = (self.metric,) if self.metric is not None else pending
+        for name in names:
+            point = pending.get(name)
+            if point is not None and self._times.get(name, (None,))[0] is not point:
+                self._times[name] = (point, self._piece_seconds)
+
+    def _time_of(self, point: tuple) -> float | None:
+        name, axis, x, _ = point
+        if axis == TIME:
+            return x
+        seen = self._times.get(name)
+        return seen[1] if seen is not None and seen[0] is point else self._piece_seconds
+
+    def _take(self, point: tuple) -> None:
+        """A settled value from the reader."""
+        name, axis, x, value = point
+        if self.metric is not None and name != self.metric:
+            if len(self.others) < MAX_NAMES:
+                self.others[name] = None  # named when the metric asked for is not in the log
+            return
+        if name not in self.stats and len(self.stats) >= MAX_NAMES:
+            return
+        if self.axes.get(name, axis) != axis:  # the reader moved it to another x: it starts again
+            self.stats[name] = rules.Stats()
+        self.axes[name] = axis
+        self.stats.setdefault(name, rules.Stats()).add(value)
+        self.by_own.add(point)
+        seconds = self._time_of(point)
+        if seconds is not None:
+            # tagged with its own axis, so that a metric moved to another x starts again here too
+            self.by_time.add((name, f"{TIME}:{axis}", seconds, value))
+
+    # -- what the comparison shows ----------------------------------------------------
+
+    def names(self) -> list[str]:
+        """The metrics read so far, in the order they came."""
+        names = list(self.stats)
+        names += [name for name in self.reader.pending if name not in self.stats and len(names) < MAX_NAMES]
+        return names + [name for name in self.others if name not in names]
+
+    def _pending(self, name: str) -> tuple | None:
+        if self.flushed:
+            return None
+        point = self.reader.pending.get(name)
+        if point is None or (self.metric is not None and name != self.metric):
+            return None
+        if self.axes.get(name, point[1]) != point[1]:
+            return None  # moved to another x: shown once settled
+        return point
+
+    def stats_of(self, name: str) -> rules.Stats | None:
+        """The table's numbers for `name`, with the value not yet settled (a running job's latest)."""
+        stats = self.stats.get(name)
+        point = self._pending(name)
+        if point is None:
+            return stats
+        with_latest = rules.Stats(**vars(stats)) if stats is not None else rules.Stats()
+        with_latest.add(point[3])
+        return with_latest
+
+    def axis_of(self, name: str) -> str | None:
+        point = self._pending(name)
+        return self.axes.get(name) or (point[1] if point is not None else None)
+
+    def curve(self, name: str, by_time: bool) -> list[tuple[float, float]]:
+        points = (self.by_time if by_time else self.by_own).curve(name)
+        point = self._pending(name)
+        if point is not None:
+            x = self._time_of(point) if by_time else point[2]
+            if x is not None and _finite(x) and _finite(point[3]) and (not points or points[-1][0] <= x):
+                points.append((x, point[3]))
+        return points
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """What every surface shows of the runs compared, at one moment."""
+
+    metric: str | None
+    axis: str  # the chart's x: the metric's own axis, or TIME
+    note: str  # what x is, and why
+    rows: tuple[rules.Row, ...]
+    curves: tuple[tuple[str, list[tuple[float, float]]], ...]  # (label, points) of each run, in order
+
+
+def compare(runs: list[ComparedRun], metric: str | None = None, by_time: bool = False) -> Comparison:
+    metric = metric or rules.default_metric([run.names() for run in runs])
+    if metric is None:
+        rows = tuple(rules.row(run.label, run.record.status.value, None, None) for run in runs)
+        return Comparison(None, TIME if by_time else "n", "", rows, tuple((run.label, []) for run in runs))
+    axes = {run.label: run.axis_of(metric) for run in runs}
+    axis = rules.shared_axis(axes.values(), by_time)
+    timed = axis == TIME
+    rows = tuple(rules.row(run.label, run.record.status.value, metric, run.stats_of(metric), run.names()) for run in runs)
+    curves = tuple((run.label, run.curve(metric, timed)) for run in runs)
+    return Comparison(metric, axis, rules.axis_note(axes, axis, by_time), rows, curves)
+
+
+def load_runs(names: list[str], metric: str | None = None, store=None, backends=None) -> list[ComparedRun]:
+    """The runs of the jobs called `names` (each once), refreshed; an unknown name is a TrainerError."""
+    jobs = [Job.load(name, store, backends) for name in rules.unique(names)]
+    runs = [ComparedRun(job, metric) for job in jobs]
+    for run in runs:
+        run.refresh_status()
+    return runs
+
+
+def timed_pieces(data, start: int, seconds_at, resolution: float = TIME_RESOLUTION, most: int = MAX_PIECE):
+    """(where it starts in the log, piece) of `data` (whole lines, starting at `start`), in pieces
+    that end where a line ends, each at most `most` bytes (a longer line is one piece) and spanning
+    at most `resolution` seconds of the log where its clock tells (a line printed later than the
+    one before it is then read on its own)."""
+
+    def split(low: int, high: int):
+        if high - low > most:
+            middle = data.rfind(b"\n", low, low + most) + 1 or data.find(b"\n", low + most, high - 1) + 1
+        else:
+            first, last = seconds_at(start + low), seconds_at(start + high - 1)
+            if first is None or last is None or last - first <= resolution:
+                yield start + low, data[low:high]
+                return
+            half = (low + high) // 2
+            middle = data.rfind(b"\n", low, half) + 1 or data.find(b"\n", half, high - 1) + 1
+        if middle <= low or middle >= high:
+            yield start + low, data[low:high]
+            return
+        yield from split(low, middle)
+        yield from split(middle, high)
+
+    if data:
+        yield from split(0, len(data))
+
+
+def _finite(value) -> bool:
+    try:
+        return math.isfinite(value)
+    except (OverflowError, TypeError):
+        return False
