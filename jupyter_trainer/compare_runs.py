@@ -6,11 +6,9 @@ and keeps each metric's series twice: on the metric's own axis (step, epoch, ...
 and on the seconds since the job's start, for a chart of jobs whose axes differ.
 
 A value's time comes from the log's clock (the supervisor notes the log's size now
-and then, see `LogClock`): the log is fed to the reader in pieces that span at most
-`TIME_RESOLUTION` seconds of it, and a value takes the time of the piece in which it
-was printed (a progress bar redrawn at one step: of its last redraw). A log with no
-clock (a SageMaker job, a fake backend) places its bytes evenly between the job's
-start and its end (or now).
+and then, see `LogClock`) at the place in the log where it was printed (the reader
+says where: `MetricReader.given_at`). A log with no clock (a SageMaker job, a fake
+backend) places its bytes evenly between the job's start and its end (or now).
 
 `compare(runs, ...)` gives what every surface shows: the metric, the x, one row
 per job and each job's curve. Nothing here renders or imports a widget library.
@@ -33,8 +31,7 @@ from .store import CLOCK_FILE
 from .summary import run_label
 
 READ_SECONDS = 0.02  # of reading per run and poll (a backlog is read over several polls)
-TIME_RESOLUTION = 0.1  # seconds of the log a piece fed to the reader spans at most
-MAX_PIECE = 64 << 10  # bytes fed to the reader at once at most
+MAX_PIECE = 64 << 10  # bytes fed to the reader at once at most (between two looks at the clock)
 CLOCK_READ = 1 << 20  # bytes of the log's clock read at most a time
 MAX_NAMES = 256  # metrics a run keeps the table's numbers of (a log may print endless names)
 
@@ -59,8 +56,6 @@ class ComparedRun:
         self._clock_read = 0
         self._size = 0  # the log's size at the last read, and when
         self._now = time.time()
-        self._times: dict[str, tuple[tuple, float | None]] = {}  # a name's pending value, and its time
-        self._piece_seconds: float | None = None  # the time of the piece being read
         self._settled = False
         self.flushed = False
         self.caught_up = False
@@ -106,23 +101,19 @@ class ComparedRun:
         deadline = time.perf_counter() + budget
         while True:
             before = self.cursor.offset
-            data = self.cursor.read_bytes(source)
+            self.cursor.read_bytes(source)
             if self.cursor.take_truncation():
                 self._start_again()
             elif self.cursor.offset == before:
                 break
-            for start, chunk in self.cursor.metric_chunks(data):
-                for offset, piece in timed_pieces(chunk, start, self.seconds_at):
-                    self._piece_seconds = self.seconds_at(offset + len(piece) - 1)
-                    self.reader.feed(piece, offset)
-                    self._note_pending()
+            added = self.cursor.added
+            for begin in range(0, len(added), MAX_PIECE):  # the reader takes bytes cut anywhere
+                self.reader.feed(added[begin : begin + MAX_PIECE])
             self.version += 1
             if time.perf_counter() >= deadline:
                 break
         self.caught_up = source.size() <= self.cursor.offset
         if final and self.caught_up and not self.flushed:
-            self._piece_seconds = self.seconds_at(self.cursor.scanned_to)
-            self.reader.feed(self.cursor.unscanned, self.cursor.scanned_to)
             self.reader.flush()
             self.flushed = True
             self.version += 1
@@ -137,7 +128,7 @@ class ComparedRun:
 
     def _start_again(self) -> None:
         """The log was cut or replaced: its series start again from its new start."""
-        self.by_own, self.by_time, self.stats, self.axes, self._times, self.others = MetricSeries(), MetricSeries(), {}, {}, {}, {}
+        self.by_own, self.by_time, self.stats, self.axes, self.others = MetricSeries(), MetricSeries(), {}, {}, {}
         self.reader = MetricReader(self._take, self.parser.finders(), self.clock)
 
     def _read_clock(self) -> None:
@@ -161,21 +152,9 @@ class ComparedRun:
         end = record.ended_at if record.ended_at is not None else self._now
         return max(0.0, (end - record.started_at) * min(1.0, offset / self._size))
 
-    def _note_pending(self) -> None:
-        """The time of each value still pending (a later redraw or value settles it): the piece's."""
-        pending = self.reader.pending
-        names = (self.metric,) if self.metric is not None else pending
-        for name in names:
-            point = pending.get(name)
-            if point is not None and self._times.get(name, (None,))[0] is not point:
-                self._times[name] = (point, self._piece_seconds)
-
-    def _time_of(self, point: tuple) -> float | None:
+    def _time_of(self, point: tuple, printed_at: int) -> float | None:
         name, axis, x, _ = point
-        if axis == TIME:
-            return x
-        seen = self._times.get(name)
-        return seen[1] if seen is not None and seen[0] is point else self._piece_seconds
+        return x if axis == TIME else self.seconds_at(printed_at)
 
     def _take(self, point: tuple) -> None:
         """A settled value from the reader."""
@@ -191,7 +170,7 @@ class ComparedRun:
         self.axes[name] = axis
         self.stats.setdefault(name, rules.Stats()).add(value)
         self.by_own.add(point)
-        seconds = self._time_of(point)
+        seconds = self._time_of(point, self.reader.given_at)
         if seconds is not None:
             # tagged with its own axis, so that a metric moved to another x starts again here too
             self.by_time.add((name, f"{TIME}:{axis}", seconds, value))
@@ -232,7 +211,7 @@ class ComparedRun:
         points = (self.by_time if by_time else self.by_own).curve(name)
         point = self._pending(name)
         if point is not None:
-            x = self._time_of(point) if by_time else point[2]
+            x = self._time_of(point, self.cursor.offset) if by_time else point[2]
             if x is not None and _finite(x) and _finite(point[3]) and (not points or points[-1][0] <= x):
                 points.append((x, point[3]))
         return points
@@ -269,32 +248,6 @@ def load_runs(names: list[str], metric: str | None = None, store=None, backends=
     for run in runs:
         run.refresh_status()
     return runs
-
-
-def timed_pieces(data, start: int, seconds_at, resolution: float = TIME_RESOLUTION, most: int = MAX_PIECE):
-    """(where it starts in the log, piece) of `data` (whole lines, starting at `start`), in pieces
-    that end where a line ends, each at most `most` bytes (a longer line is one piece) and spanning
-    at most `resolution` seconds of the log where its clock tells (a line printed later than the
-    one before it is then read on its own)."""
-
-    def split(low: int, high: int):
-        if high - low > most:
-            middle = data.rfind(b"\n", low, low + most) + 1 or data.find(b"\n", low + most, high - 1) + 1
-        else:
-            first, last = seconds_at(start + low), seconds_at(start + high - 1)
-            if first is None or last is None or last - first <= resolution:
-                yield start + low, data[low:high]
-                return
-            half = (low + high) // 2
-            middle = data.rfind(b"\n", low, half) + 1 or data.find(b"\n", half, high - 1) + 1
-        if middle <= low or middle >= high:
-            yield start + low, data[low:high]
-            return
-        yield from split(low, middle)
-        yield from split(middle, high)
-
-    if data:
-        yield from split(0, len(data))
 
 
 def _finite(value) -> bool:

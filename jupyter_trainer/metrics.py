@@ -151,12 +151,14 @@ class MetricReader:
         self.epoch_total: float | None = None  # the total of the epoch's own bar, once it has one
         self.evaluating = False  # the line being read shows another loop's bar (evaluate's)
         self._last_byte = b""  # the byte before the buffer's: \r when its first line is a redraw
-        self.held: dict[str, list] = {}  # per name: [axis, x, the values drawn at x, whether the first was carried over]
+        # per name: [axis, x, the values drawn at x, whether the first was carried over, where each was]
+        self.held: dict[str, list] = {}
         self._buffer = bytearray()  # the log's bytes not read yet (with `_context` bytes read before them)
         self._context = 0
         self._continued = b""  # the byte before an endless line read in windows
         self._shifts: list[tuple[int, int]] | None = None  # where escapes were cut out of what is being read
         self.position = 0  # where the buffer starts in the log
+        self.given_at = 0  # where in the log the value being given to the sink was printed
         self._line_start = 0  # where the line being read starts in the log
         self._names: dict[bytes, tuple[str | None, str | None]] = {}  # see _named_before
 
@@ -411,6 +413,7 @@ class MetricReader:
                 x = float(counts.get(name, 0) + 1)
             if x is None:
                 continue
+            where = self.offset + _unshifted(at, self._shifts)
             group = held.get(name)
             if group is None or group[1] != x or axis in (TIME, NTH) or len(group[2]) >= MAX_HELD:
                 # a new x: the values held at the last one are given out. The first value drawn at
@@ -419,11 +422,11 @@ class MetricReader:
                 carried = group is not None and group[2][-1] == value
                 if group is not None:
                     self._give_out(name, x)
-                held[name] = [axis, x, [value], carried]
+                held[name] = [axis, x, [value], carried, [where]]
             elif group[2][-1] == value:
                 continue  # the same drawn again (tqdm redraws for its description and its postfix)
             elif group[3]:
-                group[2][-1], group[3] = value, False
+                group[2][-1], group[3], group[4][-1] = value, False, where
                 self.pending[name] = (name, axis, x, value)
                 continue
             else:
@@ -431,14 +434,16 @@ class MetricReader:
                 # its n at most every mininterval, its postfix at every step) shows each step's
                 # value at the n it last drew; each is kept
                 group[2].append(value)
+                group[4].append(where)
             counts[name] = counts.get(name, 0) + 1
             self.pending[name] = (name, axis, x, value)
 
     def _give_out(self, name: str, next_x: float | None) -> None:
         """The values held at one x: spread up to the next x (the steps the bar had not drawn yet)."""
-        axis, x, held, _ = self.held.pop(name)
+        axis, x, held, _, offsets = self.held.pop(name)
         spacing = (next_x - x) / len(held) if next_x is not None and next_x > x and len(held) > 1 else 0.0
         for index, value in enumerate(held):
+            self.given_at = offsets[index]  # for a sink that asks when the value was printed
             self.sink((name, axis, x + index * spacing, value))
 
     def keep_only(self, kept) -> None:
@@ -463,7 +468,7 @@ class MetricReader:
             "axes": self.axes,
             "counts": self.counts,
             "pending": [list(point) for point in self.pending.values()],
-            "held": [[name, axis, x, values, carried] for name, (axis, x, values, carried) in self.held.items()],
+            "held": [[name, axis, x, values, carried, offsets] for name, (axis, x, values, carried, offsets) in self.held.items()],
             "context": self._context,
             "line_start": self._line_start,
             "before": (self._continued if self._context else self._last_byte).hex(),
@@ -480,10 +485,11 @@ class MetricReader:
         self.axes = {str(name): str(axis) for name, axis in state["axes"].items()}
         self.counts = {str(name): int(count) for name, count in state["counts"].items()}
         self.pending = {str(n): (str(n), str(a), float(x), float(y)) for n, a, x, y in state["pending"]}
-        self.held = {
-            str(name): [str(axis), float(x), [float(value) for value in values][:MAX_HELD] or [0.0], bool(carried)]
-            for name, axis, x, values, carried in state["held"]
-        }
+        self.held = {}
+        for name, axis, x, values, carried, offsets in state["held"]:
+            values = [float(value) for value in values][:MAX_HELD] or [0.0]
+            offsets = ([int(offset) for offset in offsets] + [0] * len(values))[: len(values)]
+            self.held[str(name)] = [str(axis), float(x), values, bool(carried), offsets]
         self._buffer = bytearray()
         self._context = max(0, min(int(state["context"]), WINDOW_CONTEXT))
         self._line_start = int(state["line_start"])
