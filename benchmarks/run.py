@@ -683,6 +683,43 @@ def bench_metric_flood(seconds: float, counts: list[int], finish: float) -> list
     return results
 
 
+# the tail as a terminal shows it -------------------------------------------------------------------
+
+
+def previous_tail_lines(source, count: int) -> list[str]:
+    """The tail before it was replayed on a terminal's screen: the last lines, each by its last \r
+    redraw, escapes removed (the baseline of bench_terminal_tail)."""
+    from jupyter_trainer.logs import _last_raw_lines, clean_line
+
+    lines, _, _, _ = _last_raw_lines(source, count, 4096, 1 << 20)
+    text = b"\n".join(lines).decode("utf-8", errors="replace")
+    return [clean_line(line) for line in text.split("\n")] if lines else []
+
+
+def bench_terminal_tail(rounds: int, size: int) -> list[Comparison]:
+    """`tail_lines` (replayed on a screen) vs the tail before it, on a log of one endless tqdm bar
+    (\r redraws, never a newline) and on a log of nested bars (an inner bar that steps down with
+    \n and back up with ESC[A at every stroke)."""
+    from jupyter_trainer.backends.base import FileLogSource
+    from jupyter_trainer.logs import tail_lines
+
+    home = fresh_home()
+    one_line = home / "one-line.log"
+    redraw = "".join(f"\r{i:3d}%|{'█' * (i // 10)}{' ' * (10 - i // 10)}| {i}/100 [00:01<00:02, 9.87it/s]" for i in range(100))
+    write_log(one_line, size, redraw.encode())
+    nested = home / "nested.log"
+    stroke = "".join(f"\n\rbatch: {i:3d}%|{'█' * (i // 10)}| {i}/100 [00:00<00:00, 99.9it/s]\x1b[A" for i in range(100))
+    epoch = "\repoch:  50%|█████     | 5/10 [00:10<00:10, 1.00s/it]" + stroke + "\n\r" + " " * 60 + "\x1b[A\repoch 5 loss=0.1\n"
+    write_log(nested, size, epoch.encode())
+    results = []
+    for what, path in ((f"one-line {size / 2**20:.0f} MB log", one_line), (f"nested-bar {size / 2**20:.0f} MB log", nested)):
+        source = FileLogSource(path)
+        for count in (20, 200):
+            timing = interleaved(timed(lambda: tail_lines(source, count)), timed(lambda: previous_tail_lines(source, count)), rounds)
+            results.append(Comparison(f"tail_lines({count}) on a terminal's screen vs before: {what}", *timing, "<= 1.2x" if what.startswith("one") else "for scale", 1.2 if what.startswith("one") else None))
+    return results
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--rounds", type=int, default=15)
@@ -693,7 +730,8 @@ def main() -> int:
     parser.add_argument("--flood-seconds", type=float, default=12, help="how long the metric-flood views are watched")
     parser.add_argument("--flood-names", type=int, nargs="*", default=[5_000, 50_000], help="metric names in each flood log")
     parser.add_argument("--flood-finish", type=float, default=300, help="seconds a flood view may take to read its whole log")
-    parser.add_argument("--only", nargs="*", default=["submit", "logs", "load", "cell", "memory", "sagemaker", "table", "remote", "flood"])
+    parser.add_argument("--only", nargs="*", default=["submit", "logs", "terminal", "load", "cell", "memory", "sagemaker", "table", "remote", "flood"])
+    parser.add_argument("--terminal-log-size", type=int, default=200 << 20, help="bytes in the terminal tail's logs (default 200 MiB)")
     args = parser.parse_args()
     results: list[Comparison] = []
     if "load" in args.only:
@@ -702,6 +740,8 @@ def main() -> int:
         results.append(bench_submit(args.rounds))
     if "logs" in args.only:
         results += bench_logs(args.rounds, args.log_size)
+    if "terminal" in args.only:
+        results += bench_terminal_tail(args.rounds, args.terminal_log_size)
     if "cell" in args.only:
         results += bench_cell_while_watching(max(5, args.rounds // 3))
     if "memory" in args.only:

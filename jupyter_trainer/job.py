@@ -13,7 +13,8 @@ from .backends.base import Backend, notification_check
 from .errors import BackendUnavailable, InvalidOption, StoreError, TrainerError, Unreachable
 from . import _fs
 from .jobs import JobRecord, Observation, Status, describe_exit_code, parse_notification, resolve
-from .logs import LogCursor, LogSource, MetricParser, clean_line, read_all_lines, tail_lines
+from .logs import LogCursor, LogSource, MetricParser, read_all_lines, tail_lines, tail_screen
+from .terminal import SettledLines
 from .backends.notify import PYTHON_RAISED, exception_line
 from .metrics import LogClock, MetricReader
 from .spec import Metric
@@ -78,7 +79,9 @@ class Job:
         return self.store.run_dir(self.name, self.run)
 
     def logs(self, tail: int | None = None, strip_ansi: bool = True) -> str:
-        """The log as text, progress-bar redraws collapsed; the last `tail` lines if given."""
+        """The log as text as a terminal would have shown it (progress-bar redraws and nested bars
+        collapsed, see terminal.py); the last `tail` lines if given. The log file itself is left as
+        the job wrote it."""
         return "".join(line + "\n" for line in self.log_lines(tail, strip_ansi))
 
     def log_lines(self, tail: int | None = None, strip_ansi: bool = True) -> Iterator[str]:
@@ -87,40 +90,52 @@ class Job:
         return iter(tail_lines(source, tail, strip_ansi)) if tail is not None else read_all_lines(source, strip_ansi)
 
     def follow(self, tail: int | None = None, interval: float = 1.0) -> Iterator[str]:
-        """Yield log lines as they are written, until the job has ended and its log is read."""
+        """Yield log lines as they are written, until the job has ended and its log is read: the
+        last `tail` lines as `log_lines` shows them, then each line once it is settled (see
+        terminal.SettledLines: a progress bar's redraws are not printed one by one)."""
         source = self.log_source()
         cursor = LogCursor()
+        settled = SettledLines()
         if tail is not None:
             size = source.size()
-            yield from tail_lines(source, tail)
+            screen = tail_screen(source, tail) if tail > 0 else None
+            if screen is not None:
+                yield from screen.lines()[-tail:]
+                settled = SettledLines(screen)  # the tail's bars go on drawing where they are
             cursor = LogCursor(offset=size)
 
-        def read() -> list[str]:
-            lines = cursor.read(source)
+        def read() -> tuple[bool, list[str]]:
+            nonlocal settled
+            data = cursor.read_bytes(source)
             truncation = cursor.take_truncation()  # said once, before what follows it
-            return ([truncation] if truncation else []) + [clean_line(line) for line in lines]
+            lines = []
+            if truncation:
+                lines, settled = settled.end() + [truncation], SettledLines()
+            return bool(data) or bool(truncation), lines + settled.feed(data.decode("utf-8", errors="replace"))
 
         while True:
             try:
-                lines = read()
+                grew, lines = read()
             except Unreachable:
                 # its host cannot be reached now (the job goes on there): the cursor has not moved,
                 # so the log resumes where it stopped once the host answers again
                 self.refresh()  # the record says since when
                 time.sleep(interval)
                 continue
-            if lines:
-                yield from lines
+            yield from lines
+            if grew:
                 continue
             if self.status.is_final:
                 # the exit code is written after the job's output is closed: one more read drains it
                 settle = getattr(source, "settle", None)  # a streamed log: up to the end, not the stream's
                 if settle is not None:
                     settle()
-                while lines := read():
+                while True:
+                    grew, lines = read()
                     yield from lines
-                if cursor.pending:
-                    yield clean_line(cursor.pending)
+                    if not grew:
+                        break
+                yield from settled.end(cursor.pending)
                 return
             time.sleep(interval)
 

@@ -14,6 +14,7 @@ from typing import Callable, Iterable, Iterator, Protocol
 
 
 from .spec import Metric
+from .terminal import MAX_SHOWN_LINE, SCREEN_ROWS, Screen, bounded_line
 
 # Terminal control a log may hold, removed from what is shown (a terminal would act on it: move
 # the cursor, retitle the window, switch character sets, reset itself): CSI sequences, string
@@ -32,7 +33,6 @@ MAX_BLOCK_SIZE = 1 << 20
 MAX_PENDING = 64 * 1024  # an unended line kept beyond this is cut at its last redraw (\r)
 TAIL_BYTES_PER_LINE = 8 * 1024  # a tail reads at most this much a line asked for...
 TAIL_MIN_BYTES = 1 << 20  # ...and at least this much: a log of one endless line costs no more
-MAX_SHOWN_LINE = 16 * 1024  # a longer line is shown by its end
 CHECK_BYTES = 64  # log bytes before the read offset that must be unchanged: else the log was truncated
 LEADING_WORD = re.compile(r"\\b([A-Za-z0-9_]+)")  # a regex source that starts with \b and a word
 # Matching one chunk of the log with one metric's pattern: past this, the chunk is matched again
@@ -63,13 +63,52 @@ def clean_line(line: str, strip_ansi: bool = True) -> str:
 def tail_lines(
     source: LogSource, count: int, strip_ansi: bool = True, block_size: int = BLOCK_SIZE, max_block_size: int = MAX_BLOCK_SIZE
 ) -> list[str]:
-    """The last `count` lines, read from the end in blocks (the first at most `block_size`, then
-    doubling up to `max_block_size`): cost grows with `count`, not the log. The bytes read are
-    bounded too, so a log of one endless line (progress-bar redraws) costs no more: its last line
-    is shown by its last redraw, or by its end."""
+    """The last `count` lines as a terminal would have shown them (see terminal.py: a nested
+    progress bar's strokes collapse to what it drew last), read from the end in blocks (the first
+    at most `block_size`, then doubling up to `max_block_size`): cost grows with `count`, not the
+    log. The bytes read are bounded too, so a log of one endless line (progress-bar redraws) costs
+    no more: its last line is shown by its last redraws, or by its end. With `strip_ansi` false,
+    the lines as written instead, escapes kept and only their \r redraws collapsed."""
     if count <= 0:
         return []
-    end = source.size()
+    if not strip_ansi:
+        lines, _, _, _ = _last_raw_lines(source, count, block_size, max_block_size)
+        text = b"\n".join(lines).decode("utf-8", errors="replace")
+        return [clean_line(line, strip_ansi) for line in text.split("\n")] if lines else []
+    return tail_screen(source, count, block_size, max_block_size).lines()[-count:]
+
+
+def tail_screen(
+    source: LogSource, count: int, block_size: int = BLOCK_SIZE, max_block_size: int = MAX_BLOCK_SIZE,
+    end: int | None = None, ended_only: bool = False,
+) -> Screen:
+    """A terminal's screen after the log's last lines (up to `end`, by default its size), enough of
+    them for `count` shown lines (its scrollback, not taken yet, holds those above the screen). A
+    few more lines than asked are replayed, so that a bar that redraws over earlier lines starts
+    from them; and more again while redraws leave fewer than `count` lines shown, within the same
+    bound on bytes read. `ended_only`: an unended last line is left out (a cursor shows it)."""
+    wanted = count + SCREEN_ROWS
+    while True:
+        lines, more, ended, starts_later = _last_raw_lines(source, wanted, block_size, max_block_size, end)
+        if lines and ended_only and not ended:
+            lines.pop()
+            ended = True
+        screen = Screen(at_bottom=starts_later)
+        if lines:  # after a last line ended, the cursor is on the row below it
+            text = b"\n".join(bounded_line(line) for line in lines) + b"\n" * ended
+            screen.feed(text.decode("utf-8", errors="replace"))
+        if not more or len(screen.lines()) >= count:
+            return screen
+        wanted *= 2
+
+
+def _last_raw_lines(
+    source: LogSource, count: int, block_size: int, max_block_size: int, end: int | None = None
+) -> tuple[list[bytes], bool, bool]:
+    """The log's last `count` lines before `end` as bytes, whether there are earlier ones within
+    the bound on bytes a tail reads, whether the last line is ended, and whether the log has
+    bytes before the first line given."""
+    end = source.size() if end is None else end
     chunks: list[bytes] = []
     newlines = 0
     position = end
@@ -85,15 +124,14 @@ def tail_lines(
         position = start
         block_size = min(block_size * 2, max_block_size)
     data = b"".join(reversed(chunks))
+    ended = data.endswith(b"\n")
     lines = data.split(b"\n")
     if lines[-1] == b"":
         lines.pop()
     if position > 0 and len(lines) > 1:  # the first line is probably cut
         lines = lines[1:]
-    if not lines:
-        return []
-    text = b"\n".join(lines[-count:]).decode("utf-8", errors="replace")  # only the lines asked for
-    return [clean_line(line, strip_ansi) for line in text.split("\n")]
+    more = position > floor or len(lines) > count
+    return lines[-count:], more, ended, position > 0 or len(lines) > count
 
 
 def last_lines(data: bytes | bytearray, count: int) -> bytes | bytearray:
@@ -107,17 +145,30 @@ def last_lines(data: bytes | bytearray, count: int) -> bytes | bytearray:
 
 
 def read_all_lines(source: LogSource, strip_ansi: bool = True) -> Iterator[str]:
+    """The whole log, line by line, as a terminal would have shown it (see `tail_lines`): only a
+    screen's worth of lines is held at a time."""
     cursor = LogCursor()
+    screen = Screen()
     while True:
-        lines = cursor.read(source)
+        data = cursor.read_bytes(source)
         note = cursor.take_truncation()
-        if note:
+        if note:  # what was shown before stays; what follows starts on a clear screen
+            yield from screen.lines()
+            screen = Screen()
             yield note
-        if not lines:
+        if not data:
             break
-        yield from (clean_line(line, strip_ansi) for line in lines)
-    if cursor.pending:
-        yield clean_line(cursor.pending, strip_ansi)
+        if not strip_ansi:
+            yield from (clean_line(line, strip_ansi) for line in data[:-1].decode("utf-8", errors="replace").split("\n"))
+            continue
+        screen.feed(data.decode("utf-8", errors="replace"))
+        yield from screen.take_scrolled()
+    if not strip_ansi:
+        if cursor.pending:
+            yield clean_line(cursor.pending, strip_ansi)
+        return
+    screen.feed(cursor.pending)
+    yield from screen.lines()
 
 
 class LogCursor:

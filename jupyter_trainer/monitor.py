@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from . import metrics_cache
 from .job import Job
 from .jobs import Status, describe_outcome
-from .logs import LogCursor, MetricParser, clean_line, last_lines, tail_lines
+from .logs import LogCursor, MetricParser, last_lines, tail_screen
 from ._fs import read_range
 from .metrics import LogClock, MetricReader, Progress, progress_of
 from .store import CLOCK_FILE
@@ -27,6 +27,7 @@ from .plot import MetricSeries
 from .resources import Usage, UsageHistory
 from .spec import Metric
 from .summary import facts, where
+from .terminal import SCREEN_ROWS, Screen
 
 # A poll reads until either budget is spent, so that a backlog never holds the kernel for long:
 # on a 2-core machine a log full of metric lines is read at about 8 MB a poll, one with a few at 50.
@@ -82,7 +83,10 @@ class JobMonitor:
         self, job: Job, log_lines: int = 200, read_budget: int = READ_BUDGET, read_seconds: float = READ_SECONDS
     ):
         self.job = job
+        # The log's last lines as a terminal shows them: those that scrolled off the screen, then the
+        # screen, whose rows later output can still redraw (a nested progress bar moves up into them).
         self.lines: deque[str] = deque(maxlen=log_lines)
+        self.screen = Screen()
         self.metrics = MetricSeries()
         self.metric_options = [[name, regex] for name, regex in job.record.options.get("metrics", [])]
         self.parser = MetricParser(Metric(name, regex) for name, regex in self.metric_options)
@@ -123,10 +127,10 @@ class JobMonitor:
         self.history_end = source.size()
         modified = getattr(source, "modified", None)
         self.last_output_at = modified() if modified else None
-        tail = tail_lines(source, self.lines.maxlen or 0)
-        if tail and self.history_end and source.read(self.history_end - 1, 1) != b"\n":
-            tail.pop()  # an unfinished last line: the cursor will show it as it grows
-        self.lines.extend(tail)
+        # an unfinished last line is left out: the cursor will show it as it grows
+        if self.lines.maxlen:
+            self.screen = tail_screen(source, self.lines.maxlen, end=self.history_end, ended_only=True)
+            self.lines.extend(self.screen.take_scrolled())
         cached = metrics_cache.load(self.job.run_dir, self.metric_options, source, self.history_end, self.metrics, self.reader)
         if cached is not None:
             self.cursor.offset = cached
@@ -162,7 +166,7 @@ class JobMonitor:
             if truncation:  # everything from the log's new start is news
                 self._show(shown)
                 shown = []
-                self.lines.append(truncation)
+                self._note(truncation)
                 self.history_end = 0
                 self._saved = (0, time.monotonic())
                 in_history = False
@@ -176,7 +180,7 @@ class JobMonitor:
                 self.reader.feed(added[begin : begin + METRIC_PIECE])
                 self._take_metrics()
             if not in_history and data:  # a copy: the cursor reuses its buffer
-                shown.append(bytes(last_lines(data, self.lines.maxlen or 0)))
+                shown.append(bytes(last_lines(data, self._kept_lines)))
             if time.perf_counter() >= deadline:
                 break
         self._show(shown)
@@ -225,9 +229,15 @@ class JobMonitor:
             metrics_cache.save(self.job.run_dir, self.metric_options, scanned_to, source, self.metrics, self.reader)
             self._saved = (scanned_to, time.monotonic())
 
+    @property
+    def _kept_lines(self) -> int:
+        """Lines of new output replayed at most: those shown, and a screen's worth above them that
+        a redraw could reach into."""
+        return (self.lines.maxlen or 0) + SCREEN_ROWS if self.lines.maxlen else 0
+
     def _show(self, chunks: list[bytes]) -> None:
-        """Keep the last lines of what was read: only those are decoded."""
-        wanted = self.lines.maxlen or 0
+        """Replay the last lines of what was read on the screen: only those are decoded."""
+        wanted = self._kept_lines
         parts: list[bytes] = []
         for data in reversed(chunks):
             if wanted <= 0:
@@ -235,9 +245,18 @@ class JobMonitor:
             part = last_lines(data, wanted)
             parts.append(part)
             wanted -= part.count(b"\n")
+        if parts and wanted <= 0:  # output was left out above these: the screen they draw on starts clear
+            self._note()
         for part in reversed(parts):
-            text = part.decode("utf-8", errors="replace")
-            self.lines.extend(clean_line(line) for line in text[:-1].split("\n"))
+            self.screen.feed(part.decode("utf-8", errors="replace"))
+        self.lines.extend(self.screen.take_scrolled())
+
+    def _note(self, line: str | None = None) -> None:
+        """What is on the screen is kept as it is, then `line`, and later output starts on a clear screen."""
+        self.lines.extend(self.screen.lines())
+        self.screen = Screen()
+        if line is not None:
+            self.lines.append(line)
 
     def look_at_usage(self, now: float) -> bool:
         """What the running job uses, looked at once every USAGE_INTERVAL; True with a new reading.
@@ -298,11 +317,14 @@ class JobMonitor:
         )
 
     def _shown_lines(self) -> list[str]:
-        lines = list(self.lines)
-        pending = clean_line(self._shown_pending() or "")
-        if pending:
-            lines.append(pending)
-        return lines
+        screen = self.screen
+        pending = self._shown_pending()
+        if pending:  # drawn on a copy: the line's next read draws it again, whole
+            screen = screen.copy()
+            screen.feed(pending)
+        lines = list(self.lines) + screen.lines()
+        shown = (self.lines.maxlen or 0) + bool(pending)  # as many ended lines as asked for, and the unended one
+        return lines[-shown:] if shown else []
 
     def log_text(self) -> str:
         return "\n".join(self._shown_lines())

@@ -525,3 +525,23 @@ def test_lightning_1_9_tqdm_progress_bar(lightning_1_9_site, torch_image, docker
     assert record["version"] == "1.9.5" and all("loss" in step for step in record["steps"]), record
     check_log("Lightning 1.9's log", data, lightning_tqdm_expected(record, validation_in_main_bar=True), "epoch",
               LIGHTNING_PRINTS)
+
+
+# -- the log as a terminal shows it ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name, inner_bar", [("hf-progress", rb"\| 2/2 \["), ("lightning-tqdm", rb"Validation")])
+def test_evaluation_and_validation_bars_show_as_on_a_terminal(logger_jobs, name, inner_bar):
+    """Hugging Face's evaluation bar and Lightning's validation bar are nested bars (position 1,
+    leave=False): the log holds their every stroke, the views show what a terminal (pyte) shows."""
+    from terminal_oracle import terminal_view
+
+    job = finished(name)
+    source = job.log_source()
+    data = source.read(0, source.size())
+    assert b"\x1b[A" in data and re.search(inner_bar, data), data[-2000:]
+    expected = terminal_view(data)
+    assert not any(re.search(inner_bar.decode(), line) for line in expected), expected  # erased when done
+    assert job.logs().splitlines() == expected
+    for count in (1, 4, 12):
+        assert job.logs(tail=count).splitlines() == expected[-count:], count
