@@ -33,6 +33,7 @@ MAX_BLOCK_SIZE = 1 << 20
 MAX_PENDING = 64 * 1024  # an unended line kept beyond this is cut at its last redraw (\r)
 TAIL_BYTES_PER_LINE = 8 * 1024  # a tail reads at most this much a line asked for...
 TAIL_MIN_BYTES = 1 << 20  # ...and at least this much: a log of one endless line costs no more
+MAX_REPLAYED = 8  # times the lines asked for (and a screen): the most a tail replays to find them
 CHECK_BYTES = 64  # log bytes before the read offset that must be unchanged: else the log was truncated
 LEADING_WORD = re.compile(r"\\b([A-Za-z0-9_]+)")  # a regex source that starts with \b and a word
 # Matching one chunk of the log with one metric's pattern: past this, the chunk is matched again
@@ -97,8 +98,8 @@ def tail_screen(
         if lines:  # after a last line ended, the cursor is on the row below it
             text = b"\n".join(bounded_line(line) for line in lines) + b"\n" * ended
             screen.feed(text.decode("utf-8", errors="replace"))
-        if not more or len(screen.lines()) >= count:
-            return screen
+        if not more or len(screen.lines()) >= count or wanted >= MAX_REPLAYED * (count + SCREEN_ROWS):
+            return screen  # (a log whose last thousands of lines all drew over each other shows fewer)
         wanted *= 2
 
 
