@@ -54,12 +54,26 @@ _VALUE_AFTER = re.compile(rb"[:=][ \t]*['\"]?(" + _NUMBER + rb")(?:/(\d+))?(?![\
 # a name, reversed: read from just before a separator towards the start of the line
 # (each word starts with a letter: "step 123 loss" is "loss", and the same name is the same key)
 _NAME_BEFORE = re.compile(rb"[ \t]*['\"]?([a-z0-9_/-]{0,63}[a-z](?: [a-z0-9_/-]{0,63}[a-z]){0,2})")
-# "loss 0.25" with no separator, as a loop's print may say it (possessive: a line of "loss" and
-# endless blanks costs one pass)
-_BARE_LOSS = re.compile(rb"loss(?<![a-z0-9_/-]loss)[ \t]++(" + _NUMBER + rb")(?![\w.])")
+# a value with no separator before it, as a loop's print may say it: "loss 0.25", "lr 0.1 ppl 12";
+# the name before the blanks is read backwards, and must be a metric's (from the run's first blank
+# only, and possessive: endless blanks cost one pass)
+_BARE_VALUE = re.compile(rb"(?<![ \t])[ \t]++(" + _NUMBER + rb")(?![\w.:/%])")
+# a report's fields between pipes, as PyTorch's examples, fairseq and Megatron print them: the
+# words before the value are its name ("| valid loss  5.50 |" is valid_loss, "| lm loss: 1.1E+01 |"
+# lm_loss); found from the pipes, which the regex engine finds fast
+_PIPE_FIELD = re.compile(
+    rb"\|[ \t]*+([a-z][a-z0-9_/-]{0,63}+(?:[ \t]++[a-z][a-z0-9_/-]{0,63}+){0,3})[ \t]*+[:=]?[ \t]*+['\"]?(" + _NUMBER + rb")['\"]?[ \t]*+(?=\||\r|\n|\Z)"
+)
+# a field that says which split a report line is on: "| valid on 'valid' subset |"
+_SPLIT_FIELD = re.compile(rb"\|[ \t]*(test|testing|val|valid|validation|eval|evaluation|dev)\b[^|0-9\r\n]*\|")
+_BLANKS = re.compile(r"[ \t]+")
+# a line that is an assignment, as a printed config file has it ("learning_rate = 1e-3 # ..."): a
+# setting, not a value training reached
+_ASSIGNMENT = re.compile(rb"[ \t]*[a-z_][a-z0-9_.]*[ \t]+=[ \t]+[^ \t\r\n#]+[ \t]*(?:#[^\r\n]*)?(?:[\r\n]|\Z)")
 # markers without a separator: "Epoch 3/10", "Epoch [1/10]", "epoch 3", "Step 5", "step [100/600]"
+# ("| epoch 3 |" counts from 1, as "Epoch 3/10" does: its batches come before its end)
 _HEADINGS = tuple(
-    (kind, re.compile(word + rb"(?<![a-z0-9_]" + word + rb")[ \t]*\[?[ \t]*(\d+)(?:[ \t]*/[ \t]*(\d+))?(?![\w.])"))
+    (kind, re.compile(word + rb"(?<![a-z0-9_]" + word + rb")[ \t]*\[?[ \t]*(\d+)(?:[ \t]*/[ \t]*(\d+))?(?![\w.])([ \t]*\|)?"))
     for kind, word in ((EPOCH_HEADING, b"epoch"), (STEP_HEADING, b"step"), (STEP_HEADING, b"iter"), (STEP_HEADING, b"iteration"))
 )
 # a progress bar's "n/total": tqdm's "| 45/100 [", Keras's " 45/100 [===" and Keras 3's "45/100 ━━"
@@ -67,6 +81,8 @@ _HEADINGS = tuple(
 _BARS = (
     (re.compile(rb"/(\d+)(?: ?\[| ?\xe2\x94\x81)"), b"", False),
     (re.compile(rb"/(\d+) \(\d+%\)\]"), b"[", False),  # PyTorch's examples: "[640/60000 (1%)]"
+    # a report's counter: "|   200/ 2983 batches |", "20/100 iterations"
+    (re.compile(rb"/[ \t]*(\d+)[ \t]+(?:batches|batch|iterations|iters|steps)\b"), b"", False),
     # Rich's bar, as Lightning draws it: "Epoch 1/1 ━━━━ 4/4 0:00:00 • ..." (its epoch counts from 0)
     (re.compile(rb"/(\d+) \d+:\d\d:\d\d"), b"\xe2\x94\x81 ", True),
 )
@@ -247,6 +263,8 @@ class MetricReader:
                 before = low[start - 1 : start] if start else (self._continued if continued else self._last_byte)
                 self.redraw = before == b"\r"
                 line_split = _EVALUATION_LINE.match(low, start)
+                if line_split is None and low.find(b"|", start, segment_end) >= 0:
+                    line_split = _SPLIT_FIELD.search(low, start, segment_end)
                 split = _SPLIT_NAMES[line_split.group(1)] if line_split else ""
             # a line longer than a WINDOW is read as lines of a WINDOW each, counted from its start:
             # however the log is read, its values take the same x
@@ -274,8 +292,19 @@ class MetricReader:
         length = len(low)
         named_before = self._named_before
         overridden = self.overridden
+        taken: set[int] = set()  # where the values of pipe fields start: read there, not again
+        if b"|" in low:
+            for match in _PIPE_FIELD.finditer(low):
+                kind, name = _field_name(match.group(1))
+                if kind == VALUE and name not in overridden:
+                    taken.add(match.start(2))
+                    append((match.start(2) - 1, VALUE, name, float(match.group(2))))
         for match in _VALUE_AFTER.finditer(low):
+            if match.start(1) in taken:
+                continue
             position = match.start()
+            if low[position - 1 : position + 2] == b" = " and _ASSIGNMENT.match(low, low.rfind(b"\n", 0, position) + 1):
+                continue
             kind, name = named_before(reversed_low, length - position)
             if kind is None:
                 continue
@@ -292,14 +321,21 @@ class MetricReader:
                 append((position, VALUE, name, value))
             else:
                 append((position, kind, value, b"." in text))
-        for match in _BARE_LOSS.finditer(low):
-            kind, name = named_before(reversed_low, length - match.start() - 4)  # the words up to "loss"'s end
+        for match in _BARE_VALUE.finditer(low):
+            if match.start(1) in taken:
+                continue
+            kind, name = named_before(reversed_low, length - match.start())
             if kind == VALUE and name not in overridden:
-                append((match.start(1) - 1, VALUE, name, float(match.group(1))))
+                try:
+                    append((match.start(1) - 1, VALUE, name, float(match.group(1))))
+                except ValueError:
+                    continue
         for kind, heading in _HEADINGS:
             for match in heading.finditer(low):
                 total = match.group(2)
-                append((match.start(), kind, float(match.group(1)), float(total) if total else None))
+                # a total, or (for an epoch) a pipe after it: the epoch counts from 1
+                extra = float(total) if total else (True if kind == EPOCH_HEADING and match.group(3) else None)
+                append((match.start(), kind, float(match.group(1)), extra))
         for bar, opening, zero_based in _BARS:
             for match in bar.finditer(low):
                 start = match.start()
@@ -555,6 +591,16 @@ def _unshifted(position: int, shifts: list[tuple[int, int]] | None) -> int:
         return position
     index = bisect.bisect_right(shifts, (position, float("inf"))) - 1
     return position + (shifts[index][1] if index >= 0 else 0)
+
+
+def _field_name(words: bytes) -> tuple[str | None, str | None]:
+    """A pipe field's words as a name: all of them, when the last ones make a metric's name."""
+    text = _BLANKS.sub(" ", words.decode("ascii").strip())
+    kind, name = _name_of(text)
+    if kind != VALUE:
+        return kind, name
+    whole = metric_name(text, generic=True) or text.replace(" ", "_")
+    return VALUE, whole if whole.endswith(name) else name
 
 
 def _segment(data: bytes, position: int, length: int, floor: int = 0) -> tuple[int, int]:

@@ -144,6 +144,47 @@ def test_steps_win_over_epochs_and_a_bare_bar_counts_steps():
     assert series(read(pytorch_example))["loss"] == [("epoch", 0.1667, 0.5), ("epoch", 1.0, 0.3), ("epoch", 1.5, 0.2)]
 
 
+def test_pipe_separated_reports_keep_every_batch_of_an_epoch_and_each_split_apart():
+    from test_one_series import megatron, word_language_model
+
+    found = series(read(word_language_model(epochs=3, batches=114, every=20)))
+    # every batch report, at its place within the epoch (which counts from 1, as "| epoch 1 |" does)
+    assert [x for _, x, _ in found["loss"]] == [round(epoch - 1 + batch / 114, 4) for epoch in (1, 2, 3) for batch in range(20, 114, 20)]
+    assert len(found["ppl"]) == len(found["lr"]) == 15 and found["lr"][0][2] == 20.0
+    assert [(x, value) for _, x, value in found["valid_loss"]] == [(1.0, 5.6), (2.0, 5.2), (3.0, 4.8)]
+    assert [x for _, x, _ in found["valid_ppl"]] == [1.0, 2.0, 3.0]
+    assert [value for _, _, value in found["test_loss"]] == [4.9] and [value for _, _, value in found["test_ppl"]] == [134.3]
+    assert not {"ms/batch", "time", "batches"} & set(found)
+    found = series(read(megatron(iterations=5)))
+    assert sorted(found) == ["learning_rate", "lm_loss"]  # "loss scale" is a setting
+    assert found["lm_loss"] == [("step", float(i), 11 - i / 10) for i in range(1, 6)]
+    # fairseq: a validation line says its split in a field; its values are not the training loss's
+    fairseq = (
+        "epoch 001 | loss 9.5 | ppl 724.1 | wps 5000 | num_updates 100\n"
+        "epoch 001 | valid on 'valid' subset | loss 8.9 | ppl 477.2 | num_updates 100\n"
+        "epoch 002 | loss 8.1 | ppl 274.4 | wps 5100 | num_updates 200\n"
+    )
+    found = series(read(fairseq))
+    assert found["loss"] == [("epoch", 1.0, 9.5), ("epoch", 2.0, 8.1)]
+    assert found["val_loss"] == [("epoch", 1.0, 8.9)] and found["val_ppl"] == [("epoch", 1.0, 477.2)]
+
+
+def test_space_separated_reports_and_a_printed_config():
+    # nanoGPT's: its config file printed first, then "iter N: loss L, time T, mfu M"
+    log = (
+        "learning_rate = 1e-3 # with baby networks can afford to go a bit higher\n"
+        "max_iters = 5000\n"
+        "step 0: train loss 10.9, val loss 10.8\n"
+        "iter 0: loss 10.9123, time 4512.10ms, mfu -100.00%\n"
+        "iter 10: loss 3.2213, time 45.12ms, mfu 1.23%\n"
+        "epoch 1 step 20 loss 2.5 lr 0.001 ppl 12.2 acc 0.5\n"
+    )
+    found = series(read(log))
+    assert sorted(found) == ["acc", "loss", "lr", "ppl", "train_loss", "val_loss"]
+    assert found["loss"] == [("step", 0.0, 10.9123), ("step", 10.0, 3.2213), ("step", 20.0, 2.5)]
+    assert found["val_loss"] == [("step", 0.0, 10.8)] and found["acc"] == [("step", 20.0, 0.5)]
+
+
 def test_values_without_step_or_epoch_are_numbered():
     assert series(read("loss: 3\nloss: 2\nloss: 1\n"))["loss"] == [("n", 1.0, 3.0), ("n", 2.0, 2.0), ("n", 3.0, 1.0)]
 
@@ -200,6 +241,7 @@ def test_a_hostile_log_costs_one_pass():
     import time
 
     line = b"loss" + b" " * 200_000 + b"\n" + (b"x" * 100_000 + b":1 ") * 20 + b"\n" + b"a: 1 " * 100_000 + b"\n"
+    line += b"| a a a a a a a a" * 50_000 + b"\n" + b"|" + b" " * 200_000 + b"| loss " + b"\t " * 100_000 + b"\n"
     started = time.process_time()
     assert read(line) == []
     assert time.process_time() - started < 5  # a bound, not a speed target: quadratic would take minutes
