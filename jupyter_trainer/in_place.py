@@ -39,9 +39,13 @@ def detached_in_place(given: str, flags: dict, config: dict, args, hosts):
         spec = detached_spec("#", flags, config, args, hosts)
         on_host = remote_script_path(given, spec)
         if on_host is None:
-            raise missing from None
+            raise _not_on_remote_host_either(missing, spec) from None
         return dataclasses.replace(spec, script="", script_path=on_host, script_on_host=True, from_cell=False)
-    return in_place(detached_spec(text, flags, config, args, hosts), path)
+    spec = in_place(detached_spec(text, flags, config, args, hosts), path)
+    if not spec.sync or inside(path, spec.sync) is None:
+        # sent alone, unless a file of that name in the remote --workdir makes it unclear which is meant
+        spec = dataclasses.replace(spec, also_on_host=remote_script_path(given, spec))
+    return spec
 
 
 def remote_script_path(given: str, spec) -> str | None:
@@ -49,14 +53,32 @@ def remote_script_path(given: str, spec) -> str | None:
     directory of it a job's container is known to see), or None when that cannot be."""
     import posixpath
 
-    if spec.backend != "docker" or not spec.engine or not spec.workdir or "\0" in given:
-        return None
-    from .backends.docker.hosts import Engine
-
-    if not Engine.of(spec.engine).remote:
+    if _remote_host(spec) is None or not spec.workdir or "\0" in given:
         return None
     path = posixpath.normpath(posixpath.join(spec.workdir, given))
     return path if path.startswith(spec.workdir.rstrip("/") + "/") else None
+
+
+def _remote_host(spec) -> str | None:
+    """The name of the remote Docker host the spec runs on, None for any other machine."""
+    if spec.backend != "docker" or not spec.engine:
+        return None
+    from .backends.docker.hosts import Engine
+
+    engine = Engine.of(spec.engine)
+    return engine.label if engine.remote else None
+
+
+def _not_on_remote_host_either(missing: "ScriptMissing", spec) -> "ScriptMissing":
+    """A script of neither machine: for a remote job, where on its host it was not looked for."""
+    host = _remote_host(spec)
+    if host is None:
+        return missing
+    if not spec.workdir:
+        hint = f"a script on {host} is looked for only in --workdir there: give --workdir DIR, the directory it lies in"
+    else:
+        hint = f"a script on {host} is looked for only inside --workdir {spec.workdir}: give its path in it"
+    return ScriptMissing(missing.message, f"it is not on this machine, and {hint}")
 
 
 class ScriptMissing(InvalidOption):

@@ -41,12 +41,19 @@ def added_field(default=MISSING, **options):
     return field(default=default, metadata={"omit_default": True}, **options)
 
 
+def transient(default=None):
+    """A spec field its backend checks before the launch, and nothing else: neither stored nor
+    fingerprinted (a cell whose field it is stays the same cell)."""
+    return field(default=default, compare=False, metadata={"transient": True})
+
+
 def public_options_of(spec) -> dict:
-    """A spec's options as stored and shown, derived from its fields: all but the script and the
-    backend; a secret field by its keys alone; a field added later only when it is not its default."""
+    """A spec's options as stored and shown, derived from its fields: all but the script, the
+    backend and transient fields; a secret field by its keys alone; a field added later only when
+    it is not its default."""
     options = {}
     for spec_field in fields(spec):
-        if spec_field.name in ("script", "backend"):
+        if spec_field.name in ("script", "backend") or spec_field.metadata.get("transient"):
             continue
         value = getattr(spec, spec_field.name)
         if _left_out(spec_field, value):
@@ -124,6 +131,9 @@ class DetachedSpec:
     # SCRIPT lies on the job's machine only (a remote host's --workdir): script_path is its path
     # there, and its backend reads its text into `script` before anything is fingerprinted
     script_on_host: bool = added_field(False)
+    # a file of this machine whose SCRIPT also names one in a remote host's --workdir (its path
+    # there), with no --sync that sends it: its backend refuses to guess which of the two is meant
+    also_on_host: str | None = transient()
 
 
     def public_options(self) -> dict:

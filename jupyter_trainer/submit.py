@@ -54,7 +54,7 @@ def submit_detached(
     store = store or JobStore()
     backends = backends or _backends.DEFAULT
     backend = backends.get(spec.backend)
-    spec = backend.preflight(spec) or spec  # an unreachable runtime is one line before the store is touched
+    spec = backend.preflight(spec, store) or spec  # an unreachable runtime is one line before the store is touched
     fingerprint = spec.fingerprint(store.fingerprint_key(), rerun)
     in_place = bool(getattr(spec, "script_path", None))  # a file run in place (SageMaker's specs have it too)
     if name is None:

@@ -335,3 +335,21 @@ def test_an_interpreter_that_ignores_the_environment_still_writes_the_log_as_it_
         wait_for(lambda: job.logs() == "early\n", timeout=30, what="the line in the log while the job runs")
     finally:
         job.stop()
+
+
+def test_a_remote_jobs_missing_script_says_where_on_its_host_it_is_looked_for(home, tmp_path):
+    """Nowhere on this machine, and not inside a remote --workdir: the one line says that a script
+    of the remote host is looked for only there (no connection is made to say so)."""
+    remote = ["--docker-host", "ssh://me@gpu-server.invalid", "--image", "img"]
+    words = {
+        "no workdir": ["nothere.py", *remote],
+        "outside it": ["../elsewhere/nothere.py", *remote, "--workdir", "/srv/clone"],
+    }
+    said = {}
+    for case, given in words.items():
+        result = subprocess.run([sys.executable, "-m", "jupyter_trainer.cli", "submit", *given], capture_output=True, text=True, cwd=tmp_path, timeout=60)
+        assert result.returncode != 0 and len(result.stderr.strip().splitlines()) == 1, result.stderr
+        said[case] = result.stderr
+    assert "a script on gpu-server.invalid is looked for only in --workdir there" in said["no workdir"], said
+    assert "a script on gpu-server.invalid is looked for only inside --workdir /srv/clone" in said["outside it"], said
+    assert not home.exists()  # refused before the store is touched

@@ -462,3 +462,69 @@ def test_a_script_that_lies_on_the_remote_host_only_runs_in_its_workdir_there(la
     wait_for(lambda: status("in-theirs")["status"] not in ("pending", "running"), timeout=120, what="the job to end")
     log = cli("logs", "in-theirs").stdout
     assert status("in-theirs")["status"] == "completed" and facts(log)["FILE"] == "/code/train.py" and facts(log)["DATA"] == "1 2 3 | 1 2 3", log
+
+
+def test_a_script_on_the_remote_host_is_never_guessed_at_and_its_reads_leave_nothing_behind(laptop, tmp_path):
+    """The cases where a script in a remote --workdir could be the wrong one, or could not be
+    read: each is one line that names it and its host, and nothing is left or made there."""
+    remote = laptop
+    remote.exec(["sh", "-c", textwrap.dedent("""
+        set -e
+        mkdir -p /srv/clone
+        echo "print('THE CLONE ON THE HOST')" > /srv/clone/train.py
+        ln -s /etc /srv/clone/dirlink
+        ln -s /etc/shadow /srv/clone/shadow.py
+        head -c 8000000 /dev/zero | tr '\\0' '#' > /srv/clone/big.py
+    """)], check=True)
+    where = ["--docker-host", remote.alias_url, "--image", TEST_IMAGE, "--workdir", "/srv/clone"]
+
+    def refused(*words):
+        result = cli("submit", *words)
+        assert result.returncode != 0 and len(result.stderr.strip().splitlines()) == 1, result.stdout + result.stderr
+        assert "Traceback" not in result.stderr and "overlay2" not in result.stderr, result.stderr
+        return result.stderr
+
+    # a missing --workdir is said so, and not made there
+    said = refused("train.py", *where[:-1], "/srv/nope")
+    assert "--workdir /srv/nope does not exist on jt-remote-test" in said, said
+    assert remote.exec(["test", "-e", "/srv/nope"]).exit_code != 0
+    # a link on the way, or the script itself a link: refused, and no target is suggested
+    said = refused("dirlink/passwd", *where)
+    assert "dirlink in its path is a link, and links are not followed on the remote host" in said, said
+    said = refused("shadow.py", *where)
+    assert "it is a link, and links are not followed" in said and "/etc/shadow" not in said, said
+    # a path the engine cannot follow names the script and its host, not the engine's files
+    said = refused("train.py/x.py", *where)
+    assert "cannot read the script /srv/clone/train.py/x.py on jt-remote-test: train.py is not a directory" in said, said
+    said = refused("x.py", *where[:-1], "/srv/clone/train.py")
+    assert "/srv/clone/train.py on jt-remote-test is not a directory" in said, said
+
+    # a stale copy of this machine's under the same name is not silently run instead of the clone
+    Path("train.py").write_text("print('A STALE COPY')\n")
+    said = refused("train.py", *where)
+    assert "train.py is both a file of this machine" in said and "--workdir /srv/clone on jt-remote-test" in said, said
+    assert "give its path there (/srv/clone/train.py)" in said and "copied over the files of --workdir there" in said, said
+    assert "THE CLONE" in remote.exec("cat /srv/clone/train.py").output
+    Path("train.py").unlink()
+    # one that is not in the clone is sent alone, and the way to send its folder says what it does
+    Path("mine.py").write_text("print('MINE')\n")
+    alone = cli("submit", "mine.py", "--name", "mine", *where)
+    assert alone.returncode == 0 and "they are copied over those of --workdir /srv/clone there" in alone.stdout, alone.stdout + alone.stderr
+
+    # a read cut off (the CLI killed while the link hangs) leaves its scratch container: labelled
+    # as this store's, it is removed by a prune
+    scratch = "docker ps -aq --filter label=jupyter_trainer=1 --filter status=created"
+    remote._container.exec_run(["sh", "-c", f"until {scratch} | grep -q .; do sleep 0.02; done; pkill -STOP -x sshd; pkill -STOP -f 'sshd: '"], detach=True)
+    reading = subprocess.Popen([sys.executable, "-m", "jupyter_trainer.cli", "submit", "big.py", *where], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        wait_for(lambda: remote.exec(scratch).output.strip(), timeout=60, what="the scratch container")
+        time.sleep(1)
+        reading.kill()
+        reading.communicate()
+    finally:
+        remote.exec(["sh", "-c", "pkill -CONT -x sshd; pkill -CONT -f 'sshd: '"])
+    left = remote.exec(scratch).output.split()
+    assert len(left) == 1, left
+    pruned = cli("prune", "--containers", "--older-than", "0s")
+    assert pruned.returncode == 0, pruned.stdout + pruned.stderr
+    assert not remote.exec(scratch).output.strip(), remote.exec("docker ps -a --format '{{.Names}} {{.Labels}}'").output

@@ -64,10 +64,10 @@ class Backend(Protocol):
     status_interval: float  # seconds between two status checks by a widget (a check may cost API calls)
     usage_outlives_the_job: bool  # whether `usage` still says something once the job has ended
 
-    def preflight(self, spec: JobSpec) -> JobSpec | None:
+    def preflight(self, spec: JobSpec, store: JobStore) -> JobSpec | None:
         """Raise a TrainerError if the runtime cannot take the job (checked before anything is
-        written). It may return the spec completed with what only the runtime knows (the text of a
-        script that lies on a remote host), which is then the job's spec."""
+        written to `store`, the job's). It may return the spec completed with what only the runtime
+        knows (the text of a script that lies on a remote host), which is then the job's spec."""
 
     def prepare(self, run_dir: Path, spec: JobSpec) -> None:
         """Write what the job needs into its new run directory (before `launch`)."""

@@ -27,7 +27,7 @@ class FakeBackend:
         self.fail_launch: Exception | None = None
         self.usages: dict[str, object] = {}  # a job's name: the Usage `usage` gives
 
-    def preflight(self, spec: DetachedSpec) -> None:
+    def preflight(self, spec: DetachedSpec, store) -> None:
         pass
 
     def prepare(self, run_dir: Path, spec: DetachedSpec) -> None:

@@ -115,7 +115,7 @@ class HostBackend:
     usage_outlives_the_job = False
     has_containers = False
 
-    def preflight(self, spec: DetachedSpec) -> None:
+    def preflight(self, spec: DetachedSpec, store) -> None:
         pass
 
     def prepare(self, run_dir: Path, spec: DetachedSpec) -> None:

@@ -38,8 +38,8 @@ from .hosts import LOCAL_SOCKET, Engine, resolve
 from .in_container import EXEC_SECONDS, STOP_GROUPS, container_file, give_stdin, job_processes, read_container_file, run_in, runs_supervisor
 from .links import link_run, unlink_run
 from .log_source import ContainerLogSource, SharedStreams
-from .remote_script import with_script_read
-from .script_place import check_reachable, script_in_container, sent_alone, sent_alone_fact
+from .remote_script import lies_on_host, with_script_read
+from .script_place import check_reachable, in_both_places, script_in_container, sent_alone, sent_alone_fact
 from .runtime import MOUNTED_JOBS_DIR, RUN_FILES, SHIPPED_JOBS_DIR, WORKSPACE, DockerRuntime
 from .sync import sync_directory
 from .usage import ContainerUsage
@@ -81,12 +81,16 @@ class DockerBackend:
 
     # -- launching ---------------------------------------------------------
 
-    def preflight(self, spec: DetachedSpec) -> DetachedSpec | None:
+    def preflight(self, spec: DetachedSpec, store: JobStore) -> DetachedSpec | None:
         engine = self._spec_engine(spec)
         check_reachable(spec, engine)
         if spec.script_on_host:  # its text, read there, is what the job is
             with self.clients.calling(engine, REACH) as client:
-                return with_script_read(spec, client, engine)
+                return with_script_read(spec, client, engine, store)
+        if spec.also_on_host and sent_alone(spec, engine):
+            with self.clients.calling(engine, REACH) as client:
+                if lies_on_host(spec, spec.also_on_host, client, engine, store):
+                    raise in_both_places(spec, engine)
         if time.monotonic() - self._pinged.get(engine.url, float("-inf")) < PING_VALID_SECONDS:
             return None
         with self.clients.calling(engine, REACH) as client:

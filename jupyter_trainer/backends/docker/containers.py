@@ -39,6 +39,8 @@ LABEL_WORKDIR = "jupyter_trainer.workdir"
 LABEL_GPUS = "jupyter_trainer.gpus"
 LABEL_STORE = "jupyter_trainer.store"  # the store's id (JobStore.store_id): stores of the same path differ
 LABEL_CONTAINER = "jupyter_trainer.container"  # on a volume we made: the container it was made for
+LABEL_SCRATCH = "jupyter_trainer.scratch"  # a container made only to read a script through (when: Unix time)
+SCRATCH_STALE_SECONDS = 600.0  # a scratch container this old was left by a read that was cut off
 KEEP_ALIVE = ["tail", "-f", "/dev/null"]
 ORPHAN_DIR_AGE = 3600.0  # seconds: a store directory of no container is removed only once this old
 COMPOSE_PROJECT = "com.docker.compose.project"
@@ -344,12 +346,25 @@ def ship(container, run_dir: Path, inner_run_dir: str) -> None:
 
 
 def removable(containers: list, jobs_dir: Path, store: JobStore, engine: Engine) -> list:
-    """Of the containers labelled ours on an engine, those this store created."""
+    """Of the containers labelled ours on an engine, those this store created (jobs' containers,
+    and scratch ones a script was read through)."""
     return [
         container for container in containers
         if container.labels.get(LABEL_JOBS_DIR) == str(jobs_dir)
         and container.labels.get(LABEL_STORE, None if engine.remote else store.store_id()) == store.store_id()
     ]  # fmt: skip
+
+
+def remove_stale_scratch(client, store: JobStore) -> None:
+    """This store's scratch containers that a read cut off left behind (never started, they are
+    never auto-removed); not one a read of this moment goes through. Best effort: a prune removes
+    the rest."""
+    mine = {"label": [f"{LABEL_SCRATCH}", f"{LABEL_STORE}={store.store_id()}", f"{LABEL_JOBS_DIR}={store.jobs_dir}"]}
+    with contextlib.suppress(*engine_errors()):
+        for container in client.containers.list(all=True, filters=mine):
+            made = container.labels.get(LABEL_SCRATCH, "")
+            if made.isdigit() and time.time() - int(made) > SCRATCH_STALE_SECONDS:
+                container.remove(force=True)
 
 
 def remove_runs_volume(container, store: JobStore) -> None:

@@ -8,8 +8,9 @@ A call to an engine fails in one of four ways, each worded once here:
   jobs keep their status), for this machine's engine a `BackendUnavailable`;
 * gone in the middle of starting a job on a remote host: the job may run there with no record.
 
-and two refusals have words of their own: a container that could not be created (GPUs the
-engine cannot give), an image that could not be pulled.
+and a few refusals have words of their own: a container that could not be created (GPUs the
+engine cannot give), an image that could not be pulled, a remote --workdir that is not there, a
+script whose path the engine could not follow.
 
 What was being done (`Doing`) shapes the words: a submission waits on the answer, so it is told
 the cause and the way out; a look at a job repeats every poll, so its words never change.
@@ -19,7 +20,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ...errors import BackendUnavailable, ImageNotFound, TrainerError, Unreachable
+from ...errors import BackendUnavailable, ImageNotFound, InvalidOption, TrainerError, Unreachable
 from .hosts import Engine
 
 
@@ -115,6 +116,21 @@ def no_image(image: str, exc: BaseException) -> TrainerError:
     """An image that is not on the engine's machine could not be pulled either."""
     detail = getattr(exc, "explanation", None) or str(exc)
     return ImageNotFound(f"image {image!r} is not on this machine and could not be pulled ({detail})", "build or pull it first, or check the name")
+
+
+def no_workdir(workdir: str, engine: Engine, exc: BaseException) -> InvalidOption | None:
+    """The engine refused to mount --workdir, not there (a bind mount's source); None for another refusal."""
+    detail = str(getattr(exc, "explanation", None) or exc)
+    if "does not exist" not in detail:
+        return None
+    return InvalidOption(f"--workdir {workdir} does not exist on {engine.label}", "give the directory there that holds the script (a clone of your code)")
+
+
+def script_unreadable(where: str, exc: BaseException) -> InvalidOption:
+    """The engine could not follow a script's path: its words name its own files (an overlay
+    directory of the container's), so only their last part, the reason, is said."""
+    detail = str(getattr(exc, "explanation", None) or exc).rsplit(": ", 1)[-1].strip()
+    return InvalidOption(f"cannot read the script {where}: {detail or 'Docker could not follow its path'}", "check the path (relative to --workdir, on that host)")
 
 
 def brief(exc: BaseException) -> str:

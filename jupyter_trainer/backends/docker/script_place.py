@@ -2,7 +2,8 @@
 working directory a container we create mounts at /workspace, inside a directory an existing
 container mounts, or on a remote host inside the --sync directory copied to its workdir. A remote
 host that has no copy of it is sent the script alone (as a cell is), run as if it lay in its
-workdir; the submission says that its folder was not sent. A script that lies on the remote host
+workdir; the submission says that its folder was not sent. One whose path names a file in the
+remote --workdir too is refused: which of the two is meant cannot be told. A script that lies on the remote host
 only, in its --workdir, is where that directory is mounted (remote_script)."""
 
 from __future__ import annotations
@@ -34,7 +35,26 @@ def sent_alone(spec: DetachedSpec, engine: Engine) -> bool:
 
 def sent_alone_fact(spec: DetachedSpec, engine: Engine) -> str:
     name = posixpath.basename(spec.script_path)
-    return f"only {name} was sent to {engine.label}, not its folder (it is in no --sync directory): pass --sync DIR to send the modules and files beside it"
+    over = f"--workdir {spec.workdir} there" if spec.workdir else "the job's working directory there"
+    return (
+        f"only {name} was sent to {engine.label}, not its folder (it is in no --sync directory): "
+        f"pass --sync DIR to send the modules and files beside it (they are copied over those of {over})"
+    )
+
+
+def in_both_places(spec: DetachedSpec, engine: Engine) -> InvalidOption:
+    """A script of this machine, sent alone, whose path names a file in the remote --workdir too
+    (a clone there): which one is meant cannot be told, and the wrong one trains unnoticed."""
+    there = spec.also_on_host
+    pick_there = (
+        f"give its path there ({there}) to run the one on {engine.label}"
+        if there != spec.script_path else f"move this machine's copy away to run the one on {engine.label}"
+    )
+    return InvalidOption(
+        f"{posixpath.basename(there)} is both a file of this machine ({spec.script_path}) and one in --workdir {spec.workdir} on {engine.label}, "
+        "so which one to run is unclear",
+        f"{pick_there}, or pass --sync DIR to send this machine's folder (copied over the files of --workdir there)",
+    )
 
 
 def script_in_container(spec: DetachedSpec, engine: Engine, container) -> str | None:

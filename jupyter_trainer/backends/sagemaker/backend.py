@@ -79,7 +79,7 @@ class SageMakerBackend:
 
     # -- launching ---------------------------------------------------------
 
-    def preflight(self, spec: SageMakerSpec) -> None:
+    def preflight(self, spec: SageMakerSpec, store) -> None:
         from .sdk import sdk_major
 
         sdk_major()
