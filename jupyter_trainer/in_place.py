@@ -61,12 +61,10 @@ def remote_script_path(given: str, spec) -> str | None:
 
 def _remote_host(spec) -> str | None:
     """The name of the remote Docker host the spec runs on, None for any other machine."""
-    if spec.backend != "docker" or not spec.engine:
-        return None
-    from .backends.docker.hosts import Engine
+    from .options import DETACHED_BACKENDS
 
-    engine = Engine.of(spec.engine)
-    return engine.label if engine.remote else None
+    declared = next((backend for backend in DETACHED_BACKENDS if backend.name == spec.backend), None)
+    return declared.machine_of(spec) if declared is not None else None
 
 
 def _not_on_remote_host_either(missing: "ScriptMissing", spec) -> "ScriptMissing":

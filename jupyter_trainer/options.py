@@ -184,6 +184,12 @@ class DetachedBackend:
     # "module:function" that turns its parsed option values (and the named Docker hosts) into the
     # spec's fields, where its options mean something together; None: the workdir is this machine's
     settle_spec: str | None = None
+    # "module:function" giving the name of the other machine a spec's job runs on (None: this
+    # one), where a script not found here is looked for; None: its jobs run on this machine
+    job_machine: str | None = None
+
+    def machine_of(self, spec) -> str | None:
+        return declared_function(self.job_machine)(spec) if self.job_machine else None
 
     def spec_fields(self, parsed: dict[str, Any], hosts: Mapping[str, str] | None) -> dict[str, Any]:
         if self.settle_spec is None:
@@ -198,6 +204,7 @@ DETACHED_BACKENDS = (
         needs_one_of=("image", "container"),
         missing=("no image or container given", "pass --image IMAGE (or set %config TrainerMagics.image), --container NAME, or --host"),
         settle_spec="jupyter_trainer.backends.docker.spec:settle_docker_spec",
+        job_machine="jupyter_trainer.backends.docker.spec:remote_machine",
     ),
 )
 

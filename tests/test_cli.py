@@ -169,15 +169,16 @@ def test_metrics_from_python_and_the_shell(home, workdir):
     found = job.metrics()
     assert found["val_loss"] == [(1.0, 2.0), (2.0, 1.0), (3.0, 0.6667)]
     assert found["loss"][:4] == [(0.25, 1.0), (0.5, 0.5), (0.75, 0.3333), (1.0, 0.25)]
-    # "loss: nan" comes at the end of epoch 3 too: the last value printed at an x is the one kept
-    assert len(found["loss"]) == 12 and found["loss"][-1][0] == 3.0 and found["loss"][-1][1] != found["loss"][-1][1]
+    # "loss: nan" comes at the end of epoch 3 too: kept after the value drawn there, at the same x
+    assert len(found["loss"]) == 13 and found["loss"][-2] == (3.0, 0.0833)
+    assert found["loss"][-1][0] == 3.0 and found["loss"][-1][1] != found["loss"][-1][1]
     assert job.metric_axes() == {"loss": "epoch", "val_loss": "epoch"}
     result = cli("metrics", "curves", "--json")
     assert result.returncode == 0
     as_json = json.loads(result.stdout)
     assert as_json["val_loss"] == [[1.0, 2.0], [2.0, 1.0], [3.0, 0.6667]] and as_json["loss"][-1] == [3.0, None]
     table = cli("metrics", "curves").stdout.splitlines()
-    assert table[0] == "metric\taxis\tx\tvalue" and "val_loss\tepoch\t2\t1.0" in table and len(table) == 1 + 12 + 3
+    assert table[0] == "metric\taxis\tx\tvalue" and "val_loss\tepoch\t2\t1.0" in table and len(table) == 1 + 13 + 3
     missing = cli("metrics", "no-such-job")
     assert missing.returncode == 1 and missing.stderr.count("\n") == 1
 

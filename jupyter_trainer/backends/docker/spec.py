@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any, Mapping
 
 from ...checks import parse_remote_workdir, parse_workdir
-from .hosts import LOCAL_SOCKET, resolve
+from .hosts import LOCAL_SOCKET, Engine, resolve
 from ...errors import InvalidOption
 
 
@@ -36,3 +36,9 @@ def _engine(given: str | None, hosts: Mapping[str, str] | None):
     that those cells keep their fingerprints)."""
     engine = resolve(given, dict(hosts or {}))
     return None if engine.url == LOCAL_SOCKET and not engine.name else engine
+
+
+def remote_machine(spec) -> str | None:
+    """The remote Docker host a spec's job runs on, by name (None: this machine's engine)."""
+    engine = Engine.of(spec.engine)
+    return engine.label if engine is not None and engine.remote else None
