@@ -37,6 +37,7 @@ class Job:
         self.record = record
         self.store = store
         self.backends = backends or _backends.DEFAULT  # where its backend is found by name
+        self._run_dir: tuple | None = None
 
     @classmethod
     def load(cls, name: str, store: JobStore | None = None, backends: _backends.Backends | None = None) -> "Job":
@@ -76,7 +77,10 @@ class Job:
 
     @property
     def run_dir(self) -> Path:
-        return self.store.run_dir(self.name, self.run)
+        key = (self.name, self.run)
+        if self._run_dir is None or self._run_dir[0] != key:  # asked at every poll: made once
+            self._run_dir = (key, self.store.run_dir(self.name, self.run))
+        return self._run_dir[1]
 
     def logs(self, tail: int | None = None, strip_ansi: bool = True) -> str:
         """The log as text as a terminal would have shown it (progress-bar redraws and nested bars

@@ -147,6 +147,12 @@ class JobMonitor:
             if settle is not None:
                 settle()
         size = source.size()
+        if size == offset_before and self.caught_up:
+            # a quiet log costs this one look at its size (a log rewritten to the very size it had
+            # is seen once it changes again)
+            if self._saved[0] != self.reader.resume_at:  # the series read last are not saved yet
+                self._keep_metrics(source)
+            return False
         if size != offset_before:  # something to read, whose values may need the clock
             self._read_clock(size, now)
         budget = self.read_budget
@@ -273,8 +279,11 @@ class JobMonitor:
             if look is not None and look.scope != "instances":  # SageMaker's instances: "where" says them
                 self.usage.add(look)
                 changed = True
-        if self._usage_pending is None and self.record.status is Status.RUNNING and now - self._usage_looked >= USAGE_INTERVAL:
-            self._usage_looked = now
+        # on one grid of USAGE_INTERVAL for every view: the views of a poller look in the same tick,
+        # and share what one look at the machine's processes found (see proc.session_usage)
+        slot = now // USAGE_INTERVAL if USAGE_INTERVAL > 0 else now
+        if self._usage_pending is None and self.record.status is Status.RUNNING and slot != self._usage_looked:
+            self._usage_looked = slot
             self._usage_pending = _usage_looker().submit(self.job.backend_impl().usage, self.record, self.job.run_dir)
         return changed
 

@@ -9,6 +9,8 @@ all three do.
 from __future__ import annotations
 
 import os
+import threading
+import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -23,12 +25,20 @@ def boot_id() -> str:
 
 
 def _stat_fields(pid: int) -> list[str] | None:
+    # read with the bare calls: a look at a job's usage reads this for every process of the machine
     try:
-        text = (_PROC / str(pid) / "stat").read_text()
+        fd = os.open(f"{_PROC}/{pid}/stat", os.O_RDONLY)
     except OSError:
         return None
+    try:
+        data = os.read(fd, 4096)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
     # the command name (field 2) may hold spaces and parentheses; it ends at the last ')'
-    return text[text.rindex(")") + 2 :].split()
+    close = data.rfind(b")")
+    return data[close + 2 :].decode("ascii", "replace").split() if close >= 0 else None
 
 
 def start_time(pid: int) -> int | None:
@@ -101,23 +111,44 @@ def session_id(pid: int) -> int | None:
     return int(fields[3])
 
 
-def session_usage(session: int) -> tuple[float, int] | None:
+SHARED_SCAN_SECONDS = 0.5  # a pass over /proc serves every job looked at within this long (the views' looks of one tick)
+
+
+def session_usage(session: int, shared: bool = False) -> tuple[float, int, float] | None:
     """CPU seconds used so far and memory (bytes) of every live process in `session` (a job's
-    session: it and all it started); None if none is left. Memory is each process's proportional
-    share (PSS), so that pages they share (a forked worker's) are counted once in all."""
-    ticks, memory, found = 0, 0, False
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        fields = _stat_fields(int(entry))
-        if fields is None or fields[0] in ("Z", "X") or int(fields[3]) != session:
-            continue
-        found = True
-        ticks += int(fields[11]) + int(fields[12])  # utime, stime
-        memory += _proportional_memory(int(entry), int(fields[21]))
-    if not found:
+    session: it and all it started), and when they were read (time.monotonic); None if none is
+    left. Memory is each process's proportional share (PSS), so that pages they share (a forked
+    worker's) are counted once in all. `shared`: from a pass over /proc made for every job at most
+    SHARED_SCAN_SECONDS ago (a view following twenty jobs makes one, not twenty)."""
+    taken_at, sessions = _session_table(SHARED_SCAN_SECONDS if shared else 0.0)
+    members = sessions.get(session)
+    if not members:
         return None
-    return ticks / os.sysconf("SC_CLK_TCK"), memory
+    ticks = sum(int(fields[11]) + int(fields[12]) for _, fields in members)  # utime, stime
+    memory = sum(_proportional_memory(pid, int(fields[21])) for pid, fields in members)
+    return ticks / os.sysconf("SC_CLK_TCK"), memory, taken_at
+
+
+_scan: tuple[float, dict[int, list[tuple[int, list[str]]]]] = (float("-inf"), {})
+_scan_lock = threading.Lock()
+
+
+def _session_table(max_age: float) -> tuple[float, dict[int, list[tuple[int, list[str]]]]]:
+    """Every live process of the machine by session: (when read, {session: [(pid, stat fields)]})."""
+    global _scan
+    with _scan_lock:
+        taken_at, sessions = _scan
+        if time.monotonic() - taken_at <= max_age:
+            return taken_at, sessions
+        taken_at, sessions = time.monotonic(), {}
+        for entry in os.listdir("/proc"):
+            if not entry.isdigit():
+                continue
+            fields = _stat_fields(int(entry))
+            if fields is not None and fields[0] not in ("Z", "X"):
+                sessions.setdefault(int(fields[3]), []).append((int(entry), fields))
+        _scan = (taken_at, sessions)
+        return _scan
 
 
 def _proportional_memory(pid: int, rss_pages: int) -> int:

@@ -432,7 +432,11 @@ class JobWidget:
         finished = self.monitor.finished
         ticking = int(self.clock()) != self._shown_second  # the elapsed time moves on
         due = now - self.last_push >= PUSH_INTERVAL
-        if finished or ((self._dirty or ticking or self._charts_stale) and due):
+        if not finished and ticking and due and not (self._dirty or self._charts_stale):
+            self._push_header()  # a quiet job: only its clock moved
+            self.last_push = now
+            self._keep_saved()
+        elif finished or ((self._dirty or ticking or self._charts_stale) and due):
             charts = finished or now >= self.charts_due
             sent = self._push(charts)  # the final state is always shown, whatever the rate
             self.last_push = now
@@ -446,6 +450,17 @@ class JobWidget:
         what it showed and says why under the header; the other parts are still updated."""
         with self._lock:
             self._push()
+
+    def _push_header(self) -> None:
+        """Only the header again (its elapsed time), when nothing else can have changed."""
+        now = self.clock()
+        self._shown_second = int(now)
+        errors = [self.error] if self.error else []
+        snapshot = _render(lambda: self.monitor.snapshot(now), "the view", errors)
+        header = _render(lambda: self.render_header(snapshot), "the header", errors) if snapshot else None
+        if header is None:
+            header = f"<b>{html.escape(self.job.name)}</b>"
+        self.header.value = header + "".join(error_html(error) for error in errors + self._chart_errors)
 
     def _push(self, charts: bool = True) -> int:
         """`charts`: draw the charts too (else they stay as they were until the next update).

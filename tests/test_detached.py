@@ -122,7 +122,9 @@ def test_script_runs_byte_for_byte(where, workdir, home):
     ).job
     assert job.wait(timeout=60) is Status.COMPLETED, job.logs()
     assert (workdir / "copy.py").read_bytes() == b"\n" + script.encode()  # after the magic line's stand-in
-    assert job.logs() == "single ' double \" dollar $HOME $(id) `id` back\\slash \n newline é ✓ %s {} *\n"
+    printed = "single ' double \" dollar $HOME $(id) `id` back\\slash \n newline é ✓ %s {} *\n"
+    assert (job.run_dir / "output.log").read_text() == printed  # the log as the job wrote it
+    assert job.logs() == printed.replace(" \n", "\n")  # shown as a terminal shows it: no trailing blank
     assert not (workdir / canary).exists() and not os.path.exists(canary)
 
 

@@ -100,8 +100,12 @@ def _is_the_job(pid: int, supervisor: ProcessIdentity, script: str) -> bool:
 
 def find_job(run_dir: Path, supervisor: ProcessIdentity) -> int | None:
     """The job's process, found by what it runs, once its supervisor is gone. Never by the pid
-    file: the job can write it, and could name another process there."""
+    file alone: the job can write it, and could name another process there; the process it names
+    is looked at first, and taken only if it shows itself to be the job."""
     script = str(run_dir / LAUNCH_FILE)
+    named = read_supervisor_facts(run_dir).job_pid
+    if named is not None and _is_the_job(named, supervisor, script):
+        return named
     try:
         pids = [int(entry) for entry in os.listdir("/proc") if entry.isdigit()]
     except OSError:
@@ -186,10 +190,14 @@ def supervised_usage(run_dir: Path, supervisor: ProcessIdentity) -> Usage | None
     """What a supervised job's processes (its session) use, and the GPUs of this machine if it has
     any; None once they are gone."""
     job = find_job(run_dir, supervisor)
-    used = session_usage(job) if job is not None else None
+    used = session_usage(job, shared=True) if job is not None else None
     if used is None:
         return None
-    return Usage("processes", cpu_seconds=used[0], memory_bytes=used[1], memory_limit_bytes=memory_limit(job), gpus=_local_gpus())
+    cpu_seconds, memory, taken_at = used
+    return Usage(
+        "processes", taken_at=taken_at, cpu_seconds=cpu_seconds, memory_bytes=memory,
+        memory_limit_bytes=memory_limit(job), gpus=_local_gpus(),
+    )  # fmt: skip
 
 
 def _local_gpus() -> tuple:
