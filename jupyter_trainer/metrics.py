@@ -603,16 +603,16 @@ def _field_name(words: bytes) -> tuple[str | None, str | None]:
     return VALUE, whole if whole.endswith(name) else name
 
 
+_LINE_END = re.compile(rb"[\r\n]")
+
+
 def _segment(data: bytes, position: int, length: int, floor: int = 0) -> tuple[int, int]:
     """Where the line or redraw that `position` is on starts and ends; it starts at `floor` or
     later. Each search goes no further than that line or redraw: a line of a million redraws
     costs one pass, not one per redraw."""
     start = max(data.rfind(b"\n", floor, position), data.rfind(b"\r", floor, position)) + 1 or floor
-    redraw = data.find(b"\r", position)
-    newline = data.find(b"\n", position, redraw if redraw >= 0 else length)
-    if newline >= 0:
-        return max(start, floor), newline
-    return max(start, floor), redraw if redraw >= 0 else length
+    found = _LINE_END.search(data, position)  # the nearest end, whichever it is: never past it
+    return max(start, floor), found.start() if found else length
 
 
 _SPLIT_NAMES = {b"test": "test", b"testing": "test", b"val": "val", b"valid": "val", b"validation": "val", b"eval": "eval", b"evaluation": "eval", b"dev": "dev"}

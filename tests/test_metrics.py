@@ -247,6 +247,15 @@ def test_a_hostile_log_costs_one_pass():
     assert time.process_time() - started < 5  # a bound, not a speed target: quadratic would take minutes
 
 
+def test_many_short_lines_read_at_once_cost_one_pass():
+    import time
+
+    data = b"loss: 1\n" * 200_000  # each line's end is looked for up to that end, not the buffer's
+    started = time.process_time()
+    assert len(read(data)) == 200_000
+    assert time.process_time() - started < 60  # a bound, not a speed target: quadratic would take many minutes
+
+
 def test_progress_and_eta_of_the_bar_being_drawn():
     assert progress_of("Epoch 0:  50%|#####     | 1/2 [00:01<00:12,  1.0it/s, train_loss=0.41]").__dict__ == {"percent": 50, "eta": "00:12"}
     assert progress_of(" 45/469 [=====>.......] - ETA: 3s - loss: 0.4123").__dict__ == {"percent": 9, "eta": "3s"}
