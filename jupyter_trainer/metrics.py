@@ -36,8 +36,9 @@ BASES = (
     "loss", "acc", "accuracy", "f1", "f1_score", "precision", "recall", "auc", "roc_auc", "lr",
     "learning_rate", "grad_norm", "perplexity", "ppl", "mae", "mse", "rmse", "r2", "iou", "miou",
     "map", "bleu", "rouge", "wer", "cer", "dice", "top1", "top5", "top_1", "top_5", "top1_acc", "top5_acc",
-    "reward", "score",
+    "reward", "score", "logloss", "mlogloss", "binary_logloss", "multi_logloss",
 )  # fmt: skip
+SPLIT_ONLY = frozenset({"error", "merror"})  # a metric only with a split before it: "train-error", not "Error: 404"
 # a one-word name ending or starting so is a metric too: total_loss, kl_loss, loss_cls, mean_reward
 GENERIC_ENDS = ("_loss", "_acc", "_accuracy", "_reward")
 NOT_METRICS = frozenset({"loss_scale", "loss_scaler"})  # mixed precision's scale: a setting
@@ -53,7 +54,8 @@ _NUMBER = rb"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?|nan|[-+]?inf"
 _VALUE_AFTER = re.compile(rb"[:=][ \t]*['\"]?(" + _NUMBER + rb")(?:/(\d+))?(?![\w.])")
 # a name, reversed: read from just before a separator towards the start of the line
 # (each word starts with a letter: "step 123 loss" is "loss", and the same name is the same key)
-_NAME_BEFORE = re.compile(rb"[ \t]*['\"]?([a-z0-9_/-]{0,63}[a-z](?: [a-z0-9_/-]{0,63}[a-z]){0,2})")
+# (a word before the last may be a possessive: LightGBM's "training's auc", "valid_1's auc")
+_NAME_BEFORE = re.compile(rb"[ \t]*['\"]?([a-z0-9_/-]{0,63}[a-z](?: (?:s')?[a-z0-9_/-]{0,63}[a-z]){0,2})")
 # a value with no separator before it, as a loop's print may say it: "loss 0.25", "lr 0.1 ppl 12";
 # the name before the blanks is read backwards, and must be a metric's (from the run's first blank
 # only, and possessive: endless blanks cost one pass)
@@ -76,6 +78,8 @@ _HEADINGS = tuple(
     (kind, re.compile(word + rb"(?<![a-z0-9_]" + word + rb")[ \t]*\[?[ \t]*(\d+)(?:[ \t]*/[ \t]*(\d+))?(?![\w.])([ \t]*\|)?"))
     for kind, word in ((EPOCH_HEADING, b"epoch"), (STEP_HEADING, b"step"), (STEP_HEADING, b"iter"), (STEP_HEADING, b"iteration"))
 )
+# a line that starts with "[N]" is at step N, as XGBoost and LightGBM print their rounds
+_ROUND = re.compile(rb"\[(\d+)\][ \t]")
 # a progress bar's "n/total": tqdm's "| 45/100 [", Keras's " 45/100 [===" and Keras 3's "45/100 ━━"
 # (pattern, what n must follow, whether an "Epoch E/T" on the bar's own line counts from 0)
 _BARS = (
@@ -114,7 +118,7 @@ def metric_name(words: str, generic: bool | None = None) -> str | None:
 
 def _is_metric(name: str) -> bool:
     rest = _without_split(name)
-    if rest in _BASE_SET:
+    if rest in _BASE_SET or (rest in SPLIT_ONLY and rest != name):
         return True
     base, _, reduction = rest.rpartition("_")
     return reduction in REDUCTIONS and base in _BASE_SET
@@ -131,11 +135,13 @@ def twin_key(name: str) -> str:
 
 
 def _without_split(name: str) -> str:
-    """`val_loss` without its split: `loss`."""
-    for split in SPLITS:
-        if name.startswith(split) and len(name) > len(split) and name[len(split)] in "_/":
-            return name[len(split) + 1 :]
-    return name
+    """`val_loss` without its split: `loss` (and `valid_1_auc`, `validation_0_logloss`: the
+    numbered evaluation sets of LightGBM and XGBoost)."""
+    split = _SPLIT_PREFIX.match(name)
+    return name[split.end() :] if split and split.end() < len(name) else name
+
+
+_SPLIT_PREFIX = re.compile("(?:" + "|".join(sorted(SPLITS, key=len, reverse=True)) + r")(?:_\d+)?[_/]")
 
 
 class MetricReader:
@@ -330,6 +336,11 @@ class MetricReader:
                     append((match.start(1) - 1, VALUE, name, float(match.group(1))))
                 except ValueError:
                     continue
+        if b"[" in low:
+            for match in _ROUND.finditer(low):
+                start = match.start()
+                if start == 0 or low[start - 1 : start] in (b"\n", b"\r"):
+                    append((start, STEP_HEADING, float(match.group(1)), None))
         for kind, heading in _HEADINGS:
             for match in heading.finditer(low):
                 total = match.group(2)
@@ -548,6 +559,7 @@ def _name_of(words: str) -> tuple[str | None, str | None]:
     """(a marker's kind, or None; a metric's name, or None) for the words before a separator.
     The name is the longest run of the last words that is a known one: in "Test set: Average
     loss" only "loss" is; in "Test loss" and "val_loss" the split belongs to it."""
+    words = words.replace("'s ", " ")  # "training's auc": the training set's
     parts = words.split(" ")
     for start in range(len(parts)):
         candidate = "_".join(parts[start:])

@@ -169,6 +169,26 @@ def test_pipe_separated_reports_keep_every_batch_of_an_epoch_and_each_split_apar
     assert found["val_loss"] == [("epoch", 1.0, 8.9)] and found["val_ppl"] == [("epoch", 1.0, 477.2)]
 
 
+def test_boosting_rounds_each_evaluation_set_its_own_series():
+    # as LightGBM's and XGBoost's train() and scikit-learn APIs print their rounds
+    lightgbm = (
+        "[1]\ttraining's binary_logloss: 0.6\ttraining's auc: 0.99\tvalid_1's binary_logloss: 0.61\tvalid_1's auc: 0.98\n"
+        "[2]\ttraining's binary_logloss: 0.5\ttraining's auc: 0.995\tvalid_1's binary_logloss: 0.55\tvalid_1's auc: 0.985\n"
+    )
+    found = series(read(lightgbm))
+    assert sorted(found) == ["training_auc", "training_binary_logloss", "valid_1_auc", "valid_1_binary_logloss"]
+    assert found["valid_1_auc"] == [("step", 1.0, 0.98), ("step", 2.0, 0.985)]
+    xgboost = "[0]\ttrain-logloss:0.60173\ttrain-error:0.00867\tvalid-logloss:0.60385\tvalid-error:0.018\n[5]\ttrain-logloss:0.3\ttrain-error:0.005\tvalid-logloss:0.35\tvalid-error:0.01\n"
+    found = series(read(xgboost))
+    assert sorted(found) == ["train_error", "train_logloss", "valid_error", "valid_logloss"]
+    assert found["valid_logloss"] == [("step", 0.0, 0.60385), ("step", 5.0, 0.35)]
+    found = series(read("[0]\tvalidation_0-logloss:0.44708\tvalidation_1-logloss:0.45281\n[1]\tvalidation_0-logloss:0.4\tvalidation_1-logloss:0.41\n"))
+    assert found["validation_1_logloss"] == [("step", 0.0, 0.45281), ("step", 1.0, 0.41)] and len(found) == 2
+    assert twin_key("valid_1_auc") == twin_key("training_auc") == "auc"
+    # an error with no split is not one
+    assert read("Error: 404 not found\n[08/01 12:01:00] loss: 0.5\n") == [("loss", "n", 1.0, 0.5)]
+
+
 def test_space_separated_reports_and_a_printed_config():
     # nanoGPT's: its config file printed first, then "iter N: loss L, time T, mfu M"
     log = (
