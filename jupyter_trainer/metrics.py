@@ -55,7 +55,7 @@ _VALUE_AFTER = re.compile(rb"[:=][ \t]*['\"]?(" + _NUMBER + rb")(?:/(\d+))?(?![\
 # a name, reversed: read from just before a separator towards the start of the line
 # (each word starts with a letter: "step 123 loss" is "loss", and the same name is the same key)
 # (a word before the last may be a possessive: LightGBM's "training's auc", "valid_1's auc")
-_NAME_BEFORE = re.compile(rb"[ \t]*['\"]?([a-z0-9_/-]{0,63}[a-z](?: (?:s')?[a-z0-9_/-]{0,63}[a-z]){0,2})")
+_NAME_BEFORE = re.compile(rb"[ \t]*['\"]?([a-z0-9_/.-]{0,63}[a-z](?: (?:s')?[a-z0-9_/-]{0,63}[a-z]){0,2})")
 # a value with no separator before it, as a loop's print may say it: "loss 0.25", "lr 0.1 ppl 12";
 # the name before the blanks is read backwards, and must be a metric's (from the run's first blank
 # only, and possessive: endless blanks cost one pass)
@@ -78,6 +78,15 @@ _HEADINGS = tuple(
     (kind, re.compile(word + rb"(?<![a-z0-9_]" + word + rb")[ \t]*\[?[ \t]*(\d+)(?:[ \t]*/[ \t]*(\d+))?(?![\w.])([ \t]*\|)?"))
     for kind, word in ((EPOCH_HEADING, b"epoch"), (STEP_HEADING, b"step"), (STEP_HEADING, b"iter"), (STEP_HEADING, b"iteration"))
 )
+# MMEngine's loggers (MMDetection, MMSegmentation, MMPretrain): "Epoch(train)  [1][  50/1833]" is
+# epoch 1 (counted from 1) and 50 of its 1833 iterations, "Iter(train) [  50/80000]" iteration 50;
+# "(val)" and "(test)" say the line's split
+_MM_EPOCH = re.compile(rb"epoch\((?:train|val|test)\)[ \t]*\[(\d+)\]\[[ \t]*(\d+)/(\d+)\]")
+_MM_ITER = re.compile(rb"iter\((?:train|val|test)\)[ \t]*\[[ \t]*(\d+)/(\d+)\]")
+_MM_SPLIT = re.compile(rb"(?:epoch|iter)\((val|test)\)")
+# a printed config: "    LOSS_WEIGHT: 1.0" (detectron2's YAML) on a line of its own, or a value inside
+# "dict(...)" (MMEngine's Python config)
+_YAML_SETTING = re.compile(rb"[ \t]*[A-Z][A-Z0-9_]*:[ \t]*[^ \t\r\n]+[ \t]*(?:[\r\n]|\Z)")
 # a line that starts with "[N]" is at step N, as XGBoost and LightGBM print their rounds
 _ROUND = re.compile(rb"\[(\d+)\][ \t]")
 # a progress bar's "n/total": tqdm's "| 45/100 [", Keras's " 45/100 [===" and Keras 3's "45/100 ━━"
@@ -113,6 +122,8 @@ def metric_name(words: str, generic: bool | None = None) -> str | None:
         return None
     if _is_metric(name) or (generic and (name.endswith(GENERIC_ENDS) or name.startswith("loss_")) and name[0].isalpha()):
         return name
+    if generic and "." in name.strip("."):  # a head's own: mmseg's "decode.loss_ce" and "aux.loss_ce" are two
+        return name if metric_name(name.rpartition(".")[2], generic=True) and name[0].isalpha() else None
     return None
 
 
@@ -271,6 +282,8 @@ class MetricReader:
                 line_split = _EVALUATION_LINE.match(low, start)
                 if line_split is None and low.find(b"|", start, segment_end) >= 0:
                     line_split = _SPLIT_FIELD.search(low, start, segment_end)
+                if line_split is None and low.find(b")", start, segment_end) >= 0:
+                    line_split = _MM_SPLIT.search(low, start, segment_end)
                 split = _SPLIT_NAMES[line_split.group(1)] if line_split else ""
             # a line longer than a WINDOW is read as lines of a WINDOW each, counted from its start:
             # however the log is read, its values take the same x
@@ -311,6 +324,10 @@ class MetricReader:
             position = match.start()
             if low[position - 1 : position + 2] == b" = " and _ASSIGNMENT.match(low, low.rfind(b"\n", 0, position) + 1):
                 continue
+            if data[position - 1 : position].isupper() and _YAML_SETTING.match(data, low.rfind(b"\n", 0, position) + 1):
+                continue
+            if low[position : position + 1] == b"=" and b"dict(" in low and _inside_dict(low, position):
+                continue
             kind, name = named_before(reversed_low, length - position)
             if kind is None:
                 continue
@@ -336,6 +353,13 @@ class MetricReader:
                     append((match.start(1) - 1, VALUE, name, float(match.group(1))))
                 except ValueError:
                     continue
+        if b"(train)" in low or b"(val)" in low or b"(test)" in low:
+            for match in _MM_EPOCH.finditer(low):
+                append((match.start(), EPOCH_HEADING, float(match.group(1)), True))
+                if float(match.group(3)) > 0:
+                    append((match.start(2), BAR, float(match.group(2)), float(match.group(3))))
+            for match in _MM_ITER.finditer(low):
+                append((match.start(), STEP_HEADING, float(match.group(1)), None))
         if b"[" in low:
             for match in _ROUND.finditer(low):
                 start = match.start()
@@ -603,6 +627,13 @@ def _unshifted(position: int, shifts: list[tuple[int, int]] | None) -> int:
         return position
     index = bisect.bisect_right(shifts, (position, float("inf"))) - 1
     return position + (shifts[index][1] if index >= 0 else 0)
+
+
+def _inside_dict(low: bytes, position: int) -> bool:
+    """Whether `position` lies inside an unclosed "dict(" of its line (a printed Python config)."""
+    line_start = max(low.rfind(b"\n", 0, position), low.rfind(b"\r", 0, position)) + 1
+    opened = low.rfind(b"dict(", line_start, position)
+    return opened >= 0 and low.count(b"(", opened, position) > low.count(b")", opened, position)
 
 
 def _field_name(words: bytes) -> tuple[str | None, str | None]:

@@ -189,6 +189,29 @@ def test_boosting_rounds_each_evaluation_set_its_own_series():
     assert read("Error: 404 not found\n[08/01 12:01:00] loss: 0.5\n") == [("loss", "n", 1.0, 0.5)]
 
 
+def test_mmengine_and_detectron2_loggers():
+    mmdet = (
+        "optimizer=dict(type='SGD', lr=0.02, momentum=0.9, weight_decay=0.0001)\n"  # the printed config
+        "08/01 12:01:30 - mmengine - INFO - Epoch(train)  [1][  50/1833]  base_lr: 2.0000e-03 lr: 2.0000e-03  eta: 3:39:27  "
+        "time: 0.6092  data_time: 0.0211  memory: 4513  grad_norm: 3.7344  loss: 2.4500  loss_cls: 1.4200  acc: 80.2900\n"
+        "08/01 12:02:30 - mmengine - INFO - Epoch(train)  [1][ 100/1833]  lr: 2.0000e-03  loss: 2.3  loss_cls: 1.3  acc: 81.0\n"
+        "08/01 12:31:30 - mmengine - INFO - Epoch(val) [1][625/625]    acc: 60.0\n"
+    )
+    found = series(read(mmdet))
+    assert found["loss"] == [("epoch", round(50 / 1833, 4), 2.45), ("epoch", round(100 / 1833, 4), 2.3)]
+    assert [value for _, _, value in found["lr"]] == [0.002, 0.002]  # not the config's 0.02
+    assert found["val_acc"] == [("epoch", 1.0, 60.0)] and [value for _, _, value in found["acc"]] == [80.29, 81.0]
+    assert not {"time", "eta", "memory", "data_time", "momentum"} & set(found)
+    mmseg = "- Iter(train) [   50/80000]  lr: 9.9945e-03  loss: 2.1538  decode.loss_ce: 1.4937  aux.loss_ce: 0.6601\n"
+    found = series(read(mmseg))
+    assert found["decode.loss_ce"] == [("step", 50.0, 1.4937)] and found["aux.loss_ce"] == [("step", 50.0, 0.6601)]
+    detectron2 = (
+        "MODEL:\n  ROI_HEADS:\n    LOSS_WEIGHT: 1.0\n"  # its YAML config, printed at the start
+        "[08/01 12:01:00] d2.utils.events INFO:  eta: 7:29:54  iter: 19  total_loss: 1.81  loss_cls: 0.8367  lr: 0.0004  max_mem: 2845M\n"
+    )
+    assert sorted(series(read(detectron2))) == ["loss_cls", "lr", "total_loss"]
+
+
 def test_space_separated_reports_and_a_printed_config():
     # nanoGPT's: its config file printed first, then "iter N: loss L, time T, mfu M"
     log = (
