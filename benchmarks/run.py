@@ -730,7 +730,7 @@ def main() -> int:
     parser.add_argument("--flood-seconds", type=float, default=12, help="how long the metric-flood views are watched")
     parser.add_argument("--flood-names", type=int, nargs="*", default=[5_000, 50_000], help="metric names in each flood log")
     parser.add_argument("--flood-finish", type=float, default=300, help="seconds a flood view may take to read its whole log")
-    parser.add_argument("--only", nargs="*", default=["submit", "logs", "terminal", "load", "cell", "memory", "sagemaker", "table", "remote", "flood"])
+    parser.add_argument("--only", nargs="*", default=["submit", "logs", "terminal", "load", "cell", "memory", "sagemaker", "table", "remote", "flood", "slurm"])
     parser.add_argument("--terminal-log-size", type=int, default=200 << 20, help="bytes in the terminal tail's logs (default 200 MiB)")
     args = parser.parse_args()
     results: list[Comparison] = []
@@ -754,6 +754,10 @@ def main() -> int:
         results += bench_remote_follow(args.remote_seconds)
     if "flood" in args.only:
         results += bench_metric_flood(args.flood_seconds, args.flood_names, args.flood_finish)
+    if "slurm" in args.only:
+        from slurm_bench import bench_slurm
+
+        results += bench_slurm(args.rounds)
     print(table(results))
     return 0
 

@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 from . import housekeeping, summary, surface
-from .backends import DEFAULT, Backends
+from .backends import DEFAULT, Backends, UnknownBackend
 from .compare import COMPARED_METRIC, JOB_NAMES, X_AXIS
 from .errors import TrainerError
 from .job import Job, refreshed_records
@@ -64,6 +64,18 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _status_json(record: JobRecord, backends: Backends, usage=None) -> dict:
+    """`status --json`'s object, with what the job's backend adds of its own (a backend's
+    optional `status_fields`: a Slurm job's `slurm_job_id` and `restarts`)."""
+    shown = summary.status_json(record, backends, usage)
+    try:
+        own = getattr(backends.get(record.backend), "status_fields", None)
+        shown.update(own(record) if own is not None else {})
+    except (UnknownBackend, TrainerError):
+        pass
+    return shown
+
+
 def run(argv: list[str] | None = None, store: JobStore | None = None, backends: Backends | None = None) -> int:
     """One command; `store` and `backends` default to the user's store and the real backends."""
     # the script's arguments, as after `--` on a magic's line
@@ -76,7 +88,7 @@ def run(argv: list[str] | None = None, store: JobStore | None = None, backends: 
     if args.command == "list":
         items = refreshed_records(store, all_runs=args.all, backends=backends)
         if args.json:
-            rows = [summary.status_json(item, backends) for item in items if isinstance(item, JobRecord)]
+            rows = [_status_json(item, backends) for item in items if isinstance(item, JobRecord)]
             print(json.dumps(rows, indent=1))
             for item in items:
                 if isinstance(item, TrainerError):
@@ -103,7 +115,7 @@ def run(argv: list[str] | None = None, store: JobStore | None = None, backends: 
     if args.command == "status":
         record = job.refresh().record
         if args.json:
-            print(json.dumps(summary.status_json(record, backends, job.usage()), indent=1))
+            print(json.dumps(_status_json(record, backends, job.usage()), indent=1))
         else:
             print(summary.status_block(record, backends, job.usage()))
     elif args.command == "logs":

@@ -385,17 +385,34 @@ def refreshed_records(
     store = store or JobStore()
     records: list[JobRecord] = []
     problems: list[TrainerError] = []
-    for item in store.records(all_runs):
-        if isinstance(item, TrainerError):
-            problems.append(item)
-            continue
-        if not item.status.is_final:
-            try:
-                item = Job(item, store, backends).refresh().record
-            except TrainerError:
-                pass  # shown as last recorded
-        records.append(item)
+    items = list(store.records(all_runs))
+    with one_poll(items, backends or _backends.DEFAULT):
+        for item in items:
+            if isinstance(item, TrainerError):
+                problems.append(item)
+                continue
+            if not item.status.is_final:
+                try:
+                    item = Job(item, store, backends).refresh().record
+                except TrainerError:
+                    pass  # shown as last recorded
+            records.append(item)
     return [*sorted(records, key=lambda record: record.created_at), *problems]
+
+
+@contextlib.contextmanager
+def one_poll(items: list, backends: _backends.Backends) -> Iterator[None]:
+    """Refreshing many jobs is one poll: a backend that can answer for all its jobs at once (an
+    optional `polling()` context: Slurm's one squeue) is told where the poll starts and ends."""
+    with contextlib.ExitStack() as stack:
+        for name in sorted({item.backend for item in items if isinstance(item, JobRecord) and not item.status.is_final}):
+            try:
+                polling = getattr(backends.get(name), "polling", None)
+            except _backends.UnknownBackend:
+                continue
+            if polling is not None:
+                stack.enter_context(polling())
+        yield
 
 
 def list_jobs(store: JobStore | None = None, all_runs: bool = False, backends: _backends.Backends | None = None) -> list[Job]:

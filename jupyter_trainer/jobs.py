@@ -141,7 +141,7 @@ class Observation:
     ended_at: float | None = None  # when the exit code was written, if known
     stopped: bool | None = None  # with exit_code: whether the supervisor stopped the job (None: unknown)
     final: "Status | None" = None  # a runtime that reports its own final status (SageMaker)
-    reason: str = ""  # with `final`: the runtime's words for it
+    reason: str = ""  # with `final`: the runtime's words for it; with alive and not started: why it waits
     details: dict | None = None  # facts the runtime reports, kept in the record's runtime (SageMaker)
     unreachable_host: str = ""  # with alive None: the host that could not be reached (its jobs keep their status)
 
@@ -179,7 +179,8 @@ def resolve(record: JobRecord, seen: Observation, now: float | None = None) -> R
             return Resolution(record.status, None, f"cannot reach {seen.unreachable_host} since {when}", since, seen.unreachable_host)
         return Resolution(record.status, None, seen.why_gone or record.reason)
     if seen.alive:
-        return Resolution(Status.RUNNING if seen.started else Status.PENDING)
+        # a queued job says why it waits, in its runtime's words (Slurm's Priority, Resources, ...)
+        return Resolution(Status.RUNNING if seen.started else Status.PENDING, reason=seen.reason if not seen.started else "")
     if stop_sent:
         return Resolution(Status.STOPPED, None, "stopped by the user")
     why = seen.why_gone or "the job's process vanished without recording an exit code"

@@ -18,7 +18,7 @@ from typing import Callable
 
 from . import backends as _backends
 from .errors import TrainerError
-from .job import Job
+from .job import Job, one_poll
 from .jobs import JobRecord, Status
 from .metrics import main_metric
 from .store import JobStore
@@ -149,20 +149,21 @@ class JobsTable:
             return
         self.problems = []
         seen, rearrange = set(), False
-        for item in items:
-            if isinstance(item, TrainerError):
-                self.problems.append(str(item))
-                continue
-            key = (item.name, item.run)
-            seen.add(key)
-            row = self.rows.get(key)
-            if row is None:
-                row = self.rows[key] = Row(Job(item, self.store, self.backends))
-                rearrange = True
-            else:
-                row.job.record = item  # the store is the truth, whoever wrote it last
-            self._refresh(row, now)
-            rearrange |= row.record.status != row.arranged_as and self.filter.value != "all"
+        with one_poll(items, self.backends):  # one look for all the rows (Slurm: one squeue)
+            for item in items:
+                if isinstance(item, TrainerError):
+                    self.problems.append(str(item))
+                    continue
+                key = (item.name, item.run)
+                seen.add(key)
+                row = self.rows.get(key)
+                if row is None:
+                    row = self.rows[key] = Row(Job(item, self.store, self.backends))
+                    rearrange = True
+                else:
+                    row.job.record = item  # the store is the truth, whoever wrote it last
+                self._refresh(row, now)
+                rearrange |= row.record.status != row.arranged_as and self.filter.value != "all"
         gone = [key for key in self.rows if key not in seen]  # removed (rm, prune) elsewhere
         for key in gone:
             del self.rows[key]

@@ -125,6 +125,24 @@ NOTIFY = Option(
 
 # -- %%train_detached and `jupyter-trainer submit` ---------------------------------------------
 
+_SLURM_CHECK = "jupyter_trainer.backends.slurm.spec:"
+SLURM_OPTIONS = (
+    Option(
+        "slurm", "--slurm", "submit to Slurm with sbatch (this machine is a submit host; the job store on a filesystem the nodes share)",
+        kind="switch", config=True, default=False,
+    ),
+    Option("partition", "--partition", "with --slurm: the partition, as sbatch --partition", "P", config=True, parse=_SLURM_CHECK + "parse_partition", backends=("slurm",)),
+    Option("time", "--time", "with --slurm: the time limit, as sbatch --time (a job past it ends failed)", "LIMIT", config=True, parse=_SLURM_CHECK + "parse_time", backends=("slurm",)),
+    Option("nodes", "--nodes", "with --slurm: how many nodes; the interpreter runs once on each, through srun", "N", "int", parse=_SLURM_CHECK + "parse_nodes", backends=("slurm",)),
+    Option("account", "--account", "with --slurm: the account charged, as sbatch --account", "A", config=True, parse=_SLURM_CHECK + "parse_account", backends=("slurm",)),
+    Option("qos", "--qos", "with --slurm: the quality of service, as sbatch --qos", "Q", config=True, parse=_SLURM_CHECK + "parse_qos", backends=("slurm",)),
+    Option(
+        "sbatch_args", "--sbatch-arg", "with --slurm: any other sbatch option, as given (repeatable; --sbatch-arg=--mem=8G)", "ARG", "append",
+        parse=_SLURM_CHECK + "parse_sbatch_args", backends=("slurm",),
+    ),
+    Option("requeue", "--requeue", "with --slurm: let Slurm requeue the job after preemption or node failure (counted as restarts)", kind="switch", backends=("slurm",)),
+)  # fmt: skip
+
 CONTAINER = ("docker",)  # the backends that run a job in a container
 
 DETACHED = (
@@ -142,8 +160,8 @@ DETACHED = (
         config=True,
     ),  # parsed by the spec builder: a local directory, or one of the remote host (see spec.build_spec)
     Option(
-        "gpus", "--gpus", "'all', a count, or device ids (0,1), as docker run --gpus", "SPEC",
-        config=True, parse=parse_gpus, backends=CONTAINER,
+        "gpus", "--gpus", "'all', a count, or device ids (0,1), as docker run --gpus; with --slurm: GPUs per node", "SPEC",
+        config=True, parse=parse_gpus, backends=(*CONTAINER, "slurm"),
     ),
     Option(
         "env", "--env", "environment for the job (repeatable); values are never stored or shown", "KEY=VALUE", "append",
@@ -169,6 +187,7 @@ DETACHED = (
     ),
     Option("host", "--host", "no container: run the job as a detached process on this machine", kind="switch", config=True, default=False),
     NOTIFY,
+    *SLURM_OPTIONS,
 )  # fmt: skip
 
 
@@ -199,6 +218,9 @@ class DetachedBackend:
 
 DETACHED_BACKENDS = (
     DetachedBackend("host", switch="host", lacks="runs without a container"),
+    # its options' checks are in its package (`parse=` above); its workdir is this machine's, which
+    # the nodes must see at the same path
+    DetachedBackend("slurm", switch="slurm", lacks="runs on the cluster's nodes, without a container"),
     DetachedBackend(
         "docker",
         needs_one_of=("image", "container"),

@@ -1,4 +1,4 @@
-"""Where jobs run, by name: `host`, `docker` and `sagemaker`.
+"""Where jobs run, by name: `host`, `docker`, `sagemaker` and `slurm`.
 
 A `Backends` registry creates each backend on first use, so loading the
 extension imports no runtime library. Everything that resolves a job's backend
@@ -21,6 +21,7 @@ KNOWN = {
     "host": "jupyter_trainer.backends.host:HostBackend",
     "docker": "jupyter_trainer.backends.docker.backend:DockerBackend",
     "sagemaker": "jupyter_trainer.backends.sagemaker:SageMakerBackend",
+    "slurm": "jupyter_trainer.backends.slurm:SlurmBackend",
 }
 
 

@@ -1,0 +1,14 @@
+"""Everything Slurm: sbatch, squeue, sacct and scancel, one squeue per poll for every job.
+
+    spec.py      the options' checks, and what they mean together
+    commands.py  Slurm's commands, run as argument lists; their failures become our errors here
+    queue.py     what squeue (and accounting) say, shared by every job of a poll
+    states.py    Slurm's state and the supervisor's files, as one Observation
+    backend.py   SlurmBackend: submit, observe, stop
+    batch.sh, start.py, node.py   copied into each run: the batch script, the supervisor's start,
+                 and the per-node start of a many-node job
+"""
+
+from .backend import SlurmBackend
+
+__all__ = ["SlurmBackend"]

@@ -1,0 +1,225 @@
+"""The `--slurm` backend: the job's supervisor runs as a Slurm batch job.
+
+`sbatch --parsable` submits the run's `slurm_batch.sh` (the same for every job) with the job's
+name, working directory and log; on the batch node, `slurm_start.py` sets the job's secret
+environment from a private file of the run and becomes the supervisor (supervise.sh), which runs
+the launcher as the host backend's does: the same run files, exit code, clock and notify. The job
+store must be on a filesystem the nodes share. Slurm says whether the job waits, runs or was ended
+(queue.py: one squeue per poll), the supervisor's files how the script ended (states.py).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+
+from ... import _fs
+from ..._fs import write_private_file
+from ...errors import InvalidOption
+from ...jobs import JobRecord, Observation
+from ...resources import Usage
+from ...spec import DetachedSpec
+from ...store import LOG_FILE, JobStore
+from ..base import STOP_GRACE_SECONDS, FileLogSource, job_command, job_environment, notify_input, prepare_supervised_run, read_runtime, read_supervisor_facts
+from ..host import _inherited_environment
+from . import states
+from .commands import SlurmCommandFailed, refused, require, run
+from .queue import QUEUE
+from .spec import check_gpus
+
+# The run's files of this backend's (besides the supervisor's: see store.py)
+BATCH_FILE = "slurm_batch.sh"  # what sbatch submits: the same for every job
+START_FILE = "slurm_start.py"  # run by it on the batch node: the environment, then the supervisor
+NODE_FILE = "slurm_node.py"  # with --nodes N: run on each node by srun
+ENV_FILE = "slurm_env"  # the job's --env values (secrets), read and removed by slurm_start.py
+NOTIFY_INPUT_FILE = "slurm_notify"  # with --notify: what the supervisor reads on its stdin
+
+JOB_ID = re.compile(r"(\d{1,12})(?:;([A-Za-z0-9_.-]{1,64}))?")
+OOM_TAIL_BYTES = 16 << 10
+
+
+def _source(name: str) -> bytes:
+    return resources.files("jupyter_trainer.backends.slurm").joinpath(name).read_bytes()
+
+
+@dataclass(frozen=True)
+class SlurmRuntime:
+    """A job submitted to Slurm: its id (as sbatch gave it, never as the job wrote it), when, and
+    what Slurm said of it last."""
+
+    job_id: str
+    submitted_at: float
+    nodes: int = 1
+    cluster: str | None = None
+    state: str | None = None
+    partition: str | None = None
+    node_list: str | None = None
+    pending_reason: str | None = None
+    restarts: int | None = None
+
+    def to_dict(self) -> dict:
+        return {key: value for key, value in self.__dict__.items() if value is not None}
+
+    @classmethod
+    def of(cls, record: JobRecord) -> "SlurmRuntime":
+        runtime = read_runtime(
+            cls, record,
+            {"job_id": str, "submitted_at": (int, float), "nodes": (int, "optional"), "cluster": (str, "optional"), "state": (str, "optional"),
+             "partition": (str, "optional"), "node_list": (str, "optional"), "pending_reason": (str, "optional"), "restarts": (int, "optional")},
+        )  # fmt: skip
+        if not JOB_ID.fullmatch(runtime.job_id):
+            from ..base import malformed_runtime
+
+            raise malformed_runtime(record, "job_id is not a Slurm job id")
+        return runtime if runtime.nodes is not None else SlurmRuntime(**{**runtime.__dict__, "nodes": 1})
+
+
+def _followed(store: JobStore):
+    """(job id, name, submitted at) of the store's unfinished Slurm jobs: one accounting query asks for all."""
+
+    def listing():
+        for record in store.records():
+            if isinstance(record, JobRecord) and record.backend == "slurm" and not record.status.is_final and record.runtime:
+                try:
+                    runtime = SlurmRuntime.of(record)
+                except Exception:
+                    continue
+                yield runtime.job_id, record.name, runtime.submitted_at
+
+    return listing
+
+
+class SlurmBackend:
+    name = "slurm"
+    status_interval = 5.0  # seconds between two status checks by a widget (each poll: one squeue for all jobs)
+    usage_outlives_the_job = False
+    has_containers = False
+
+    def polling(self):
+        """Around a poll of many jobs (job.refreshed_records): one squeue answers for all of them."""
+        return QUEUE.one_poll()
+
+    def preflight(self, spec: DetachedSpec, store) -> None:
+        check_gpus(spec.gpus)
+        require("sbatch")  # a missing sbatch is one line before the store is touched
+
+    def prepare(self, run_dir: Path, spec: DetachedSpec) -> None:
+        prepare_supervised_run(run_dir, spec.script, spec.from_cell)
+        for name, source in ((BATCH_FILE, "batch.sh"), (START_FILE, "start.py"), (NODE_FILE, "node.py")):
+            write_private_file(run_dir / name, _source(source), durable=False)
+        write_private_file(run_dir / ENV_FILE, json.dumps(job_environment(spec)).encode(), durable=False)
+
+    def launch(self, record: JobRecord, run_dir: Path, spec: DetachedSpec) -> SlurmRuntime:
+        options = spec.backend_options
+        nodes = int(options.get("nodes") or 1)
+        requeue = bool(options.get("requeue"))
+        given = notify_input(record, run_dir, spec.notify)
+        if given:
+            write_private_file(run_dir / NOTIFY_INPUT_FILE, given, durable=False)
+        command = job_command(spec, str(run_dir), spec.workdir, record.name, spec.script_path)
+        log = str(run_dir / LOG_FILE).replace("%", "%%")  # sbatch reads % as its patterns
+        args = [
+            "--parsable", f"--job-name={record.name}", f"--chdir={spec.workdir}", f"--output={log}", "--open-mode=append",
+            "--export=ALL", f"--nodes={nodes}", "--requeue" if requeue else "--no-requeue",
+        ]  # fmt: skip
+        if nodes > 1:
+            args.append("--ntasks-per-node=1")
+        for flag, key in (("--partition", "partition"), ("--time", "time"), ("--account", "account"), ("--qos", "qos")):
+            if options.get(key):
+                args.append(f"{flag}={options[key]}")
+        if spec.gpus:
+            args.append(f"--gpus-per-node={spec.gpus}")
+        args += list(options.get("sbatch_args") or ())
+        args += [str(run_dir / BATCH_FILE), str(run_dir), str(nodes), "1" if requeue else "0", str(STOP_GRACE_SECONDS), *command]
+        submitted_at = time.time()
+        try:
+            output = run("sbatch", *args, env=_inherited_environment())
+        except SlurmCommandFailed as error:
+            raise refused(error, f"job {record.name!r}") from None
+        answer = output.strip().splitlines()[-1].strip() if output.strip() else ""
+        match = JOB_ID.fullmatch(answer)
+        if match is None:
+            raise InvalidOption(f"sbatch answered {answer[:80]!r}, not a job id", "check sbatch --parsable by hand on this machine")
+        QUEUE.forget()
+        return SlurmRuntime(match.group(1), submitted_at, nodes, match.group(2), state="PENDING")
+
+    def observe(self, record: JobRecord, run_dir: Path) -> Observation:
+        runtime = SlurmRuntime.of(record)
+        job = QUEUE.job(runtime.job_id, record.name, runtime.submitted_at)
+        if job is None or not job.active:
+            # the controller's final state, else accounting's (asked for every followed job at once)
+            job = job or QUEUE.ended(runtime.job_id, record.name, runtime.submitted_at, _followed(JobStore.of_run(run_dir)))
+        facts = read_supervisor_facts(run_dir)
+        tail = b""
+        if job is not None and job.state == "FAILED":
+            tail = self._log_tail(run_dir)
+        seen = states.observe(job, facts, stop_requested=record.stop_requested, job_id=runtime.job_id, log_tail=tail)
+        if seen.details:  # only what changed, so that an unchanged job is not written again
+            changed = {key: value for key, value in seen.details.items() if record.runtime.get(key) != value}
+            if changed != seen.details:
+                seen = Observation(**{**seen.__dict__, "details": changed or None})
+        return seen
+
+    @staticmethod
+    def _log_tail(run_dir: Path) -> bytes:
+        try:
+            size = _fs.regular_size(run_dir / LOG_FILE)
+            return _fs.read_range(run_dir / LOG_FILE, max(0, size - OOM_TAIL_BYTES), OOM_TAIL_BYTES)
+        except OSError:
+            return b""
+
+    def log_source(self, record: JobRecord, run_dir: Path) -> FileLogSource:
+        return FileLogSource(run_dir / LOG_FILE)
+
+    def describe_where(self, record: JobRecord) -> str:
+        if not record.runtime:
+            return "Slurm"
+        runtime = SlurmRuntime.of(record)
+        words = [f"Slurm job {runtime.job_id}"]
+        if runtime.partition:
+            words.append(f"partition {runtime.partition}")
+        if runtime.node_list:
+            words.append(f"{'nodes' if runtime.nodes > 1 else 'node'} {runtime.node_list}")
+        if runtime.pending_reason and not record.status.is_final:
+            words.append(f"pending: {runtime.pending_reason}")
+        return " · ".join(words)
+
+    def describe_host(self, record: JobRecord) -> str | None:
+        return SlurmRuntime.of(record).node_list or None if record.runtime else None
+
+    def describe_facts(self, record: JobRecord) -> list[str]:
+        if not record.runtime:
+            return []
+        runtime = SlurmRuntime.of(record)
+        facts = []
+        if runtime.restarts:
+            facts.append(f"restarted {runtime.restarts} time{'s' if runtime.restarts > 1 else ''} by Slurm")
+        return facts
+
+    def status_fields(self, record: JobRecord) -> dict:
+        """What `status --json` says of a Slurm job besides the common fields."""
+        if not record.runtime:
+            return {"restarts": 0}
+        runtime = SlurmRuntime.of(record)
+        return {"slurm_job_id": runtime.job_id, "restarts": runtime.restarts or 0, **({"nodes": runtime.node_list} if runtime.node_list else {})}
+
+    def lingering(self, record: JobRecord, run_dir: Path) -> list[str]:
+        return []  # Slurm ends every process of a job with it
+
+    def usage(self, record: JobRecord, run_dir: Path) -> Usage | None:
+        return None  # on another machine: sstat could tell, at a cost to the controller
+
+    def stop(self, record: JobRecord, run_dir: Path, container: bool = False) -> None:
+        """scancel: a pending job is just cancelled; a running one gets TERM, and KILL after
+        Slurm's KillWait. Returns once Slurm has it; the job's end is observed as usual."""
+        runtime = SlurmRuntime.of(record)
+        try:
+            run("scancel", runtime.job_id, timeout=30)
+        except SlurmCommandFailed as error:
+            if "invalid job id" not in error.message.lower() and "already completing or completed" not in error.message.lower():
+                raise InvalidOption(f"scancel refused job {runtime.job_id}: {error.message}") from None
+        QUEUE.forget()

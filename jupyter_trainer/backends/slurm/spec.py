@@ -1,0 +1,94 @@
+"""The Slurm backend's options, checked when a `%%train_detached --slurm` cell becomes a spec.
+
+Each option is checked here (declared as `parse="jupyter_trainer.backends.slurm.spec:..."` in
+options.py); they reach the backend as the spec's `backend_options`. `check_gpus` is the
+backend's preflight check of the shared `--gpus`. Every value reaches `sbatch` as one
+argument of its own, never through a shell; these checks refuse what sbatch would misread (an
+option where a value belongs, a newline) and the sbatch options the backend sets itself.
+
+Pure logic: no Slurm command is run here.
+"""
+
+from __future__ import annotations
+
+import re
+
+from ...errors import InvalidOption
+
+# Slurm's names of partitions, accounts and QOS: letters, digits and a few marks; a list with commas
+NAME = re.compile(r"[A-Za-z0-9_.+-]{1,64}(,[A-Za-z0-9_.+-]{1,64}){0,15}")
+# sbatch --time: minutes, M:S, H:M:S, D-H, D-H:M, D-H:M:S, or UNLIMITED/INFINITE
+TIME = re.compile(r"(\d{1,7}(:\d{1,2}){0,2}|\d{1,4}-\d{1,2}(:\d{1,2}){0,2}|UNLIMITED|INFINITE|unlimited|infinite)")
+GPUS = re.compile(r"([A-Za-z0-9_.-]{1,32}:)?[1-9]\d{0,2}")
+MAX_NODES = 1024
+
+# sbatch options the backend gives itself (its job's name, log, directory, environment) or that
+# would make the job something it cannot follow (an array, a wrapped command): refused in --sbatch-arg
+OWN_SBATCH_OPTIONS = {
+    "-J": "--name", "--job-name": "--name", "-o": None, "--output": None, "-e": None, "--error": None,
+    "-i": None, "--input": None, "-D": "--workdir", "--chdir": "--workdir", "--open-mode": None,
+    "--parsable": None, "--wrap": None, "--export": "--env", "--export-file": "--env", "-a": None,
+    "--array": None, "-N": "--nodes", "--nodes": "--nodes", "-p": "--partition", "--partition": "--partition",
+    "-t": "--time", "--time": "--time", "-A": "--account", "--account": "--account", "-q": "--qos",
+    "--qos": "--qos", "--requeue": "--requeue", "--no-requeue": "--requeue", "-W": None, "--wait": None,
+    "--gpus-per-node": "--gpus", "--test-only": None,
+}  # fmt: skip
+
+
+def _name(flag: str, value: str | None) -> str | None:
+    if value is None:
+        return None
+    if not NAME.fullmatch(value):
+        raise InvalidOption(f"{flag} {value[:40]!r} is not a Slurm name", "use letters, digits, '_', '.', '+' or '-' (a list: comma-separated)")
+    return value
+
+
+def parse_partition(value: str | None) -> str | None:
+    return _name("--partition", value)
+
+
+def parse_account(value: str | None) -> str | None:
+    return _name("--account", value)
+
+
+def parse_qos(value: str | None) -> str | None:
+    return _name("--qos", value)
+
+
+def parse_time(value: str | None) -> str | None:
+    if value is None:
+        return None
+    if not TIME.fullmatch(value.strip()):
+        raise InvalidOption(f"--time {value[:40]!r} is not a Slurm time limit", "use MINUTES, H:MM:SS or D-HH:MM:SS, as sbatch --time")
+    return value.strip()
+
+
+def parse_nodes(value: int | None) -> int | None:
+    if value is None:
+        return None
+    if not 1 <= value <= MAX_NODES:
+        raise InvalidOption(f"--nodes {value} is out of range", f"give 1 to {MAX_NODES} nodes")
+    return value
+
+
+def parse_sbatch_args(values: list[str] | None) -> tuple[str, ...]:
+    args = []
+    for value in values or ():
+        shown = value[:60]
+        if not value.startswith("-") or any(ch in value for ch in "\n\r\0"):
+            raise InvalidOption(f"--sbatch-arg {shown!r} is not an sbatch option", "give one option per --sbatch-arg, with '=': --sbatch-arg=--mem=8G")
+        flag = value.split("=", 1)[0]
+        if not flag.startswith("--") and len(flag) > 2:
+            flag = flag[:2]  # -t10: the short option with its value attached
+        if flag in OWN_SBATCH_OPTIONS:
+            instead = OWN_SBATCH_OPTIONS[flag]
+            hint = f"use {instead} instead" if instead else "drop it: jupyter_trainer sets it for the job"
+            raise InvalidOption(f"--sbatch-arg {flag} is not allowed", hint)
+        args.append(value)
+    return tuple(args)
+
+
+def check_gpus(gpus: str | None) -> None:
+    """With --slurm, --gpus (checked first as every backend's) is a count of GPUs per node."""
+    if gpus is not None and not GPUS.fullmatch(gpus):
+        raise InvalidOption(f"with --slurm, --gpus is a count of GPUs per node (or TYPE:COUNT), not {gpus!r}", "for example --gpus 2")

@@ -1,0 +1,226 @@
+"""The --slurm backend against a real one-node Slurm cluster of the tests' own (tests/slurm_cluster.py):
+submit, follow (pending with Slurm's reason, running, the outcome), stop, and what Slurm ends itself."""
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+
+from conftest import ipython_submitting, wait_for
+
+from jupyter_trainer.backends import DEFAULT
+from jupyter_trainer.backends.slurm import commands
+from jupyter_trainer.backends.slurm.queue import QUEUE
+from jupyter_trainer.errors import BackendUnavailable, InvalidOption, TrainerError
+from jupyter_trainer.job import Job, refreshed_records
+from jupyter_trainer.jobs import Status
+from jupyter_trainer.spec import build_spec
+from jupyter_trainer.submit import submit_detached
+
+import slurm_cluster
+
+pytestmark = pytest.mark.slurm
+
+
+@pytest.fixture(scope="session")
+def cluster(tmp_path_factory):
+    """The one-node cluster without accounting, started once per session."""
+    yield from slurm_cluster.for_the_session(tmp_path_factory, accounting=False)
+
+
+KEEP = set()  # Slurm job ids that outlive the test that submitted them (the time-limit job)
+
+
+def cancel_all_but_kept(cluster):
+    ids = cluster.run("squeue", "--me", "-h", "-o", "%i").stdout.split()
+    left = [job_id for job_id in ids if job_id not in KEEP]
+    if left:
+        cluster.run("scancel", *left)
+
+
+@pytest.fixture
+def slurm(cluster, monkeypatch, home):
+    monkeypatch.setenv("SLURM_CONF", str(cluster.conf))
+    QUEUE.reset()
+    yield cluster
+    cancel_all_but_kept(cluster)
+
+
+@pytest.fixture(scope="module")
+def timed_out(cluster, tmp_path_factory):
+    """A job past its one-minute --time, submitted as the module's first test starts (Slurm ends
+    it a minute or more later; the test that checks it runs last)."""
+    from jupyter_trainer.store import JobStore
+
+    os.environ["SLURM_CONF"] = str(cluster.conf)
+    workdir = tmp_path_factory.mktemp("timeout-work")
+    spec = build_spec("import time\nprint('long', flush=True)\ntime.sleep(600)\n", workdir=str(workdir), slurm=True, time="1")
+    job = submit_detached(spec, name="too-long", store=JobStore(tmp_path_factory.mktemp("timeout-home"))).job
+    KEEP.add(job.record.runtime["job_id"])
+    yield job
+    KEEP.discard(job.record.runtime["job_id"])
+
+
+def submit(script, workdir, name, **options):
+    spec = build_spec(textwrap.dedent(script), workdir=str(workdir), slurm=True, **options)
+    return submit_detached(spec, name=name).job
+
+
+def slurm_id(job):
+    return job.record.runtime["job_id"]
+
+
+def cli(*args, timeout=60):
+    return subprocess.run([sys.executable, "-m", "jupyter_trainer.cli", *args], capture_output=True, text=True, timeout=timeout)
+
+
+def test_a_cell_runs_as_a_file_of_its_workdir_with_its_secret_environment(slurm, workdir, home, timed_out):
+    script = """\
+    import os, sys
+    print("cwd", os.getcwd(), "file", __file__, "path0", sys.path[0])
+    print("secret", os.environ["TOKEN"], "unbuffered", os.environ["PYTHONUNBUFFERED"], "args", sys.argv[1:])
+    """
+    job = submit(script, workdir, "hello", env=["TOKEN=s3cr3t-value"], args=["--epochs", "2"])
+    assert job.wait(timeout=60) is Status.COMPLETED and job.exit_code == 0
+    lines = job.logs().splitlines()
+    assert lines == [
+        f"cwd {workdir} file {workdir}/hello.cell.py path0 {workdir}",
+        "secret s3cr3t-value unbuffered 1 args ['--epochs', '2']",
+    ]
+    assert sorted(os.listdir(workdir)) == []  # nothing left in the working directory
+    # the secret is nowhere but in the job: not the record, the run's files, Slurm's view of the job
+    run_dir = job.run_dir
+    for name in os.listdir(run_dir):
+        if name != "output.log":
+            assert b"s3cr3t-value" not in (run_dir / name).read_bytes(), name
+    shown = slurm.run("scontrol", "show", "job", "-dd", slurm_id(job)).stdout
+    assert "s3cr3t" not in shown and shown
+    batch = slurm.run("scontrol", "write", "batch_script", slurm_id(job), "-").stdout
+    assert "s3cr3t" not in batch and "slurm_start.py" in batch
+    status = json.loads(cli("status", "hello", "--json").stdout)
+    assert status["backend"] == "slurm" and status["slurm_job_id"] == slurm_id(job) and status["restarts"] == 0
+    assert status["host"] == slurm_cluster.NODE
+    assert slurm_cluster.NODE in cli("list").stdout
+
+
+def test_a_failure_keeps_its_exit_code_and_exception(slurm, workdir):
+    job = submit("raise ValueError('bad batch')\n", workdir, "crash")
+    assert job.wait(timeout=60) is Status.FAILED and job.exit_code == 1
+    assert "ValueError: bad batch" in job.reason
+    three = submit("import sys\nsys.exit(3)\n", workdir, "three")
+    assert three.wait(timeout=60) is Status.FAILED and three.exit_code == 3
+
+
+def test_a_held_job_is_pending_with_slurms_reason_then_runs(slurm, workdir):
+    job = submit("import time\ntime.sleep(3)\nprint('ran')\n", workdir, "held", sbatch_args=["--hold"], partition="second")
+    wait_for(lambda: job.refresh().record.reason == "JobHeldUser", timeout=30, what="Slurm's pending reason")
+    assert job.record.status is Status.PENDING
+    where = DEFAULT.get("slurm").describe_where(job.record)
+    assert f"Slurm job {slurm_id(job)}" in where and "partition second" in where and "pending: JobHeldUser" in where
+    assert json.loads(cli("status", "held", "--json").stdout)["reason"] == "JobHeldUser"
+    slurm.run("scontrol", "release", slurm_id(job), check=True)
+    wait_for(lambda: job.refresh().record.status is Status.RUNNING, timeout=30, what="running")
+    assert job.record.reason == "" and job.record.runtime["node_list"] == slurm_cluster.NODE
+    assert job.wait(timeout=60) is Status.COMPLETED and job.logs() == "ran\n"
+
+
+def test_stop_cancels_a_pending_job_and_terms_a_running_one(slurm, workdir):
+    pending = submit("print('never')\n", workdir, "waiting", sbatch_args=["--hold"])
+    started = time.monotonic()
+    pending.stop()
+    assert pending.record.status is Status.STOPPED and pending.record.reason == "stopped by the user"
+    script = """\
+    import signal, sys, time
+    def term(*_):
+        print("checkpoint saved", flush=True)
+        sys.exit(0)
+    signal.signal(signal.SIGTERM, term)
+    print("training", flush=True)
+    time.sleep(600)
+    """
+    running = submit(script, workdir, "running")
+    wait_for(lambda: "training" in running.logs(), timeout=60, what="the job to start")
+    running.stop()
+    assert running.record.status is Status.STOPPED and running.record.reason == "stopped by the user"
+    assert "checkpoint saved" in running.logs()
+    assert time.monotonic() - started < 60
+
+
+def test_a_cancel_from_the_shell_is_stopped_and_says_so(slurm, workdir):
+    job = submit("import time\nprint('up', flush=True)\ntime.sleep(600)\n", workdir, "cancelled")
+    wait_for(lambda: "up" in job.logs(), timeout=60, what="the job to start")
+    slurm.run("scancel", slurm_id(job), check=True)
+    assert job.wait(timeout=60) is Status.STOPPED
+    assert "cancelled" in job.reason and "outside jupyter_trainer" in job.reason
+
+
+def test_out_of_memory_is_a_failure_that_says_so(slurm, workdir):
+    script = "import time\nblock = bytearray(600 << 20)\nfor i in range(0, len(block), 4096): block[i] = 1\ntime.sleep(30)\n"
+    job = submit(script, workdir, "hungry", sbatch_args=["--mem=150M"])
+    assert job.wait(timeout=60) is Status.FAILED
+    assert "out of memory" in job.reason and "--mem" in job.reason
+
+
+def test_one_squeue_answers_for_every_job_of_a_poll(slurm, workdir, monkeypatch):
+    jobs = [submit(f"print({i})\n", workdir, f"many-{i}", sbatch_args=["--hold"]) for i in range(6)]
+    wait_for(lambda: all(job.refresh().record.reason == "JobHeldUser" for job in jobs), timeout=30, what="all held")
+    # however long the poll takes: its answers never go stale within it (here: at once)
+    monkeypatch.setattr(QUEUE, "ttl", 0.0)
+    before = dict(commands.CALLS)
+    records = refreshed_records()
+    assert len(records) == 6 and all(record.status is Status.PENDING for record in records)
+    assert commands.CALLS["squeue"] - before.get("squeue", 0) == 1
+    assert commands.CALLS["sacct"] == before.get("sacct", 0) and commands.CALLS["scontrol"] == before.get("scontrol", 0)
+
+
+def test_without_accounting_a_job_slurm_forgot_ends_from_its_supervisors_files(slurm, workdir):
+    job = submit("print('quick')\n", workdir, "forgotten")
+    # not looked at until the controller has forgotten the job (MinJobAge) and accounting cannot be asked
+    wait_for(lambda: slurm.run("squeue", "--me", "--states=all", "-h", "-j", slurm_id(job)).stdout.strip() == "", timeout=90, interval=1, what="Slurm to forget the job")
+    time.sleep(QUEUE.ttl + 0.1)
+    assert job.refresh().record.status is Status.COMPLETED and job.logs() == "quick\n"
+    assert QUEUE.accounting is False  # sacct said so, once
+
+
+def test_the_job_outlives_the_kernel_that_submitted_it(slurm, workdir):
+    script = "import time\nfor i in range(6):\n    print('step', i, flush=True)\n    time.sleep(0.5)\n"
+    kernel = ipython_submitting(f"--slurm --name orphan --workdir {workdir} --no-widget", script)
+    kernel.kill()
+    kernel.wait()
+    job = Job.load("orphan")
+    assert job.wait(timeout=60) is Status.COMPLETED
+    assert job.logs().splitlines() == [f"step {i}" for i in range(6)]
+
+
+def test_user_errors_are_one_line_and_leave_the_store_as_it_was(slurm, workdir, home, monkeypatch):
+    for options, words in (
+        ({"partition": "no such"}, "not a Slurm name"),
+        ({"time": "soon"}, "not a Slurm time limit"),
+        ({"nodes": 0}, "out of range"),
+        ({"sbatch_args": ["--output=/tmp/x"]}, "not allowed"),
+        ({"sbatch_args": ["mem=1G"]}, "not an sbatch option"),
+        ({"gpus": "all"}, "GPUs per node"),
+        ({"image": "python:3"}, "--image"),
+    ):
+        with pytest.raises(InvalidOption, match=words):
+            submit("print(1)\n", workdir, "bad", **options)
+    with pytest.raises(InvalidOption, match="Slurm refused job 'bad'.*partition"):
+        submit("print(1)\n", workdir, "bad", partition="nosuchpartition")
+    monkeypatch.setenv("PATH", "/nonexistent")
+    with pytest.raises(BackendUnavailable, match="sbatch.*not on PATH"):
+        submit("print(1)\n", workdir, "bad")
+    assert not (home / "jobs" / "bad").exists() or not os.listdir(home / "jobs" / "bad")
+    message = str(TrainerError("x"))
+    assert "\n" not in message
+
+
+def test_the_time_limit_ends_a_job_failed_naming_the_limit(slurm, timed_out):
+    """Last in this module: the job was submitted as its first test started."""
+    job = timed_out
+    assert job.wait(timeout=150) is Status.FAILED
+    assert "time limit reached (1:00)" in job.reason
+    assert "long" in job.logs()

@@ -1,0 +1,156 @@
+"""The --slurm backend on a cluster with accounting (slurmdbd over MariaDB): how jobs the controller
+has forgotten ended (one sacct for all), requeues counted as restarts, and a controller that is
+down for a minute while a job runs."""
+
+import json
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+
+from conftest import wait_for
+
+from jupyter_trainer.backends.slurm import commands
+from jupyter_trainer.backends.slurm.queue import QUEUE
+from jupyter_trainer.job import refreshed_records
+from jupyter_trainer.jobs import Status
+from jupyter_trainer.spec import build_spec
+from jupyter_trainer.submit import submit_detached
+
+import slurm_cluster
+
+pytestmark = pytest.mark.slurm
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    yield from slurm_cluster.for_the_session(tmp_path_factory, accounting=True, cluster="jtacct")
+
+
+@pytest.fixture
+def slurm(cluster, monkeypatch, home):
+    monkeypatch.setenv("SLURM_CONF", str(cluster.conf))
+    QUEUE.reset()
+    yield cluster
+    ids = cluster.run("squeue", "--me", "-h", "-o", "%i").stdout.split()
+    if ids:
+        cluster.run("scancel", *ids)
+
+
+def submit(script, workdir, name, **options):
+    spec = build_spec(textwrap.dedent(script), workdir=str(workdir), slurm=True, **options)
+    return submit_detached(spec, name=name).job
+
+
+def slurm_id(job):
+    return job.record.runtime["job_id"]
+
+
+def run_to_the_end(cluster, job, timeout=120):
+    """A requeued job's final status, started whenever it waits rather than when Slurm's BeginTime
+    says (asked again and again: a job still being requeued is not pending yet, and a node that
+    just came back may fail it once more)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if job.refresh().record.status.is_final:
+            return job.record.status
+        if job.record.status is Status.PENDING:
+            if "held" in job.record.reason:  # a launch on a node that just came back failed: Slurm holds it
+                cluster.run("scontrol", "release", slurm_id(job))
+            cluster.run("scontrol", "update", f"jobid={slurm_id(job)}", "StartTime=now")
+        time.sleep(1)
+    return job.record.status
+
+
+def forgotten(cluster, *jobs):
+    listed = cluster.run("squeue", "--me", "--states=all", "-h", "-o", "%i").stdout.split()
+    return not any(slurm_id(job) in listed for job in jobs)
+
+
+def test_jobs_the_controller_forgot_are_read_from_accounting_in_one_query(slurm, workdir):
+    done = submit("print('done')\n", workdir, "acct-done")
+    three = submit("import sys\nsys.exit(3)\n", workdir, "acct-three")
+    cancelled = submit("import time\nprint('up', flush=True)\ntime.sleep(600)\n", workdir, "acct-cancelled")
+    wait_for(lambda: "up" in cancelled.logs(), timeout=60, what="the job to start")
+    slurm.run("scancel", slurm_id(cancelled), check=True)
+    # nobody looks until the controller has forgotten all three (MinJobAge)
+    wait_for(lambda: forgotten(slurm, done, three, cancelled), timeout=90, interval=1, what="the controller to forget the jobs")
+    before = dict(commands.CALLS)
+    records = {record.name: record for record in refreshed_records()}
+    assert commands.CALLS["squeue"] - before.get("squeue", 0) == 1
+    assert commands.CALLS["sacct"] - before.get("sacct", 0) == 1
+    assert records["acct-done"].status is Status.COMPLETED
+    assert records["acct-three"].status is Status.FAILED and records["acct-three"].exit_code == 3
+    assert records["acct-cancelled"].status is Status.STOPPED
+    assert records["acct-cancelled"].reason == "cancelled by root"
+
+
+CHECKPOINTING = """\
+import os, time
+path = "checkpoint.txt"
+start = int(open(path).read()) if os.path.exists(path) else 0
+print("resumed from", start, "restart", os.environ.get("SLURM_RESTART_COUNT", "0"), flush=True)
+for step in range(start, 12):
+    print("step", step, flush=True)
+    with open(path + ".tmp", "w") as f:
+        f.write(str(step + 1))
+    os.replace(path + ".tmp", path)
+    time.sleep(0.5)
+print("done")
+"""
+
+
+def test_a_requeued_job_counts_a_restart_and_resumes_from_its_checkpoint(slurm, workdir):
+    job = submit(CHECKPOINTING, workdir, "requeued", requeue=True)
+    wait_for(lambda: "step 3" in job.logs(), timeout=60, what="a few steps")
+    slurm.run("scontrol", "requeue", slurm_id(job), check=True)
+    # Slurm holds a requeued job back for a while (BeginTime): it waits, says so, and is let go
+    wait_for(lambda: job.refresh().record.status is Status.PENDING, timeout=30, what="pending again")
+    wait_for(lambda: job.refresh().record.reason == "BeginTime", timeout=30, what="Slurm's reason")
+    assert run_to_the_end(slurm, job) is Status.COMPLETED and job.exit_code == 0
+    log = job.logs()
+    assert log.startswith("resumed from 0 restart 0\n")
+    assert "----- jupyter_trainer: Slurm restarted the job (restart 1)" in log
+    resumed = log.split("Slurm restarted the job")[1]
+    assert "resumed from 0" not in resumed and "resumed from" in resumed and log.rstrip().endswith("done")
+    shown = json.loads(
+        subprocess.run([sys.executable, "-m", "jupyter_trainer.cli", "status", "requeued", "--json"], capture_output=True, text=True, timeout=60).stdout
+    )
+    assert shown["restarts"] == 1 and shown["slurm_job_id"] == slurm_id(job)
+
+
+def test_a_controller_down_for_a_minute_leaves_the_job_running(slurm, workdir):
+    script = "import time\nfor i in range(50):\n    print('tick', i, flush=True)\n    time.sleep(1)\nprint('finished')\n"
+    job = submit(script, workdir, "through-outage")
+    wait_for(lambda: "tick 1" in job.logs() and job.refresh().record.status is Status.RUNNING, timeout=60, what="the job to run")
+    slurm.stop_controller()
+    try:
+        time.sleep(QUEUE.ttl + 0.1)
+        job.refresh()
+        assert job.record.status is Status.RUNNING
+        assert job.record.reason.startswith("cannot reach the Slurm controller since")
+        down_since = time.monotonic()
+        while time.monotonic() - down_since < 60:
+            assert job.refresh().record.status is Status.RUNNING  # never lost for that
+            time.sleep(5)
+        assert "tick 40" in job.logs()  # it ran on meanwhile
+    finally:
+        slurm.start_controller()
+    assert job.wait(timeout=90) is Status.COMPLETED and job.logs().rstrip().endswith("finished")
+    assert job.record.reason == "" and job.record.unreachable_since is None
+
+
+def test_a_failed_node_ends_the_job_lost(slurm, workdir):
+    """Without --requeue. (With it, on this one-node cluster the node set DOWN comes back and goes
+    down again under the relaunched job now and then: requeues are tested by scontrol requeue.)"""
+    lost = submit("import time\nprint('on the node', flush=True)\ntime.sleep(600)\n", workdir, "node-lost")
+    wait_for(lambda: "on the node" in lost.logs(), timeout=60, what="the job to run")
+    node = slurm_cluster.NODE
+    slurm.run("scontrol", "update", f"nodename={node}", "state=down", "reason=broken-for-a-test", check=True)
+    try:
+        assert lost.wait(timeout=60) is Status.LOST
+        assert lost.reason.startswith(f"its node failed (NODE_FAIL: {node})") and "--requeue" in lost.reason
+    finally:
+        slurm.wait_for_node()  # resumed when it stays down
