@@ -318,15 +318,16 @@ class MetricReader:
                 if kind == VALUE and name not in overridden:
                     taken.add(match.start(2))
                     append((match.start(2) - 1, VALUE, name, float(match.group(2))))
+        has_dict = b"dict(" in low  # once: a look for each value would read the buffer again each time
         for match in _VALUE_AFTER.finditer(low):
             if match.start(1) in taken:
                 continue
             position = match.start()
-            if low[position - 1 : position + 2] == b" = " and _ASSIGNMENT.match(low, low.rfind(b"\n", 0, position) + 1):
+            if low[position - 1 : position + 2] == b" = " and _is_setting(_ASSIGNMENT, low, position):
                 continue
-            if data[position - 1 : position].isupper() and _YAML_SETTING.match(data, low.rfind(b"\n", 0, position) + 1):
+            if data[position - 1 : position].isupper() and _is_setting(_YAML_SETTING, data, position):
                 continue
-            if low[position : position + 1] == b"=" and b"dict(" in low and _inside_dict(low, position):
+            if has_dict and low[position : position + 1] == b"=" and _inside_dict(low, position):
                 continue
             kind, name = named_before(reversed_low, length - position)
             if kind is None:
@@ -629,9 +630,20 @@ def _unshifted(position: int, shifts: list[tuple[int, int]] | None) -> int:
     return position + (shifts[index][1] if index >= 0 else 0)
 
 
+SETTING_BYTES = 4096  # a config line is shorter: one whose start is further back is no setting
+
+
+def _is_setting(pattern, data: bytes, position: int) -> bool:
+    """Whether the line `position` is on is a printed setting (`pattern` matches it from its start)."""
+    floor = max(0, position - SETTING_BYTES)
+    start = max(data.rfind(b"\n", floor, position), data.rfind(b"\r", floor, position)) + 1
+    return (start > 0 or floor == 0) and pattern.match(data, start) is not None
+
+
 def _inside_dict(low: bytes, position: int) -> bool:
     """Whether `position` lies inside an unclosed "dict(" of its line (a printed Python config)."""
-    line_start = max(low.rfind(b"\n", 0, position), low.rfind(b"\r", 0, position)) + 1
+    floor = max(0, position - SETTING_BYTES)
+    line_start = max(low.rfind(b"\n", floor, position), low.rfind(b"\r", floor, position)) + 1 or floor
     opened = low.rfind(b"dict(", line_start, position)
     return opened >= 0 and low.count(b"(", opened, position) > low.count(b")", opened, position)
 

@@ -285,6 +285,7 @@ def test_a_hostile_log_costs_one_pass():
 
     line = b"loss" + b" " * 200_000 + b"\n" + (b"x" * 100_000 + b":1 ") * 20 + b"\n" + b"a: 1 " * 100_000 + b"\n"
     line += b"| a a a a a a a a" * 50_000 + b"\n" + b"|" + b" " * 200_000 + b"| loss " + b"\t " * 100_000 + b"\n"
+    line += b"A: 1 " * 100_000 + b"\n" + b"x = 1 " * 100_000 + b"\n" + b"dict(a=1, " * 100_000 + b"\n"
     started = time.process_time()
     assert read(line) == []
     assert time.process_time() - started < 5  # a bound, not a speed target: quadratic would take minutes
