@@ -1,4 +1,5 @@
 import os
+import signal
 import subprocess
 import sys
 import textwrap
@@ -216,6 +217,9 @@ def ipython_submitting(cell_line, script, env=None, magic="train_detached", **po
     )
     process = subprocess.Popen(
         [sys.executable, "-m", "IPython", "--no-banner", "--quick", "-c", code],
+        # a terminal's hangup ends a kernel, as it would under any shell: whatever the tests were
+        # started under (nohup ignores SIGHUP, and its children would inherit that)
+        preexec_fn=lambda: signal.signal(signal.SIGHUP, signal.SIG_DFL),
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         stdin=subprocess.DEVNULL,

@@ -349,6 +349,9 @@ BAD_INPUTS = [
     ("cli", "prune --older-than soon", "--older-than expects an age", False),
     ("cli", "rm ghost", "no job named 'ghost'", False),
     ("cli", "submit /nonexistent/train.py --host", "cannot read the script", False),
+    ("magic", "%train_compare keep ghost", "no job named 'ghost'", False),
+    ("cli", "compare keep ghost", "no job named 'ghost'", False),
+    ("cli", "compare keep --x sideways", "invalid choice", False),
 ]
 
 
