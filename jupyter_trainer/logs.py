@@ -173,9 +173,8 @@ def read_all_lines(source: LogSource, strip_ansi: bool = True) -> Iterator[str]:
 
 
 class LogCursor:
-    """Reads what a log gained since the last read, in whole lines; and hands every byte to the
-    metric parser exactly once, as soon as its line or its redraw (\r) is complete, so values
-    inside a progress bar that redraws for an hour are read while it runs.
+    """Reads what a log gained since the last read, in whole lines; `added` is every byte the
+    read added, as the log has them (the metric reader takes bytes cut anywhere).
 
     A log can also shrink: a job that truncates its stdout, a copytruncate rotation, a log
     fetched again. The bytes just before the offset are checked at every read; when they are
@@ -186,10 +185,6 @@ class LogCursor:
         self.offset = offset
         self.chunk_size = chunk_size
         self._partial = b""
-        self._scanned = 0  # bytes at the start of the unended line already handed to metrics
-        self._skip = 0  # of the last read's complete lines, the bytes already handed to metrics
-        self._redraws: list[tuple[int, bytes]] = []  # of the last read, completed redraws not yet handed out
-        self._buffer_start = 0  # where the last read's buffer starts in the log
         self._check = b""  # the log's bytes just before `offset`, as they were read
         self._truncated_at: int | None = None
         self._buffer = bytearray()
@@ -200,16 +195,6 @@ class LogCursor:
         """Where the unended last line starts in the log: reading again from here misses nothing
         (but for a progress bar so long that its older redraws were let go)."""
         return self.offset - len(self._partial)
-
-    @property
-    def scanned_to(self) -> int:
-        """Up to where metrics have been handed out: reading again from here counts nothing twice."""
-        return self.line_start + self._scanned
-
-    @property
-    def unscanned(self) -> bytes:
-        """The unended last line's bytes not yet handed to metrics (read them once the log has ended)."""
-        return self._partial[self._scanned :]
 
     @property
     def pending(self) -> str:
@@ -236,7 +221,6 @@ class LogCursor:
         buffer = self._buffer
         del buffer[:]
         self.added = memoryview(b"")
-        self._skip, self._redraws = 0, []
         known = min(CHECK_BYTES, self.offset)
         data = source.read(self.offset - known, limit + known)
         if len(data) < known or (self._check and data[:known] != self._check):
@@ -251,44 +235,23 @@ class LogCursor:
         self._check = bytes(data[-CHECK_BYTES:])
         buffer += self._partial
         buffer += view
-        self._buffer_start = self.offset - len(buffer)
         cut = buffer.rfind(b"\n")
-        if cut >= 0:
-            self._skip, scanned = self._scanned, 0
-        else:
-            scanned = self._scanned  # still the same unended line
-        self._partial, self._scanned = self._bounded(bytes(buffer[cut + 1 :]), scanned)
+        self._partial = _bounded(bytes(buffer[cut + 1 :]))
         del buffer[cut + 1 :]
         return buffer
 
-    def metric_chunks(self, data: bytearray) -> list[tuple[int, bytes | bytearray]]:
-        """What of the last read (`data`, from `read_bytes`) is new to metrics, each piece with where
-        it starts in the log: its complete lines, less what was handed out of the first while it was
-        unended, and the redraws since."""
-        skip = self._skip
-        chunks = [(self._buffer_start + skip, data if not skip else bytes(data[skip:]))] if len(data) > skip else []
-        return chunks + self._redraws
-
-    def _bounded(self, partial: bytes, scanned: int) -> tuple[bytes, int]:
-        """Hand out the unended line's completed redraws, and keep the line bounded: a progress bar
-        redraws with \r and may never end its line, so only its last state is kept."""
-        start = self.offset - len(partial)  # where the unended line starts in the log
-        redraw_end = partial.rfind(b"\r") + 1
-        if redraw_end > scanned:
-            self._redraws.append((start + scanned, partial[scanned:redraw_end]))
-            scanned = redraw_end
-        if len(partial) <= MAX_PENDING:
-            return partial, scanned
-        redraw = partial.rfind(b"\r", 0, len(partial) - 1)
-        drop = redraw + 1 if redraw >= 0 else len(partial) - MAX_PENDING
-        if drop > scanned:  # one endless line without redraws: what is let go is still read for metrics
-            self._redraws.append((start + scanned, partial[scanned:drop]))
-            scanned = drop
-        return partial[drop:], scanned - drop
-
     def _restart(self) -> None:
         self._truncated_at = self.offset
-        self.offset, self._partial, self._scanned, self._check = 0, b"", 0, b""
+        self.offset, self._partial, self._check = 0, b"", b""
+
+
+def _bounded(partial: bytes) -> bytes:
+    """The unended last line, bounded: a progress bar redraws with \r and may never end its line,
+    so only its last state is kept."""
+    if len(partial) <= MAX_PENDING:
+        return partial
+    redraw = partial.rfind(b"\r", 0, len(partial) - 1)
+    return partial[redraw + 1 :] if redraw >= 0 else partial[-MAX_PENDING:]
 
 
 class MetricParser:

@@ -29,6 +29,7 @@ import re
 from dataclasses import dataclass
 from typing import Callable, Iterable
 
+from ._fs import read_range
 from .logs import ANSI_ESCAPE_BYTES
 
 # The words a metric's name is made of: a base, maybe a split before it and a reduction after it.
@@ -166,7 +167,6 @@ class MetricReader:
     def __init__(self, sink: Callable[[Point], None], patterns: Iterable[tuple[str, Callable]] = (), clock: "LogClock | None" = None):
         self.sink = sink
         self.clock = clock  # when the log had how many bytes: the time of a value with no step or epoch
-        self.offset: int | None = None  # where what is being fed starts in the log
         self.patterns = list(patterns)
         self.overridden = frozenset(name for name, _ in self.patterns)
         self.epoch_base: float | None = None  # the epoch a progress bar's fraction is added to
@@ -248,7 +248,6 @@ class MetricReader:
     def _read(self, data: bytes, first: int, end: int) -> None:
         """Read the values of `data` that lie in [first, end): the bytes before `first` were read
         already (they are there for the names that start in them), those from `end` on will be."""
-        self.offset = self.position
         shifts = None
         if b"\x1b" in data:
             data, shifts = _without_escapes(data)
@@ -459,12 +458,13 @@ class MetricReader:
             values = [(f"eval_{name}" if twin_key(name) == name else name, value, at) for name, value, at in values]
         axes, counts, held = self.axes, self.counts, self.held
         step = self.step if self.step is not None else self.bar
-        timed = self.clock is not None and self.offset is not None and self.clock.known
+        timed = self.clock is not None and self.clock.known
         preferred = (
             STEP if self.step is not None else EPOCH if self.epoch is not None else STEP if self.bar is not None
             else TIME if timed else NTH
         )  # fmt: skip
         for name, value, at in values:
+            where = self.position + _unshifted(at, self._shifts)  # where in the log it was printed
             axis = axes.get(name)
             if axis is None or (axis in (NTH, TIME) and preferred not in (NTH, TIME)):
                 # a name first seen with no step or epoch (a config printed before training) moves to
@@ -480,12 +480,11 @@ class MetricReader:
             elif axis == EPOCH:
                 x = self.epoch
             elif axis == TIME:
-                x = self.clock.seconds_at(self.offset + _unshifted(at, self._shifts)) if timed else None
+                x = self.clock.seconds_at(where) if timed else None
             else:
                 x = float(counts.get(name, 0) + 1)
             if x is None:
                 continue
-            where = self.offset + _unshifted(at, self._shifts)
             group = held.get(name)
             if group is None or group[1] != x or axis in (TIME, NTH) or len(group[2]) >= MAX_HELD:
                 # a new x: the values held at the last one are given out. The first value drawn at
@@ -665,9 +664,9 @@ def _segment(data: bytes, position: int, length: int, floor: int = 0) -> tuple[i
     """Where the line or redraw that `position` is on starts and ends; it starts at `floor` or
     later. Each search goes no further than that line or redraw: a line of a million redraws
     costs one pass, not one per redraw."""
-    start = max(data.rfind(b"\n", floor, position), data.rfind(b"\r", floor, position)) + 1 or floor
+    start = max(data.rfind(b"\n", floor, position), data.rfind(b"\r", floor, position), floor - 1) + 1
     found = _LINE_END.search(data, position)  # the nearest end, whichever it is: never past it
-    return max(start, floor), found.start() if found else length
+    return start, found.start() if found else length
 
 
 _SPLIT_NAMES = {b"test": "test", b"testing": "test", b"val": "val", b"valid": "val", b"validation": "val", b"eval": "eval", b"evaluation": "eval", b"dev": "dev"}
@@ -708,6 +707,9 @@ MAX_CLOCK_SAMPLES = 100_000  # past this, every other sample is let go
 MAX_JOB_SECONDS = 366 * 86400  # a sample later than this after the start is not the supervisor's
 
 
+CLOCK_READ = 1 << 20  # bytes of the log's clock file taken in at most a look
+
+
 class LogClock:
     """When the log had how many bytes: the supervisor's samples ("SECONDS BYTES" lines, see
     supervise.sh), added as they are appended. A byte's time lies between the samples around it;
@@ -719,6 +721,18 @@ class LogClock:
         self.times: list[float] = []
         self._partial = b""
         self._end: tuple[int, float] | None = None  # the log's size, and when it had it
+        self._file_read = 0  # bytes of the clock file taken in (see `read_more`)
+
+    def read_more(self, path, limit: int = CLOCK_READ) -> bool:
+        """Take in what the clock file at `path` (the supervisor's samples) gained since the last
+        look, at most `limit` bytes; False when it cannot be read."""
+        try:
+            added = read_range(path, self._file_read, limit)
+        except OSError:
+            return False
+        self._file_read += len(added)
+        self.add(added)
+        return True
 
     @property
     def known(self) -> bool:

@@ -20,7 +20,6 @@ from . import metrics_cache
 from .job import Job
 from .jobs import Status, describe_outcome
 from .logs import LogCursor, MetricParser, last_lines, tail_screen
-from ._fs import read_range
 from .metrics import LogClock, MetricReader, Progress, progress_of
 from .store import CLOCK_FILE
 from .plot import MetricSeries
@@ -37,7 +36,6 @@ SAVE_BYTES = 64 << 20  # the metrics are saved after this much more of the log i
 SAVE_SECONDS = 10.0  # ...or, once caught up, this long after the last save (at once when the job has ended)
 NOTE_HISTORY_FROM = 64 << 20  # bytes of history from which the view says it is still reading it
 QUIET_AFTER = 300.0  # seconds without output after which a running job's view says so
-CLOCK_READ = 1 << 20  # bytes of the log's clock read at most a poll
 USAGE_INTERVAL = 5.0  # seconds between two looks at what a running job uses (an engine call each)
 # bytes of whole lines the reader is given at a time: after each, it forgets the names the series
 # does not keep, so that a piece full of new names (per-class metrics) costs a few MB at most
@@ -92,7 +90,6 @@ class JobMonitor:
         self.parser = MetricParser(Metric(name, regex) for name, regex in self.metric_options)
         self.clock = LogClock(job.record.started_at)
         self.reader = MetricReader(self.metrics.add, self.parser.finders(), self.clock)
-        self._clock_read = 0  # bytes of the clock file read
         self.cursor = LogCursor(chunk_size=1 << 20)
         self.read_budget = read_budget
         self.read_seconds = read_seconds
@@ -212,12 +209,8 @@ class JobMonitor:
     def _read_clock(self, size: int, now: float | None) -> None:
         """What the supervisor noted of the log's size since the last read (see LogClock)."""
         self.clock.started_at = self.record.started_at
-        try:
-            added = read_range(self.job.run_dir / CLOCK_FILE, self._clock_read, CLOCK_READ)
-        except OSError:
+        if not self.clock.read_more(self.job.run_dir / CLOCK_FILE):
             return
-        self._clock_read += len(added)
-        self.clock.add(added)
         if now is not None:
             self.clock.until(size, now)
 
@@ -348,18 +341,6 @@ class JobMonitor:
         if self.cursor.offset < self.history_end and self.history_end >= NOTE_HISTORY_FROM:
             notes.insert(0, f"reading the log for metrics: {self.cursor.offset / self.history_end:.0%}")
         return notes
-
-
-def line_pieces(data: bytes | bytearray, start: int, size: int):
-    """(where it starts in the log, piece) of `data`, which starts at `start`, in pieces of about
-    `size` bytes that end where a line ends (a longer line is one piece)."""
-    begin = 0
-    while len(data) - begin > size:
-        end = data.rfind(b"\n", begin, begin + size) + 1 or data.find(b"\n", begin + size) + 1 or len(data)
-        yield start + begin, data[begin:end]
-        begin = end
-    if begin < len(data):
-        yield start + begin, data[begin:] if begin else data
 
 
 def notification_facts(notification: dict) -> tuple[str, ...]:
