@@ -21,7 +21,6 @@ import time
 from dataclasses import dataclass
 
 from . import compare as rules
-from ._fs import read_range
 from .job import Job
 from .logs import LogCursor, MetricParser
 from .metrics import TIME, LogClock, MetricReader
@@ -32,7 +31,6 @@ from .summary import run_label
 
 READ_SECONDS = 0.02  # of reading per run and poll (a backlog is read over several polls)
 MAX_PIECE = 64 << 10  # bytes fed to the reader at once at most (between two looks at the clock)
-CLOCK_READ = 1 << 20  # bytes of the log's clock read at most a time
 MAX_NAMES = 256  # metrics a run keeps the table's numbers of (a log may print endless names)
 
 
@@ -53,7 +51,6 @@ class ComparedRun:
         self.clock = LogClock(job.record.started_at)
         self.reader = MetricReader(self._take, self.parser.finders(), self.clock)
         self.cursor = LogCursor(chunk_size=1 << 20)
-        self._clock_read = 0
         self._size = 0  # the log's size at the last read, and when
         self._now = time.time()
         self._settled = False
@@ -133,12 +130,7 @@ class ComparedRun:
 
     def _read_clock(self) -> None:
         self.clock.started_at = self.record.started_at
-        try:
-            added = read_range(self.job.run_dir / CLOCK_FILE, self._clock_read, CLOCK_READ)
-        except OSError:
-            added = b""
-        self._clock_read += len(added)
-        self.clock.add(added)
+        self.clock.read_more(self.job.run_dir / CLOCK_FILE)
         self.clock.until(self._size, self._now)
 
     def seconds_at(self, offset: int) -> float | None:

@@ -169,8 +169,7 @@ class Job:
         parser = MetricParser(Metric(name, regex) for name, regex in self.record.options.get("metrics", []))
         clock = LogClock(self.record.started_at)
         source = self.log_source()
-        with contextlib.suppress(OSError):
-            clock.add(_fs.read_range(self.run_dir / CLOCK_FILE, 0, CLOCK_BYTES))
+        clock.read_more(self.run_dir / CLOCK_FILE, CLOCK_BYTES)
         clock.until(source.size(), time.time())
         reader = MetricReader(keep, parser.finders(), clock)
         offset = 0
