@@ -25,6 +25,7 @@ from typing import Iterable, Sequence
 
 from .metrics import AXIS_TITLES, TIME, main_metric, twin_key
 from .options import argument
+from .wording import text_table
 
 # The words of a metric's name that say which way is better.
 LOWER_IS_BETTER = frozenset({"loss", "ppl", "perplexity", "mae", "mse", "rmse", "wer", "cer", "error", "err", "nll"})
@@ -169,15 +170,8 @@ def format_value(value: float | None) -> str:
 def table_text(rows: Sequence[Row], note: str = "") -> str:
     """The comparison as a text table (a terminal, --no-widget), its notes under it."""
     header = ("name", "status", "metric", "last", "best", "points")
-    lines = [header] + [
-        (r.name, r.status, r.metric or "-", format_value(r.last), format_value(r.best), str(r.points)) for r in rows
-    ]
-    widths = [max(len(line[column]) for line in lines) for column in range(len(header))]
-    numeric = {3, 4, 5}
-    text = [
-        "  ".join(cell.rjust(widths[i]) if i in numeric and index else cell.ljust(widths[i]) for i, cell in enumerate(line)).rstrip()
-        for index, line in enumerate(lines)
-    ]
+    cells = [(r.name, r.status, r.metric or "-", format_value(r.last), format_value(r.best), str(r.points)) for r in rows]
+    text = [text_table(cells, header, right={3, 4, 5})]
     metric = next((r.metric for r in rows if r.metric), None)
     way = direction(metric) if metric else None
     notes = [r.note for r in rows if r.note]

@@ -14,6 +14,7 @@ from .backends import Backends, UnknownBackend
 from .errors import TrainerError
 from .jobs import JobRecord, describe_outcome, format_duration
 from .logs import clean_line
+from .wording import text_table
 from .resources import Usage
 from .resources import describe as describe_usage
 from .resources import as_json as resources_json
@@ -82,10 +83,7 @@ def record_row(record: JobRecord, backends: Backends) -> tuple[str, ...]:
 
 
 def table(rows: Iterable[tuple[str, ...]], header: tuple[str, ...] = COLUMNS) -> str:
-    rows = [header, *rows]
-    widths = [max(len(row[column]) for row in rows) for column in range(len(header))]
-    lines = ["  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip() for row in rows]
-    return "\n".join(lines)
+    return text_table(rows, header)
 
 
 def jobs_table(items: Iterable[JobRecord | TrainerError], backends: Backends) -> str:

@@ -44,3 +44,14 @@ def format_duration(seconds):
     if minutes:
         return "{}m{:02d}s".format(minutes, seconds)
     return "{}s".format(seconds)
+
+
+def text_table(rows, header, right=()):
+    """Rows of cells as text: columns two blanks apart, each as wide as its widest cell, the
+    `right` columns (by index) of the rows, not of the header, set to the right."""
+    lines = [tuple(header)] + [tuple(row) for row in rows]
+    widths = [max(len(line[column]) for line in lines) for column in range(len(header))]
+    return "\n".join(
+        "  ".join(cell.rjust(widths[i]) if index and i in right else cell.ljust(widths[i]) for i, cell in enumerate(line)).rstrip()
+        for index, line in enumerate(lines)
+    )
