@@ -359,6 +359,7 @@ class JobWidget:
         self.charts_due = float("-inf")  # when the charts may be sent again
         self._charts_stale = False  # an update left the charts as they were: the next one draws them
         self._chart_errors: list[str] = []  # why the charts could not be drawn, the last time they were
+        self._log_errors: list[str] = []  # why the log pane could not be drawn, the last time it was
         self.push()
 
     @property
@@ -452,36 +453,34 @@ class JobWidget:
             self._push()
 
     def _push_header(self) -> None:
-        """Only the header again (its elapsed time), when nothing else can have changed."""
-        now = self.clock()
+        """Only the header again (its elapsed time), when nothing else can have changed: it still
+        says why the parts not drawn again could not be drawn the last time."""
+        _, header, errors = self._header(self.clock())
+        self.header.value = header + "".join(error_html(error) for error in errors + self._chart_errors + self._log_errors)
+
+    def _header(self, now: float) -> tuple:
+        """The monitor's snapshot (None if it could not be taken), the header drawn from it, and
+        what went wrong on the way."""
         self._shown_second = int(now)
         errors = [self.error] if self.error else []
         snapshot = _render(lambda: self.monitor.snapshot(now), "the view", errors)
         header = _render(lambda: self.render_header(snapshot), "the header", errors) if snapshot else None
-        if header is None:
-            header = f"<b>{html.escape(self.job.name)}</b>"
-        self.header.value = header + "".join(error_html(error) for error in errors + self._chart_errors)
+        return snapshot, header if header is not None else f"<b>{html.escape(self.job.name)}</b>", errors
 
     def _push(self, charts: bool = True) -> int:
         """`charts`: draw the charts too (else they stay as they were until the next update).
         Returns the characters of charts sent."""
         monitor = self.monitor
-        now = self.clock()
-        self._shown_second = int(now)
-        errors = [self.error] if self.error else []
-        snapshot = _render(lambda: monitor.snapshot(now), "the view", errors)
-        header = _render(lambda: self.render_header(snapshot), "the header", errors) if snapshot else None
+        snapshot, header, errors = self._header(self.clock())
         plot = None
         if snapshot and charts:
             self._chart_errors = []
             plot = _render(lambda: self.render_plot(snapshot), "the chart", self._chart_errors)
             _render(lambda: self._offer_charts(snapshot), "the chart chooser", self._chart_errors)
         self._charts_stale = bool(snapshot) and not charts
-        errors += self._chart_errors
-        log = _render(lambda: self.render_log(snapshot), "the log", errors) if snapshot else None
-        if header is None:
-            header = f"<b>{html.escape(self.job.name)}</b>"
-        self.header.value = header + "".join(error_html(error) for error in errors)
+        self._log_errors = []
+        log = _render(lambda: self.render_log(snapshot), "the log", self._log_errors) if snapshot else None
+        self.header.value = header + "".join(error_html(error) for error in errors + self._chart_errors + self._log_errors)
         sent = 0
         if plot is not None and plot != self.plot.value:
             self.plot.value = plot
