@@ -206,11 +206,6 @@ def session_members(session: int | None, limit: int = 5) -> list[str]:
     """The live processes of `session`, "pid N: command" each (the first `limit`, then how many more)."""
     if not session or session <= 1:
         return []
-    found = []
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            fields = _stat_fields(int(entry))
-            if fields is not None and fields[0] not in ("Z", "X") and int(fields[3]) == session:
-                found.append(int(entry))
+    found = [pid for pid, _ in _session_table(0.0)[1].get(session, [])]
     shown = [f"pid {pid}: {' '.join(command_line(pid) or ['?'])[:80]}" for pid in sorted(found)[:limit]]
     return shown + ([f"{len(found) - limit} more"] if len(found) > limit else [])
