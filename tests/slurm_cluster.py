@@ -325,13 +325,8 @@ def for_the_session(tmp_path_factory, kind=None, **options):
     CI), and once the session ends, stopped, with the last jobs' processes gone."""
     import pytest
 
-    problem = missing(options.get("accounting", False))
-    if problem:
-        if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
-            pytest.fail(f"no Slurm cluster can run here: {problem}")
-        pytest.skip(problem)
     kind = kind or SlurmCluster
-    problem = kind.missing_more() if hasattr(kind, "missing_more") else None
+    problem = missing(options.get("accounting", False)) or (kind.missing_more() if hasattr(kind, "missing_more") else None)
     if problem:
         if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
             pytest.fail(f"no Slurm cluster can run here: {problem}")
@@ -345,6 +340,30 @@ def for_the_session(tmp_path_factory, kind=None, **options):
     yield cluster
     cluster.close()
     wait_for_no_process_of(tmp_path_factory.getbasetemp())
+
+
+def following(cluster, monkeypatch, keep=frozenset()):
+    """A test fixture's body: the test's jobs go to `cluster`, read afresh, and the jobs it leaves
+    in the queue are cancelled after it (but those in `keep`, which outlive it on purpose)."""
+    from jupyter_trainer.backends.slurm.queue import QUEUE
+
+    monkeypatch.setenv("SLURM_CONF", str(cluster.conf))
+    QUEUE.reset()
+    yield cluster
+    left = [job_id for job_id in cluster.run("squeue", "--me", "-h", "-o", "%i").stdout.split() if job_id not in keep]
+    if left:
+        cluster.run("scancel", *left)
+
+
+def submit(script, workdir, name, **options):
+    """A cell (dedented) submitted with --slurm and `options`, as job `name`."""
+    import textwrap
+
+    from jupyter_trainer.spec import build_spec
+    from jupyter_trainer.submit import submit_detached
+
+    spec = build_spec(textwrap.dedent(script), workdir=str(workdir), slurm=True, **options)
+    return submit_detached(spec, name=name).job
 
 
 def wait_for_no_process_of(marker, timeout=15.0):

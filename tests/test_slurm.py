@@ -5,7 +5,6 @@ import json
 import os
 import subprocess
 import sys
-import textwrap
 import time
 
 import pytest
@@ -22,6 +21,7 @@ from jupyter_trainer.spec import build_spec
 from jupyter_trainer.submit import submit_detached
 
 import slurm_cluster
+from slurm_cluster import submit
 
 pytestmark = pytest.mark.slurm
 
@@ -35,19 +35,9 @@ def cluster(tmp_path_factory):
 KEEP = set()  # Slurm job ids that outlive the test that submitted them (the time-limit job)
 
 
-def cancel_all_but_kept(cluster):
-    ids = cluster.run("squeue", "--me", "-h", "-o", "%i").stdout.split()
-    left = [job_id for job_id in ids if job_id not in KEEP]
-    if left:
-        cluster.run("scancel", *left)
-
-
 @pytest.fixture
 def slurm(cluster, monkeypatch, home):
-    monkeypatch.setenv("SLURM_CONF", str(cluster.conf))
-    QUEUE.reset()
-    yield cluster
-    cancel_all_but_kept(cluster)
+    yield from slurm_cluster.following(cluster, monkeypatch, KEEP)
 
 
 @pytest.fixture(scope="module")
@@ -63,11 +53,6 @@ def timed_out(cluster, tmp_path_factory):
     KEEP.add(job.record.runtime["job_id"])
     yield job
     KEEP.discard(job.record.runtime["job_id"])
-
-
-def submit(script, workdir, name, **options):
-    spec = build_spec(textwrap.dedent(script), workdir=str(workdir), slurm=True, **options)
-    return submit_detached(spec, name=name).job
 
 
 def slurm_id(job):

@@ -5,7 +5,6 @@ down for a minute while a job runs."""
 import json
 import subprocess
 import sys
-import textwrap
 import time
 
 import pytest
@@ -16,10 +15,9 @@ from jupyter_trainer.backends.slurm import commands
 from jupyter_trainer.backends.slurm.queue import QUEUE
 from jupyter_trainer.job import refreshed_records
 from jupyter_trainer.jobs import Status
-from jupyter_trainer.spec import build_spec
-from jupyter_trainer.submit import submit_detached
 
 import slurm_cluster
+from slurm_cluster import submit
 
 pytestmark = pytest.mark.slurm
 
@@ -31,17 +29,7 @@ def cluster(tmp_path_factory):
 
 @pytest.fixture
 def slurm(cluster, monkeypatch, home):
-    monkeypatch.setenv("SLURM_CONF", str(cluster.conf))
-    QUEUE.reset()
-    yield cluster
-    ids = cluster.run("squeue", "--me", "-h", "-o", "%i").stdout.split()
-    if ids:
-        cluster.run("scancel", *ids)
-
-
-def submit(script, workdir, name, **options):
-    spec = build_spec(textwrap.dedent(script), workdir=str(workdir), slurm=True, **options)
-    return submit_detached(spec, name=name).job
+    yield from slurm_cluster.following(cluster, monkeypatch)
 
 
 def slurm_id(job):

@@ -3,16 +3,15 @@ runs once per node through srun, with MASTER_ADDR, MASTER_PORT, NODE_RANK and WO
 gloo DDP script on Debian's python3-torch sums over both nodes, torchrun gets its node flags, and
 every line of the merged log says its node."""
 
-import textwrap
 
 import pytest
 
-from jupyter_trainer.backends.slurm.queue import QUEUE
 from jupyter_trainer.jobs import Status
 from jupyter_trainer.spec import build_spec
 from jupyter_trainer.submit import submit_detached
 
 import slurm_cluster
+from slurm_cluster import submit
 import slurm_nodes
 
 pytestmark = pytest.mark.slurm
@@ -39,17 +38,7 @@ def nodes(tmp_path_factory):
 
 @pytest.fixture
 def slurm(nodes, monkeypatch, home):
-    monkeypatch.setenv("SLURM_CONF", str(nodes.conf))
-    QUEUE.reset()
-    yield nodes
-    ids = nodes.run("squeue", "--me", "-h", "-o", "%i").stdout.split()
-    if ids:
-        nodes.run("scancel", *ids)
-
-
-def submit(script, workdir, name, **options):
-    spec = build_spec(textwrap.dedent(script), workdir=str(workdir), slurm=True, **options)
-    return submit_detached(spec, name=name).job
+    yield from slurm_cluster.following(nodes, monkeypatch)
 
 
 def test_a_gloo_ddp_job_on_two_nodes(slurm, workdir):
