@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import os
 import time
+from itertools import repeat
 from pathlib import Path
 from typing import Iterator
 
@@ -166,12 +167,18 @@ class Job:
                 points.clear()
             points.append((axis, x, value))
 
+        def keep_many(name: str, axis: str, xs: list, values: list, _offsets) -> None:
+            points = found.setdefault(name, [])
+            if points and points[-1][0] != axis:
+                points.clear()
+            points.extend(zip(repeat(axis), xs, values))
+
         parser = MetricParser(Metric(name, regex) for name, regex in self.record.options.get("metrics", []))
         clock = LogClock(self.record.started_at)
         source = self.log_source()
         clock.read_more(self.run_dir / CLOCK_FILE, CLOCK_BYTES)
         clock.until(source.size(), time.time())
-        reader = MetricReader(keep, parser.finders(), clock)
+        reader = MetricReader(keep, parser.finders(), clock, bulk=keep_many)
         offset = 0
         while True:
             data = source.read(offset, METRICS_READ)
@@ -191,6 +198,9 @@ class Job:
             name, _axis, _x, value = point
             latest[name] = value
 
+        def keep_last(name: str, _axis: str, _xs: list, values: list, _offsets) -> None:
+            latest[name] = values[-1]
+
         source = self.log_source()
         size = source.size()
         start = max(0, size - tail_bytes)
@@ -198,7 +208,7 @@ class Job:
         if start:
             data = data[data.find(b"\n") + 1 :]  # from the first whole line
         parser = MetricParser(Metric(name, regex) for name, regex in self.record.options.get("metrics", []))
-        reader = MetricReader(keep, parser.finders())
+        reader = MetricReader(keep, parser.finders(), bulk=keep_last)
         reader.feed(data)
         reader.flush()
         return latest

@@ -164,8 +164,17 @@ class MetricReader:
     `finditer(data)` gives `(position, value)` of each match in the bytes; a user's name overrides
     the series of the same name found on its own."""
 
-    def __init__(self, sink: Callable[[Point], None], patterns: Iterable[tuple[str, Callable]] = (), clock: "LogClock | None" = None):
+    def __init__(
+        self,
+        sink: Callable[[Point], None],
+        patterns: Iterable[tuple[str, Callable]] = (),
+        clock: "LogClock | None" = None,
+        bulk: Callable | None = None,
+    ):
         self.sink = sink
+        # takes a metric's settled values in one call, (name, axis, xs, values, where each was
+        # printed), when the reader has many at once; without it the sink takes them one by one
+        self.bulk = bulk
         self.clock = clock  # when the log had how many bytes: the time of a value with no step or epoch
         self.patterns = list(patterns)
         self.overridden = frozenset(name for name, _ in self.patterns)
@@ -194,6 +203,8 @@ class MetricReader:
         self.given_at = 0  # where in the log the value being given to the sink was printed
         self._line_start = 0  # where the line being read starts in the log
         self._names: dict[bytes, tuple[str | None, str | None]] = {}  # see _named_before
+        self._templates: dict = {}  # the lines of a shape, as read in bulk (see metric_runs)
+        self._shapes_seen: set = set()
 
     # -- reading -------------------------------------------------------------
 
@@ -207,7 +218,7 @@ class MetricReader:
         buffer = self._buffer
         cut = max(buffer.rfind(b"\n"), buffer.rfind(b"\r")) + 1
         if cut > self._context:  # complete lines and redraws: read them, keep the rest
-            self._read(bytes(buffer[:cut]), self._context, cut)
+            self._read_lines(bytes(buffer[:cut]), self._context, cut)
             self._last_byte = buffer[cut - 1 : cut]
             self._advance(cut, 0)
         # one line endless and unredrawn: read in windows fixed from the line's start (never where
@@ -245,6 +256,40 @@ class MetricReader:
         self.position += drop
         self._context = context
 
+    def _read_lines(self, data: bytes, first: int, end: int) -> None:
+        """Read complete lines: runs of one shape in bulk where that reads them alike (see
+        metric_runs), the others one by one."""
+        if first or self.patterns or end < BULK_BYTES or b"\r" in data or b"\x1b" in data:
+            self._read(data, first, end)
+        else:
+            read_in_runs(self, data)
+
+    def _read_slice(self, data: bytes, start: int, end: int) -> None:
+        """Read the whole lines of data[start:end] as reading all of `data` would."""
+        if end <= start:
+            return
+        position, last_byte = self.position, self._last_byte
+        self.position += start
+        if start:
+            self._last_byte = data[start - 1 : start]
+        try:
+            self._read(data[start:end], 0, end - start)
+        finally:
+            self.position, self._last_byte = position, last_byte
+
+    def give_batch(self, name: str, axis: str, xs: list, values: list, offsets) -> None:
+        """Settled values of one metric, in order, each printed where `offsets` says."""
+        if not xs:
+            return
+        if self.bulk is not None:
+            self.given_at = offsets[-1]
+            self.bulk(name, axis, xs, values, offsets)
+            return
+        sink = self.sink
+        for x, value, at in zip(xs, values, offsets):
+            self.given_at = at
+            sink((name, axis, x, value))
+
     def _read(self, data: bytes, first: int, end: int) -> None:
         """Read the values of `data` that lie in [first, end): the bytes before `first` were read
         already (they are there for the names that start in them), those from `end` on will be."""
@@ -278,12 +323,7 @@ class MetricReader:
                 window = 0
                 before = low[start - 1 : start] if start else (self._continued if continued else self._last_byte)
                 self.redraw = before == b"\r"
-                line_split = _EVALUATION_LINE.match(low, start)
-                if line_split is None and low.find(b"|", start, segment_end) >= 0:
-                    line_split = _SPLIT_FIELD.search(low, start, segment_end)
-                if line_split is None and low.find(b")", start, segment_end) >= 0:
-                    line_split = _MM_SPLIT.search(low, start, segment_end)
-                split = _SPLIT_NAMES[line_split.group(1)] if line_split else ""
+                split = line_split(low, start, segment_end)
             # a line longer than a WINDOW is read as lines of a WINDOW each, counted from its start:
             # however the log is read, its values take the same x
             at_window = (self.position + _unshifted(position, shifts) - line_start) // WINDOW
@@ -573,6 +613,7 @@ class MetricReader:
 # WINDOW_CONTEXT bytes before it (a name before its value may start there) and the WINDOW_AHEAD
 # after it (a value that starts in it ends there).
 WINDOW = 64 << 10
+BULK_BYTES = 8192  # complete lines worth looking for runs of one shape in
 WINDOW_CONTEXT = 512
 WINDOW_AHEAD = 512
 MAX_NAMES_SEEN = 4096
@@ -645,6 +686,17 @@ def _inside_dict(low: bytes, position: int) -> bool:
     line_start = max(low.rfind(b"\n", floor, position), low.rfind(b"\r", floor, position)) + 1 or floor
     opened = low.rfind(b"dict(", line_start, position)
     return opened >= 0 and low.count(b"(", opened, position) > low.count(b")", opened, position)
+
+
+def line_split(low: bytes, start: int, end: int) -> str:
+    """The split a line reports on ("val", "test", ...; "" for none): "Test set: ...", a pipe
+    field "| valid on 'valid' subset |", MMEngine's "Epoch(val)"."""
+    found = _EVALUATION_LINE.match(low, start)
+    if found is None and low.find(b"|", start, end) >= 0:
+        found = _SPLIT_FIELD.search(low, start, end)
+    if found is None and low.find(b")", start, end) >= 0:
+        found = _MM_SPLIT.search(low, start, end)
+    return _SPLIT_NAMES[found.group(1)] if found else ""
 
 
 def _field_name(words: bytes) -> tuple[str | None, str | None]:
@@ -788,3 +840,6 @@ def main_metric(names) -> str | None:
         if found:
             return found
     return next((name for name in names if "loss" in name), names[0] if names else None)
+
+
+from .metric_runs import read_in_runs  # noqa: E402  (it builds on this module's names)

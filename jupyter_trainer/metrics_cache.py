@@ -60,7 +60,7 @@ def load(run_dir: Path, metrics: list[tuple[str, str]], source: LogSource, up_to
         if source.read(start, offset - start).hex() != data["check"]:
             return None
         cached_series = MetricSeries(series.max_points, series.max_names)
-        cached_reader = MetricReader(reader.sink, reader.patterns)
+        cached_reader = MetricReader(reader.sink, reader.patterns, bulk=reader.bulk)
         cached_series.restore(data["series"])
         cached_reader.restore(data["reader"])
         cached_reader.position = offset

@@ -89,7 +89,7 @@ class JobMonitor:
         self.metric_options = [[name, regex] for name, regex in job.record.options.get("metrics", [])]
         self.parser = MetricParser(Metric(name, regex) for name, regex in self.metric_options)
         self.clock = LogClock(job.record.started_at)
-        self.reader = MetricReader(self.metrics.add, self.parser.finders(), self.clock)
+        self.reader = MetricReader(self.metrics.add, self.parser.finders(), self.clock, bulk=self.metrics.add_many)
         self.cursor = LogCursor(chunk_size=1 << 20)
         self.read_budget = read_budget
         self.read_seconds = read_seconds

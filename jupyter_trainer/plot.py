@@ -173,6 +173,41 @@ class MetricSeries:
             self.stride[name] = stride * 2
             windows[:] = [_merged(windows[index : index + 2]) for index in range(0, len(windows), 2)]
 
+    def add_many(self, name: str, axis: str, xs: list, values: list, offsets=None) -> None:
+        """A metric's next values, in order, as `add` would take them one by one (a reader's batch)."""
+        if name not in self.updated and len(self.updated) >= self.max_names:
+            for x, value in zip(xs, values):  # whether it is kept turns on the others: one by one
+                self.add((name, axis, x, value))
+            return
+        points = [(x, value) for x, value in zip(xs, values) if _finite(x) and _finite(value)]
+        if not points or not self._keeps(name):
+            return
+        self.seen += len(points) - 1  # one for each value, as one by one
+        self._touch(name)
+        self._follow_axis(name, axis)
+        windows = self.windows.setdefault(name, [])
+        stride = self.stride.setdefault(name, 1)
+        half = max(1, self.max_points // 2)
+        # as `add` one by one: the last window filled up to the stride, new windows of `stride`
+        # values each, and past `half` windows the stride doubles and neighbours merge
+        at = 0
+        while at < len(points):
+            if windows and windows[-1][0] < stride:
+                window = windows[-1]
+                taken = points[at : at + stride - window[0]]
+                window[0] += len(taken)
+                window[1:] = _extremes(window[1:] + taken)
+                at += len(taken)
+                continue
+            room = max(1, half + 1 - len(windows))  # windows to add before the series thins
+            block = points[at : at + room * stride]
+            windows.extend([len(block[i : i + stride]), *_extremes(block[i : i + stride])] for i in range(0, len(block), stride))
+            at += len(block)
+            if len(windows) > half:
+                stride *= 2
+                self.stride[name] = stride
+                windows[:] = [_merged(windows[index : index + 2]) for index in range(0, len(windows), 2)]
+
     def set_latest(self, pending: dict, counts: dict) -> None:
         """The newest value of each metric (not yet settled: a redraw may still replace it), and
         how many values of each were read."""
@@ -361,8 +396,8 @@ class MetricSeries:
 
 def _extremes(points: list[tuple[float, float]]) -> list[tuple[float, float]]:
     """The lowest and the highest of `points`, in their order (one point when they are the same)."""
-    low = min(range(len(points)), key=lambda index: points[index][1])
-    high = max(range(len(points)), key=lambda index: points[index][1])
+    values = [point[1] for point in points]
+    low, high = values.index(min(values)), values.index(max(values))  # the first of each
     return [points[low]] if low == high else [points[min(low, high)], points[max(low, high)]]
 
 
