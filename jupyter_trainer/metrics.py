@@ -47,6 +47,7 @@ SPLITS = ("train", "training", "val", "valid", "validation", "eval", "test", "de
 REDUCTIONS = ("step", "epoch", "avg", "mean")
 EPOCH, STEP, TIME, NTH = "epoch", "step", "time", "n"
 VALUE, BAR, RICH_BAR, EPOCH_HEADING, STEP_HEADING = "value", "bar", "rich bar", "epoch heading", "step heading"
+TABLE_ROW, TABLE_EDGE = "table row", "table edge"
 STEP_WORDS = ("step", "global_step", "iteration", "iter", "it")
 AXIS_TITLES = {EPOCH: "epoch", STEP: "step", TIME: "seconds since start", NTH: "value number"}
 
@@ -56,7 +57,7 @@ _VALUE_AFTER = re.compile(rb"[:=][ \t]*['\"]?(" + _NUMBER + rb")(?:/(\d+))?(?![\
 # a name, reversed: read from just before a separator towards the start of the line
 # (each word starts with a letter: "step 123 loss" is "loss", and the same name is the same key)
 # (a word before the last may be a possessive: LightGBM's "training's auc", "valid_1's auc")
-_NAME_BEFORE = re.compile(rb"[ \t]*['\"]?([a-z0-9_/.-]{0,63}[a-z](?: (?:s')?[a-z0-9_/-]{0,63}[a-z]){0,2})")
+_NAME_BEFORE = re.compile(rb"[ \t]*['\"]?([a-z0-9_/.@-]{0,63}[a-z](?: (?:s')?[a-z0-9_/-]{0,63}[a-z]){0,2})")
 # a value with no separator before it, as a loop's print may say it: "loss 0.25", "lr 0.1 ppl 12";
 # the name before the blanks is read backwards, and must be a metric's (from the run's first blank
 # only, and possessive: endless blanks cost one pass)
@@ -88,13 +89,22 @@ _MM_SPLIT = re.compile(rb"(?:epoch|iter)\((val|test)\)")
 # a printed config: "    LOSS_WEIGHT: 1.0" (detectron2's YAML) on a line of its own, or a value inside
 # "dict(...)" (MMEngine's Python config)
 _YAML_SETTING = re.compile(rb"[ \t]*[A-Z][A-Z0-9_]*:[ \t]*[^ \t\r\n]+[ \t]*(?:[\r\n]|\Z)")
+# a key-value table, as stable-baselines3 prints one per rollout: "| rollout/    |      |" starts a
+# section, "|    ep_rew_mean | -1.2e+03 |" is its rollout/ep_rew_mean, a line of dashes ends the table
+# (and its time/total_timesteps is the step of all its values)
+_TABLE_ROW = re.compile(rb"^\|[ \t]+([a-z_][a-z0-9_./-]{0,127})[ \t]*\|[ \t]*(?:(" + _NUMBER + rb")[ \t]*)?\|[ \t]*$", re.M)
+_TABLE_EDGE = re.compile(rb"^-{8,}[ \t]*$", re.M)
+TABLE_STEPS = ("total_timesteps", "timesteps", "global_step", "step")
+# timm's training lines: "Train: 3 [ 100/1251 (  8%)]" is epoch 3 (counted from 0) and its bar
+_TIMM_EPOCH = re.compile(rb"(?<![a-z])train: (\d+) \[")
 # a line that starts with "[N]" is at step N, as XGBoost and LightGBM print their rounds
 _ROUND = re.compile(rb"\[(\d+)\][ \t]")
 # a progress bar's "n/total": tqdm's "| 45/100 [", Keras's " 45/100 [===" and Keras 3's "45/100 ━━"
 # (pattern, what n must follow, whether an "Epoch E/T" on the bar's own line counts from 0)
 _BARS = (
     (re.compile(rb"/(\d+)(?: ?\[| ?\xe2\x94\x81)"), b"", False),
-    (re.compile(rb"/(\d+) \(\d+%\)\]"), b"[", False),  # PyTorch's examples: "[640/60000 (1%)]"
+    # PyTorch's examples' "[640/60000 (1%)]", timm's "[ 100/1251 (  8%)]"
+    (re.compile(rb"/(\d+)[ \t]*\([ \t]*\d+%\)\]"), b"[", False),
     # a report's counter: "|   200/ 2983 batches |", "20/100 iterations"
     (re.compile(rb"/[ \t]*(\d+)[ \t]+(?:batches|batch|iterations|iters|steps)\b"), b"", False),
     # Rich's bar, as Lightning draws it: "Epoch 1/1 ━━━━ 4/4 0:00:00 • ..." (its epoch counts from 0)
@@ -123,6 +133,11 @@ def metric_name(words: str, generic: bool | None = None) -> str | None:
         return None
     if _is_metric(name) or (generic and (name.endswith(GENERIC_ENDS) or name.startswith("loss_")) and name[0].isalpha()):
         return name
+    if "@" in name:  # "Acc@1", "recall@10", "mAP@0.5": at a cut-off
+        base, _, cut = name.partition("@")
+        return name if cut.replace(".", "", 1).isdigit() and _is_metric(base) else None
+    if generic and "/" in name and _MAP_WORDS & set(name.rpartition("/")[2].split("_")):  # "coco/bbox_mAP_50"
+        return name if name[0].isalpha() else None
     if generic and "." in name.strip("."):  # a head's own: mmseg's "decode.loss_ce" and "aux.loss_ce" are two
         return name if metric_name(name.rpartition(".")[2], generic=True) and name[0].isalpha() else None
     return None
@@ -137,6 +152,7 @@ def _is_metric(name: str) -> bool:
 
 
 _BASE_SET = frozenset(BASES)
+_MAP_WORDS = frozenset({"map", "ap", "ar"})  # detection's scores, as evaluators tag them
 
 
 def twin_key(name: str) -> str:
@@ -205,6 +221,7 @@ class MetricReader:
         self._names: dict[bytes, tuple[str | None, str | None]] = {}  # see _named_before
         self._templates: dict = {}  # the lines of a shape, as read in bulk (see metric_runs)
         self._shapes_seen: set = set()
+        self.table: list = ["", None, []]  # a table being read: its section, its step, its values so far
 
     # -- reading -------------------------------------------------------------
 
@@ -338,7 +355,12 @@ class MetricReader:
                     first_value = f"{split}_{first_value}"
                 values.append((first_value, second, position))
             else:
-                self._mark(kind, first_value, second)
+                if kind == TABLE_ROW:
+                    self._table_row(first_value, second, self.position + _unshifted(position, shifts))
+                elif kind == TABLE_EDGE:
+                    self._table_end()
+                else:
+                    self._mark(kind, first_value, second)
         if values:
             self._settle(values)
 
@@ -400,6 +422,16 @@ class MetricReader:
                     append((match.start(2), BAR, float(match.group(2)), float(match.group(3))))
             for match in _MM_ITER.finditer(low):
                 append((match.start(), STEP_HEADING, float(match.group(1)), None))
+        if b"|" in low and (low[:1] == b"|" or b"\n|" in low):
+            for match in _TABLE_ROW.finditer(low):
+                number = match.group(2)
+                append((match.start(), TABLE_ROW, match.group(1).decode("ascii"), None if number is None else float(number)))
+        if b"--------" in low:
+            for match in _TABLE_EDGE.finditer(low):
+                append((match.start(), TABLE_EDGE, None, None))
+        if b"train: " in low:
+            for match in _TIMM_EPOCH.finditer(low):
+                append((match.start(), EPOCH_HEADING, float(match.group(1)), None))
         if b"[" in low:
             for match in _ROUND.finditer(low):
                 start = match.start()
@@ -419,7 +451,11 @@ class MetricReader:
                     continue
                 first = start - len(digits.group())  # where n starts
                 if opening and low[first - len(opening) : first] != opening:
-                    continue
+                    before = first
+                    while before > 0 and low[before - 1] in b" \t":  # "[   5/100": n padded
+                        before -= 1
+                    if low[before - len(opening) : before] != opening:
+                        continue
                 if low[first - 6 : first] == b"epoch ":  # "Epoch 11/11 ━━━ 4/4": the heading, not the bar
                     continue
                 total = float(match.group(1))
@@ -491,7 +527,26 @@ class MetricReader:
         else:
             self.bar = done
 
-    def _settle(self, values: list[tuple[str, float, int]]) -> None:
+    def _table_row(self, key: str, value: float | None, where: int) -> None:
+        if value is None:  # "| rollout/ |  |": the section of the rows below it
+            self.table[0] = key if key.endswith("/") else ""
+            return
+        name = self.table[0] + key
+        if key in TABLE_STEPS:
+            self.table[1] = value
+        elif len(self.table[2]) < MAX_HELD:
+            self.table[2].append((name, value, where))
+
+    def _table_end(self) -> None:
+        """A table's values, at the step it gives (they are printed before it)."""
+        _, step, values = self.table
+        self.table = ["", None, []]
+        if step is not None and math.isfinite(step):
+            self.step = step
+        if values:
+            self._settle(values, printed_at=True)
+
+    def _settle(self, values: list[tuple[str, float, int]], printed_at: bool = False) -> None:
         if self.restarted:
             return
         if self.evaluating:
@@ -504,7 +559,7 @@ class MetricReader:
             else TIME if timed else NTH
         )  # fmt: skip
         for name, value, at in values:
-            where = self.position + _unshifted(at, self._shifts)  # where in the log it was printed
+            where = at if printed_at else self.position + _unshifted(at, self._shifts)  # where in the log it was printed
             axis = axes.get(name)
             if axis is None or (axis in (NTH, TIME) and preferred not in (NTH, TIME)):
                 # a name first seen with no step or epoch (a config printed before training) moves to
@@ -584,6 +639,7 @@ class MetricReader:
             "line_start": self._line_start,
             "before": (self._continued if self._context else self._last_byte).hex(),
             "done": self.done,
+            "table": [self.table[0], self.table[1], [list(value) for value in self.table[2]]],
         }
 
     def restore(self, state: dict) -> None:
@@ -607,6 +663,8 @@ class MetricReader:
         before = bytes.fromhex(state["before"])[:1]
         self._continued = self._last_byte = before
         self.done = float(state.get("done") or 0.0)
+        section, step, values = state.get("table") or ("", None, [])
+        self.table = [str(section), number(step), [(str(n), float(v), int(w)) for n, v, w in values][:MAX_HELD]]
 
 
 # An endless line with no redraw in it is read in windows of WINDOW bytes, each with the

@@ -189,6 +189,40 @@ def test_boosting_rounds_each_evaluation_set_its_own_series():
     assert read("Error: 404 not found\n[08/01 12:01:00] loss: 0.5\n") == [("loss", "n", 1.0, 0.5)]
 
 
+def test_stable_baselines3_tables_each_row_a_series_at_the_tables_timesteps():
+    from test_one_series import stable_baselines3
+
+    found = series(read(stable_baselines3(iterations=3).decode()))
+    # every row of a section is a series named as its TensorBoard tag; total_timesteps is the x
+    assert sorted(found) == [
+        "rollout/ep_len_mean", "rollout/ep_rew_mean", "time/fps", "time/iterations", "time/time_elapsed",
+        "train/approx_kl", "train/entropy_loss", "train/learning_rate", "train/loss", "train/n_updates", "train/value_loss",
+    ]  # fmt: skip
+    assert found["rollout/ep_rew_mean"] == [("step", 2048.0, -1130.0), ("step", 4096.0, -1030.0), ("step", 6144.0, -934.0)]
+    # the train/ section comes from the second rollout on: its values are at that table's step
+    assert found["train/loss"] == [("step", 4096.0, -0.0135), ("step", 6144.0, -0.0203)]
+    # a separator line with no table before it is no table's end, and a two-cell row outside one is still read
+    assert read("-" * 40 + "\nstep 5 loss: 0.5\n" + "-" * 40 + "\n") == [("loss", "step", 5.0, 0.5)]
+
+
+def test_timm_epochs_and_bars_and_scores_at_a_cut_off():
+    # timm's train.py: "Train: E [ i/N ( p%)]" is epoch E (from 0) and i of its N batches; its
+    # validate() lines say their split and print Acc@1 / Acc@5 with their running averages after them
+    timm = (
+        "Train: 0 [   0/1000 (  0%)]  Loss: 6.931 (6.93)  Time: 3.522s,  290.77/s  (3.522s,  290.77/s)  LR: 1.000e-06  Data: 2.389 (2.389)\n"
+        "Train: 0 [ 500/1000 ( 50%)]  Loss: 6.5 (6.7)  Time: 0.5s,  290.77/s  (3.522s,  290.77/s)  LR: 1.000e-05  Data: 0.1 (0.2)\n"
+        "Test: [  48/48]  Time: 0.2 (0.5)  Loss:  0.8 (0.75)  Acc@1: 80.0 (84.0)  Acc@5: 95.0 (96.0)\n"
+        "Train: 1 [   0/1000 (  0%)]  Loss: 5.9 (5.9)  Time: 3.522s,  290.77/s  (3.522s,  290.77/s)  LR: 3.000e-05  Data: 2.389 (2.389)\n"
+    )
+    found = series(read(timm))
+    assert found["loss"] == [("epoch", 0.0, 6.931), ("epoch", 0.5, 6.5), ("epoch", 1.0, 5.9)]
+    assert found["test_acc@1"] == [("epoch", 0.5, 80.0)] and found["test_acc@5"] == [("epoch", 0.5, 95.0)]
+    # MMDetection's COCO evaluation, and cut-offs that are no score's
+    found = series(read("Epoch(val) [1][625/625]    coco/bbox_mAP: 0.3740  coco/bbox_mAP_50: 0.5810  data/train.csv: 3  user@host: 5\n"))
+    assert sorted(found) == ["val_coco/bbox_map", "val_coco/bbox_map_50"]
+    assert read("recall@10: 0.5 mAP@0.5: 0.25 acc@x: 1\n") == [("recall@10", "n", 1.0, 0.5), ("map@0.5", "n", 1.0, 0.25)]
+
+
 def test_mmengine_and_detectron2_loggers():
     mmdet = (
         "optimizer=dict(type='SGD', lr=0.02, momentum=0.9, weight_decay=0.0001)\n"  # the printed config

@@ -84,8 +84,27 @@ def million_redraws(count=1_000_000) -> bytes:
     return b"".join(b"\r%3d%%|\xe2\x96\x88   | %d/%d [00:01<00:02, loss=%d]" % (n * 100 // count, n, count, n % 997) for n in range(count)) + b"\n"
 
 
+def stable_baselines3(iterations=40) -> bytes:
+    """A PPO run's key-value tables as stable-baselines3's logger prints them: sections, keys
+    indented by three blanks, cells padded, a line of dashes above and below; the first rollout's
+    table has no train/ section yet."""
+    tables = []
+    for it in range(1, iterations + 1):
+        rows = [("rollout/", ""), ("ep_len_mean", 200 + it), ("ep_rew_mean", f"{-1234.5 + it * 100:.3g}"), ("time/", ""),
+                ("fps", 1234 - it), ("iterations", it), ("time_elapsed", it * 5), ("total_timesteps", it * 2048)]  # fmt: skip
+        if it > 1:
+            rows += [("train/", ""), ("approx_kl", f"{0.0053892597 / it:.8g}"), ("entropy_loss", -1.37), ("learning_rate", 0.0003),
+                     ("loss", f"{-0.00677 * it:.3g}"), ("n_updates", it * 10), ("value_loss", f"{0.0021 * it:.3g}")]  # fmt: skip
+        keys = [(key if key.endswith("/") else "   " + key, str(value)) for key, value in rows]
+        key_width, value_width = max(len(key) for key, _ in keys), max(len(value) for _, value in keys)
+        dashes = "-" * (key_width + value_width + 7)
+        tables += [dashes, *(f"| {key:<{key_width}} | {value:<{value_width}} |" for key, value in keys), dashes]
+    return ("\n".join(tables) + "\n").encode()
+
+
 LOGS = {
     "word language model": word_language_model,
+    "stable-baselines3 tables": stable_baselines3,
     "megatron": megatron,
     "an endless line of values, never redrawn": lambda: b"start " + b"".join(b"step %d loss: 0.%d | " % (n, n) for n in range(120_000)) + b"\n",
     "escapes between names and values": lambda: b"".join(b"\x1b[1mstep\x1b[0m %d \x1b[32mloss\x1b[0m: %d.5\r" % (n, n) for n in range(3000)),
