@@ -68,7 +68,7 @@ def _seen_before(reader, shape: bytes) -> bool:
     """Whether a shape of a few lines was seen before (a line that comes back, one at a time, is
     worth a template too)."""
     seen = reader._shapes_seen
-    if shape in seen or shape in reader._templates:
+    if shape in seen or (shape, reader.columns) in reader._templates:
         return True
     if len(seen) >= MAX_SHAPES_SEEN:
         seen.clear()
@@ -78,12 +78,13 @@ def _seen_before(reader, shape: bytes) -> bool:
 
 def _template_of(reader, shape: bytes, data: bytes, start: int, length: int) -> Template | None:
     templates = reader._templates
-    if shape in templates:
-        return templates[shape]
+    key = (shape, reader.columns)  # a line under a column table's header is read by its columns
+    if key in templates:
+        return templates[key]
     if len(templates) >= MAX_TEMPLATES:
         templates.clear()
     line = data[start : start + length]
-    template = templates[shape] = _learn(reader, line)
+    template = templates[key] = _learn(reader, line)
     return template
 
 

@@ -47,7 +47,7 @@ SPLITS = ("train", "training", "val", "valid", "validation", "eval", "test", "de
 REDUCTIONS = ("step", "epoch", "avg", "mean")
 EPOCH, STEP, TIME, NTH = "epoch", "step", "time", "n"
 VALUE, BAR, RICH_BAR, EPOCH_HEADING, STEP_HEADING = "value", "bar", "rich bar", "epoch heading", "step heading"
-TABLE_ROW, TABLE_EDGE = "table row", "table edge"
+TABLE_ROW, TABLE_EDGE, COLUMNS = "table row", "table edge", "columns"
 STEP_WORDS = ("step", "global_step", "iteration", "iter", "it")
 AXIS_TITLES = {EPOCH: "epoch", STEP: "step", TIME: "seconds since start", NTH: "value number"}
 
@@ -222,6 +222,7 @@ class MetricReader:
         self._templates: dict = {}  # the lines of a shape, as read in bulk (see metric_runs)
         self._shapes_seen: set = set()
         self.table: list = ["", None, []]  # a table being read: its section, its step, its values so far
+        self.columns: tuple | None = None  # the header of the column table being read (see metric_columns)
 
     # -- reading -------------------------------------------------------------
 
@@ -359,6 +360,8 @@ class MetricReader:
                     self._table_row(first_value, second, self.position + _unshifted(position, shifts))
                 elif kind == TABLE_EDGE:
                     self._table_end()
+                elif kind == COLUMNS:
+                    self.columns = first_value
                 else:
                     self._mark(kind, first_value, second)
         if values:
@@ -426,6 +429,8 @@ class MetricReader:
             for match in _TABLE_ROW.finditer(low):
                 number = match.group(2)
                 append((match.start(), TABLE_ROW, match.group(1).decode("ascii"), None if number is None else float(number)))
+        if self.columns is not None or b"  " in low:
+            tokens += column_tokens(low, self.columns, metric_name, (VALUE, STEP, EPOCH_HEADING, COLUMNS))
         if b"--------" in low:
             for match in _TABLE_EDGE.finditer(low):
                 append((match.start(), TABLE_EDGE, None, None))
@@ -640,6 +645,7 @@ class MetricReader:
             "before": (self._continued if self._context else self._last_byte).hex(),
             "done": self.done,
             "table": [self.table[0], self.table[1], [list(value) for value in self.table[2]]],
+            "columns": None if self.columns is None else [list(column) for column in self.columns],
         }
 
     def restore(self, state: dict) -> None:
@@ -665,6 +671,8 @@ class MetricReader:
         self.done = float(state.get("done") or 0.0)
         section, step, values = state.get("table") or ("", None, [])
         self.table = [str(section), number(step), [(str(n), float(v), int(w)) for n, v, w in values][:MAX_HELD]]
+        columns = state.get("columns")
+        self.columns = None if columns is None else tuple((kind and str(kind), name and str(name)) for kind, name in columns[:MAX_COLUMNS])
 
 
 # An endless line with no redraw in it is read in windows of WINDOW bytes, each with the
@@ -900,4 +908,5 @@ def main_metric(names) -> str | None:
     return next((name for name in names if "loss" in name), names[0] if names else None)
 
 
+from .metric_columns import MAX_COLUMNS, column_tokens  # noqa: E402
 from .metric_runs import read_in_runs  # noqa: E402  (it builds on this module's names)

@@ -223,6 +223,22 @@ def test_timm_epochs_and_bars_and_scores_at_a_cut_off():
     assert read("recall@10: 0.5 mAP@0.5: 0.25 acc@x: 1\n") == [("recall@10", "n", 1.0, 0.5), ("map@0.5", "n", 1.0, 0.25)]
 
 
+def test_column_tables_each_column_a_series_at_its_rows_step_or_epoch():
+    from test_one_series import gradient_boosting, yolo
+
+    found = series(read(gradient_boosting(iterations=4).decode()))
+    assert found == {"train_loss": [("step", float(i), round(1.3 / i, 4)) for i in range(1, 5)]}
+    found = series(read(yolo(epochs=2, batches=4).decode()))
+    assert sorted(found) == ["box_loss", "cls_loss", "dfl_loss"]
+    # the bar under the header moves through the epoch its first cell says (1/2: the first of two)
+    assert [x for _, x, _ in found["box_loss"]] == [0.25, 0.5, 0.75, 1.0, 1.25, 1.5, 1.75, 2.0]
+    # a line that is not a row ends the table: what follows is not read by its columns
+    after = read("Iter  Train Loss  Remaining Time\n 1  0.5  1s\nnot a row\n 2  0.25  1s\n")
+    assert after == [("train_loss", "step", 1.0, 0.5)]
+    # a line of words with no metric among them is no header
+    assert read("Loading  the data  from disk\n 1  2  3\n") == []
+
+
 def test_mmengine_and_detectron2_loggers():
     mmdet = (
         "optimizer=dict(type='SGD', lr=0.02, momentum=0.9, weight_decay=0.0001)\n"  # the printed config

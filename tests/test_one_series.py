@@ -102,8 +102,30 @@ def stable_baselines3(iterations=40) -> bytes:
     return ("\n".join(tables) + "\n").encode()
 
 
+def gradient_boosting(iterations=300) -> bytes:
+    """scikit-learn's GradientBoostingClassifier(verbose=1, subsample=0.8): a header, a row per iteration."""
+    rows = [f"{'Iter':>10}{'Train Loss':>16}{'OOB Improve':>16}{'Remaining Time':>16} "]
+    rows += [f"{i:>10}{1.3 / i:>16.4f}{0.01 / i:>16.4f}{f'{(iterations - i) * 0.01:.2f}s':>16}" for i in range(1, iterations + 1)]
+    return ("\n".join(rows) + "\nDone\n").encode()
+
+
+def yolo(epochs=3, batches=8) -> bytes:
+    """ultralytics' training: a header per epoch, then the epoch's bar, whose description is its row."""
+    out = []
+    for epoch in range(1, epochs + 1):
+        out.append(f"\n{'Epoch':>11}{'GPU_mem':>11}{'box_loss':>11}{'cls_loss':>11}{'dfl_loss':>11}{'Instances':>11}{'Size':>11}\n")
+        for n in range(1, batches + 1):
+            row = f"{f'{epoch}/{epochs}':>11}{'0G':>11}{1.5 - epoch * 0.1 - n / 100:>11.4g}{2.5 - n / 50:>11.4g}{1.2:>11.4g}{40 + n:>11}{640:>11}"
+            out.append(f"\r{row}: {n * 100 // batches:3d}%|{'#' * n}{' ' * (batches - n)}| {n}/{batches} [00:0{n}<00:00,  3.2it/s]")
+        out.append("\n" + " " * 17 + "Class     Images  Instances      Box(P          R      mAP50  mAP50-95): 100%|##########| 1/1\n")
+        out.append(" " * 19 + f"all          4         17      0.612      0.843      0.{epoch}31      0.611\n")
+    return "".join(out).encode()
+
+
 LOGS = {
     "word language model": word_language_model,
+    "gradient boosting columns": gradient_boosting,
+    "yolo columns": yolo,
     "stable-baselines3 tables": stable_baselines3,
     "megatron": megatron,
     "an endless line of values, never redrawn": lambda: b"start " + b"".join(b"step %d loss: 0.%d | " % (n, n) for n in range(120_000)) + b"\n",
