@@ -41,7 +41,7 @@ BASES = (
 )  # fmt: skip
 SPLIT_ONLY = frozenset({"error", "merror"})  # a metric only with a split before it: "train-error", not "Error: 404"
 # a one-word name ending or starting so is a metric too: total_loss, kl_loss, loss_cls, mean_reward
-GENERIC_ENDS = ("_loss", "_acc", "_accuracy", "_reward")
+GENERIC_ENDS = ("_loss", "_acc", "_accuracy", "_reward", "_return")
 NOT_METRICS = frozenset({"loss_scale", "loss_scaler"})  # mixed precision's scale: a setting
 SPLITS = ("train", "training", "val", "valid", "validation", "eval", "test", "dev")
 REDUCTIONS = ("step", "epoch", "avg", "mean")
@@ -53,7 +53,7 @@ AXIS_TITLES = {EPOCH: "epoch", STEP: "step", TIME: "seconds since start", NTH: "
 
 _NUMBER = rb"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?|nan|[-+]?inf"
 # a separator and the value after it; the name before it is read backwards (see _NAME_BEFORE)
-_VALUE_AFTER = re.compile(rb"[:=][ \t]*['\"]?(" + _NUMBER + rb")(?:/(\d+))?(?![\w.])")
+_VALUE_AFTER = re.compile(rb"[:=][ \t]*(?:['\"]|\[(?=[-+.\d][^,\]\r\n]{0,32}\]))?(" + _NUMBER + rb")(?:/(\d+))?(?![\w.])")
 # a name, reversed: read from just before a separator towards the start of the line
 # (each word starts with a letter: "step 123 loss" is "loss", and the same name is the same key)
 # (a word before the last may be a possessive: LightGBM's "training's auc", "valid_1's auc")

@@ -32,6 +32,9 @@ def series(points):
     [
         ("Loss: 0.5\n", {"loss": 0.5}),
         ("loss=0.5\n", {"loss": 0.5}),
+        # CleanRL's episodes, and the one-element array gymnasium's vector envs give
+        ("global_step=52, episodic_return=13.0\n", {"episodic_return": 13.0}),
+        ("global_step=52, episode_reward=[13.]\n", {"episode_reward": 13.0}),
         ("{'loss': 0.41, 'grad_norm': 3.2, 'learning_rate': 4.9e-05}\n", {"loss": 0.41, "grad_norm": 3.2, "learning_rate": 4.9e-05}),
         ("{'loss': '0.41', 'eval_loss': '0.5'}\n", {"loss": 0.41, "eval_loss": 0.5}),
         ('{"loss": 0.41, "accuracy": 0.9}\n', {"loss": 0.41, "accuracy": 0.9}),
