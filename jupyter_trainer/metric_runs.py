@@ -188,10 +188,8 @@ def _hand_out(reader, axis: str, columns: list) -> None:
     one given out at its x, the last one held (a value after it at the same x may replace it).
     A sink that takes batches gets one per metric; one that takes points gets them in the order
     reading the lines one by one gives them."""
-    held, carried = reader.held, {}
-    for name, xs, ys, _ in columns:
-        # whether the last value is the one before it drawn again (see MetricReader._settle)
-        carried[name] = held[name][2][-1] == ys[-1] if len(ys) == 1 else ys[-2] == ys[-1]
+    held = reader.held
+    for name, xs, _, _ in columns:
         reader._give_out(name, xs[0])
     if reader.bulk is not None:
         for name, xs, ys, offsets in columns:
@@ -203,6 +201,6 @@ def _hand_out(reader, axis: str, columns: list) -> None:
                 reader.given_at = offsets[index]
                 sink((name, axis, xs[index], ys[index]))
     for name, xs, ys, offsets in columns:
-        held[name] = [axis, xs[-1], [ys[-1]], carried[name], [offsets[-1]]]
+        held[name] = [axis, xs[-1], [ys[-1]], False, [offsets[-1]], False]  # lines of their own: nothing carried over
         reader.counts[name] = reader.counts.get(name, 0) + len(ys)
         reader.pending[name] = (name, axis, xs[-1], ys[-1])

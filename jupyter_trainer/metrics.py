@@ -587,14 +587,15 @@ class MetricReader:
                 continue
             group = held.get(name)
             if group is None or group[1] != x or axis in (TIME, NTH) or len(group[2]) >= MAX_HELD:
-                # a new x: the values held at the last one are given out. The first value drawn at
-                # a new x may be the last one's, drawn again as the bar moved on (tqdm redraws the
-                # postfix it has until the loop sets the next): the next value there replaces it.
-                carried = group is not None and group[2][-1] == value
+                # a new x: the values held at the last one are given out. The first value a redraw
+                # shows at a new x may be the last one's, drawn again as the bar moved on (tqdm
+                # redraws the postfix it has until the loop sets the next): the next value there
+                # replaces it. Lines of their own print what they mean: each is a value.
+                carried = self.redraw and group is not None and group[2][-1] == value
                 if group is not None:
                     self._give_out(name, x)
-                held[name] = [axis, x, [value], carried, [where]]
-            elif group[2][-1] == value:
+                held[name] = [axis, x, [value], carried, [where], False]
+            elif self.redraw and group[2][-1] == value:
                 continue  # the same drawn again (tqdm redraws for its description and its postfix)
             elif group[3]:
                 group[2][-1], group[3], group[4][-1] = value, False, where
@@ -606,13 +607,15 @@ class MetricReader:
                 # value at the n it last drew; each is kept
                 group[2].append(value)
                 group[4].append(where)
+                group[5] = group[5] or self.redraw
             counts[name] = counts.get(name, 0) + 1
             self.pending[name] = (name, axis, x, value)
 
     def _give_out(self, name: str, next_x: float | None) -> None:
-        """The values held at one x: spread up to the next x (the steps the bar had not drawn yet)."""
-        axis, x, held, _, offsets = self.held.pop(name)
-        spacing = (next_x - x) / len(held) if next_x is not None and next_x > x and len(held) > 1 else 0.0
+        """The values held at one x; those a bar drew as it lagged behind the loop are spread up to
+        the next x (the steps it had not drawn yet), those of lines of their own stay at theirs."""
+        axis, x, held, _, offsets, redrawn = self.held.pop(name)
+        spacing = (next_x - x) / len(held) if redrawn and next_x is not None and next_x > x and len(held) > 1 else 0.0
         for index, value in enumerate(held):
             self.given_at = offsets[index]  # for a sink that asks when the value was printed
             self.sink((name, axis, x + index * spacing, value))
@@ -639,7 +642,7 @@ class MetricReader:
             "axes": self.axes,
             "counts": self.counts,
             "pending": [list(point) for point in self.pending.values()],
-            "held": [[name, axis, x, values, carried, offsets] for name, (axis, x, values, carried, offsets) in self.held.items()],
+            "held": [[name, *group] for name, group in self.held.items()],
             "context": self._context,
             "line_start": self._line_start,
             "before": (self._continued if self._context else self._last_byte).hex(),
@@ -659,10 +662,10 @@ class MetricReader:
         self.counts = {str(name): int(count) for name, count in state["counts"].items()}
         self.pending = {str(n): (str(n), str(a), float(x), float(y)) for n, a, x, y in state["pending"]}
         self.held = {}
-        for name, axis, x, values, carried, offsets in state["held"]:
+        for name, axis, x, values, carried, offsets, redrawn in state["held"]:
             values = [float(value) for value in values][:MAX_HELD] or [0.0]
             offsets = ([int(offset) for offset in offsets] + [0] * len(values))[: len(values)]
-            self.held[str(name)] = [str(axis), float(x), values, bool(carried), offsets]
+            self.held[str(name)] = [str(axis), float(x), values, bool(carried), offsets, bool(redrawn)]
         self._buffer = bytearray()
         self._context = max(0, min(int(state["context"]), WINDOW_CONTEXT))
         self._line_start = int(state["line_start"])

@@ -22,7 +22,7 @@ from .plot import MetricSeries
 from ._fs import read_small, write_private_file
 from .store import METRICS_FILE as CACHE_FILE
 
-VERSION = 5  # 5: key-value tables (stable-baselines3); 4: the values held at a bar's last x, and an endless line's window; 3: a bounded number of metrics, the others counted; 2: series by step or epoch, windows of lowest and highest values, the reader's place
+VERSION = 6  # 6: values of lines of their own never taken for redraws; 5: key-value tables (stable-baselines3); 4: the values held at a bar's last x, and an endless line's window; 3: a bounded number of metrics, the others counted; 2: series by step or epoch, windows of lowest and highest values, the reader's place
 CHECK_BYTES = 64  # log bytes before the cached offset that must be unchanged
 MAX_BYTES = 4 << 20  # a cache larger than this is not one this wrote (1,000 points for each of a few metrics)
 

@@ -138,6 +138,22 @@ def test_values_drawn_while_a_bar_lags_behind_the_loop_are_each_kept_and_spread_
                                          ("step", 4.0, 0.5), ("step", 6.0, 0.4), ("step", 8.0, 0.4)]  # fmt: skip
 
 
+def test_lines_of_their_own_at_one_step_are_each_a_value_where_they_were_printed():
+    # several environments ending episodes at the same global step (CleanRL, SB3's Monitor): no
+    # line is a redraw of another, so none replaces or repeats one, and none moves to another step
+    log = (
+        "global_step=100, episodic_return=18.0\nglobal_step=200, episodic_return=18.0\n"
+        "global_step=200, episodic_return=14.0\nglobal_step=200, episodic_return=14.0\n"
+        "global_step=300, episodic_return=11.0\n"
+    )
+    assert series(read(log))["episodic_return"] == [
+        ("step", 100.0, 18.0), ("step", 200.0, 18.0), ("step", 200.0, 14.0), ("step", 200.0, 14.0), ("step", 300.0, 11.0),
+    ]  # fmt: skip
+    # the same values redrawn by a bar that lags behind the loop: repeats are one, the rest spread
+    bar = "\r 50%|#####     | 5/10 [00:01<00:01, loss=0.5]\r 50%|#####     | 5/10 [00:01<00:01, loss=0.5]\r 50%|#####     | 5/10 [00:01<00:01, loss=0.4]\r 70%|#######   | 7/10 [00:01<00:01, loss=0.3]\n"
+    assert series(read(bar))["loss"] == [("step", 5.0, 0.5), ("step", 6.0, 0.4), ("step", 7.0, 0.3)]
+
+
 def test_steps_win_over_epochs_and_a_bare_bar_counts_steps():
     found = series(read("Epoch 1\nstep 10 loss: 0.5\nstep 20 loss: 0.4\n"))
     assert found["loss"] == [("step", 10.0, 0.5), ("step", 20.0, 0.4)]
