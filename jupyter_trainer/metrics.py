@@ -73,7 +73,7 @@ _SPLIT_FIELD = re.compile(rb"\|[ \t]*(test|testing|val|valid|validation|eval|eva
 _BLANKS = re.compile(r"[ \t]+")
 # a line that is an assignment, as a printed config file has it ("learning_rate = 1e-3 # ..."): a
 # setting, not a value training reached
-_ASSIGNMENT = re.compile(rb"[ \t]*[a-z_][a-z0-9_.]*[ \t]+=[ \t]+[^ \t\r\n#]+[ \t]*(?:#[^\r\n]*)?(?:[\r\n]|\Z)")
+_ASSIGNMENT = re.compile(rb"[ \t]*(?:[a-z]+:[ \t]+)?[a-z_][a-z0-9_.]*[ \t]+=[ \t]+[^ \t\r\n#]+[ \t]*(?:#[^\r\n]*)?(?:[\r\n]|\Z)")
 # markers without a separator: "Epoch 3/10", "Epoch [1/10]", "epoch 3", "Step 5", "step [100/600]"
 # ("| epoch 3 |" counts from 1, as "Epoch 3/10" does: its batches come before its end)
 _HEADINGS = tuple(
@@ -98,7 +98,7 @@ TABLE_STEPS = ("total_timesteps", "timesteps", "global_step", "step")
 # timm's training lines: "Train: 3 [ 100/1251 (  8%)]" is epoch 3 (counted from 0) and its bar
 _TIMM_EPOCH = re.compile(rb"(?<![a-z])train: (\d+) \[")
 # a line that starts with "[N]" is at step N, as XGBoost and LightGBM print their rounds
-_ROUND = re.compile(rb"\[(\d+)\][ \t]")
+_ROUND = re.compile(rb"\[(\d+)(?:/\d+)?\][ \t]")  # and scikit-learn's "[3/100]"
 # a progress bar's "n/total": tqdm's "| 45/100 [", Keras's " 45/100 [===" and Keras 3's "45/100 ━━"
 # (pattern, what n must follow, whether an "Epoch E/T" on the bar's own line counts from 0)
 _BARS = (
@@ -382,7 +382,8 @@ class MetricReader:
                 if kind == VALUE and name not in overridden:
                     taken.add(match.start(2))
                     append((match.start(2) - 1, VALUE, name, float(match.group(2))))
-        has_dict = b"dict(" in low  # once: a look for each value would read the buffer again each time
+        has_call = b"(" in low  # once: a look for each value would read the buffer again each time
+        word_settings: dict[int, bool] = {}  # per line: whether it is a printed list of settings
         for match in _VALUE_AFTER.finditer(low):
             if match.start(1) in taken:
                 continue
@@ -391,7 +392,9 @@ class MetricReader:
                 continue
             if data[position - 1 : position].isupper() and _is_setting(_YAML_SETTING, data, position):
                 continue
-            if has_dict and low[position : position + 1] == b"=" and _inside_dict(low, position):
+            if low[position : position + 1] == b"=" and (
+                (has_call and _inside_call(low, position)) or _among_word_settings(low, position, word_settings)
+            ):
                 continue
             kind, name = named_before(reversed_low, length - position)
             if kind is None:
@@ -749,12 +752,44 @@ def _is_setting(pattern, data: bytes, position: int) -> bool:
     return (start > 0 or floor == 0) and pattern.match(data, start) is not None
 
 
-def _inside_dict(low: bytes, position: int) -> bool:
-    """Whether `position` lies inside an unclosed "dict(" of its line (a printed Python config)."""
+MAX_CALLS_LOOKED_AT = 8  # of a line's opened parentheses before a value (a line of endless ones costs no more)
+
+
+def _line_start(low: bytes, position: int) -> int:
     floor = max(0, position - SETTING_BYTES)
-    line_start = max(low.rfind(b"\n", floor, position), low.rfind(b"\r", floor, position)) + 1 or floor
-    opened = low.rfind(b"dict(", line_start, position)
-    return opened >= 0 and low.count(b"(", opened, position) > low.count(b")", opened, position)
+    return max(low.rfind(b"\n", floor, position), low.rfind(b"\r", floor, position)) + 1 or floor
+
+
+def _inside_call(low: bytes, position: int) -> bool:
+    """Whether `position` lies inside an unclosed call of its line, "dict(", "AdamW(",
+    "Namespace(": a printed config's keyword arguments, not values training reached."""
+    line_start = _line_start(low, position)
+    opened = position
+    for _ in range(MAX_CALLS_LOOKED_AT):
+        opened = low.rfind(b"(", line_start, opened)
+        if opened <= line_start:
+            return False
+        if (low[opened - 1 : opened].isalnum() or low[opened - 1 : opened] == b"_") and low.count(b"(", opened, position) > low.count(b")", opened, position):
+            return True
+    return False
+
+
+_WORD_VALUE = re.compile(rb"[a-z_]=['\"]?[a-z/]")
+WORD_SETTINGS = 3  # values that are words on a line of "name=value" pairs that make it a list of settings
+
+
+def _among_word_settings(low: bytes, position: int, seen: dict[int, bool]) -> bool:
+    """Whether `position` is on a line that prints settings as "name=value" pairs, several of
+    them words ("task=detect, mode=train, ..., iou=0.7", as YOLO prints its arguments)."""
+    start = _line_start(low, position)
+    if start == position - SETTING_BYTES:
+        return False  # a line longer than a printed config's: none (and no look along it for each value)
+    known = seen.get(start)
+    if known is None:
+        found = _LINE_END.search(low, position, position + SETTING_BYTES)
+        end = found.start() if found else min(len(low), position + SETTING_BYTES)
+        known = seen[start] = len(_WORD_VALUE.findall(low, start, end)) >= WORD_SETTINGS
+    return known
 
 
 def line_split(low: bytes, start: int, end: int) -> str:

@@ -61,6 +61,11 @@ def test_common_forms_are_found_each_under_its_own_name(line, expected):
         "ETA: 3s 00:10<00:12 eta: 5\n",  # times are not metrics
         "epoch: 3 step=5 global_step: 7\n",  # where training is, not what it measures
         "lossless 0.5 loss: abc loss=\n",
+        # printed settings: YOLO's arguments, an optimizer's repr, argparse's Namespace, nanoGPT's overrides
+        "engine/trainer: task=detect, mode=train, model=yolov8n.pt, data=coco8.yaml, epochs=3, iou=0.7, lr0=0.01\n",
+        "optimizer: AdamW(lr=0.000119, momentum=0.9) with parameter groups 57 weight(decay=0.0)\n",
+        "Namespace(lr=0.01, epochs=10, batch_size=64)\n",
+        "Overriding: learning_rate = 0.0006\n",
     ],
 )
 def test_what_is_not_a_metric_is_left_alone(line):
@@ -136,6 +141,11 @@ def test_values_drawn_while_a_bar_lags_behind_the_loop_are_each_kept_and_spread_
     )
     assert series(read(log))["loss"] == [("step", 0.0, 0.9), ("step", 1.0, 0.8), ("step", 2.0, 0.7), ("step", 3.0, 0.6),
                                          ("step", 4.0, 0.5), ("step", 6.0, 0.4), ("step", 8.0, 0.4)]  # fmt: skip
+
+
+def test_scikit_learn_rounds_of_a_total_are_steps():
+    log = "[1/100] 1 tree, 31 leaves, max depth = 7, train loss: 0.79, val loss: 0.82, in 0.005s\n[2/100] 1 tree, 31 leaves, max depth = 8, train loss: 0.77, val loss: 0.80, in 0.004s\n"
+    assert series(read(log)) == {"train_loss": [("step", 1.0, 0.79), ("step", 2.0, 0.77)], "val_loss": [("step", 1.0, 0.82), ("step", 2.0, 0.8)]}
 
 
 def test_lines_of_their_own_at_one_step_are_each_a_value_where_they_were_printed():
