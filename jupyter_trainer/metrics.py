@@ -95,6 +95,9 @@ _YAML_SETTING = re.compile(rb"[ \t]*[A-Z][A-Z0-9_]*:[ \t]*[^ \t\r\n]+[ \t]*(?:[\
 _TABLE_ROW = re.compile(rb"^\|[ \t]+([a-z_][a-z0-9_./-]{0,127})[ \t]*\|[ \t]*(?:(" + _NUMBER + rb")[ \t]*)?\|[ \t]*$", re.M)
 _TABLE_EDGE = re.compile(rb"^-{8,}[ \t]*$", re.M)
 TABLE_STEPS = ("total_timesteps", "timesteps", "global_step", "step")
+# an epochs loop's own tqdm bar, "Epochs:  33%|###3      | 1/3 [...]": 1 epoch done (the bars
+# nested in it, each its batches, move through the next)
+_EPOCH_BAR = re.compile(rb"(?<![a-z])epochs?:[ \t]*\d{1,3}%\|[^|\r\n]{0,200}\|[ \t]*(\d+)/(\d+)")
 # timm's training lines: "Train: 3 [ 100/1251 (  8%)]" is epoch 3 (counted from 0) and its bar
 _TIMM_EPOCH = re.compile(rb"(?<![a-z])train: (\d+) \[")
 # a line that starts with "[N]" is at step N, as XGBoost and LightGBM print their rounds
@@ -451,6 +454,11 @@ class MetricReader:
                 # a total, or (for an epoch) a pipe after it: the epoch counts from 1
                 extra = float(total) if total else (True if kind == EPOCH_HEADING and match.group(3) else None)
                 append((match.start(), kind, float(match.group(1)), extra))
+        epoch_bars = set()  # where the n of an epochs loop's bar is: an epoch, not a bar of steps
+        if b"epoch" in low and b"%|" in low:
+            for match in _EPOCH_BAR.finditer(low):
+                epoch_bars.add(match.start(1))
+                append((match.start(), EPOCH_HEADING, float(match.group(1)), None))
         for bar, opening, zero_based in _BARS:
             for match in bar.finditer(low):
                 start = match.start()
@@ -458,6 +466,8 @@ class MetricReader:
                 if digits is None:
                     continue
                 first = start - len(digits.group())  # where n starts
+                if first in epoch_bars:
+                    continue
                 if opening and low[first - len(opening) : first] != opening:
                     before = first
                     while before > 0 and low[before - 1] in b" \t":  # "[   5/100": n padded

@@ -330,6 +330,21 @@ def test_nested_tqdm_bars_read_the_same_however_the_log_is_read(tmp_path):
     check_any_reading("nested tqdm bars", data)
 
 
+def test_a_bar_over_the_epochs_puts_its_nested_bars_values_along_the_run(tmp_path):
+    """`for epoch in tqdm(range(3), desc="Epochs")` around a batches' bar: the outer bar's n is the
+    epochs done, the inner bar's n/total how far into the next one, so each epoch's values follow
+    the last one's instead of starting again at 0."""
+    data = run_tqdm_to_file("epochs-bar", tmp_path)
+    read, axes = read_log(data, pieces=False)
+    assert axes == {"loss": "epoch"}
+    xs = [x for x, _ in read["loss"]]
+    assert xs == sorted(xs) and xs[0] == 0.0 and xs[-1] == 3.0, xs
+    # every batch's value, at its batch: epoch e's k-th at e + k/10 (its last drawn again as the bar closes)
+    expected = [(epoch + k / 10, round(3.0 - epoch - k / 10, 3)) for epoch in range(3) for k in range(10)]
+    assert [(round(x, 4), value) for x, value in read["loss"]][: len(expected)] == expected
+    check_any_reading("a bar over the epochs", data)
+
+
 def test_tqdm_loop_into_a_file(tmp_path):
     data = run_tqdm_to_file("loop", tmp_path)
     check_log("tqdm's bar over a loop", data, tqdm_loop_expected(), "step", TQDM_PRINTS)

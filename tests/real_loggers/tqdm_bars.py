@@ -37,6 +37,10 @@ elif kind == "nested":  # an evaluation bar inside the epochs' (position=1, leav
             inner.set_postfix(val_loss=round(2.0 - epoch - k / 100, 3))
         outer.set_postfix(loss=round(1.0 / (epoch + 1), 3))
         tqdm.write(f"epoch {epoch} done", file=log)
+elif kind == "epochs-bar":  # a bar over the epochs, its batches' bar nested in it (each epoch longer than 0.1 s)
+    for epoch in (outer := tqdm(range(3), desc="Epochs", file=log, mininterval=0)):
+        for k in (inner := tqdm(range(10), desc="Training", position=1, leave=False, file=log, mininterval=0)):
+            inner.set_postfix(loss=round(3.0 - epoch - k / 10, 3))
 else:
     raise SystemExit(f"unknown kind {kind!r}")
 log.flush()
