@@ -17,7 +17,14 @@ from __future__ import annotations
 import re
 
 _CELL_WORD = rb"[a-z][a-z0-9_()/.@-]{0,63}"
-_HEADER = re.compile(rb"^[ \t]*(" + _CELL_WORD + rb"(?: " + _CELL_WORD + rb")?(?:[ \t]{2,}" + _CELL_WORD + rb"(?: " + _CELL_WORD + rb")?){2,})[ \t]*$", re.M)
+# a line (or a bar's redraw) of cells, or a bar's description that is one (YOLO's validation bar:
+# "  Class  Images  Instances  Box(P  R  mAP50  mAP50-95): 100%|...")
+_HEADER = re.compile(
+    rb"(?<![^\r\n])[ \t]*(" + _CELL_WORD + rb"(?: " + _CELL_WORD + rb")?(?:[ \t]{2,}" + _CELL_WORD + rb"(?: " + _CELL_WORD + rb")?){2,})"
+    rb"[ \t]*(?:(?=[\r\n])|\Z|:[ \t]*\d{1,3}%(?:\||[ \t]+\xe2\x94[\x80\x81]))"  # tqdm's bar, or ultralytics' own
+)
+# YOLO's validation columns: the box's precision and recall, its mAP at IoU 0.5 and 0.5-0.95
+_CELL_NAMES = {"box(p": "precision", "p": "precision", "r": "recall", "map50": "map50", "map50-95)": "map50-95", "map50-95": "map50-95"}
 _CELLS = re.compile(rb"\S+")
 _COLUMN_GAP = re.compile(rb"[ \t]{2,}")
 _EPOCH_CELL = re.compile(rb"(\d+)/(\d+)$")
@@ -40,7 +47,7 @@ def header_columns(words: bytes, metric_name) -> list | None:
         elif text == "epoch":
             columns.append(("epoch", None))
         else:
-            name = metric_name(text, generic=True)
+            name = _CELL_NAMES.get(text) or metric_name(text, generic=True)
             columns.append(("value", name) if name else (None, None))
     return tuple(columns) if any(kind == "value" for kind, _ in columns) else None
 
@@ -57,7 +64,7 @@ def column_tokens(low: bytes, columns: list | None, metric_name, kinds) -> list[
             header = _HEADER.search(low, at)
             if header is None:
                 break
-            at = header.end() + 1  # past the header's line end
+            at = _past_segment(low, header.end(), length)
             columns = header_columns(header.group(1), metric_name)
             if columns is not None:
                 tokens.append((header.start(), columns_kind, columns, None))
@@ -70,7 +77,7 @@ def column_tokens(low: bytes, columns: list | None, metric_name, kinds) -> list[
         row = _row(low, at, end, columns, value_kind, step_kind, epoch_kind)
         if row is None:
             header = _HEADER.match(low, at)
-            if header is not None and header.end() <= end:
+            if header is not None and header.end() <= end + 1:
                 columns = header_columns(header.group(1), metric_name)
                 tokens.append((at, columns_kind, columns, None))
                 at = end + 1
@@ -81,6 +88,12 @@ def column_tokens(low: bytes, columns: list | None, metric_name, kinds) -> list[
         tokens += row
         at = end + 1
     return tokens
+
+
+def _past_segment(low: bytes, at: int, length: int) -> int:
+    """Where the line or redraw `at` is on ends, past its end."""
+    found = _LINE_END.search(low, at)
+    return found.end() if found else length
 
 
 def _row(low: bytes, start: int, end: int, columns: list, value_kind, step_kind, epoch_kind) -> list[tuple] | None:

@@ -258,9 +258,13 @@ def test_column_tables_each_column_a_series_at_its_rows_step_or_epoch():
     found = series(read(gradient_boosting(iterations=4).decode()))
     assert found == {"train_loss": [("step", float(i), round(1.3 / i, 4)) for i in range(1, 5)]}
     found = series(read(yolo(epochs=2, batches=4).decode()))
-    assert sorted(found) == ["box_loss", "cls_loss", "dfl_loss"]
+    assert sorted(found) == ["box_loss", "cls_loss", "dfl_loss", "map50", "map50-95", "precision", "recall"]
     # the bar under the header moves through the epoch its first cell says (1/2: the first of two)
     assert [x for _, x, _ in found["box_loss"]] == [0.25, 0.5, 0.75, 1.0, 1.25, 1.5, 1.75, 2.0]
+    # the validation bar's description is its columns' header, the row under it at the epoch's end
+    assert found["map50"] == [("epoch", 1.0, 0.131), ("epoch", 2.0, 0.231)]
+    newer = "\r\x1b[K                 Class     Images  Instances      Box(P          R      mAP50  mAP50-95): 100% ━━━━─── 1/1 5.1it/s 0.2s\n"
+    assert series(read(newer + "                   all          4         17      0.612      0.843      0.831      0.611\n"))["recall"] == [("n", 1.0, 0.843)]
     # a line that is not a row ends the table: what follows is not read by its columns
     after = read("Iter  Train Loss  Remaining Time\n 1  0.5  1s\nnot a row\n 2  0.25  1s\n")
     assert after == [("train_loss", "step", 1.0, 0.5)]
