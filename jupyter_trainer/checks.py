@@ -58,6 +58,8 @@ def parse_interpreter(command: str | None) -> tuple[str, ...]:
         raise InvalidOption(f"--interpreter {command!r} cannot be split into words ({exc})") from None
     if not words:
         raise InvalidOption("--interpreter is empty", "give a command such as python3")
+    if words[0].startswith("-"):  # the supervisor's nohup and setsid would read it as their own option
+        raise InvalidOption(f"--interpreter {command!r} starts with an option, not a command", "give the command first: --interpreter 'python3 -X dev'")
     return words
 
 

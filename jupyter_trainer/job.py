@@ -241,6 +241,7 @@ class Job:
         self.refresh()
         if self.record.status.is_final and not container:
             return self
+        was_requested = self.record.stop_requested
         if not self.record.status.is_final:
 
             def mark(record: JobRecord) -> None:
@@ -249,7 +250,12 @@ class Job:
 
             self.record = self.store.update(self.name, self.run, mark)
         if self.record.runtime:
-            backend.stop(self.record, self.run_dir, container=container)
+            try:
+                backend.stop(self.record, self.run_dir, container=container)
+            except TrainerError:
+                # not stopped: a later end by someone else must not read as this user's stop
+                self.record = self.store.update(self.name, self.run, _unmark_stop(was_requested))
+                raise
             self.record = self.store.update(self.name, self.run, mark_stop_sent)
         self.wait(STOP_WAIT_SECONDS if wait is None else wait, interval=1.0)
         return self
@@ -429,6 +435,16 @@ def list_jobs(store: JobStore | None = None, all_runs: bool = False, backends: _
     store = store or JobStore()
     items = refreshed_records(store, all_runs, backends)
     return [Job(item, store, backends) for item in items if isinstance(item, JobRecord)]
+
+
+def _unmark_stop(was_requested: bool):
+    """A change that takes back a stop the backend did not take (one asked for before stays)."""
+
+    def unmark(record: JobRecord) -> None:
+        if not was_requested and not record.stop_sent:
+            record.stop_requested = False
+
+    return unmark
 
 
 def mark_stop_sent(record: JobRecord) -> None:

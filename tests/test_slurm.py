@@ -3,6 +3,8 @@ submit, follow (pending with Slurm's reason, running, the outcome), stop, and wh
 
 import json
 import os
+import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -15,7 +17,7 @@ from jupyter_trainer.backends import DEFAULT
 from jupyter_trainer.backends.slurm import commands
 from jupyter_trainer.backends.slurm.queue import QUEUE
 from jupyter_trainer.errors import BackendUnavailable, InvalidOption, TrainerError
-from jupyter_trainer.job import Job, refreshed_records
+from jupyter_trainer.job import Job, get_job, refreshed_records
 from jupyter_trainer.jobs import Status
 from jupyter_trainer.spec import build_spec
 from jupyter_trainer.submit import submit_detached
@@ -204,8 +206,160 @@ def test_user_errors_are_one_line_and_leave_the_store_as_it_was(slurm, workdir, 
 
 
 def test_the_time_limit_ends_a_job_failed_naming_the_limit(slurm, timed_out):
-    """Last in this module: the job was submitted as its first test started."""
+    """After the module's first tests: the job was submitted as its first test started."""
     job = timed_out
     assert job.wait(timeout=150) is Status.FAILED
     assert "time limit reached (1:00)" in job.reason
     assert "long" in job.logs()
+
+
+# after the time limit's test, which must come while Slurm still holds its job (MinJobAge)
+LONG = "import time\nprint('up', flush=True)\ntime.sleep(300)\n"
+
+# squeue and sbatch as a broken or odd site may have them: the real one's answer, changed
+FAKE_SQUEUE = """#!/bin/sh
+case "$FAKE_SQUEUE" in
+  empty) exit 0 ;;
+  garbage) echo "lorem ipsum"; echo "|||||||||||"; exit 0 ;;
+  partial) "{real}" "$@" | cut -c1-20; exit 0 ;;
+  nonutf8) "{real}" "$@" | sed 's/RUNNING/RUNN\\xffING/'; exit 0 ;;
+  completed) "{real}" "$@" | sed 's/|RUNNING|/|COMPLETED|/'; exit 0 ;;
+  newstate) "{real}" "$@" | sed 's/|RUNNING|/|HIBERNATING|/'; exit 0 ;;
+  munge) echo "squeue: error: slurm_load_jobs error: Protocol authentication error" >&2; exit 1 ;;
+  crash) kill -SEGV $$ ;;
+  *) exec "{real}" "$@" ;;
+esac
+"""
+FAKE_SBATCH = """#!/bin/sh
+case "$FAKE_SBATCH" in
+  errafter) "{real}" "$@"; echo "sbatch: error: site plugin hiccup" >&2; exit 1 ;;
+  slowafter) out=$("{real}" "$@"); sleep 30; echo "$out" ;;
+  *) exec "{real}" "$@" ;;
+esac
+"""
+
+
+@pytest.fixture
+def fake_slurm(tmp_path, monkeypatch):
+    """FAKE_SQUEUE / FAKE_SBATCH choose what the commands found first on PATH do."""
+    fakebin = tmp_path / "fakebin"
+    fakebin.mkdir()
+    for name, text in (("squeue", FAKE_SQUEUE), ("sbatch", FAKE_SBATCH)):
+        (fakebin / name).write_text(text.format(real=shutil.which(name)))
+        (fakebin / name).chmod(0o755)
+    monkeypatch.setenv("PATH", f"{fakebin}:{os.environ['PATH']}")
+
+    def answering(variable, mode):
+        monkeypatch.setenv(variable, mode)
+        QUEUE.forget()
+
+    return answering
+
+
+def active_ids(slurm, name):
+    return slurm.run("squeue", "--me", "-h", "-t", "PD,R", "--name", name, "-o", "%i").stdout.split()
+
+
+def test_a_job_squeue_leaves_out_or_cannot_answer_for_is_never_lost(slurm, workdir, fake_slurm, monkeypatch):
+    job = submit(LONG, workdir, "steady")
+    wait_for(lambda: job.refresh().record.status is Status.RUNNING, timeout=60, what="running")
+    # a user's own squeue settings (a .bashrc's) neither hide it nor change how squeue prints
+    for variable, value in (("SQUEUE_PARTITION", "second"), ("SQUEUE_NAMES", "other"), ("SQUEUE_STATES", "PD"), ("SLURM_TIME_FORMAT", "relative")):
+        fake_slurm(variable, value)
+        assert job.refresh().record.status is Status.RUNNING, (variable, job.record.reason)
+        assert json.loads(cli("status", "steady", "--json").stdout)["status"] == "running"
+        monkeypatch.delenv(variable)
+    # an answer without it, or one that cannot be read: asked again by id, or kept as it was
+    for mode, words in (("empty", ""), ("completed", ""), ("garbage", "cannot be read"), ("partial", "cannot be read"), ("nonutf8", "cannot be read"),
+                        ("newstate", ""), ("munge", "Protocol authentication error"), ("crash", "signal 11")):  # fmt: skip
+        fake_slurm("FAKE_SQUEUE", mode)
+        record = job.refresh().record
+        assert record.status is Status.RUNNING and words in record.reason and "\n" not in record.reason, (mode, record.reason)
+        shown = cli("status", "steady")
+        assert shown.returncode == 0 and "Traceback" not in shown.stderr and "running" in shown.stdout, (mode, shown.stderr)
+        assert get_job("steady").status is Status.RUNNING
+    fake_slurm("FAKE_SQUEUE", "munge")
+    stopped = cli("stop", "steady")
+    assert stopped.returncode == 1 and "Traceback" not in stopped.stderr and len(stopped.stderr.splitlines()) == 1, stopped.stderr
+    assert active_ids(slurm, "steady") == [slurm_id(job)]  # nothing was cancelled on an answer it could not read
+    assert Job.load("steady").record.stop_requested is False  # a cancel by someone else later is not this stop
+    fake_slurm("FAKE_SQUEUE", "")
+    job.stop()
+    assert job.record.status is Status.STOPPED
+
+
+def test_another_jobs_name_cannot_forge_the_answer_for_a_job(slurm, workdir):
+    job = submit(LONG, workdir, "target")
+    wait_for(lambda: job.refresh().record.status is Status.RUNNING, timeout=60, what="running")
+    now = time.strftime("%Y-%m-%dT%H:%M:%S")
+    # a line of squeue's in a name, sorted after the real one (partition second)
+    forged = f"x\n{slurm_id(job)}|COMPLETED|None|{slurm_cluster.NODE}|debug|{now}|0|UNLIMITED|target"
+    slurm.run("sbatch", "--parsable", "-o", "/dev/null", "--hold", "-p", "second", f"--job-name={forged}", "--wrap", "sleep 100", check=True)
+    QUEUE.forget()
+    assert job.refresh().record.status is Status.RUNNING, job.record.reason
+    assert job.record.runtime["job_id"] == slurm_id(job)
+
+
+def test_a_rewritten_record_never_makes_another_jobs_cancel(slurm, workdir):
+    # a job of the same name the user has elsewhere (another store, an earlier run)
+    victim = slurm.run("sbatch", "--parsable", "-o", "/dev/null", "--hold", "--job-name=forger", "--wrap", "sleep 100", check=True).stdout.strip()
+    job = submit(LONG, workdir, "forger")
+    wait_for(lambda: "up" in job.logs(), timeout=60, what="the job to start")
+    real = slurm_id(job)
+    record_file = job.run_dir / "record.json"
+
+    def forge():  # what the job can do: it writes into its run directory
+        data = json.loads(record_file.read_text())
+        data["runtime"]["job_id"] = victim
+        record_file.write_text(json.dumps(data))
+        QUEUE.forget()
+
+    forge()
+    job = Job.load("forger")
+    assert job.refresh().record.status is Status.RUNNING and slurm_id(job) == real  # found by its name and log
+    forge()
+    Job.load("forger").stop()
+    assert active_ids(slurm, "forger") == [victim]  # the victim still waits, the job itself was cancelled
+    assert Job.load("forger").refresh().record.status is Status.STOPPED
+
+
+def test_sbatch_settings_of_the_environment_cannot_make_a_job_it_cannot_follow(slurm, workdir, monkeypatch):
+    monkeypatch.setenv("SBATCH_WAIT", "1")  # sbatch would block until the job ends
+    monkeypatch.setenv("SBATCH_ARRAY_INX", "0-2")  # three copies into one record
+    started = time.monotonic()
+    job = submit("import time\nprint('once', flush=True)\ntime.sleep(20)\n", workdir, "waity")
+    assert time.monotonic() - started < 10
+    assert job.wait(timeout=60) is Status.COMPLETED and job.logs() == "once\n"
+
+
+def test_a_job_sbatch_accepted_before_it_failed_is_cancelled_and_said(slurm, workdir, home, fake_slurm):
+    fake_slurm("FAKE_SBATCH", "errafter")
+    with pytest.raises(InvalidOption, match=r"site plugin hiccup \(Slurm had accepted it as job \d+, which was cancelled\)"):
+        submit(LONG, workdir, "hiccup")
+    assert active_ids(slurm, "hiccup") == [] and not (home / "jobs" / "hiccup").exists()
+    # Ctrl-C while sbatch has submitted but not yet answered: found by its name and log
+    fake_slurm("FAKE_SBATCH", "slowafter")
+
+    def interrupt(*_):
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGALRM, interrupt)
+    signal.setitimer(signal.ITIMER_REAL, 4)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            submit(LONG, workdir, "interrupted")
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+    assert active_ids(slurm, "interrupted") == [] and not (home / "jobs" / "interrupted").exists()
+
+
+def test_the_secrets_are_removed_once_the_job_has_ended_however_it_ended(slurm, workdir):
+    job = submit("print(1)\n", workdir, "secret-held", env=["API_KEY=hunter2"], notify="http://127.0.0.1:9/hook", sbatch_args=["--hold"])
+    assert (job.run_dir / "slurm_env").exists() and (job.run_dir / "slurm_notify").exists()
+    job.stop()  # never started: slurm_start.py never read them
+    assert job.record.status is Status.STOPPED
+    assert not (job.run_dir / "slurm_env").exists() and not (job.run_dir / "slurm_notify").exists()
+    kept = submit("print(2)\n", workdir, "secret-requeue", env=["API_KEY=hunter2"], requeue=True)
+    assert kept.wait(timeout=60) is Status.COMPLETED
+    assert not (kept.run_dir / "slurm_env").exists()

@@ -2,15 +2,20 @@
 sacct's answers, what Slurm's states and the supervisor's files say together, torchrun's flags."""
 
 import importlib.util
+import os
 from pathlib import Path
 
 import pytest
 
 from jupyter_trainer.backends.base import SupervisorFacts
 from jupyter_trainer.backends.slurm import states
-from jupyter_trainer.backends.slurm.queue import SlurmJob, parse_sacct, parse_squeue
+from jupyter_trainer.backends.slurm import commands
+from jupyter_trainer.backends.slurm.backend import SlurmBackend
+from jupyter_trainer.backends.slurm.commands import SlurmCommandFailed, UnusableAnswer, query_environment, refused, sbatch_environment
+from jupyter_trainer.backends.slurm.queue import JobIdentity, SlurmJob, parse_sacct, parse_scontrol, parse_squeue
 from jupyter_trainer.backends.slurm.spec import parse_sbatch_args, parse_time
-from jupyter_trainer.errors import InvalidOption
+from jupyter_trainer.errors import BackendUnavailable, InvalidOption, TrainerError
+from jupyter_trainer.store import JobStore
 from jupyter_trainer.jobs import Status
 from jupyter_trainer.spec import build_spec
 
@@ -36,6 +41,28 @@ def test_sbatch_options_the_backend_sets_are_refused(arg):
         parse_sbatch_args([arg])
 
 
+# sbatch takes any unambiguous start of a long option for it, and clusters short ones
+@pytest.mark.parametrize("arg", ["--job-n=renamed", "--chd=/tmp/x", "--arr=0-1", "--outp=/tmp/x", "--requ", "--no-req", "--ti=5", "--wai",
+                                 "-vJrenamed", "-Ho/tmp/x", "-HW", "-vvpdebug"])  # fmt: skip
+def test_abbreviated_or_clustered_forms_of_the_backends_options_are_refused(arg):
+    with pytest.raises(InvalidOption, match="not allowed"):
+        parse_sbatch_args([arg])
+
+
+def test_options_that_merely_look_like_the_backends_are_kept():
+    given = ["--gpus=2", "--time-min=5", "--wait-all-nodes=1", "--nodelist=n1", "-c4Jx", "-H", "--hold", "--mem=8G", "-k"]
+    assert parse_sbatch_args(given) == tuple(given)
+
+
+def test_sbatch_never_gets_the_settings_that_make_a_job_it_cannot_follow():
+    env = sbatch_environment({"SBATCH_WAIT": "1", "SBATCH_ARRAY_INX": "0-2", "SBATCH_ERROR": "/tmp/e", "SBATCH_INPUT": "/tmp/i",
+                              "SBATCH_PARTITION": "gpu", "PATH": "/bin"})  # fmt: skip
+    assert env == {"SBATCH_PARTITION": "gpu", "PATH": "/bin"}  # a default partition is the user's to keep
+    queried = query_environment({"SQUEUE_PARTITION": "other", "SQUEUE_FORMAT2": "x", "SLURM_TIME_FORMAT": "relative", "SACCT_FORMAT": "x",
+                                 "SLURM_CONF": "/etc/slurm.conf"})  # fmt: skip
+    assert queried == {"SLURM_CONF": "/etc/slurm.conf"}
+
+
 def test_sbatch_args_are_options_one_each():
     assert parse_sbatch_args(["--mem=8G", "-c4", "--exclusive"]) == ("--mem=8G", "-c4", "--exclusive")
     for bad in ("mem=8G", "--comment=a\nb", ""):
@@ -46,23 +73,94 @@ def test_sbatch_args_are_options_one_each():
         parse_time("1h")
 
 
+SEP = "|0123456789abcdef|"
+
+
+def squeue_line(*fields):
+    """A line as squeue prints it with SEP after each field."""
+    return "".join(f"{field}{SEP}" for field in fields) + "\n"
+
+
 def test_squeue_and_sacct_answers_are_read_field_by_field():
     jobs = parse_squeue(
-        "12|PENDING|Priority||gpu|2026-01-02T03:04:05|0|1:00:00|train|\n"
-        "13|RUNNING|None|n[1-2]|gpu|2026-01-02T03:04:05|2|UNLIMITED|a|b|c|\n"
-        "garbage\n"
+        squeue_line("12", "PENDING", "Priority", "", "gpu", "2026-01-02T03:04:05", "0", "1:00:00", "0", "/h/jobs/train/1/output.log", "train")
+        + squeue_line("13", "RUNNING", "None", "n[1-2]", "gpu", "2026-01-02T03:04:05", "2", "UNLIMITED", "0", "(null)", "a|b\nc")
+        + squeue_line("14_[1-3%2]", "PENDING", "None", "", "gpu", "2026-01-02T03:04:05", "0", "UNLIMITED", "1000", "x", "theirs"),
+        SEP,
+        "0",
     )
-    assert jobs["12"].waiting and jobs["12"].reason == "Priority" and jobs["12"].name == "train"
-    assert jobs["13"].node_list == "n[1-2]" and jobs["13"].restarts == 2 and jobs["13"].name == "a|b|c"
+    assert jobs["12"].waiting and jobs["12"].reason == "Priority" and jobs["12"].name == "train" and jobs["12"].log == "/h/jobs/train/1/output.log"
+    assert jobs["13"].node_list == "n[1-2]" and jobs["13"].restarts == 2 and jobs["13"].name == "a|b\nc"
+    assert "14_[1-3%2]" not in jobs  # another user's
+    assert parse_squeue("", SEP) == {}  # no job at all: a good answer
     ended = parse_sacct("7|REQUEUED|None|n1|gpu|2026-01-02T03:04:05|0:15|1:00|x\n7|CANCELLED by 0|None|n1|gpu|2026-01-02T03:09:05|0:15|1:00|x\n")
     assert ended["7"].state == "CANCELLED" and ended["7"].cancelled_by == "0" and ended["7"].restarts == 1
 
 
+GOOD = squeue_line("36", "RUNNING", "None", "n1", "debug", "2026-01-02T03:04:05", "0", "UNLIMITED", "0", "/log", "target")
+
+
+@pytest.mark.parametrize(
+    "answer",
+    [
+        "lorem ipsum\n",  # garbage
+        "|||||||||||\n",
+        GOOD[:20] + "\n",  # cut short
+        GOOD + GOOD[:40],
+        GOOD.replace("RUNNING", "RUNN\ufffdING"),  # not UTF-8, read with replacement
+        GOOD.replace("\n", ""),  # no line end where the format puts it
+        GOOD + GOOD,  # a job twice
+        GOOD.replace("36", "x36", 1),
+        squeue_line("36", "RUNNING", "None", "n1", "debug", "2026-01-02T03:04:05", "0", "UNLIMITED", "root", "/log", "target"),
+    ],
+)
+def test_an_squeue_answer_not_of_the_format_asked_for_is_unusable_whole(answer):
+    with pytest.raises(UnusableAnswer):
+        parse_squeue(answer, SEP)
+
+
+def test_a_name_with_newlines_cannot_forge_a_line():
+    forged = "x\n" + "".join(f"{field}|" for field in ("36", "COMPLETED", "None", "n1", "debug", "2026-01-02T03:04:05", "0", "UNLIMITED", "0", "/log", "target"))
+    jobs = parse_squeue(GOOD + squeue_line("38", "PENDING", "JobHeldUser", "", "second", "2026-01-02T03:04:05", "0", "UNLIMITED", "0", "/dev/null", forged), SEP)
+    assert jobs["36"].state == "RUNNING" and jobs["38"].name == forged
+
+
+def test_scontrol_is_read_only_for_the_job_it_names():
+    identity = JobIdentity("train", 1000.0)
+    line = (
+        f"JobId=5 JobName=train UserId=x({os.getuid()}) GroupId=root(0) MCS_label=N/A Priority=1 Nice=0 Account=(null) QOS=(null) JobState=RUNNING Reason=None "
+        "Restarts=0 ExitCode=0:0 TimeLimit=UNLIMITED SubmitTime=2026-01-02T03:04:05 Partition=debug NodeList=n1 StdErr=/x JobState=COMPLETED\n"
+    )
+    job = parse_scontrol(line, "5", identity)
+    assert job.state == "RUNNING" and job.active and job.node_list == "n1" and job.source == "scontrol"
+    assert parse_scontrol(line.replace("JobName=train", "JobName=other"), "5", identity) is None  # the id is another job's now
+    with pytest.raises(UnusableAnswer):
+        parse_scontrol("garbage\n", "5", identity)
+
+
 def test_a_reused_job_id_is_not_the_job():
-    job = SlurmJob("5", "RUNNING", name="mine", submitted_at=1000.0)
-    assert job.is_the_job("mine", 1000.5)
-    assert not job.is_the_job("other", 1000.0)
-    assert not job.is_the_job("mine", 5000.0)  # submitted long before this job was
+    job = SlurmJob("5", "RUNNING", name="mine", submitted_at=1000.0, log="/h/jobs/mine/1/output.log")
+    assert job.is_the_job(JobIdentity("mine", 1000.5, "/h/jobs/mine/1/output.log"))
+    assert not job.is_the_job(JobIdentity("other", 1000.0))
+    assert not job.is_the_job(JobIdentity("mine", 5000.0))  # submitted long before this job was
+    assert not job.is_the_job(JobIdentity("mine", 1000.0, "/other/jobs/mine/1/output.log"))  # the same name in another store
+
+
+def test_a_slurm_command_that_fails_is_one_line_for_the_user():
+    error = SlurmCommandFailed("squeue", "squeue: error: slurm_load_jobs error: Protocol authentication error")
+    assert isinstance(error, TrainerError) and isinstance(error, BackendUnavailable)
+    assert "\n" not in str(error) and "Protocol authentication error" in str(error)
+    broken = refused(SlurmCommandFailed("sbatch", "sbatch: fatal: Unable to process configuration file"), "job 'x'")
+    assert str(broken).startswith("sbatch cannot submit job 'x': Unable to process configuration file") and "--slurm options" not in str(broken)
+    assert "check the --slurm options" in str(refused(SlurmCommandFailed("sbatch", "sbatch: error: Invalid partition name specified"), "job 'x'"))
+
+
+def test_a_store_path_with_a_backslash_is_refused_before_anything_is_written(tmp_path):
+    spec = build_spec("print(1)\n", workdir=str(tmp_path), slurm=True)
+    home = tmp_path / "h\\back"
+    with pytest.raises(InvalidOption, match="backslash"):
+        SlurmBackend().preflight(spec, JobStore(home))
+    assert not home.exists()
 
 
 def test_states_and_the_supervisors_files_make_the_outcome():
@@ -105,3 +203,19 @@ def test_torchrun_gets_the_flags_it_lacks():
     given = node.with_torchrun_flags(["python3", "-m", "torch.distributed.run", "--nnodes=1", "x.py"], "2", "0", "n1", "1")
     assert "--nnodes=2" not in given and given[:4] == ["python3", "-m", "torch.distributed.run", "--node_rank=0"]
     assert node.with_torchrun_flags(["python3", "x.py"], "2", "0", "n1", "1") == ["python3", "x.py"]
+
+
+def test_an_interpreter_that_starts_with_an_option_is_refused(tmp_path):
+    with pytest.raises(InvalidOption, match="starts with an option"):
+        build_spec("print(1)\n", workdir=str(tmp_path), slurm=True, interpreter="--foo")
+    assert build_spec("print(1)\n", workdir=str(tmp_path), slurm=True, interpreter="python3 -X dev").interpreter == ("python3", "-X", "dev")
+
+
+def test_a_good_answer_is_read_whatever_else_is_said_and_without_the_users_squeue_settings(tmp_path, monkeypatch):
+    fake = tmp_path / "squeue"
+    fake.write_text('#!/bin/sh\nenv | grep -c "^SQUEUE_\\|^SLURM_TIME_FORMAT=" || :\necho "note: socket timed out once, retried" >&2\n')
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path}:{os.environ['PATH']}")
+    monkeypatch.setenv("SQUEUE_PARTITION", "other")
+    monkeypatch.setenv("SLURM_TIME_FORMAT", "relative")
+    assert commands.run("squeue").strip() == "0"

@@ -10,7 +10,9 @@ store must be on a filesystem the nodes share. Slurm says whether the job waits,
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import re
 import time
 from dataclasses import dataclass
@@ -19,7 +21,7 @@ from pathlib import Path
 
 from ... import _fs
 from ..._fs import write_private_file
-from ...errors import InvalidOption
+from ...errors import InvalidOption, TrainerError
 from ...jobs import JobRecord, Observation
 from ...resources import Usage
 from ...spec import DetachedSpec
@@ -27,8 +29,8 @@ from ...store import LOG_FILE, JobStore
 from ..base import STOP_GRACE_SECONDS, FileLogSource, job_command, job_environment, notify_input, prepare_supervised_run, read_runtime, read_supervisor_facts
 from ..host import _inherited_environment
 from . import states
-from .commands import SlurmCommandFailed, refused, require, run
-from .queue import QUEUE
+from .commands import SlurmCommandFailed, refused, require, run, sbatch_environment
+from .queue import QUEUE, JobIdentity, SlurmJob, find_by_identity
 from .spec import check_gpus
 
 # The run's files of this backend's (besides the supervisor's: see store.py)
@@ -37,9 +39,11 @@ START_FILE = "slurm_start.py"  # run by it on the batch node: the environment, t
 NODE_FILE = "slurm_node.py"  # with --nodes N: run on each node by srun
 ENV_FILE = "slurm_env"  # the job's --env values (secrets), read and removed by slurm_start.py
 NOTIFY_INPUT_FILE = "slurm_notify"  # with --notify: what the supervisor reads on its stdin
+SECRET_FILES = (ENV_FILE, NOTIFY_INPUT_FILE)  # removed once the job has ended, however it ended
 
 JOB_ID = re.compile(r"(\d{1,12})(?:;([A-Za-z0-9_.-]{1,64}))?")
 OOM_TAIL_BYTES = 16 << 10
+LOOKUP_TIMEOUT = 15.0  # seconds for the squeue and scancel of a submission that failed: its error waits for them
 
 
 def _source(name: str) -> bytes:
@@ -105,6 +109,13 @@ class SlurmBackend:
 
     def preflight(self, spec: DetachedSpec, store) -> None:
         check_gpus(spec.gpus)
+        if "\\" in str(store.home):
+            # sbatch reads a backslash in --output as "no patterns here" and drops it: the log would
+            # be looked for elsewhere, and the job could never start
+            raise InvalidOption(
+                f"the job store {store.home} has a backslash in its path, which sbatch cannot take in a job's log path",
+                "set JUPYTER_TRAINER_HOME to a directory without one",
+            )
         require("sbatch")  # a missing sbatch is one line before the store is touched
 
     def prepare(self, run_dir: Path, spec: DetachedSpec) -> None:
@@ -121,9 +132,8 @@ class SlurmBackend:
         if given:
             write_private_file(run_dir / NOTIFY_INPUT_FILE, given, durable=False)
         command = job_command(spec, str(run_dir), spec.workdir, record.name, spec.script_path)
-        log = str(run_dir / LOG_FILE).replace("%", "%%")  # sbatch reads % as its patterns
         args = [
-            "--parsable", f"--job-name={record.name}", f"--chdir={spec.workdir}", f"--output={log}", "--open-mode=append",
+            "--parsable", f"--job-name={record.name}", f"--chdir={spec.workdir}", f"--output={output_option(run_dir)}", "--open-mode=append",
             "--export=ALL", f"--nodes={nodes}", "--requeue" if requeue else "--no-requeue",
         ]  # fmt: skip
         if nodes > 1:
@@ -136,28 +146,42 @@ class SlurmBackend:
         args += list(options.get("sbatch_args") or ())
         args += [str(run_dir / BATCH_FILE), str(run_dir), str(nodes), "1" if requeue else "0", str(STOP_GRACE_SECONDS), *command]
         submitted_at = time.time()
+        identity = JobIdentity(record.name, submitted_at, output_option(run_dir))
         try:
-            output = run("sbatch", *args, env=_inherited_environment())
-        except SlurmCommandFailed as error:
-            raise refused(error, f"job {record.name!r}") from None
-        answer = output.strip().splitlines()[-1].strip() if output.strip() else ""
-        match = JOB_ID.fullmatch(answer)
-        if match is None:
-            raise InvalidOption(f"sbatch answered {answer[:80]!r}, not a job id", "check sbatch --parsable by hand on this machine")
+            output = run("sbatch", *args, env=sbatch_environment(_inherited_environment()))
+        except BaseException as error:
+            # sbatch may have had the job accepted before it failed, timed out or was interrupted:
+            # that job must not run on, unseen, into a run that is about to be removed
+            cancelled = _cancel_submitted(getattr(error, "output", ""), identity)
+            if isinstance(error, SlurmCommandFailed):
+                raise _with_cancelled(refused(error, f"job {record.name!r}"), cancelled) from None
+            if isinstance(error, TrainerError):
+                raise _with_cancelled(error, cancelled) from None
+            raise
         QUEUE.forget()
+        match = _job_id_in(output)
+        if match is None:
+            cancelled = _cancel_submitted(output, identity)
+            answer = output.strip().splitlines()[-1].strip() if output.strip() else ""
+            raise _with_cancelled(InvalidOption(f"sbatch answered {answer[:80]!r}, not a job id", "check sbatch --parsable by hand on this machine"), cancelled)
         return SlurmRuntime(match.group(1), submitted_at, nodes, match.group(2), state="PENDING")
 
     def observe(self, record: JobRecord, run_dir: Path) -> Observation:
         runtime = SlurmRuntime.of(record)
-        job = QUEUE.job(runtime.job_id, record.name, runtime.submitted_at)
-        if job is None or not job.active:
-            # the controller's final state, else accounting's (asked for every followed job at once)
-            job = job or QUEUE.ended(runtime.job_id, record.name, runtime.submitted_at, _followed(JobStore.of_run(run_dir)))
+        identity = _identity(record, runtime, run_dir)
         facts = read_supervisor_facts(run_dir)
+        job = _slurms_view(runtime.job_id, identity, facts, run_dir)
+        if job is not None and not job.known:
+            return Observation(
+                alive=None, why_gone=f"Slurm says job {job.job_id} is {job.state}, a state jupyter_trainer does not know: its status is kept until Slurm says more"
+            )
         tail = b""
         if job is not None and job.state == "FAILED":
             tail = self._log_tail(run_dir)
-        seen = states.observe(job, facts, stop_requested=record.stop_requested, job_id=runtime.job_id, log_tail=tail)
+        job_id = job.job_id if job is not None else runtime.job_id
+        seen = states.observe(job, facts, stop_requested=record.stop_requested, job_id=job_id, log_tail=tail)
+        if seen.alive is False:
+            _remove_secrets(run_dir)
         if seen.details:  # only what changed, so that an unchanged job is not written again
             changed = {key: value for key, value in seen.details.items() if record.runtime.get(key) != value}
             if changed != seen.details:
@@ -215,11 +239,83 @@ class SlurmBackend:
 
     def stop(self, record: JobRecord, run_dir: Path, container: bool = False) -> None:
         """scancel: a pending job is just cancelled; a running one gets TERM, and KILL after
-        Slurm's KillWait. Returns once Slurm has it; the job's end is observed as usual."""
+        Slurm's KillWait. Returns once Slurm has it; the job's end is observed as usual. Only a
+        job squeue shows as this run's (its name and log) is cancelled: the record's id alone,
+        which the job could have rewritten, never makes another job's cancel."""
         runtime = SlurmRuntime.of(record)
-        try:
-            run("scancel", runtime.job_id, timeout=30)
-        except SlurmCommandFailed as error:
-            if "invalid job id" not in error.message.lower() and "already completing or completed" not in error.message.lower():
-                raise InvalidOption(f"scancel refused job {runtime.job_id}: {error.message}") from None
         QUEUE.forget()
+        job = QUEUE.job(runtime.job_id, _identity(record, runtime, run_dir))
+        if job is None or not job.active:
+            _remove_secrets(run_dir)  # nothing of it in the queue: it has ended, or never will run
+            return
+        try:
+            run("scancel", job.job_id, timeout=30)
+        except SlurmCommandFailed as error:
+            said = error.said.lower()
+            if "invalid job id" not in said and "already completing or completed" not in said:
+                raise InvalidOption(f"scancel refused job {job.job_id}: {error.said}") from None
+        QUEUE.forget()
+
+
+def output_option(run_dir: Path) -> str:
+    """sbatch's --output for the run's log: sbatch reads % as its patterns."""
+    return str(run_dir / LOG_FILE).replace("%", "%%")
+
+
+def _identity(record: JobRecord, runtime: SlurmRuntime, run_dir: Path) -> JobIdentity:
+    return JobIdentity(record.name, runtime.submitted_at, output_option(run_dir))
+
+
+def _slurms_view(job_id: str, identity: JobIdentity, facts, run_dir: Path) -> SlurmJob | None:
+    """What Slurm says of the job: squeue's answer; for a job it no longer lists, accounting's;
+    and before a job is taken as gone (not listed, or listed ended with no exit code recorded),
+    the controller asked by its id."""
+    job = QUEUE.job(job_id, identity)
+    if job is not None and job.active:
+        return job
+    if job is None:
+        job = QUEUE.ended(job_id, identity, _followed(JobStore.of_run(run_dir)))
+    if job is None or (job.source == "squeue" and facts.exit_code is None and not facts.problem):
+        return QUEUE.confirm(job.job_id if job is not None else job_id, identity) or job
+    return job
+
+
+def _job_id_in(output: str):
+    """sbatch --parsable's answer (its last line: "ID" or "ID;CLUSTER"), if it is one."""
+    answer = output.strip().splitlines()[-1].strip() if output.strip() else ""
+    return JOB_ID.fullmatch(answer)
+
+
+def _cancel_submitted(output: str, identity: JobIdentity) -> str:
+    """Cancel what a failed or interrupted sbatch may have submitted after all: the job id it
+    printed, else the job squeue shows with this run's name and log. Best effort; what was done,
+    as words for the error ("" when no job was found)."""
+    match = _job_id_in(output or "")
+    job_id = match.group(1) if match else None
+    try:
+        if job_id is None:
+            found = find_by_identity(identity, timeout=LOOKUP_TIMEOUT)
+            job_id = found.job_id if found is not None else None
+        if job_id is None:
+            return ""
+        run("scancel", job_id, timeout=LOOKUP_TIMEOUT)
+    except (TrainerError, KeyboardInterrupt):
+        return f"Slurm had accepted it as job {job_id}, which could not be cancelled: scancel {job_id}" if job_id else ""
+    finally:
+        QUEUE.forget()
+    return f"Slurm had accepted it as job {job_id}, which was cancelled"
+
+
+def _with_cancelled(error: TrainerError, cancelled: str) -> TrainerError:
+    """The error, saying what became of the job sbatch had submitted after all."""
+    if cancelled:
+        error.message = f"{error.message} ({cancelled})"
+        error.args = (error.render(),)
+    return error
+
+
+def _remove_secrets(run_dir: Path) -> None:
+    """The job's --env values and --notify details, once nothing will start it (again)."""
+    for name in SECRET_FILES:
+        with contextlib.suppress(OSError):
+            os.unlink(run_dir / name)

@@ -8,6 +8,7 @@ squeue, and at most one accounting query).
 from __future__ import annotations
 
 import collections
+import os
 import shutil
 import subprocess
 
@@ -22,14 +23,39 @@ CALLS: collections.Counter = collections.Counter()
 # to contact slurm controller (connect failure); Socket timed out on send/recv operation)
 _UNREACHABLE = ("unable to contact slurm controller", "socket timed out", "connection refused", "zero bytes were transmitted")
 
+# What says Slurm itself cannot work on this machine (no configuration, munge down or not trusted),
+# whatever the job asked for
+_BROKEN_HERE = ("fatal:", "authentication", "munge", "configuration file", "configuration source", "slurm.conf")
 
-class SlurmCommandFailed(Exception):
-    """A Slurm command ran and said no: its one line, for the caller to word."""
+# The user's own settings that change what squeue, sacct and scontrol list or how they print it
+# (SQUEUE_PARTITION=other hides every job of ours; SLURM_TIME_FORMAT changes the times): never
+# given to the commands whose answers are read
+_QUERY_SETTINGS = ("SQUEUE_", "SACCT_", "SCONTROL_")
+_QUERY_VARIABLES = {"SLURM_TIME_FORMAT", "SLURM_BITSTR_LEN"}
 
-    def __init__(self, command: str, message: str):
+# sbatch's settings from the environment that no command-line option of ours overrides and that
+# make the job one we cannot follow: --wait (sbatch blocks until the job ends), an array, where
+# its stderr and stdin go; the rest (a default partition, account, ...) are the user's to keep
+_UNFOLLOWABLE_SBATCH_VARIABLES = {"SBATCH_WAIT", "SBATCH_ARRAY_INX", "SBATCH_ERROR", "SBATCH_INPUT", "SBATCH_BATCH"}
+
+
+class SlurmCommandFailed(BackendUnavailable):
+    """A Slurm command ran and said no: one line (what it said, and what to do). `said` is its
+    last line as it wrote it; `output` what it printed on stdout before it failed."""
+
+    def __init__(self, command: str, said: str, output: str = ""):
         self.command = command
-        self.message = message
-        super().__init__(f"{command}: {message}")
+        self.said = said
+        self.output = output
+        super().__init__(f"`{command}` failed: {_without_prefix(said)}", "check that Slurm's commands work on this machine (sinfo, squeue --me)")
+
+
+class UnusableAnswer(BackendUnavailable):
+    """A Slurm command answered with what it never prints: nothing in it can be trusted (a job
+    missing from it is not a job that ended)."""
+
+    def __init__(self, command: str, problem: str):
+        super().__init__(f"`{command}` gave an answer that cannot be read ({problem})", "the jobs keep their status until it answers again; try it by hand")
 
 
 def require(command: str) -> str:
@@ -43,26 +69,54 @@ def require(command: str) -> str:
     return program
 
 
-def run(command: str, *args: str, timeout: float = COMMAND_TIMEOUT, env: dict | None = None, check: bool = True) -> str:
+def query_environment(base: dict | None = None) -> dict[str, str]:
+    """The environment for a command whose answer is read: the user's, without the settings that
+    filter or reformat what it prints."""
+    env = dict(os.environ if base is None else base)
+    return {key: value for key, value in env.items() if not key.startswith(_QUERY_SETTINGS) and key not in _QUERY_VARIABLES}
+
+
+def sbatch_environment(base: dict) -> dict[str, str]:
+    """The environment for sbatch: the user's, without the SBATCH_* settings that make a job we
+    cannot follow (the job itself gets the user's environment through --export=ALL)."""
+    return {key: value for key, value in base.items() if key not in _UNFOLLOWABLE_SBATCH_VARIABLES}
+
+
+def run(command: str, *args: str, timeout: float = COMMAND_TIMEOUT, env: dict | None = None) -> str:
     """The command's standard output. A missing command is BackendUnavailable; a controller that
-    cannot be reached is Unreachable; any other refusal is SlurmCommandFailed (its last line)."""
+    cannot be reached is Unreachable; any other refusal is SlurmCommandFailed (its last line).
+    A command whose output is read gets `query_environment()` unless `env` is given."""
     program = require(command)
     CALLS[command] += 1
     try:
         done = subprocess.run(
-            [program, *args], capture_output=True, text=True, errors="replace", timeout=timeout, stdin=subprocess.DEVNULL, env=env
-        )
-    except subprocess.TimeoutExpired:
-        raise Unreachable(CONTROLLER, f"`{command}` got no answer in {timeout:.0f} s: {CONTROLLER} cannot be reached") from None
+            [program, *args], capture_output=True, text=True, errors="replace", timeout=timeout, stdin=subprocess.DEVNULL,
+            env=query_environment() if env is None else env,
+        )  # fmt: skip
+    except subprocess.TimeoutExpired as exc:
+        error = Unreachable(CONTROLLER, f"`{command}` got no answer in {timeout:.0f} s: {CONTROLLER} cannot be reached")
+        error.output = _text(exc.stdout)  # what it printed before (sbatch: perhaps a job id)
+        raise error from None
     except OSError as exc:
         raise BackendUnavailable(f"`{command}` cannot be run ({exc.strerror or exc})") from None
-    if done.returncode != 0 or (check and _says_unreachable(done.stderr)):
-        said = _last_line(done.stderr) or _last_line(done.stdout) or f"exit code {done.returncode}"
-        if _says_unreachable(done.stderr):
-            raise Unreachable(CONTROLLER, f"cannot reach {CONTROLLER} ({said})", "check the cluster's status with sinfo; the jobs go on meanwhile")
-        if done.returncode != 0:
-            raise SlurmCommandFailed(command, said)
-    return done.stdout
+    if done.returncode == 0:
+        return done.stdout  # an answer, whatever warnings came with it
+    said = _last_line(done.stderr) or _last_line(done.stdout) or _exit_status(done.returncode)
+    if _says_unreachable(done.stderr):
+        error = Unreachable(CONTROLLER, f"cannot reach {CONTROLLER} ({said})", "check the cluster's status with sinfo; the jobs go on meanwhile")
+        error.output = done.stdout
+        raise error
+    raise SlurmCommandFailed(command, said, done.stdout)
+
+
+def _text(data) -> str:
+    if data is None:
+        return ""
+    return data if isinstance(data, str) else data.decode("utf-8", "replace")
+
+
+def _exit_status(code: int) -> str:
+    return f"killed by signal {-code}" if code < 0 else f"exit code {code}"
 
 
 def _says_unreachable(text: str) -> bool:
@@ -75,9 +129,19 @@ def _last_line(text: str) -> str:
     return lines[-1][:300] if lines else ""
 
 
+def _without_prefix(said: str) -> str:
+    """What a command said, without the `sbatch: error: ` its lines start with."""
+    message = said
+    for prefix in ("sbatch: ", "squeue: ", "scancel: ", "scontrol: ", "sacct: "):
+        message = message[len(prefix):] if message.startswith(prefix) else message
+    for prefix in ("fatal: ", "error: ", "Batch job submission failed: "):
+        message = message.replace(prefix, "")
+    return message
+
+
 def refused(error: SlurmCommandFailed, what: str) -> InvalidOption:
     """A refusal of sbatch's as one line: what Slurm said, and what to do."""
-    message = error.message
-    for prefix in ("sbatch: error: ", "error: ", "Batch job submission failed: "):
-        message = message.replace(prefix, "")
+    message = _without_prefix(error.said)
+    if any(words in error.said.lower() for words in _BROKEN_HERE):
+        return InvalidOption(f"sbatch cannot submit {what}: {message}", "check that Slurm works on this machine (sinfo; SLURM_CONF, munge)")
     return InvalidOption(f"Slurm refused {what}: {message}", "check the --slurm options (sinfo lists partitions, sacctmgr show assoc your accounts)")

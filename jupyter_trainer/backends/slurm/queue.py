@@ -8,25 +8,37 @@ earliest submission time as its start (job ids are reused); a final answer is ke
 Without accounting ("accounting storage is disabled"), that is remembered, and the supervisor's
 files say how such a job ended.
 
-A job id alone names no job: the entry must also have the job's name and have been submitted no
-earlier than the record says (a controller whose state was reset counts from 1 again).
+An answer is read whole or not at all: each field ends with a separator made afresh for each
+call (a job's name, which another job of the user may fill with anything, newlines included,
+cannot end a field or a line early), and an answer with anything squeue never prints is
+`UnusableAnswer`, as if the controller could not be reached. A job missing from a good answer is
+not taken as gone on its word alone: `scontrol show job ID` is asked first (`confirm`).
+
+A job id alone names no job: the entry must also have the job's name and its log (the --output
+it was submitted with), and have been submitted no earlier than the record says (a controller
+whose state was reset counts from 1 again). An entry that is the job but has another id than the
+record says (the job can rewrite its record) is found by that identity.
 """
 
 from __future__ import annotations
 
 import contextlib
+import os
+import re
+import secrets
 import threading
 import time
 from dataclasses import dataclass
 from typing import Callable, Iterable
 
-from .commands import SlurmCommandFailed, run
+from .commands import SlurmCommandFailed, UnusableAnswer, run
 
 TTL = 2.0  # seconds an squeue answer serves every job of a poll
 SUBMIT_SLACK = 120.0  # seconds a submission time may be earlier than recorded (whole seconds, clocks)
+MAX_ANSWER_CHARS = 64 << 20  # an squeue answer past this is not read (a user's jobs take a few MB)
 
-# squeue -O: the name last, as it is the one field a user's own jobs may fill with anything
-SQUEUE_FIELDS = ("JobID", "State", "Reason", "NodeList", "Partition", "SubmitTime", "RestartCnt", "TimeLimit", "Name")
+# squeue -O: the name last, the one field a user's other jobs fill with anything
+SQUEUE_FIELDS = ("JobID", "State", "Reason", "NodeList", "Partition", "SubmitTime", "RestartCnt", "TimeLimit", "UserID", "STDOUT", "Name")
 SACCT_FIELDS = ("JobIDRaw", "State", "Reason", "NodeList", "Partition", "Submit", "ExitCode", "Timelimit", "JobName")
 
 ACTIVE_STATES = {
@@ -34,6 +46,23 @@ ACTIVE_STATES = {
     "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED", "RESV_DEL_HOLD", "SPECIAL_EXIT", "POWER_UP_NODE",
 }  # fmt: skip
 WAITING_STATES = {"PENDING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED", "RESV_DEL_HOLD", "SPECIAL_EXIT", "POWER_UP_NODE"}
+FINAL_STATES = {"BOOT_FAIL", "CANCELLED", "COMPLETED", "DEADLINE", "FAILED", "NODE_FAIL", "OUT_OF_MEMORY", "PREEMPTED", "TIMEOUT", "REVOKED"}
+
+# What squeue prints in its fields: a job id (of an array's task or a heterogeneous job's part too),
+# a state; anything else in them is an answer squeue did not give
+SQUEUE_JOB_ID = re.compile(r"\d{1,12}(?:_(?:\d{1,10}|\[[0-9,%\-]{1,200}\]))?(?:\+\d{1,6})?")
+STATE_WORD = re.compile(r"[A-Z][A-Z_]{0,31}")
+OUR_JOB_ID = re.compile(r"\d{1,12}")
+
+
+@dataclass(frozen=True)
+class JobIdentity:
+    """What makes a Slurm job this run's, whatever its id: its name, its log (the --output it was
+    submitted with, as squeue shows it) and when it was submitted."""
+
+    name: str
+    submitted_at: float
+    log: str = ""
 
 
 @dataclass(frozen=True)
@@ -52,6 +81,8 @@ class SlurmJob:
     cancelled_by: str = ""  # accounting's "CANCELLED by UID": the uid
     exit_code: str = ""  # accounting's "CODE:SIGNAL"
     source: str = "squeue"
+    user_id: str = ""
+    log: str = ""  # its --output, as given
 
     @property
     def active(self) -> bool:
@@ -61,12 +92,19 @@ class SlurmJob:
     def waiting(self) -> bool:
         return self.state in WAITING_STATES
 
-    def is_the_job(self, name: str, submitted_at: float) -> bool:
-        """Whether this entry is the job submitted as `name` at `submitted_at` (not another job
-        that has its id since)."""
-        if self.name and self.name != name:
+    @property
+    def known(self) -> bool:
+        """Whether its state is one this code knows (a newer Slurm's may not be)."""
+        return self.state in ACTIVE_STATES or self.state in FINAL_STATES
+
+    def is_the_job(self, identity: JobIdentity) -> bool:
+        """Whether this entry is the job of `identity` (not another job that has its id since,
+        nor one of the same name elsewhere)."""
+        if self.name and self.name != identity.name:
             return False
-        return self.submitted_at is None or self.submitted_at >= submitted_at - SUBMIT_SLACK
+        if self.log and identity.log and self.log != identity.log:
+            return False
+        return self.submitted_at is None or self.submitted_at >= identity.submitted_at - SUBMIT_SLACK
 
 
 def _when(text: str) -> float | None:
@@ -80,19 +118,81 @@ def _count(text: str) -> int | None:
     return int(text) if text.strip().isdigit() else None
 
 
-def parse_squeue(output: str) -> dict[str, SlurmJob]:
-    jobs = {}
-    for line in output.splitlines():
-        parts = line.split("|", len(SQUEUE_FIELDS) - 1)
-        if len(parts) != len(SQUEUE_FIELDS) or not parts[0].strip():
-            continue
-        job_id, state, reason, nodes, partition, submitted, restarts, limit, name = (part.strip() for part in parts)
-        name = name[:-1] if name.endswith("|") else name  # the suffix after the last field
-        jobs[job_id] = SlurmJob(
-            job_id, state.split()[0] if state else "", "" if reason in ("None", "(null)") else reason, "" if nodes in ("(null)",) else nodes,
-            partition, _when(submitted), _count(restarts), limit, name,
-        )  # fmt: skip
+def squeue_format(separator: str) -> str:
+    """squeue's -O for SQUEUE_FIELDS, each field ended by `separator`."""
+    return ",".join(f"{field}:{separator}" for field in SQUEUE_FIELDS)
+
+
+def new_separator() -> str:
+    """A field separator no job can have put in its name beforehand."""
+    return f"|{secrets.token_hex(8)}|"
+
+
+def parse_squeue(output: str, separator: str, user_id: str | None = None) -> dict[str, SlurmJob]:
+    """The jobs of an squeue answer printed with `squeue_format(separator)`, by id: every field
+    ends with the separator, every line with its last one. UnusableAnswer when the answer is not
+    all of that shape (cut short, garbled, a field squeue never prints, an id twice). Entries of
+    another user than `user_id` are left out."""
+    if len(output) > MAX_ANSWER_CHARS:
+        raise UnusableAnswer("squeue", f"more than {MAX_ANSWER_CHARS >> 20} MB")
+    fields = output.split(separator)
+    count = len(SQUEUE_FIELDS)
+    if (output and fields[-1] != "\n") or (len(fields) - 1) % count:
+        raise UnusableAnswer("squeue", "a line cut short or not of the format asked for")
+    jobs: dict[str, SlurmJob] = {}
+    for index in range(0, len(fields) - 1, count):
+        values = fields[index : index + count]
+        if index and not values[0].startswith("\n"):
+            raise UnusableAnswer("squeue", "a line that does not end where the format says")
+        job = _squeue_entry([value.strip() for value in values])
+        if job.job_id in jobs:
+            raise UnusableAnswer("squeue", f"job {job.job_id} listed twice")
+        if user_id is None or job.user_id == user_id:
+            jobs[job.job_id] = job
     return jobs
+
+
+def _squeue_entry(values: list[str]) -> SlurmJob:
+    job_id, state, reason, nodes, partition, submitted, restarts, limit, user_id, log, name = values
+    if not SQUEUE_JOB_ID.fullmatch(job_id):
+        raise UnusableAnswer("squeue", f"a job id {job_id[:20]!r}")
+    if not STATE_WORD.fullmatch(state):
+        raise UnusableAnswer("squeue", f"a state {state[:20]!r} of job {job_id}")
+    if not user_id.isdigit() or (restarts and not restarts.isdigit()):
+        raise UnusableAnswer("squeue", f"a user or restart count that is not a number for job {job_id}")
+    return SlurmJob(
+        job_id, state, "" if reason in ("None", "(null)") else reason, "" if nodes in ("(null)",) else nodes,
+        partition, _when(submitted), _count(restarts), limit, name, user_id=user_id, log="" if log == "(null)" else log,
+    )  # fmt: skip
+
+
+def parse_scontrol(output: str, job_id: str, identity: JobIdentity) -> SlurmJob | None:
+    """`scontrol show job --oneliner ID`'s answer, if it is the job of `identity` (its name, which
+    has no space, then the fields read: none of them a user's text). None: another job has the id."""
+    line = output.split("\n", 1)[0]
+    prefix = f"JobId={job_id} JobName={identity.name} "
+    if not line.startswith(f"JobId={job_id} "):
+        raise UnusableAnswer("scontrol", f"no JobId={job_id} at its start")
+    if not line.startswith(prefix):
+        return None
+    values: dict[str, str] = {}
+    for word in line[len(prefix) :].split(" "):
+        key, _, value = word.partition("=")
+        values.setdefault(key, value)
+        if key == "StdErr":
+            break  # paths and commands follow: a user's text
+    state = values.get("JobState", "")
+    if not STATE_WORD.fullmatch(state):
+        raise UnusableAnswer("scontrol", f"a state {state[:20]!r} of job {job_id}")
+    user = values.get("UserId", "")
+    job = SlurmJob(
+        job_id, state, "" if values.get("Reason") in (None, "None", "(null)") else values["Reason"], "" if values.get("NodeList") in (None, "(null)") else values["NodeList"],
+        values.get("Partition", ""), _when(values.get("SubmitTime", "")), _count(values.get("Restarts", "")), values.get("TimeLimit", ""),
+        identity.name, exit_code=values.get("ExitCode", ""), source="scontrol", user_id=user[user.find("(") + 1 : -1] if user.endswith(")") else "",
+    )  # fmt: skip
+    if job.user_id != str(os.getuid()) or not job.is_the_job(identity):
+        return None
+    return job
 
 
 def parse_sacct(output: str) -> dict[str, SlurmJob]:
@@ -116,6 +216,16 @@ def parse_sacct(output: str) -> dict[str, SlurmJob]:
         latest = attempts[-1]
         found[job_id] = SlurmJob(**{**latest.__dict__, "restarts": len(attempts) - 1})
     return found
+
+
+def find_by_identity(identity: JobIdentity, timeout: float) -> SlurmJob | None:
+    """The one job squeue shows with the name and log of `identity`, asked now and alone (a
+    submission that failed or was interrupted may have left it)."""
+    separator = new_separator()
+    output = run("squeue", "--me", "--states=all", "--noheader", f"--name={identity.name}", "-O", squeue_format(separator), timeout=timeout)
+    jobs = parse_squeue(output, separator, str(os.getuid()))
+    found = [job for job in jobs.values() if OUR_JOB_ID.fullmatch(job.job_id) and job.log == identity.log and job.is_the_job(identity)]
+    return found[0] if len(found) == 1 else None
 
 
 class Queue:
@@ -163,17 +273,19 @@ class Queue:
         with self._lock:
             self._asked_at = None
 
-    def job(self, job_id: str, name: str, submitted_at: float) -> SlurmJob | None:
-        """The job as squeue shows it now, or None when the controller no longer holds it.
-        Raises Unreachable (again, for `TTL` seconds) when the controller cannot be reached."""
+    def job(self, job_id: str, identity: JobIdentity) -> SlurmJob | None:
+        """The job as squeue shows it now (by its id, else by its identity), or None when the
+        controller's answer does not hold it. Raises Unreachable or UnusableAnswer (again, for
+        `TTL` seconds) when the controller cannot be reached or its answer cannot be read."""
         with self._lock:
             now = self.clock()
-            stale = self._asked_at is None or self._asked_at < submitted_at or (now - self._asked_at > self.ttl and not self._serves_the_poll(self._asked_at))
+            asked = self._asked_at
+            stale = asked is None or asked < identity.submitted_at or (now - asked > self.ttl and not self._serves_the_poll(asked))
             if stale:
                 try:
-                    self._jobs = parse_squeue(
-                        run("squeue", "--me", "--states=all", "--noheader", "-O", ",".join(f"{field}:|" for field in SQUEUE_FIELDS))
-                    )
+                    separator = new_separator()
+                    output = run("squeue", "--me", "--states=all", "--noheader", "-O", squeue_format(separator))
+                    self._jobs = parse_squeue(output, separator, str(os.getuid()))
                     self._error = None
                 except Exception as error:  # kept: every job of this poll is told the same
                     self._error = error
@@ -181,9 +293,33 @@ class Queue:
             if self._error is not None:
                 raise self._error
             found = self._jobs.get(job_id)
-        return found if found is not None and found.is_the_job(name, submitted_at) else None
+            if found is not None and found.is_the_job(identity):
+                return found
+            return self._found_by_identity(identity)
 
-    def ended(self, job_id: str, name: str, submitted_at: float, followed: Callable[[], Iterable[tuple[str, str, float]]]) -> SlurmJob | None:
+    def _found_by_identity(self, identity: JobIdentity) -> SlurmJob | None:
+        """The one entry of the answer that is the job of `identity` whatever its id (its name and
+        log are ours), if there is exactly one."""
+        if not identity.log:
+            return None
+        found = [
+            job for job in self._jobs.values() if OUR_JOB_ID.fullmatch(job.job_id) and job.name == identity.name and job.log == identity.log and job.is_the_job(identity)
+        ]  # fmt: skip
+        return found[0] if len(found) == 1 else None
+
+    def confirm(self, job_id: str, identity: JobIdentity) -> SlurmJob | None:
+        """The job as `scontrol show job ID` shows it: asked by its id, before a job that squeue
+        does not list (or lists as ended with no exit code) is taken as gone. None: the controller
+        does not know the id, or it is another job's."""
+        try:
+            output = run("scontrol", "show", "job", "--oneliner", job_id)
+        except SlurmCommandFailed as error:
+            if "invalid job id" in error.said.lower():
+                return None
+            raise
+        return parse_scontrol(output, job_id, identity)
+
+    def ended(self, job_id: str, identity: JobIdentity, followed: Callable[[], Iterable[tuple[str, str, float]]]) -> SlurmJob | None:
         """How accounting says a job the controller no longer holds ended (None: accounting is
         disabled, or knows nothing of it). One sacct asks for it and for every other job of
         `followed()` ((job id, name, submitted at) of the store's unfinished Slurm jobs) that the
@@ -191,7 +327,7 @@ class Queue:
         with self._lock:
             if job_id in self._ended:
                 found = self._ended[job_id]
-                return found if found.is_the_job(name, submitted_at) else None
+                return found if found.is_the_job(identity) else None
             if not self.accounting:
                 return None
             now = self.clock()
@@ -200,7 +336,7 @@ class Queue:
             )
             if fresh and job_id in self._accounting_asked:
                 return None  # asked in this poll: accounting does not have it (yet)
-            wanted = {job_id: submitted_at}
+            wanted = {job_id: identity.submitted_at}
             for other, _name, at in followed():
                 if other not in self._jobs and other not in self._ended:
                     wanted[other] = at
@@ -211,15 +347,16 @@ class Queue:
                     f"--starttime={start}", "--endtime=now", f"--format={','.join(SACCT_FIELDS)}",
                 )  # fmt: skip
             except SlurmCommandFailed as error:
-                if "accounting storage is disabled" in error.message.lower() or "slurmdbd" in error.message.lower():
-                    self.accounting = "slurmdbd" in error.message.lower()  # a slurmdbd down now may answer later
+                said = error.said.lower()
+                if "accounting storage is disabled" in said or "slurmdbd" in said:
+                    self.accounting = "slurmdbd" in said  # a slurmdbd down now may answer later
                 return None
             self._accounting_asked_at, self._accounting_asked = now, set(wanted)
             for other, found in parse_sacct(output).items():
-                if other in wanted and not found.active:
+                if other in wanted and found.known and not found.active:
                     self._ended[other] = found
             found = self._ended.get(job_id)
-        return found if found is not None and found.is_the_job(name, submitted_at) else None
+        return found if found is not None and found.is_the_job(identity) else None
 
 
 QUEUE = Queue()

@@ -71,19 +71,45 @@ def parse_nodes(value: int | None) -> int | None:
     return value
 
 
+# sbatch's long options that are also the start of one refused above: given whole, they are
+# theirs (getopt takes an exact match first); any shorter start is refused
+_PREFIXES_OF_OWN = {"--gpus", "--export", "--time", "--nodes", "--wait"}
+# sbatch's short options that take no value: in a cluster (-vH), the letters after them are options too
+_SHORT_WITHOUT_VALUE = set("hHOQsuVvW")
+
+
+def _refused_flag(value: str) -> str | None:
+    """The option of ours that `value` names as sbatch reads it, if any: a long option or any
+    start of it that sbatch would take for it (getopt accepts any unambiguous start), or a
+    short one in a cluster of short options (-vJname)."""
+    if value.startswith("--"):
+        flag = value.split("=", 1)[0]
+        if flag in OWN_SBATCH_OPTIONS:
+            return flag
+        if flag in _PREFIXES_OF_OWN or len(flag) < 3:
+            return None
+        starting = sorted(own for own in OWN_SBATCH_OPTIONS if own.startswith("--") and own.startswith(flag))
+        return starting[0] if starting else None
+    for letter in value[1:]:
+        if f"-{letter}" in OWN_SBATCH_OPTIONS:
+            return f"-{letter}"
+        if letter not in _SHORT_WITHOUT_VALUE:
+            return None  # the rest is this option's value (-c4)
+    return None
+
+
 def parse_sbatch_args(values: list[str] | None) -> tuple[str, ...]:
     args = []
     for value in values or ():
         shown = value[:60]
-        if not value.startswith("-") or any(ch in value for ch in "\n\r\0"):
+        if not value.startswith("-") or value in ("-", "--") or any(ch in value for ch in "\n\r\0"):
             raise InvalidOption(f"--sbatch-arg {shown!r} is not an sbatch option", "give one option per --sbatch-arg, with '=': --sbatch-arg=--mem=8G")
-        flag = value.split("=", 1)[0]
-        if not flag.startswith("--") and len(flag) > 2:
-            flag = flag[:2]  # -t10: the short option with its value attached
-        if flag in OWN_SBATCH_OPTIONS:
+        flag = _refused_flag(value)
+        if flag is not None:
             instead = OWN_SBATCH_OPTIONS[flag]
             hint = f"use {instead} instead" if instead else "drop it: jupyter_trainer sets it for the job"
-            raise InvalidOption(f"--sbatch-arg {flag} is not allowed", hint)
+            named = value.split("=", 1)[0]
+            raise InvalidOption(f"--sbatch-arg {named[:40] if named == flag else f'{named[:40]} ({flag})'} is not allowed", hint)
         args.append(value)
     return tuple(args)
 

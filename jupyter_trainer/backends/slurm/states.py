@@ -23,7 +23,9 @@ OOM_REASON = "out of memory: Slurm killed the job for using more memory than it 
 
 def details(job: SlurmJob) -> dict:
     """What the record's runtime keeps of Slurm's view (shown in the job's header and table)."""
-    kept = {"state": job.state, "partition": job.partition, "pending_reason": job.reason if job.waiting else ""}
+    # its id too: the job found by its name and log where the record's id (which the job can
+    # rewrite) named another
+    kept = {"job_id": job.job_id, "state": job.state, "partition": job.partition, "pending_reason": job.reason if job.waiting else ""}
     if job.node_list and not job.waiting:
         kept["node_list"] = job.node_list
     if job.restarts is not None:
