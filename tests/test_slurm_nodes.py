@@ -1,6 +1,6 @@
 """--slurm --nodes 2 on a two-node cluster in containers (tests/slurm_nodes.py): the interpreter
 runs once per node through srun, with MASTER_ADDR, MASTER_PORT, NODE_RANK and WORLD_SIZE set, a
-gloo DDP script on Debian's python3-torch sums over both nodes, torchrun gets its node flags, and
+gloo DDP script on Debian's python3-torch sums over both nodes, real torchrun makes one group of both nodes, and
 every line of the merged log says its node."""
 
 
@@ -50,6 +50,31 @@ def test_a_gloo_ddp_job_on_two_nodes(slurm, workdir):
         "[jtn2] rank 1 of 2 node_rank 1 master jtn1 sum 3.0",
     ]
     assert job.record.runtime["node_list"] == "jtn[1-2]"
+
+
+TORCHRUN_DDP = """
+import torch
+import torch.distributed as dist
+
+dist.init_process_group("gloo")  # torchrun's environment: RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT
+total = torch.tensor([float(dist.get_rank())])
+dist.all_reduce(total)
+print("rank", dist.get_rank(), "of", dist.get_world_size(), "sum", total.item(), flush=True)
+dist.destroy_process_group()
+"""
+
+
+def test_real_torchrun_on_two_nodes_two_processes_each(slurm, workdir):
+    """Debian's torchrun itself, two processes per node: the node flags it is given make one group of
+    four. (Debian bookworm's torch 1.13 on Python 3.11 needs --redirects and --tee set: their
+    defaults fail before a process starts.)"""
+    interpreter = "torchrun --redirects 1 --tee 1 --nproc_per_node 2"
+    job = submit(TORCHRUN_DDP, workdir, "torchrun-ddp", nodes=2, interpreter=interpreter, sbatch_args=["--mem=1500M"])
+    assert job.wait(timeout=240) is Status.COMPLETED, job.logs()
+    ranks = sorted(line.rsplit(":", 1)[-1] for line in job.logs().splitlines() if " sum " in line)
+    assert ranks == [f"rank {rank} of 4 sum 6.0" for rank in range(4)], job.logs()
+    nodes = {line.split("]", 1)[0] for line in job.logs().splitlines() if " sum " in line}
+    assert nodes == {"[jtn1", "[jtn2"}  # every line says its node
 
 
 def test_torchrun_gets_the_nodes_flags_filled_in(slurm, workdir):
