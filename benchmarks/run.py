@@ -18,6 +18,8 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+# the checkout these benchmarks are in, not whichever one the environment installed
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from common import Comparison, interleaved, table, timed  # noqa: E402
 
 IMAGE = os.environ.get("JUPYTER_TRAINER_TEST_IMAGE", "jupyter-trainer-test:bookworm-pip")
@@ -763,7 +765,8 @@ def main() -> int:
     parser.add_argument("--flood-seconds", type=float, default=12, help="how long the metric-flood views are watched")
     parser.add_argument("--flood-names", type=int, nargs="*", default=[5_000, 50_000], help="metric names in each flood log")
     parser.add_argument("--flood-finish", type=float, default=300, help="seconds a flood view may take to read its whole log")
-    parser.add_argument("--only", nargs="*", default=["submit", "logs", "terminal", "load", "cell", "memory", "sagemaker", "table", "remote", "flood", "slurm"])
+    parser.add_argument("--lag-lines", type=int, default=60, help="lines the log-lag benchmark's jobs print (a random 0.1-0.6 s apart)")
+    parser.add_argument("--only", nargs="*", default=["submit", "logs", "terminal", "load", "cell", "lag", "memory", "sagemaker", "table", "remote", "flood", "slurm"])
     parser.add_argument("--terminal-log-size", type=int, default=200 << 20, help="bytes in the terminal tail's logs (default 200 MiB)")
     args = parser.parse_args()
     results: list[Comparison] = []
@@ -777,6 +780,11 @@ def main() -> int:
         results += bench_terminal_tail(args.rounds, args.terminal_log_size)
     if "cell" in args.only:
         results += bench_cell_while_watching(max(5, args.rounds // 3))
+    if "lag" in args.only:
+        from lag import bench_lag
+
+        fresh_home()
+        results += bench_lag(args.lag_lines, IMAGE)
     if "memory" in args.only:
         results.append(bench_memory(args.lines))
     if "sagemaker" in args.only:

@@ -109,6 +109,16 @@ def read_range(path: Path | str, offset: int, limit: int) -> bytes:
         return b""
 
 
+def version(path: Path | str) -> tuple[int, int, int] | None:
+    """What changes whenever a file is written or replaced: its inode, size and modification time
+    (ns), not following a link; None if it cannot be looked at. One lstat."""
+    try:
+        info = os.lstat(path)
+    except OSError:
+        return None
+    return info.st_ino, info.st_size, info.st_mtime_ns
+
+
 def regular_size(path: Path | str) -> int:
     """The size of a regular file (0 if missing); a link or special file is an error. One lstat,
     nothing opened: a view asks this of every log it follows several times a second."""

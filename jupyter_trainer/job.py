@@ -21,7 +21,7 @@ from .metrics import LogClock, MetricReader
 from .spec import Metric
 from .proc import ProcessIdentity
 from .resources import Usage, cpu_between
-from .store import CLOCK_FILE, NOTIFIED_FILE, JobStore
+from .store import CLOCK_FILE, NOTIFIED_FILE, RECORD_FILE, JobStore
 
 
 EXCEPTION_LINES = 200  # of a failed job's log, read for the exception it ended with
@@ -39,6 +39,8 @@ class Job:
         self.store = store
         self.backends = backends or _backends.DEFAULT  # where its backend is found by name
         self._run_dir: tuple | None = None
+        self._record_version = None  # the record file's version (see _fs.version) when `record` was read from it
+        self._log_source: tuple | None = None  # (the record it was made for, the log source)
 
     @classmethod
     def load(cls, name: str, store: JobStore | None = None, backends: _backends.Backends | None = None) -> "Job":
@@ -214,7 +216,12 @@ class Job:
         return latest
 
     def log_source(self) -> LogSource:
-        return self.backend_impl().log_source(self.record, self.run_dir)
+        """The log, as the backend reads it for this record (made again once the record changes:
+        a view asks at every poll)."""
+        made = self._log_source
+        if made is None or made[0] is not self.record:
+            made = self._log_source = (self.record, self.backend_impl().log_source(self.record, self.run_dir))
+        return made[1]
 
     def usage(self, interval: float = 1.0) -> Usage | None:
         """What the job uses now (CPU, memory, GPUs; a SageMaker job's instances), or None. The CPU %
@@ -273,7 +280,7 @@ class Job:
 
     def refresh(self) -> "Job":
         """Ask the backend what it sees now and record any change of status."""
-        self.record = self.store.load(self.name, self.run)
+        self._reload_record()
         if self.record.status.is_final:
             self._record_notification()
             return self
@@ -310,6 +317,7 @@ class Job:
             self.record = self.store.update(self.name, self.run, apply)
         except StoreError:
             apply(self.record)  # the store is full or read-only: report the truth, record it later
+            self._record_version = self._log_source = None  # read again next time, and tried again
         if self.record.status.is_final:
             self._record_notification()
         return self
@@ -340,6 +348,16 @@ class Job:
             self.record = self.store.update(self.name, self.run, note)
         except StoreError:
             note(self.record)
+            self._record_version = None
+
+    def _reload_record(self) -> None:
+        """The record as stored, read again only once its file has changed: a status check of a
+        quiet job costs one lstat, not a read and a JSON parse. (The store writes a record by
+        replacing its file, so each write gives it a new version.)"""
+        version = _fs.version(self.run_dir / RECORD_FILE)  # before the read: a write meanwhile is read next time
+        if version is None or version != self._record_version:
+            self.record = self.store.load(self.name, self.run)
+            self._record_version = version
 
     def _observe(self) -> Observation:
         if not self.record.runtime:

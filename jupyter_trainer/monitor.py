@@ -15,6 +15,7 @@ import time
 from collections import deque
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from . import metrics_cache
 from .job import Job
@@ -101,6 +102,7 @@ class JobMonitor:
         self.usage = UsageHistory()
         self._usage_looked = float("-inf")
         self._usage_pending: Future | None = None
+        self.log_file: Path | None = None  # the log's file, when it is one on this machine (see read_log)
 
     @property
     def record(self):
@@ -114,9 +116,19 @@ class JobMonitor:
     # -- reading -----------------------------------------------------------
 
     def refresh_status(self) -> bool:
-        before = (self.record.status, self.record.exit_code, self.record.reason)
+        """Ask for the job's status; True if anything of its record changed (the job keeps the
+        record it has while the stored one is unchanged, see Job.refresh)."""
+        record = self.record
+        before = (record.status, record.exit_code, record.reason)
         self.job.refresh()
-        return before != (self.record.status, self.record.exit_code, self.record.reason)
+        return self.record is not record or before != (self.record.status, self.record.exit_code, self.record.reason)
+
+    def status_news(self, names: set[str]) -> bool:
+        """Whether a change of these files of the job's directory may be a change of its status:
+        any but its log (which every read looks at), the metrics cache (which this writes) and
+        files still being written (a "." name, renamed once whole)."""
+        mine = {self.log_file.name if self.log_file else None, metrics_cache.CACHE_FILE}
+        return any(name not in mine and not name.startswith(".") for name in names)
 
     def start(self) -> None:
         """Show the log's last lines at once; metrics catch up from the start over later polls."""
@@ -137,6 +149,8 @@ class JobMonitor:
         """Read what the log gained, up to the budget; True if anything shown changed. `now`: the
         wall clock, to tell when the job last printed."""
         source = self.job.log_source()
+        local_file = getattr(source, "local_file", None)  # else the log is read through a runtime
+        self.log_file = local_file() if local_file else None
         offset_before = self.cursor.offset
         if self.record.status.is_final and not self._settled:
             self._settled = True
@@ -287,17 +301,27 @@ class JobMonitor:
 
     # -- the snapshot --------------------------------------------------------
 
+    def elapsed(self, now: float) -> float | None:
+        """Seconds since the job started, until it ended (None before it starts)."""
+        record = self.record
+        if record.started_at is None:
+            return None
+        end = record.ended_at if record.ended_at is not None else now
+        return max(0.0, end - record.started_at)
+
+    def quiet_for(self, now: float) -> float | None:
+        """Seconds without output, once a running job has been quiet for QUIET_AFTER."""
+        if self.record.status is not Status.RUNNING or self.last_output_at is None:
+            return None
+        quiet = now - self.last_output_at
+        return quiet if quiet >= QUIET_AFTER else None
+
     def snapshot(self, now: float) -> Snapshot:
         record = self.record
-        elapsed = None
-        if record.started_at is not None:
-            end = record.ended_at if record.ended_at is not None else now
-            elapsed = max(0.0, end - record.started_at)
         # a running job's reason says what keeps it from being followed ("cannot reach gpu1 since …")
         outcome = describe_outcome(record.status, record.exit_code, record.reason)
         lines = self._shown_lines()
         running = record.status is Status.RUNNING
-        quiet = now - self.last_output_at if running and self.last_output_at is not None else None
         return Snapshot(
             name=record.name,
             run=record.run,
@@ -306,12 +330,12 @@ class JobMonitor:
             status=record.status,
             exit_code=record.exit_code,
             outcome=outcome,
-            elapsed=elapsed,
+            elapsed=self.elapsed(now),
             lines=tuple(lines),
             metrics=self.metrics,
             notes=tuple(self.notes()),
             progress=progress_of(lines[-1]) if running and lines else None,
-            quiet_for=quiet if quiet is not None and quiet >= QUIET_AFTER else None,
+            quiet_for=self.quiet_for(now),
             facts=tuple(facts(record, self.job.backends)) + notification_facts(record.notification),
             ended_at=record.ended_at,
             usage=self.usage.latest if running else None,

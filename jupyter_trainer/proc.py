@@ -17,11 +17,19 @@ from pathlib import Path
 _PROC = Path("/proc")
 
 
+_boot_id: str | None = None
+
+
 def boot_id() -> str:
-    try:
-        return (_PROC / "sys/kernel/random/boot_id").read_text().strip()
-    except OSError:
-        return ""
+    """This boot's id. It cannot change while this process lives, so it is read once: every
+    status check of a job compares it."""
+    global _boot_id
+    if _boot_id is None:
+        try:
+            _boot_id = (_PROC / "sys/kernel/random/boot_id").read_text().strip()
+        except OSError:
+            return ""
+    return _boot_id
 
 
 def _stat_fields(pid: int) -> list[str] | None:

@@ -20,6 +20,7 @@ import threading
 import time
 from typing import Callable
 
+from ._changes import ChangeWaiter
 from .errors import Unreachable
 from .job import Job
 from .jobs import Status
@@ -41,6 +42,9 @@ CHOOSER_DEFAULT = "loss-like, then the latest"  # the chart chooser's first opti
 SAVE_INTERVAL = 15.0  # seconds between two updates of the view saved in the notebook (and at each change of status)
 SAVED_LINES = 40  # log lines the saved view keeps (it is written into the notebook file)
 POLL_INTERVAL = 0.25  # seconds between two reads of the logs
+# ...while every job is quiet and a change to its files wakes the poller at once: then only the
+# elapsed time moves (and a status check or a look at what the job uses may be due)
+QUIET_INTERVAL = 1.0
 ERROR_CHARS = 300  # an error line is cut to this many characters
 
 
@@ -122,7 +126,7 @@ def header_html(snapshot: Snapshot) -> str:
         f'<span class="jt-name">{html.escape(snapshot.name)}</span>',
         f'<span class="jt-status" style="background:{colour}">{snapshot.status.value}</span>',
         f"<span>{html.escape(f'{snapshot.backend} · {snapshot.where}')}</span>",
-        f"<span>elapsed {format_duration(snapshot.elapsed)}</span>",
+        elapsed_html(snapshot.elapsed),
     ]
     parts += usage_html(snapshot)
     if snapshot.progress:
@@ -141,6 +145,10 @@ def header_html(snapshot: Snapshot) -> str:
         + (f'<div class="jt-header jt-facts">{facts}</div>' if facts else "")
         + f'<div class="jt-disconnected">{html.escape(disconnected_text(snapshot.name))}</div>'
     )
+
+
+def elapsed_html(seconds: float | None) -> str:
+    return f"<span>elapsed {format_duration(seconds)}</span>"
 
 
 def usage_html(snapshot: Snapshot) -> list[str]:
@@ -313,7 +321,17 @@ class JobWidget:
 
         self.clock = clock
         self.monitor = JobMonitor(job, log_lines)
-        self.status_interval = job.backend_impl().status_interval
+        backend = job.backend_impl()
+        self.status_interval = backend.status_interval
+        # while the poller is woken by each change of the job's files (see Poller), a backend whose
+        # changes of status show there may be asked less often
+        self.watched_status_interval = getattr(backend, "watched_status_interval", backend.status_interval)
+        self.in_watch = False  # whether the poller watches the job's directory (it says so)
+        # Whether that watch sees the log grow. Not where another kernel writes it (a container's
+        # engine in a VM, writing through a shared folder): a log seen grown with no change
+        # reported says so, and the view is polled again as if unwatched, until a report comes.
+        self._watch_works = True
+        self._log_reported = False  # a change of the log was reported since the last poll
         self.monitor.refresh_status()
         self.monitor.start()
         self.style = widgets.HTML(layout={"display": "none"})
@@ -355,7 +373,9 @@ class JobWidget:
         self.last_push = float("-inf")
         self.last_status_check = float("-inf")
         self._dirty = True
+        self._header_stale = False  # only the header has news (a reading of what the job uses)
         self._shown_second = None
+        self._drawn_elapsed: str | None = None  # the elapsed time the header shows, while only the clock can move it
         self.charts_due = float("-inf")  # when the charts may be sent again
         self._charts_stale = False  # an update left the charts as they were: the next one draws them
         self._chart_errors: list[str] = []  # why the charts could not be drawn, the last time they were
@@ -406,7 +426,8 @@ class JobWidget:
     def _poll(self, now: float) -> bool:
         if self.removed:
             return False
-        checking = now - self.last_status_check >= self.status_interval
+        checking = now - self.last_status_check >= (self.watched_status_interval if self.watched else self.status_interval)
+        offset, caught_up = self.monitor.cursor.offset, self.monitor.caught_up
         step = "status"
         try:
             if checking:
@@ -414,8 +435,9 @@ class JobWidget:
                 self._dirty |= self.monitor.refresh_status()
             step = "log"
             self._dirty |= self.monitor.read_log(now=self.clock())
+            self._judge_the_watch(grew=caught_up and self.monitor.cursor.offset != offset)
             step = "usage"
-            self._dirty |= self.monitor.look_at_usage(now)
+            self._header_stale |= self.monitor.look_at_usage(now)
         except Unreachable:
             # the job's host cannot be reached: its status check says so and since when ("cannot
             # reach gpu1 since T", kept until the host answers); an error line would say it twice
@@ -433,8 +455,8 @@ class JobWidget:
         finished = self.monitor.finished
         ticking = int(self.clock()) != self._shown_second  # the elapsed time moves on
         due = now - self.last_push >= PUSH_INTERVAL
-        if not finished and ticking and due and not (self._dirty or self._charts_stale):
-            self._push_header()  # a quiet job: only its clock moved
+        if not finished and (ticking or self._header_stale) and due and not (self._dirty or self._charts_stale):
+            self._push_header()  # a quiet job: only its clock (or what it uses) moved
             self.last_push = now
             self._keep_saved()
         elif finished or ((self._dirty or ticking or self._charts_stale) and due):
@@ -446,6 +468,38 @@ class JobWidget:
             self._keep_saved()
         return not finished
 
+    @property
+    def watched_directory(self) -> str | None:
+        """The directory on this machine where the job's log and run files change (None when its
+        log is read through a runtime: then only polling sees news)."""
+        log_file = self.monitor.log_file
+        return str(log_file.parent) if log_file is not None else None
+
+    @property
+    def watched(self) -> bool:
+        """Whether a change of the job's log wakes the poller (see _watch_works)."""
+        return self.in_watch and self._watch_works
+
+    def _judge_the_watch(self, grew: bool) -> None:
+        """`grew`: the log grew since the last poll (not the history being read)."""
+        if grew:
+            self._watch_works = self._log_reported
+        self._log_reported = False
+
+    @property
+    def quiet(self) -> bool:
+        """Whether the poller may leave this view until the quiet interval ends or its files change:
+        nothing read waits to be shown, and no history waits to be read."""
+        return self.watched_directory is not None and self.monitor.caught_up and not (self._dirty or self._charts_stale or self._header_stale)
+
+    def files_changed(self, names: set[str]) -> None:
+        """Files of the job's directory changed (told by the poller): if that may be a change of
+        status (see JobMonitor.status_news), the status check is due now."""
+        if self.monitor.status_news(names):
+            self.last_status_check = float("-inf")
+        log_file = self.monitor.log_file
+        self._log_reported |= log_file is not None and log_file.name in names
+
     def push(self) -> None:
         """Project the monitor's state onto the widgets' traits. A part that cannot be drawn keeps
         what it showed and says why under the header; the other parts are still updated."""
@@ -455,8 +509,29 @@ class JobWidget:
     def _push_header(self) -> None:
         """Only the header again (its elapsed time), when nothing else can have changed: it still
         says why the parts not drawn again could not be drawn the last time."""
-        _, header, errors = self._header(self.clock())
+        now = self.clock()
+        moved = self._clock_moved(now)
+        if moved is not None:
+            self._shown_second = int(now)
+            self.header.value = moved
+            return
+        _, header, errors = self._header(now)
+        self._header_stale = False
         self.header.value = header + "".join(error_html(error) for error in errors + self._chart_errors + self._log_errors)
+
+    def _clock_moved(self, now: float) -> str | None:
+        """The header as drawn last with only its elapsed time moved on, while nothing else in it
+        can have changed (None: draw it anew). A quiet job's header moves once a second, and
+        drawing it takes a snapshot and its sparklines."""
+        drawn = self._drawn_elapsed
+        if drawn is None or self._header_stale or self.monitor.quiet_for(now) is not None:
+            return None
+        now_shown = elapsed_html(self.monitor.elapsed(now))
+        value = self.header.value
+        if value.count(drawn) != 1:  # a header drawn by a renderer of another shape
+            return None
+        self._drawn_elapsed = now_shown
+        return value.replace(drawn, now_shown)
 
     def _header(self, now: float) -> tuple:
         """The monitor's snapshot (None if it could not be taken), the header drawn from it, and
@@ -465,6 +540,9 @@ class JobWidget:
         errors = [self.error] if self.error else []
         snapshot = _render(lambda: self.monitor.snapshot(now), "the view", errors)
         header = _render(lambda: self.render_header(snapshot), "the header", errors) if snapshot else None
+        # the quiet warning moves with the clock too: such a header is always drawn anew
+        clock_only = header is not None and snapshot.quiet_for is None and not snapshot.status.is_final
+        self._drawn_elapsed = elapsed_html(snapshot.elapsed) if clock_only else None
         return snapshot, header if header is not None else f"<b>{html.escape(self.job.name)}</b>", errors
 
     def _push(self, charts: bool = True) -> int:
@@ -500,7 +578,7 @@ class JobWidget:
                 self.stop_button.description = status.value
                 self.stop_button.icon = "check" if status.value == "completed" else "times"
                 self.stop_button.button_style = BAR_STYLES.get(status, "")
-        self._dirty = False
+        self._dirty = self._header_stale = False
         return sent
 
     # the renderers this widget uses (one may be replaced to test a failure that stays in its widget)
@@ -595,14 +673,23 @@ def stop_in_background(job: Job, done: Callable[[Exception | None], None]) -> No
 
 
 class Poller:
-    """One thread per kernel, serving every widget; it ends when no widget needs it."""
+    """One thread per kernel, serving every widget; it ends when no widget needs it.
 
-    def __init__(self, interval: float = POLL_INTERVAL, clock: Callable[[], float] = time.monotonic):
+    It polls every `interval` while a job prints (or its log cannot be watched); while every job
+    is quiet it sleeps up to `quiet_interval`, woken at once when a file of one of them changes
+    (see _changes), so that a quiet job costs a look at its log's size now and then, and a line
+    it prints is shown without waiting for the next tick."""
+
+    def __init__(
+        self, interval: float = POLL_INTERVAL, clock: Callable[[], float] = time.monotonic, quiet_interval: float = QUIET_INTERVAL
+    ):
         self.interval = interval
+        self.quiet_interval = max(interval, quiet_interval)
         self.clock = clock
         self.widgets: list[JobWidget] = []
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
+        self._waiter: ChangeWaiter | None = None  # while its thread runs
 
     @property
     def running(self) -> bool:
@@ -616,16 +703,27 @@ class Poller:
             # a thread that died somehow would leave every widget frozen: start another
             alive = self._thread is not None and self._thread.is_alive()
             if not alive and self.widgets:
-                self._thread = threading.Thread(target=self._run, name="jupyter_trainer-poller", daemon=True)
+                self._waiter = ChangeWaiter()
+                self._thread = threading.Thread(target=self._run, args=(self._waiter,), name="jupyter_trainer-poller", daemon=True)
                 self._thread.start()
+            elif self._waiter is not None:
+                self._waiter.wake()  # the new views are polled now, not after a quiet wait
 
-    def tick(self) -> None:
+    def tick(self, changed: dict[str, set[str]] | None = None, everyone: bool = True) -> None:
+        """Poll the views once: every one, or (`everyone` False: a tick between two beats) those
+        whose files changed and those that are not quiet or not watched. `changed`: the files
+        that changed since the last tick, by directory."""
         now = self.clock()
         with self._lock:
             widgets = list(self.widgets)
         finished = []
         for widget in widgets:
             try:
+                names = changed.get(widget.watched_directory) if changed else None
+                if names:
+                    widget.files_changed(names)
+                elif not everyone and widget.quiet and widget.watched:  # a change of its files would have woken it
+                    continue
                 if not widget.poll(now):
                     finished.append(widget)
             except Exception as exc:  # a bug in one widget is shown in it; the others are still served
@@ -634,18 +732,48 @@ class Poller:
             with self._lock:
                 self.widgets = [widget for widget in self.widgets if widget not in finished]
 
-    def _run(self) -> None:
-        while True:
-            with self._lock:
-                if not self.widgets:
-                    if self._thread is threading.current_thread():
-                        self._thread = None
-                    return
-            try:
-                self.tick()
-            except Exception:  # nothing of a widget's (tick catches those): try again at the next tick
-                pass
-            time.sleep(self.interval)
+    def _run(self, waiter: ChangeWaiter) -> None:
+        changed: dict[str, set[str]] = {}
+        beat = float("-inf")  # when every view is polled next: the quiet ones move their clocks together
+        try:
+            while True:
+                with self._lock:
+                    if not self.widgets:
+                        if self._thread is threading.current_thread():
+                            self._thread, self._waiter = None, None
+                        return
+                polled_at = self.clock()
+                everyone = polled_at >= beat
+                if everyone:
+                    beat = polled_at + self.quiet_interval
+                try:
+                    self.tick(changed, everyone)
+                    changed = self._wait(waiter, polled_at, beat)
+                except Exception:  # nothing of a widget's (tick catches those): try again at the next tick
+                    changed = {}
+                    time.sleep(self.interval)
+        finally:
+            waiter.close()
+
+    def _wait(self, waiter: ChangeWaiter, polled_at: float, beat: float) -> dict[str, set[str]]:
+        """Sleep until the next tick, the GIL released: `interval` after the last one while a
+        view has news to show or a job that cannot wake the poller; else until a file of a job
+        changes, but never sooner than `interval` after the last tick (a job that prints all the
+        time is polled at that rate), nor later than the next `beat`. What changed meanwhile."""
+        with self._lock:
+            widgets = list(self.widgets)
+        logs = {widget: str(widget.monitor.log_file) for widget in widgets if widget.monitor.log_file is not None}
+        watched = waiter.watch({widget.watched_directory for widget in logs} | set(logs.values()))
+        for widget in widgets:
+            widget.in_watch = logs.get(widget) in watched
+        quiet = all(widget.quiet and widget.watched for widget in widgets)
+        changed = waiter.wait(beat - self.clock() if quiet else self.interval)
+        rest = self.interval - (self.clock() - polled_at)
+        if rest > 0:
+            time.sleep(rest)
+            for directory, names in waiter.wait(0).items():  # what changed meanwhile, without waiting
+                changed.setdefault(directory, set()).update(names)
+        return changed
 
 
 def _render(render: Callable[[], str], what: str, errors: list[str]) -> str | None:

@@ -133,3 +133,25 @@ def test_an_unreachable_host_is_kept_as_typed_state_since_the_first_failed_look(
     assert summary.host_cell(down, Backends()) == "local"
     assert summary.host_cell(running, Backends()).startswith("local (unreachable since ")
     assert JobRecord.from_dict(running.to_dict()) == running
+
+
+def test_a_refresh_reads_the_record_again_only_once_it_has_changed(store, fake_backend, backends, monkeypatch):
+    from jupyter_trainer.job import Job
+    from jupyter_trainer.spec import DetachedSpec
+    from jupyter_trainer.submit import submit_detached
+
+    spec = DetachedSpec(script="x", backend="fake", workdir="/")
+    job = submit_detached(spec, name="r", store=store, backends=backends).job
+    job.refresh()
+    job.refresh()  # what the first one recorded is read once
+    loads = []
+    load = store.load
+    monkeypatch.setattr(store, "load", lambda *a, **k: (loads.append(a), load(*a, **k))[1])
+    job.refresh()
+    job.refresh()
+    assert loads == []  # unchanged on disk: one lstat each, no read, no parse
+    other = Job.load("r", store, backends)
+    other.record = store.update("r", other.run, lambda record: record.runtime.update(note="changed elsewhere"))
+    loads.clear()
+    job.refresh()
+    assert len(loads) == 1 and job.record.runtime["note"] == "changed elsewhere"

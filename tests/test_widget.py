@@ -5,6 +5,7 @@ import math
 import os
 import re
 import shutil
+import time
 from html.parser import HTMLParser
 
 import comm
@@ -761,3 +762,67 @@ def test_a_kill_after_a_handled_exception_shows_the_kill_not_the_old_exception(s
     fake_backend.finish("w", 137)
     view.poll(now=1.0)
     assert "exit code 137" in view.header.value and "warmup" not in view.header.value
+
+
+# -- an idle poller: quiet views wait, and wake at once on a change ------------------------------
+
+
+def test_a_quiet_view_waits_for_the_quiet_interval_and_a_line_wakes_it_at_once(store, fake_backend, backends):
+    job = fake_job(store, backends)
+    append(job, "first\n")
+    view = JobWidget(job, clock=Clock())
+    polls = []
+    poll = view.poll
+    view.poll = lambda now: (polls.append(now), poll(now))[1]
+    poller = Poller(interval=0.01, quiet_interval=60)
+    poller.watch(view)
+    wait_for(lambda: "first" in view.log.value and view.quiet, timeout=10, what="the view to settle")
+    settled = len(polls)
+    time.sleep(0.5)
+    assert len(polls) - settled <= 2  # not the 50 polls of a 0.01 s tick
+    append(job, "second\n")
+    wait_for(lambda: "second" in view.log.value, timeout=5, what="the line to wake the poller")
+    with poller._lock:
+        poller.widgets = []
+    poller._waiter and poller._waiter.wake()
+
+
+def test_a_run_file_that_may_be_a_status_makes_the_check_due_and_the_views_own_writes_do_not(store, fake_backend, backends):
+    job = fake_job(store, backends)
+    view = JobWidget(job, clock=Clock())
+    view.poll(now=1.0)
+    checked = view.last_status_check
+    view.files_changed({"output.log", "metrics.json", ".metrics.json.12.ab.tmp"})
+    assert view.last_status_check == checked
+    view.files_changed({"output.log", "exit_code"})
+    assert view.last_status_check == float("-inf")
+
+
+def test_a_header_moved_by_the_clock_alone_is_the_header_drawn_anew(store, fake_backend, backends):
+    job = fake_job(store, backends)
+    clock = Clock(now=job.record.started_at + 5 if job.record.started_at else 1000.0)
+    view = JobWidget(job, clock=clock)
+    append(job, "step 1 loss: 0.5\n")
+    view.poll(now=1.0)
+    for second in range(1, 4):
+        clock.now += 1
+        view.poll(now=1.0 + second)
+        moved = view.header.value
+        view.push()  # drawn from a new snapshot
+        assert view.header.value == moved
+
+
+def test_a_log_that_grows_unreported_is_polled_as_if_unwatched(store, fake_backend, backends):
+    """Where a container's engine writes the log from another kernel, no change is ever reported."""
+    job = fake_job(store, backends)
+    view = JobWidget(job, clock=Clock())
+    view.in_watch = True
+    view.poll(now=1.0)
+    assert view.watched
+    append(job, "written where no watch sees it\n")
+    view.poll(now=2.0)
+    assert not view.watched
+    append(job, "reported\n")
+    view.files_changed({"output.log"})
+    view.poll(now=3.0)
+    assert view.watched

@@ -62,6 +62,8 @@ class Backend(Protocol):
     name: str
     has_containers: bool  # whether `stop(container=True)` means something (and `remove_unused_containers`)
     status_interval: float  # seconds between two status checks by a widget (a check may cost API calls)
+    # optional, `watched_status_interval`: the same while the widget is woken by each change of the
+    # run's files, for a backend whose changes of status show there (the host's supervisor)
     usage_outlives_the_job: bool  # whether `usage` still says something once the job has ended
 
     def preflight(self, spec: JobSpec, store: JobStore) -> JobSpec | None:
@@ -287,6 +289,10 @@ class FileLogSource:
 
     def __init__(self, path: Path):
         self.path = path
+
+    def local_file(self) -> Path:
+        """The file on this machine that holds the log: a view may wait for it to change."""
+        return self.path
 
     def modified(self) -> float | None:
         """When the log last grew (its modification time), if it exists."""

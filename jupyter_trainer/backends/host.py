@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import signal
 import subprocess
@@ -32,8 +33,11 @@ _KERNEL_ONLY_VARIABLES = ("JPY_PARENT_PID", "JPY_SESSION_NAME", "JPY_INTERRUPT_E
 
 JOB_START_WINDOW = 60  # seconds: the supervisor starts the job at once, even on a loaded machine
 
-# Supervisors this process started: polled so they are reaped, not left as zombies.
-_children: list[subprocess.Popen] = []
+# Supervisors this process started, by identity: polled so they are reaped, not left as zombies.
+_children: dict[ProcessIdentity, subprocess.Popen] = {}
+# The jobs' processes found so far, by run directory and supervisor (see find_job).
+_found_jobs: dict[tuple[str, ProcessIdentity], ProcessIdentity] = {}
+FOUND_JOBS_KEPT = 256
 
 
 def _inherited_environment() -> dict[str, str]:
@@ -44,7 +48,22 @@ def _inherited_environment() -> dict[str, str]:
 
 
 def _reap_children() -> None:
-    _children[:] = [child for child in _children if child.poll() is None]
+    for identity, child in list(_children.items()):
+        if child.poll() is not None:
+            _children.pop(identity, None)
+
+
+def _child_running(supervisor: ProcessIdentity) -> bool | None:
+    """Whether `supervisor`, if this process started it, still runs: one waitpid (which reaps it
+    once it has ended), no look in /proc; its pid cannot have gone to another process while it
+    is not reaped. None if this process did not start it."""
+    child = _children.get(supervisor)
+    if child is None or supervisor.boot_id != boot_id():
+        return None
+    if child.poll() is None:
+        return True
+    _children.pop(supervisor, None)
+    return False
 
 
 @dataclass(frozen=True)
@@ -80,8 +99,9 @@ def start_supervised(run_dir: Path, command: list[str], cwd: str, env: dict[str,
         with contextlib.suppress(BrokenPipeError):
             child.stdin.write(given)
         child.stdin.close()
-    _children.append(child)
-    return HostRuntime(ProcessIdentity.of(child.pid))
+    identity = ProcessIdentity.of(child.pid)
+    _children[identity] = child
+    return HostRuntime(identity)
 
 
 def _is_the_job(pid: int, supervisor: ProcessIdentity, script: str) -> bool:
@@ -102,6 +122,19 @@ def find_job(run_dir: Path, supervisor: ProcessIdentity) -> int | None:
     """The job's process, found by what it runs, once its supervisor is gone. Never by the pid
     file alone: the job can write it, and could name another process there; the process it names
     is looked at first, and taken only if it shows itself to be the job."""
+    key = (str(run_dir), supervisor)
+    known = _found_jobs.get(key)
+    if known is not None and known.is_alive():  # the very process found before (same pid, same start)
+        return known.pid
+    pid = _look_for_job(run_dir, supervisor)
+    if pid is not None:
+        if len(_found_jobs) >= FOUND_JOBS_KEPT:
+            _found_jobs.clear()
+        _found_jobs[key] = ProcessIdentity.of(pid)
+    return pid
+
+
+def _look_for_job(run_dir: Path, supervisor: ProcessIdentity) -> int | None:
     script = str(run_dir / LAUNCH_FILE)
     named = read_supervisor_facts(run_dir).job_pid
     if named is not None and _is_the_job(named, supervisor, script):
@@ -116,6 +149,9 @@ def find_job(run_dir: Path, supervisor: ProcessIdentity) -> int | None:
 class HostBackend:
     name = "host"
     status_interval = 2.0  # seconds between two status checks by a widget
+    # ...while the widget is woken by each change of the run's files: the supervisor writes the
+    # job's pid and exit code there, so only a supervisor killed goes unseen until the next check
+    watched_status_interval = 10.0
     usage_outlives_the_job = False
     has_containers = False
 
@@ -161,8 +197,9 @@ class HostBackend:
 
 def observe_supervised(run_dir: Path, supervisor: ProcessIdentity) -> Observation:
     """What is seen of a supervised job now."""
-    _reap_children()
-    supervisor_alive = supervisor.is_alive()
+    supervisor_alive = _child_running(supervisor)
+    if supervisor_alive is None:  # another process's: its pid and start time, in /proc
+        supervisor_alive = supervisor.is_alive()
     facts = read_supervisor_facts(run_dir)  # read after the liveness check: no race
     if supervisor_alive:
         # the job can write its exit-code file too: an exit code counts only once its supervisor,
@@ -196,15 +233,33 @@ def supervised_usage(run_dir: Path, supervisor: ProcessIdentity) -> Usage | None
     cpu_seconds, memory, taken_at = used
     return Usage(
         "processes", taken_at=taken_at, cpu_seconds=cpu_seconds, memory_bytes=memory,
-        memory_limit_bytes=memory_limit(job), gpus=_local_gpus(),
+        memory_limit_bytes=_memory_limit_this_minute(job, _this_minute()), gpus=_local_gpus(),
     )  # fmt: skip
+
+
+# A view looks at what its job uses every few seconds; what seldom changes is looked up once a minute.
+
+
+def _this_minute() -> int:
+    return int(time.monotonic() // 60)
+
+
+@functools.lru_cache(maxsize=64)
+def _memory_limit_this_minute(pid: int, minute: int) -> int | None:
+    """The job's memory limit (a file per cgroup level to read; a limit is seldom changed)."""
+    return memory_limit(pid)
+
+
+@functools.lru_cache(maxsize=1)
+def _nvidia_smi_this_minute(minute: int) -> str | None:
+    import shutil
+
+    return shutil.which("nvidia-smi")
 
 
 def _local_gpus() -> tuple:
     """This machine's GPUs, from its nvidia-smi (none without one)."""
-    import shutil
-
-    program = shutil.which("nvidia-smi")
+    program = _nvidia_smi_this_minute(_this_minute())
     if program is None:
         return ()
     try:

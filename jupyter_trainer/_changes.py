@@ -1,0 +1,120 @@
+"""Waiting for files to change, with the GIL released: what lets the poller sleep while its jobs
+are quiet and wake as soon as one of them writes.
+
+On Linux a `ChangeWaiter` watches directories through inotify (through ctypes: the standard
+library has no binding) and waits in `select()` until a watched file changes, it is woken, or the
+timeout passes. Where inotify cannot be had (another system, no instance left), it only waits
+for the timeout or a wake, and the poller polls as before.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import ctypes.util
+import os
+import select
+import struct
+import sys
+
+# what a watched directory reports: a file written or replaced in it, or the directory gone
+_IN_MODIFY, _IN_ATTRIB, _IN_CLOSE_WRITE, _IN_MOVED_TO, _IN_CREATE = 0x2, 0x4, 0x8, 0x80, 0x100
+_IN_DELETE_SELF, _IN_IGNORED = 0x400, 0x8000
+_MASK = _IN_MODIFY | _IN_ATTRIB | _IN_CLOSE_WRITE | _IN_MOVED_TO | _IN_CREATE | _IN_DELETE_SELF
+_IN_NONBLOCK, _IN_CLOEXEC = os.O_NONBLOCK, getattr(os, "O_CLOEXEC", 0o2000000)
+_EVENT = struct.Struct("iIII")  # wd, mask, cookie, length of the name that follows
+_READ_SIZE = 64 * 1024
+
+
+def _libc():
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+        libc.inotify_init1, libc.inotify_add_watch, libc.inotify_rm_watch  # noqa: B018 (all three there)
+    except (OSError, AttributeError):
+        return None
+    return libc
+
+
+class ChangeWaiter:
+    def __init__(self):
+        self._wake_read, self._wake_write = os.pipe()
+        os.set_blocking(self._wake_read, False)
+        os.set_blocking(self._wake_write, False)
+        self._libc = _libc()
+        self._inotify = self._libc.inotify_init1(_IN_NONBLOCK | _IN_CLOEXEC) if self._libc else -1
+        self._watches: dict[str, int] = {}  # path -> watch descriptor
+        self._paths: dict[int, str] = {}  # and back
+
+    @property
+    def watching(self) -> bool:
+        """Whether a change to a watched directory ends a wait (else only a wake or the timeout does)."""
+        return self._inotify >= 0
+
+    def watch(self, paths: set[str]) -> set[str]:
+        """Watch exactly these directories and files from now on; those that can be watched. A
+        file is watched itself as well as through its directory: where another kernel writes it
+        (a container engine's VM, through a shared folder) only its own watch may report it."""
+        if not self.watching:
+            return set()
+        for path in set(self._watches) - paths:
+            self._libc.inotify_rm_watch(self._inotify, self._watches.pop(path))  # its IN_IGNORED is skipped
+        for path in paths - set(self._watches):
+            descriptor = self._libc.inotify_add_watch(self._inotify, os.fsencode(path), _MASK)
+            if descriptor >= 0:  # gone, not there yet, or no watch left: it is polled
+                self._watches[path] = descriptor
+                self._paths[descriptor] = path
+        return set(self._watches)
+
+    def wake(self) -> None:
+        """End the wait under way (or the next one) at once; safe from any thread."""
+        with contextlib.suppress(BlockingIOError, OSError):  # a byte already waiting wakes it as well
+            os.write(self._wake_write, b"!")
+
+    def wait(self, timeout: float) -> dict[str, set[str]]:
+        """Wait until a watched path changes, a wake, or `timeout` seconds; what changed:
+        {directory: names of the files in it} ("" for a watched directory itself)."""
+        ready = [self._wake_read] + ([self._inotify] if self.watching else [])
+        try:
+            readable, _, _ = select.select(ready, [], [], max(0.0, timeout))
+        except InterruptedError:
+            return {}
+        if self._wake_read in readable:
+            with contextlib.suppress(BlockingIOError):
+                os.read(self._wake_read, 4096)
+        return self._changes() if self._inotify in readable else {}
+
+    def _changes(self) -> dict[str, set[str]]:
+        changed: dict[str, set[str]] = {}
+        while True:
+            try:
+                data = os.read(self._inotify, _READ_SIZE)
+            except BlockingIOError:
+                return changed
+            if not data:
+                return changed
+            offset = 0
+            while offset + _EVENT.size <= len(data):
+                descriptor, mask, _, length = _EVENT.unpack_from(data, offset)
+                name = data[offset + _EVENT.size : offset + _EVENT.size + length].rstrip(b"\0")
+                offset += _EVENT.size + length
+                path = self._paths.get(descriptor)
+                if path is None:
+                    continue
+                if mask & _IN_IGNORED:  # the path is gone: watched again if it comes back
+                    self._paths.pop(descriptor, None)
+                    if self._watches.get(path) == descriptor:
+                        del self._watches[path]
+                if name:  # a file of a watched directory
+                    changed.setdefault(path, set()).add(os.fsdecode(name))
+                else:  # a watched path itself: a file is told by its directory and name
+                    directory, _, base = path.rpartition("/")
+                    changed.setdefault(directory or "/", set()).add(base)
+
+    def close(self) -> None:
+        for fd in (self._wake_read, self._wake_write, self._inotify):
+            if fd >= 0:
+                with contextlib.suppress(OSError):
+                    os.close(fd)
+        self._inotify = -1
