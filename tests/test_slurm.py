@@ -108,6 +108,11 @@ def test_a_held_job_is_pending_with_slurms_reason_then_runs(slurm, workdir):
     assert job.record.status is Status.PENDING
     where = DEFAULT.get("slurm").describe_where(job.record)
     assert f"Slurm job {slurm_id(job)}" in where and "partition second" in where and "pending: JobHeldUser" in where
+    from jupyter_trainer.widget import JobWidget
+
+    view = JobWidget(job)  # the view's header says it, as a notebook shows it
+    view.poll(time.time())
+    assert f"Slurm job {slurm_id(job)}" in view.header.value and "pending: JobHeldUser" in view.header.value
     assert json.loads(cli("status", "held", "--json").stdout)["reason"] == "JobHeldUser"
     slurm.run("scontrol", "release", slurm_id(job), check=True)
     wait_for(lambda: job.refresh().record.status is Status.RUNNING, timeout=30, what="running")
