@@ -102,6 +102,11 @@ def test_a_failure_keeps_its_exit_code_and_exception(slurm, workdir):
     assert three.wait(timeout=60) is Status.FAILED and three.exit_code == 3
 
 
+def test_an_sbatch_arg_missing_its_value_never_takes_the_batch_file(slurm, workdir):
+    job = submit("print('ran')\n", workdir, "dangling", sbatch_args=["--comment"])
+    assert job.wait(timeout=60) is Status.COMPLETED and job.logs() == "ran\n"
+
+
 def test_a_held_job_is_pending_with_slurms_reason_then_runs(slurm, workdir):
     job = submit("import time\ntime.sleep(3)\nprint('ran')\n", workdir, "held", sbatch_args=["--hold"], partition="second")
     wait_for(lambda: job.refresh().record.reason == "JobHeldUser", timeout=30, what="Slurm's pending reason")

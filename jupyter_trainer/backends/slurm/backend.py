@@ -144,7 +144,9 @@ class SlurmBackend:
         if spec.gpus:
             args.append(f"--gpus-per-node={spec.gpus}")
         args += list(options.get("sbatch_args") or ())
-        args += [str(run_dir / BATCH_FILE), str(run_dir), str(nodes), "1" if requeue else "0", str(STOP_GRACE_SECONDS), *command]
+        # "--" ends sbatch's options: a last --sbatch-arg that wants a value it was not given
+        # ("--comment") takes this one, never the batch file that follows
+        args += ["--", str(run_dir / BATCH_FILE), str(run_dir), str(nodes), "1" if requeue else "0", str(STOP_GRACE_SECONDS), *command]
         submitted_at = time.time()
         identity = JobIdentity(record.name, submitted_at, output_option(run_dir))
         try:
