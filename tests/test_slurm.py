@@ -244,6 +244,7 @@ FAKE_SBATCH = """#!/bin/sh
 case "$FAKE_SBATCH" in
   errafter) "{real}" "$@"; echo "sbatch: error: site plugin hiccup" >&2; exit 1 ;;
   slowafter) out=$("{real}" "$@"); sleep 30; echo "$out" ;;
+  otherid) echo "$FAKE_OTHER_ID"; echo "sbatch: error: site plugin hiccup" >&2; exit 1 ;;
   *) exec "{real}" "$@" ;;
 esac
 """
@@ -362,6 +363,26 @@ def test_a_job_sbatch_accepted_before_it_failed_is_cancelled_and_said(slurm, wor
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, previous)
     assert active_ids(slurm, "interrupted") == [] and not (home / "jobs" / "interrupted").exists()
+
+
+def test_a_failed_sbatch_printing_another_jobs_id_never_cancels_that_job(slurm, workdir, home, fake_slurm, monkeypatch):
+    victim = submit("print('never')\n", workdir, "bystander", sbatch_args=["--hold"])
+    monkeypatch.setenv("FAKE_OTHER_ID", slurm_id(victim))
+    fake_slurm("FAKE_SBATCH", "otherid")
+    with pytest.raises(InvalidOption, match="no job of this run is in the queue"):
+        submit(LONG, workdir, "liar")
+    assert active_ids(slurm, "bystander") == [slurm_id(victim)]
+    fake_slurm("FAKE_SBATCH", "")
+    victim.stop()
+
+
+def test_the_users_scancel_settings_never_keep_a_stop_from_cancelling(slurm, workdir, monkeypatch):
+    job = submit(LONG, workdir, "filtered-stop")
+    wait_for(lambda: job.refresh().record.status is Status.RUNNING, timeout=60, what="running")
+    monkeypatch.setenv("SCANCEL_STATE", "PENDING")  # scancel would cancel nothing that runs, and exit 0
+    monkeypatch.setenv("SCANCEL_NAME", "other")
+    job.stop()
+    assert job.record.status is Status.STOPPED and active_ids(slurm, "filtered-stop") == []
 
 
 def test_the_secrets_are_removed_once_the_job_has_ended_however_it_ended(slurm, workdir):

@@ -219,3 +219,42 @@ def test_a_good_answer_is_read_whatever_else_is_said_and_without_the_users_squeu
     monkeypatch.setenv("SQUEUE_PARTITION", "other")
     monkeypatch.setenv("SLURM_TIME_FORMAT", "relative")
     assert commands.run("squeue").strip() == "0"
+
+
+def test_an_squeue_answer_with_digits_int_cannot_read_is_unusable():
+    from jupyter_trainer.backends.slurm.commands import UnusableAnswer
+    from jupyter_trainer.backends.slurm.queue import _squeue_entry
+
+    values = ["12", "RUNNING", "None", "n1", "debug", "2026-12-01T10:00:00", "\u00b2", "1:00:00", "0", "/store/out.log", "job"]
+    with pytest.raises(UnusableAnswer):
+        _squeue_entry(values)
+    values[6], values[8] = "0", "\u0661"  # an Arabic-Indic one as the user id
+    with pytest.raises(UnusableAnswer):
+        _squeue_entry(values)
+
+
+@pytest.mark.parametrize("submitted_at", [float("nan"), float("inf"), 1e300, -5.0])
+def test_a_record_with_a_submit_time_no_job_had_is_one_line_and_never_followed(submitted_at, tmp_path):
+    from jupyter_trainer.backends.slurm.backend import SlurmRuntime, _followed
+    from jupyter_trainer.errors import TrainerError
+    from jupyter_trainer.store import JobStore
+
+    store = JobStore(tmp_path)
+    record = make_slurm_record(store, {"job_id": "12", "submitted_at": submitted_at})
+    with pytest.raises(TrainerError, match="submitted_at"):
+        SlurmRuntime.of(record)
+    assert list(_followed(store)()) == []
+
+
+def make_slurm_record(store, runtime):
+    """A running Slurm job's record whose runtime says `runtime`, as a job could rewrite it."""
+    from jupyter_trainer.jobs import JobRecord
+
+    record = JobRecord(name="forged", backend="slurm")
+    store.create(record)
+
+    def forge(changed):
+        changed.runtime = runtime
+        changed.status = Status.RUNNING
+
+    return store.update("forged", record.run, forge)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import os
 import re
 import time
@@ -43,6 +44,7 @@ SECRET_FILES = (ENV_FILE, NOTIFY_INPUT_FILE)  # removed once the job has ended, 
 
 JOB_ID = re.compile(r"(\d{1,12})(?:;([A-Za-z0-9_.-]{1,64}))?")
 OOM_TAIL_BYTES = 16 << 10
+CLOCK_SKEW = 86400.0  # seconds another machine's clock may run ahead of the submitting one's
 LOOKUP_TIMEOUT = 15.0  # seconds for the squeue and scancel of a submission that failed: its error waits for them
 
 
@@ -79,6 +81,10 @@ class SlurmRuntime:
             from ..base import malformed_runtime
 
             raise malformed_runtime(record, "job_id is not a Slurm job id")
+        if not (math.isfinite(runtime.submitted_at) and 0 < runtime.submitted_at <= time.time() + CLOCK_SKEW):
+            from ..base import malformed_runtime
+
+            raise malformed_runtime(record, "submitted_at is not a time the job was submitted at")
         return runtime if runtime.nodes is not None else SlurmRuntime(**{**runtime.__dict__, "nodes": 1})
 
 
@@ -289,17 +295,19 @@ def _job_id_in(output: str):
 
 
 def _cancel_submitted(output: str, identity: JobIdentity) -> str:
-    """Cancel what a failed or interrupted sbatch may have submitted after all: the job id it
-    printed, else the job squeue shows with this run's name and log. Best effort; what was done,
-    as words for the error ("" when no job was found)."""
+    """Cancel what a failed or interrupted sbatch may have submitted after all: the job squeue
+    shows with this run's name and log (never the id sbatch printed alone). Best effort; what was
+    done, as words for the error ("" when no job was found)."""
     match = _job_id_in(output or "")
-    job_id = match.group(1) if match else None
+    printed = match.group(1) if match else None
+    job_id = None
     try:
+        # only a job squeue shows with this run's name and log: the id a failing sbatch printed
+        # may be another job's
+        found = find_by_identity(identity, timeout=LOOKUP_TIMEOUT)
+        job_id = found.job_id if found is not None else None
         if job_id is None:
-            found = find_by_identity(identity, timeout=LOOKUP_TIMEOUT)
-            job_id = found.job_id if found is not None else None
-        if job_id is None:
-            return ""
+            return f"sbatch printed job id {printed}, but no job of this run is in the queue" if printed else ""
         run("scancel", job_id, timeout=LOOKUP_TIMEOUT)
     except (TrainerError, KeyboardInterrupt):
         return f"Slurm had accepted it as job {job_id}, which could not be cancelled: scancel {job_id}" if job_id else ""

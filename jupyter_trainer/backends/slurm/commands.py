@@ -28,9 +28,10 @@ _UNREACHABLE = ("unable to contact slurm controller", "socket timed out", "conne
 _BROKEN_HERE = ("fatal:", "authentication", "munge", "configuration file", "configuration source", "slurm.conf")
 
 # The user's own settings that change what squeue, sacct and scontrol list or how they print it
-# (SQUEUE_PARTITION=other hides every job of ours; SLURM_TIME_FORMAT changes the times): never
-# given to the commands whose answers are read
-_QUERY_SETTINGS = ("SQUEUE_", "SACCT_", "SCONTROL_")
+# (SQUEUE_PARTITION=other hides every job of ours; SLURM_TIME_FORMAT changes the times), and what
+# scancel cancels (SCANCEL_STATE=PENDING cancels nothing that runs, and says so with success):
+# never given to the commands run on a job's behalf
+_QUERY_SETTINGS = ("SQUEUE_", "SACCT_", "SCONTROL_", "SCANCEL_")
 _QUERY_VARIABLES = {"SLURM_TIME_FORMAT", "SLURM_BITSTR_LEN"}
 
 # sbatch's settings from the environment that no command-line option of ours overrides and that

@@ -115,7 +115,13 @@ def _when(text: str) -> float | None:
 
 
 def _count(text: str) -> int | None:
-    return int(text) if text.strip().isdigit() else None
+    text = text.strip()
+    return int(text) if _is_number(text) else None
+
+
+def _is_number(text: str) -> bool:
+    """ASCII digits only: "²" is a digit to str.isdigit, not to int."""
+    return text.isascii() and text.isdigit()
 
 
 def squeue_format(separator: str) -> str:
@@ -158,7 +164,7 @@ def _squeue_entry(values: list[str]) -> SlurmJob:
         raise UnusableAnswer("squeue", f"a job id {job_id[:20]!r}")
     if not STATE_WORD.fullmatch(state):
         raise UnusableAnswer("squeue", f"a state {state[:20]!r} of job {job_id}")
-    if not user_id.isdigit() or (restarts and not restarts.isdigit()):
+    if not _is_number(user_id) or (restarts and not _is_number(restarts)):
         raise UnusableAnswer("squeue", f"a user or restart count that is not a number for job {job_id}")
     return SlurmJob(
         job_id, state, "" if reason in ("None", "(null)") else reason, "" if nodes in ("(null)",) else nodes,
