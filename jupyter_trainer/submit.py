@@ -13,7 +13,7 @@ import dataclasses
 import time
 from dataclasses import dataclass
 
-from . import backends as _backends, surface
+from . import backends as _backends, interrupts, surface
 from .errors import NameInUse, TrainerError
 from .job import Job, mark_stop_sent
 from .jobs import JobRecord, validate_name
@@ -85,7 +85,7 @@ def submit_detached(
     try:
         with store.writing():
             backend.prepare(run_dir, spec)
-        runtime = backend.launch(record, run_dir, spec).to_dict()
+        launched_at = backend.launch(record, run_dir, spec)
     except BaseException:
         store.discard(name, run)
         raise
@@ -94,7 +94,9 @@ def submit_detached(
         record.runtime = runtime
         record.started_at = time.time()
 
-    job = Job(store.update(name, run, launched), store, backends)
+    with interrupts.held():  # it runs now: an interrupt must not leave it unrecorded
+        runtime = launched_at.to_dict()
+        job = Job(store.update(name, run, launched), store, backends)
     if job.record.stop_requested:  # stopped from elsewhere while it was being launched
         backend.stop(job.record, run_dir)
         job.record = store.update(name, run, mark_stop_sent)

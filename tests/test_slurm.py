@@ -20,6 +20,7 @@ from jupyter_trainer.errors import BackendUnavailable, InvalidOption, TrainerErr
 from jupyter_trainer.job import Job, get_job, refreshed_records
 from jupyter_trainer.jobs import Status
 from jupyter_trainer.spec import build_spec
+from jupyter_trainer.store import JobStore
 from jupyter_trainer.submit import submit_detached
 
 import slurm_cluster
@@ -374,6 +375,48 @@ def test_a_failed_sbatch_printing_another_jobs_id_never_cancels_that_job(slurm, 
     assert active_ids(slurm, "bystander") == [slurm_id(victim)]
     fake_slurm("FAKE_SBATCH", "")
     victim.stop()
+
+
+SUBMIT_INTERRUPTED = """
+import os, signal, sys
+from jupyter_trainer.backends.slurm import backend
+from jupyter_trainer.spec import build_spec
+from jupyter_trainer.store import JobStore
+from jupyter_trainer.submit import submit_detached
+
+def ctrl_c_then(function):  # one Ctrl-C, landing just as this first runs
+    pressed = []
+    def interrupted(*args, **kwargs):
+        if not pressed:
+            pressed.append(True)
+            os.kill(os.getpid(), signal.SIGINT)
+        return function(*args, **kwargs)
+    return interrupted
+
+if sys.argv[3] == "reading sbatch's answer":
+    backend._job_id_in = ctrl_c_then(backend._job_id_in)
+else:  # saving the run with its job
+    JobStore.update = ctrl_c_then(JobStore.update)
+try:
+    submit_detached(build_spec("import time\\ntime.sleep(600)\\n", workdir=sys.argv[1], slurm=True), name=sys.argv[2])
+except KeyboardInterrupt:
+    print("interrupted")
+"""
+
+
+@pytest.mark.parametrize("moment", ["reading sbatch's answer", "saving the run"])
+def test_a_ctrl_c_just_after_sbatch_answered_never_leaves_a_job_unrecorded(moment, slurm, workdir, home):
+    """Either the job is cancelled and the run gone, or the run knows its job: never a job running
+    that no run knows (nothing could follow or stop it)."""
+    name = "interrupted-" + moment.split()[0]
+    said = subprocess.run([sys.executable, "-c", SUBMIT_INTERRUPTED, str(workdir), name, moment], env=os.environ, capture_output=True, text=True, timeout=120)
+    assert "interrupted" in said.stdout, said.stdout + said.stderr
+    running = active_ids(slurm, name)
+    records = [record for record in JobStore(home).records() if getattr(record, "name", None) == name]
+    known = {record.runtime.get("job_id") for record in records if record.runtime}
+    assert set(running) <= known, f"Slurm runs {running}, the store knows {known}"
+    if known:
+        get_job(name).stop()
 
 
 def test_the_users_scancel_settings_never_keep_a_stop_from_cancelling(slurm, workdir, monkeypatch):

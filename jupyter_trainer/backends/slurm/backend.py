@@ -166,13 +166,17 @@ class SlurmBackend:
             if isinstance(error, TrainerError):
                 raise _with_cancelled(error, cancelled) from None
             raise
-        QUEUE.forget()
-        match = _job_id_in(output)
-        if match is None:
-            cancelled = _cancel_submitted(output, identity)
-            answer = output.strip().splitlines()[-1].strip() if output.strip() else ""
-            raise _with_cancelled(InvalidOption(f"sbatch answered {answer[:80]!r}, not a job id", "check sbatch --parsable by hand on this machine"), cancelled)
-        return SlurmRuntime(match.group(1), submitted_at, nodes, match.group(2), state="PENDING")
+        try:
+            QUEUE.forget()
+            match = _job_id_in(output)
+            if match is None:
+                cancelled = _cancel_submitted(output, identity)
+                answer = output.strip().splitlines()[-1].strip() if output.strip() else ""
+                raise _with_cancelled(InvalidOption(f"sbatch answered {answer[:80]!r}, not a job id", "check sbatch --parsable by hand on this machine"), cancelled)
+            return SlurmRuntime(match.group(1), submitted_at, nodes, match.group(2), state="PENDING")
+        except KeyboardInterrupt:  # after sbatch answered, before the run knows its job: not left running
+            _cancel_submitted(output, identity)
+            raise
 
     def observe(self, record: JobRecord, run_dir: Path) -> Observation:
         runtime = SlurmRuntime.of(record)
