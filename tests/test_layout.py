@@ -7,8 +7,8 @@ PACKAGE = Path(__file__).resolve().parent.parent / "jupyter_trainer"
 
 # Lower layers never import higher ones. A module not listed is in the layer of its package.
 LAYERS = [
-    {"errors", "_fs", "proc", "jobs", "checks", "options", "spec", "surface", "naming", "resources", "ignore_patterns", "wording", "credentials", "in_place", "terminal"},  # pure: names, records, status rules, options, words
-    {"store", "logs", "metrics", "plot", "metrics_cache", "compare"},  # the store, reading logs and metrics, charts
+    {"errors", "_fs", "proc", "jobs", "checks", "options", "spec", "surface", "naming", "resources", "ignore_patterns", "wording", "credentials", "in_place", "terminal", "interrupts", "_changes"},  # pure: names, records, status rules, options, words
+    {"store", "logs", "metrics", "metric_runs", "metric_columns", "plot", "metrics_cache", "compare"},  # the store, reading logs and metrics, charts
     {"backends"},  # where jobs run (every module under backends/)
     {"job", "submit", "summary"},  # jobs as users see them
     {"housekeeping"},  # removing finished runs
