@@ -65,6 +65,16 @@ def write_private_file(path: Path, data: bytes, durable: bool = True) -> None:
         raise
 
 
+def write_in_place(path: Path, data: bytes) -> None:
+    """Replace the content of an existing file, itself: its hard links (a run's file as a container
+    sees it) see the new content, where an atomic replace would leave them the old file."""
+    fd = os.open(path, os.O_WRONLY | os.O_TRUNC | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0))
+    with os.fdopen(fd, "wb") as handle:
+        handle.write(data)
+        handle.flush()
+        os.fsync(handle.fileno())
+
+
 def create_private_file(path: Path, data: bytes = b"") -> None:
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     with os.fdopen(fd, "wb") as handle:

@@ -22,7 +22,7 @@ from .job import Job, one_poll
 from .jobs import JobRecord, Status
 from .metrics import main_metric
 from .store import JobStore
-from .summary import format_duration, run_label, where
+from .summary import format_duration, run_label, status_text, where
 from .widget import STATUS_COLOURS, STYLE, describe, error_html, stop_in_background
 
 SCAN_INTERVAL = 2.0  # seconds between two looks at the store (new jobs, records changed elsewhere)
@@ -49,10 +49,11 @@ def _cell(text: str, title: str = "") -> str:
     return f'<div class="jt-cell"{hover}>{html.escape(text)}</div>'
 
 
-def status_cell(record: JobRecord) -> str:
+def status_cell(record: JobRecord, shown: str | None = None) -> str:
+    """The status (`shown`: as summary.status_text words it), its reason on hover."""
     colour = STATUS_COLOURS[record.status]
     title = html.escape(record.reason or record.status.value)
-    return f'<span class="jt-status" style="background:{colour}" title="{title}">{record.status.value}</span>'
+    return f'<span class="jt-status" style="background:{colour}" title="{title}">{html.escape(shown or record.status.value)}</span>'
 
 
 def metric_text(values: dict[str, float]) -> str:
@@ -228,7 +229,7 @@ class JobsTable:
         record = row.record
         name = run_label(record)
         elapsed = format_duration(record.duration) if record.started_at else "-"
-        values = (_cell(name), status_cell(record), _cell(f"{record.backend} · {where(record, self.backends)}"), _cell(elapsed), _cell(row.metric or "-"))
+        values = (_cell(name), status_cell(record, status_text(record, self.backends)), _cell(f"{record.backend} · {where(record, self.backends)}"), _cell(elapsed), _cell(row.metric or "-"))
         if values != row.shown:
             for cell, value, before in zip(row.cells, values, row.shown or (None,) * 5):
                 if value != before:

@@ -26,7 +26,7 @@ from .store import CLOCK_FILE
 from .plot import MetricSeries
 from .resources import Usage, UsageHistory
 from .spec import Metric
-from .summary import facts, where
+from .summary import facts, status_text, where
 from .terminal import SCREEN_ROWS, Screen
 
 # A poll reads until either budget is spent, so that a backlog never holds the kernel for long:
@@ -64,6 +64,7 @@ class Snapshot:
     ended_at: float | None = None  # when it ended (wall clock), once it has
     usage: Usage | None = None  # what it uses now, while it runs and where that can be seen
     usage_series: dict = field(default_factory=dict)  # recent readings of each quantity (see UsageHistory.series)
+    status_text: str = ""  # the status as shown: "running (restart 1)" (summary.status_text)
 
 
 _looker: ThreadPoolExecutor | None = None
@@ -328,6 +329,7 @@ class JobMonitor:
             backend=record.backend,
             where=where(record, self.job.backends),
             status=record.status,
+            status_text=status_text(record, self.job.backends),
             exit_code=record.exit_code,
             outcome=outcome,
             elapsed=self.elapsed(now),

@@ -36,6 +36,7 @@ class Option:
     # backend's check in its own package, imported when a value is checked)
     parse: Callable[[Any], Any] | str | None = None
     backends: tuple[str, ...] = ()  # the detached backends that take it (none named: every one)
+    elsewhere: str = ""  # what to say when it is given to a backend that does not take it (default: its switch)
 
     def taken_by(self, backend: str) -> bool:
         return not self.backends or backend in self.backends
@@ -185,6 +186,13 @@ DETACHED = (
         "(a home directory is refused; the job store, credential files and what DIR/.trainerignore lists are left out)", "DIR",
         parse=parse_sync, backends=CONTAINER,
     ),
+    Option(
+        "restarts", "--restarts", "when the job is interrupted without ending by itself (the Docker engine, the machine "
+        "or its container restarted), start it again in its container, up to N times, with no kernel needed; it resumes "
+        "from its own checkpoint",
+        "N", "int", parse="jupyter_trainer.backends.docker.restarts:parse_restarts", backends=CONTAINER,
+        elsewhere="works with the container backends only (--image or --container, on this machine's Docker engine or a --docker-host's)",
+    ),
     Option("host", "--host", "no container: run the job as a detached process on this machine", kind="switch", config=True, default=False),
     NOTIFY,
     *SLURM_OPTIONS,
@@ -206,6 +214,7 @@ class DetachedBackend:
     # "module:function" giving the name of the other machine a spec's job runs on (None: this
     # one), where a script not found here is looked for; None: its jobs run on this machine
     job_machine: str | None = None
+    instead: str = ""  # what it offers in place of another backend's option, said when refusing that option
 
     def machine_of(self, spec) -> str | None:
         return declared_function(self.job_machine)(spec) if self.job_machine else None
@@ -220,7 +229,7 @@ DETACHED_BACKENDS = (
     DetachedBackend("host", switch="host", lacks="runs without a container"),
     # its options' checks are in its package (`parse=` above); its workdir is this machine's, which
     # the nodes must see at the same path
-    DetachedBackend("slurm", switch="slurm", lacks="runs on the cluster's nodes, without a container"),
+    DetachedBackend("slurm", switch="slurm", lacks="runs on the cluster's nodes, without a container", instead="--requeue, which lets Slurm start it again"),
     DetachedBackend(
         "docker",
         needs_one_of=("image", "container"),

@@ -121,6 +121,7 @@ class DetachedSpec:
     from_cell: bool = added_field(True)  # a cell's script (its line 1 is the magic's), or a file's
     engine: dict | None = added_field(None)  # the Docker engine (engines.Engine.to_dict); None: the local socket
     sync: str | None = added_field(None)  # a local directory copied to a remote host's workdir first
+    restarts: int | None = added_field(None)  # --restarts N: how often its container may start it again
     # a backend's own options that no field above holds, by option name, as its declaration settled
     # them: a new backend's options reach it (stored, shown and fingerprinted) with no field here
     backend_options: dict[str, Any] = added_field(default_factory=dict)
@@ -213,6 +214,9 @@ def _refuse_options_not_taken(backend: DetachedBackend, values: Mapping[str, Any
     given = [option for option in others if not _not_given(values.get(option.dest))]  # 0 is a value
     if not given:
         return
+    explained = next((option for option in given if option.elsewhere), None)
+    if explained is not None:
+        raise InvalidOption(f"{explained.flag} {explained.elsewhere}", f"drop {explained.flag}{_instead(backend)}")
     # options only backends chosen by a switch take (--toy-nice): say which switch they need; this
     # is also how the default backend, which lacks nothing, refuses them
     owners = {
@@ -230,6 +234,11 @@ def _refuse_options_not_taken(backend: DetachedBackend, values: Mapping[str, Any
     # what it lacks is what the default backend has: another switched backend's options are not listed
     lacked = [option.flag for option in others if option.taken_by(default.name)]
     raise InvalidOption(f"{_flag(backend.switch)} {backend.lacks}", f"drop {_listed(lacked)}")
+
+
+def _instead(backend: DetachedBackend) -> str:
+    """What the backend offers instead of an option it does not take, where it says (Slurm's --requeue)."""
+    return f", or use {backend.instead}" if backend.instead else ""
 
 
 def _listed(flags: list[str]) -> str:

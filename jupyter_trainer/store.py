@@ -51,6 +51,11 @@ METRICS_FILE = "metrics.json"  # the metric series read so far (a cache)
 NOTIFY_FILE = "notify.py"  # with --notify: what the supervisor runs to say the job has ended
 NOTIFIED_FILE = "notified"  # with --notify: what came of it, written by notify.py
 CLOCK_FILE = "clock"  # "SECONDS BYTES" lines: the log's size now and then, written by the supervisor
+# Docker with --restarts: how its container's keeper starts the job again (the supervisor's command,
+# the job's environment, working directory and --notify input: secrets, emptied once the job has ended)
+RESTART_FILE = "restart"
+RESTARTS_FILE = "restarts"  # Docker: one line per start again, written by the container's keeper
+NO_RESTART_FILE = "no_restart"  # Docker: written when a stop is asked, so that no keeper starts the job again
 CLOUDWATCH_STATE_FILE = "cloudwatch.json"  # SageMaker: how far each log stream was fetched
 CLOUDWATCH_LOCK_FILE = "cloudwatch.lock"  # SageMaker: held while fetching
 SAGEMAKER_SPEC_FILE = "sagemaker.json"  # SageMaker local mode: the spec, without secrets

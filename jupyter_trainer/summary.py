@@ -12,7 +12,7 @@ from typing import Iterable
 from . import surface
 from .backends import Backends, UnknownBackend
 from .errors import TrainerError
-from .jobs import JobRecord, describe_outcome, format_duration
+from .jobs import JobRecord, Status, describe_outcome, format_duration
 from .logs import clean_line
 from .wording import text_table
 from .resources import Usage
@@ -55,6 +55,23 @@ def host(record: JobRecord, backends: Backends) -> str | None:
         return None
 
 
+def restarts(record: JobRecord, backends: Backends) -> int:
+    """How often the job was started again (a backend's optional `status_fields` says), else 0."""
+    try:
+        own = getattr(backends.get(record.backend), "status_fields", None)
+        count = own(record).get("restarts") if own is not None else 0
+    except (UnknownBackend, TrainerError):
+        return 0
+    return count if isinstance(count, int) and not isinstance(count, bool) else 0
+
+
+def status_text(record: JobRecord, backends: Backends) -> str:
+    """The status as the tables and the view show it: a running job that was started again says
+    which start it is in ("running (restart 1)")."""
+    count = restarts(record, backends) if record.status is Status.RUNNING else 0
+    return f"{record.status.value} (restart {count})" if count else record.status.value
+
+
 def host_cell(record: JobRecord, backends: Backends) -> str:
     """The host column: the job's host, and whether it cannot be reached now."""
     shown = host(record, backends) or "-"
@@ -75,7 +92,7 @@ def record_row(record: JobRecord, backends: Backends) -> tuple[str, ...]:
         name,
         record.backend,
         host_cell(record, backends),
-        record.status.value,
+        status_text(record, backends),
         format_time(record.started_at or record.created_at),
         format_duration(record.duration),
         exit_code,
@@ -106,7 +123,7 @@ def printable(text: str) -> str:
 
 
 def one_line(record: JobRecord, backends: Backends) -> str:
-    parts = [f"{record.name}: {record.status.value}", record.backend, where(record, backends)]
+    parts = [f"{record.name}: {status_text(record, backends)}", record.backend, where(record, backends)]
     if record.duration is not None:
         parts.append(format_duration(record.duration))
     outcome = describe_outcome(record.status, record.exit_code, record.reason)
@@ -128,7 +145,7 @@ def status_block(record: JobRecord, backends: Backends, usage: Usage | None = No
         ("name", run_label(record)),
         ("backend", record.backend),
         ("where", where(record, backends)),
-        ("status", record.status.value),
+        ("status", status_text(record, backends)),
         ("started", format_time(record.started_at)),
         ("duration", format_duration(record.duration)),
         ("exit code", "-" if record.exit_code is None else str(record.exit_code)),
@@ -168,7 +185,7 @@ def status_json(record: JobRecord, backends: Backends, usage: Usage | None = Non
 
 def snapshot_text(snapshot) -> str:
     """A job's view (a monitor's Snapshot) as text, for frontends without widgets."""
-    header = [snapshot.name, snapshot.status.value, f"{snapshot.backend} · {snapshot.where}", f"elapsed {format_duration(snapshot.elapsed)}"]
+    header = [snapshot.name, snapshot.status_text or snapshot.status.value, f"{snapshot.backend} · {snapshot.where}", f"elapsed {format_duration(snapshot.elapsed)}"]
     if snapshot.outcome:
         header.append(snapshot.outcome)
     if snapshot.progress:

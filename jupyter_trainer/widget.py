@@ -124,7 +124,7 @@ def header_html(snapshot: Snapshot) -> str:
     colour = STATUS_COLOURS[snapshot.status]
     parts = [
         f'<span class="jt-name">{html.escape(snapshot.name)}</span>',
-        f'<span class="jt-status" style="background:{colour}">{snapshot.status.value}</span>',
+        f'<span class="jt-status" style="background:{colour}">{html.escape(snapshot.status_text or snapshot.status.value)}</span>',
         f"<span>{html.escape(f'{snapshot.backend} · {snapshot.where}')}</span>",
         elapsed_html(snapshot.elapsed),
     ]

@@ -61,7 +61,7 @@ def test_reboot_leaves_no_job_running(where, workdir, home, request):
     else:
         # after a reboot the engine comes back with the container restarted (or stopped) and no exec
         request.getfixturevalue("docker_client").containers.get(job.record.runtime["container_id"]).restart(timeout=1)
-        expected = "restarted while the job ran"
+        expected = "the container was restarted (docker restart) at"
     result = run_python("import jupyter_trainer as jt; j = jt.get_job('before-reboot'); print(j.status); print(j.reason)")
     status, reason = result.stdout.splitlines()
     assert status == "lost" and expected in reason, result.stderr

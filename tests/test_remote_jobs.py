@@ -528,3 +528,29 @@ def test_a_script_on_the_remote_host_is_never_guessed_at_and_its_reads_leave_not
     pruned = cli("prune", "--containers", "--older-than", "0s")
     assert pruned.returncode == 0, pruned.stdout + pruned.stderr
     assert not remote.exec(scratch).output.strip(), remote.exec("docker ps -a --format '{{.Names}} {{.Labels}}'").output
+
+
+def test_restarts_on_the_remote_host_with_the_laptop_offline(laptop):
+    """--restarts on a remote engine: its container is restarted while the laptop is offline; the
+    container's keeper starts the job again there, from its checkpoint, with nothing of the laptop's."""
+    from test_restarts import STEPS, step_lines
+
+    remote = laptop
+    submit_from_a_kernel(f"--name remote-restarts --docker-host {remote.alias_url} --image {TEST_IMAGE} --restarts 1 --env SECRET=hunter2 --no-widget -- 30", STEPS)
+    wait_for(lambda: status("remote-restarts")["status"] == "running", timeout=60, what="the job to run")
+    wait_for(lambda: "step 3" in cli("logs", "remote-restarts").stdout, timeout=60, what="step 3")
+    remote.stop_sshd()  # the laptop goes offline
+    restarted = remote.exec("docker ps -q --filter label=jupyter_trainer.keeper=1 | xargs -r docker restart -t 2", check=True)
+    assert restarted.output.strip(), "a container was restarted"
+    time.sleep(8)  # it trains on there, started again, while nothing of ours looks
+    remote.start_sshd()
+    final = wait_for(lambda: (s := status("remote-restarts"))["status"] != "running" and s, timeout=120, what="the job's end")
+    log = cli("logs", "remote-restarts").stdout
+    assert final["status"] == "completed" and final["restarts"] == 1, (final, log)
+    assert step_lines(log) == [f"step {i}" for i in range(30)], log
+    assert "started again after its container restarted (restart 1 of 1)" in log
+    assert "restart 1 of 1: the container was restarted (docker restart)" in cli("status", "remote-restarts").stdout
+    # what the container needed to start it again (its environment) is no longer kept there
+    left = remote.exec("docker ps -aq --filter label=jupyter_trainer.keeper=1 | "
+                       "xargs -r -I{} docker exec {} sh -c 'cat /tmp/jupyter_trainer/jobs/*/remote-restarts/1/restart'", check=True)
+    assert "hunter2" not in left.output and "arg " not in left.output, left.output

@@ -57,18 +57,21 @@ class TooSlow(Exception):
 
 def main(argv):
     code, how, started = int(argv[1]), argv[2], float(argv[3])
-    stop_container = argv[4:5] == ["1"]
+    stop_container = argv[4:5] in (["1"], ["2"])
+    # 2: the container's main process is jupyter_trainer's keeper, which USR1 ends for good
+    stop_signal = signal.SIGUSR1 if argv[4:5] == ["2"] else signal.SIGTERM
+    restarts = int(argv[5]) if argv[5:6] and argv[5].isdigit() else 0
     url, job_line, check = (sys.stdin.readline().strip() for _ in range(3))
     try:
         job = json.loads(job_line)
     except ValueError:
         job = {}
     ended = time.time()
-    message = build_message(job, code, how, started, ended, read_tail(LOG_FD))
+    message = build_message(job, code, how, started, ended, read_tail(LOG_FD), restarts)
     result = deliver(url, message)
     write_result(RESULT_FD, signed(result, check))
     if stop_container and not other_jobs_running():
-        os.kill(1, signal.SIGTERM)  # the container's init passes TERM on to its keep-alive process
+        os.kill(1, stop_signal)  # the container's init passes it on to its keep-alive process
     return 0
 
 
@@ -87,7 +90,7 @@ def other_jobs_running():
     return False
 
 
-def build_message(job, code, how, started, ended, log_tail):
+def build_message(job, code, how, started, ended, log_tail, restarts=0):
     status = "stopped" if how == "stopped" else "completed" if code == 0 else "failed"
     reason = ""
     if status == "failed":
@@ -99,6 +102,8 @@ def build_message(job, code, how, started, ended, log_tail):
     text = "{} {}{} {} after {} on {}".format(mark, name, "" if run == 1 else " (run {})".format(run), status, took, backend)
     if status == "failed":
         text += ": " + reason
+    if restarts:
+        text += " ({} restart{})".format(restarts, "" if restarts == 1 else "s")
     return {
         "text": slack_text(text),
         "name": name,
@@ -109,6 +114,7 @@ def build_message(job, code, how, started, ended, log_tail):
         "reason": reason,
         "started_at": started,
         "ended_at": ended,
+        "restarts": restarts,
     }
 
 

@@ -13,10 +13,17 @@
 # With --notify, what notify.py needs (the URL, what names the job, the check it
 # signs its result with) comes on stdin, and notify.py is read, before the job
 # starts: the job never sees the URL nor replaces the code that gets it.
+# STOP_CONTAINER: 0, or 1 to stop the container with TERM to its PID 1, or 2 with USR1 (a keeper's
+# container, see docker/keeper.sh, whose restart policy leaves it stopped then).
+# A container's keeper that starts the job again says which start of it this is in
+# JUPYTER_TRAINER_RESTARTS (for --notify); the job does not inherit it.
 run_dir=$1
 grace=$2
 stop_container=$3
 shift 3
+restarts=${JUPYTER_TRAINER_RESTARTS:-0}
+case $restarts in '' | *[!0-9]*) restarts=0 ;; esac
+unset JUPYTER_TRAINER_RESTARTS
 
 notify_url= notify_job= notify_check= notifier=
 IFS= read -r notify_url || :
@@ -122,7 +129,7 @@ if [ -n "$notify_url" ] && [ -n "$notifier" ]; then
         # ended, a container's names for them may go (the files stay the store's)
         # isolated (-I -S) and from /: nothing of the job's (a json.py in its directory, a .pth
         # file) is imported into it
-        set -- python3 -I -S -c "$notifier" "$code" "$how" "$started_at" "$stop_container"
+        set -- python3 -I -S -c "$notifier" "$code" "$how" "$started_at" "$stop_container" "$restarts"
         ! command -v setsid >/dev/null 2>&1 || set -- setsid "$@"
         printf '%s\n%s\n%s\n' "$notify_url" "$notify_job" "$notify_check" \
             | (cd / && exec "$@" 3<&6 4<&7 6<&- 7<&- >/dev/null 2>&1) &
@@ -132,15 +139,15 @@ if [ -n "$notify_url" ] && [ -n "$notifier" ]; then
     fi
 fi
 
-# Stop the container (its init forwards TERM to the keep-alive process) unless
+# Stop the container (its init forwards the signal to the keep-alive process) unless
 # another jupyter_trainer job still runs in it, from any store: every run's files
 # are under a .../jupyter_trainer/jobs/ directory in a container.
-if [ "$stop_container" = 1 ]; then
+if [ "$stop_container" = 1 ] || [ "$stop_container" = 2 ]; then
     for cmdline in /proc/[0-9]*/cmdline; do
         [ "$cmdline" = "/proc/$$/cmdline" ] && continue
         if grep -q -F "/jupyter_trainer/jobs/" "$cmdline" 2>/dev/null; then
             exit 0
         fi
     done
-    kill -TERM 1
+    if [ "$stop_container" = 2 ]; then kill -USR1 1; else kill -TERM 1; fi
 fi

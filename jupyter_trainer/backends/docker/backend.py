@@ -6,6 +6,7 @@ Which container, and how it is made, is containers.py; every call to an engine g
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import shutil
 import time
@@ -15,7 +16,8 @@ from ...errors import BackendUnavailable, CorruptRecord, InvalidOption, TrainerE
 from ...jobs import JobRecord, Observation, Status
 from ...resources import Usage
 from ...spec import DetachedSpec
-from ...store import JobStore
+from ..._fs import create_private_file, write_in_place
+from ...store import NO_RESTART_FILE, RESTART_FILE, RESTARTS_FILE, JobStore
 from ..base import (
     EXIT_CODE_FILE,
     LOG_FILE,
@@ -41,6 +43,7 @@ from .log_source import ContainerLogSource, SharedStreams
 from .remote_script import lies_on_host, with_script_read
 from .script_place import check_reachable, in_both_places, script_in_container, sent_alone, sent_alone_fact
 from .runtime import MOUNTED_JOBS_DIR, RUN_FILES, SHIPPED_JOBS_DIR, WORKSPACE, DockerRuntime
+from .restarts import KEEPER_GRACE_SECONDS, engine_time, forbid_restart, forget_instructions, has_keeper, instructions, read_restart_log, stop_container, why_it_restarted
 from .sync import sync_directory
 from .usage import ContainerUsage
 
@@ -100,6 +103,8 @@ class DockerBackend:
 
     def prepare(self, run_dir: Path, spec: DetachedSpec) -> None:
         prepare_supervised_run(run_dir, spec.script, spec.from_cell)
+        for name in (RESTART_FILE, RESTARTS_FILE, NO_RESTART_FILE):  # see restarts.py; written into in place
+            create_private_file(run_dir / name)
 
     def launch(self, record: JobRecord, run_dir: Path, spec: DetachedSpec) -> DockerRuntime:
         engine = self._spec_engine(spec)
@@ -113,6 +118,7 @@ class DockerBackend:
         container = containers.running_container(spec, jobs_dir, client, engine, self.exec_seconds)
         script_in_job = script_in_container(spec, engine, container)
         relative = f"{record.name}/{record.run}"
+        restarts = spec.restarts or 0
         # a remote engine's containers cannot see this machine's store: the files are copied in
         shared_dir = None if engine.remote else containers.store_mount(container, jobs_dir)
         if shared_dir is not None and not link_run(shared_dir, record.name, record.run, run_dir, RUN_FILES):
@@ -123,21 +129,24 @@ class DockerBackend:
             # several stores (users, JUPYTER_TRAINER_HOMEs) may share a container: one directory each
             store_id = JobStore(jobs_dir.parent).store_id()
             inner_run_dir = f"{SHIPPED_JOBS_DIR}/{store_id}/{relative}"
-            containers.ship(container, run_dir, inner_run_dir)
         ours = containers.is_ours(container)
         working_dir = containers.working_dir(container)
+        command = [
+            "sh", f"{inner_run_dir}/{SUPERVISOR_FILE}", inner_run_dir, str(STOP_GRACE_SECONDS),
+            ("2" if has_keeper(container) else "1") if spec.stop_container_when_done else "0",
+            *job_command(spec, inner_run_dir, working_dir, record.name, script_in_job),
+        ]  # fmt: skip
+        given = notify_input(record, run_dir, spec.notify)
+        if restarts:  # what the container's keeper needs to start the job again as its exec does now
+            write_in_place(run_dir / RESTART_FILE, instructions(restarts, command, job_environment(spec), WORKSPACE, given))
+        if shared_dir is None:
+            containers.ship(container, run_dir, inner_run_dir)
         sync_facts = None
         if spec.sync:
             sync_facts = sync_directory(container, spec.sync, working_dir, jobs_dir.parent)
         if sent_alone(spec, engine):
             sync_facts = [*(sync_facts or []), sent_alone_fact(spec, engine)]
-        command = [
-            "sh", f"{inner_run_dir}/{SUPERVISOR_FILE}", inner_run_dir, str(STOP_GRACE_SECONDS),
-            "1" if spec.stop_container_when_done else "0",
-            *job_command(spec, inner_run_dir, working_dir, record.name, script_in_job),
-        ]  # fmt: skip
         try:
-            given = notify_input(record, run_dir, spec.notify)
             exec_id = client.api.exec_create(
                 container.id,
                 command,
@@ -165,6 +174,7 @@ class DockerBackend:
             shared_dir=shared_dir.name if shared_dir is not None else None,
             engine=engine.to_dict(),
             sync_facts=sync_facts or None,
+            restarts_allowed=restarts or None,
         )
 
     # -- following ---------------------------------------------------------
@@ -193,6 +203,12 @@ class DockerBackend:
                 return Observation(alive=False, why_gone=f"container {label} was removed while the job ran")
             state = container.attrs["State"]
             restarted = state.get("StartedAt") != runtime.container_started_at
+            if runtime.restarts_allowed and (restarted or runtime.restarts):
+                seen = self._follow_restarts(client, container, runtime, run_dir, label, restarted)
+                if seen is not None:
+                    if seen.alive is False:
+                        self.release(record, run_dir, container)
+                    return seen
             supervised = state.get("Running") and not restarted and self._supervisor_running(container, runtime)
             facts = self._facts(container, runtime, run_dir)  # read after the liveness check: no race
             # the supervisor was killed but the job goes on, whatever its files say
@@ -200,25 +216,71 @@ class DockerBackend:
                 state.get("Running") and not restarted and not supervised
                 and bool(job_processes(container, runtime.run_dir, self.exec_seconds)["job"])
             )  # fmt: skip
+            # why the job is gone, while the engine can still be asked what happened to its container
+            gone = not supervised and not orphaned and facts.exit_code is None and not facts.problem
+            why_stopped = why_it_restarted(client, container, runtime.container_started_at, started_again=bool(state.get("Running"))) if gone and (restarted or not state.get("Running")) else ""
         if orphaned:  # it can no longer record its exit code
             return Observation(alive=True, started=True)
         if facts.exit_code is not None and not supervised:  # the job can write it too: it counts once the supervisor is gone
-            self.release(record, run_dir)
+            self.release(record, run_dir, container)
             return facts.ended()
         if facts.problem:
             if not supervised:
-                self.release(record, run_dir)
+                self.release(record, run_dir, container)
             return facts.unknown(bool(supervised))
         if supervised:
             return Observation(alive=True, started=facts.job_pid is not None)
-        self.release(record, run_dir)
+        self.release(record, run_dir, container)
         if not state.get("Running"):
-            why = f"container {label} stopped (exit code {state.get('ExitCode')}) while the job ran"
+            why = f"{why_stopped} (container {label}, exit code {state.get('ExitCode')})"
         elif restarted:
-            why = f"container {label} restarted while the job ran; its processes did not survive"
+            why = f"{why_stopped} (container {label}); the job was run without --restarts"
         else:
             why = "the job's supervisor process ended without recording an exit code" + self._exec_outcome(container, runtime.exec_id)
         return Observation(alive=False, why_gone=why)
+
+    def _follow_restarts(self, client, container, runtime: DockerRuntime, run_dir: Path, label: str, restarted: bool) -> Observation | None:
+        """A job run with --restarts whose container has restarted since it was last seen (or since
+        it started): the container's keeper starts it again (see restarts.py), and is followed here.
+        None: nothing new since it was last seen in this start of its container (the usual way)."""
+        state = container.attrs["State"]
+        log = read_restart_log(container, runtime, run_dir)
+        seen_before = runtime.restarts or 0
+        details = None
+        if log.count > seen_before:  # started again since it was last seen: this is its container's start now
+            causes = list(runtime.restart_causes or [])[:seen_before]
+            for number in range(seen_before + 1, log.count + 1):
+                said = log.causes[number - 1]
+                causes.append(why_it_restarted(client, container, runtime.container_started_at, said) if number == log.count else _cause_said(said))
+            details = {"restarts": log.count, "restart_causes": causes, "container_started_at": state.get("StartedAt")}
+            runtime = dataclasses.replace(runtime, restarts=log.count, container_started_at=state.get("StartedAt"))
+        elif not restarted:
+            return None
+        running = bool(state.get("Running"))
+        supervised = running and self._supervisor_running(container, runtime, by_command_line=True)
+        facts = self._facts(container, runtime, run_dir)
+        if facts.exit_code is not None and not supervised:
+            return dataclasses.replace(facts.ended(), details=details)
+        if facts.problem:
+            return dataclasses.replace(facts.unknown(bool(supervised)), details=details)
+        if supervised:
+            return Observation(alive=True, started=facts.job_pid is not None, details=details)
+        if state.get("Restarting"):  # the engine is starting it again this moment
+            return Observation(alive=True, started=True, details=details)
+        if not running:
+            why = why_it_restarted(client, container, runtime.container_started_at, started_again=False)
+            return Observation(alive=False, why_gone=f"{why} (container {label}, exit code {state.get('ExitCode')})", details=details)
+        allowed = runtime.restarts_allowed or 0
+        if log.used_up is not None:
+            cause = why_it_restarted(client, container, runtime.container_started_at, log.used_up) if restarted else _cause_said(log.used_up)
+            used = f"its {allowed} restart{'s were' if allowed != 1 else ' was'} used up"
+            return Observation(alive=False, why_gone=f"{cause} (container {label}), and {used}", details=details)
+        started = engine_time(state.get("StartedAt"))
+        if started is not None and time.time() - started < KEEPER_GRACE_SECONDS:
+            return Observation(alive=True, started=True, details=details)  # its keeper is about to start it again
+        if restarted:
+            return Observation(alive=False, why_gone=f"container {label} restarted, and its keeper did not start the job again", details=details)
+        return None  # the supervisor of this start ended without an exit code: as without --restarts
 
     @staticmethod
     def _still_supervised(client, runtime: DockerRuntime) -> bool:
@@ -229,9 +291,16 @@ class DockerBackend:
         except docker.errors.NotFound:
             return False  # the engine restarted and forgot its execs: the long way
 
-    def release(self, record: JobRecord, run_dir: Path) -> None:
-        """The job has ended: its files need no longer be in its container's directory."""
-        shared = DockerRuntime.of(record).shared_dir  # a name in this store's containers/, nothing else
+    def release(self, record: JobRecord, run_dir: Path, container=None) -> None:
+        """The job has ended: its files need no longer be in its container's directory (nor, with
+        --restarts, what its `restart` file held: in the store, and in `container` where given)."""
+        runtime = DockerRuntime.of(record)
+        if runtime.restarts_allowed:  # the environment and --notify input it held are needed no more
+            with contextlib.suppress(OSError):
+                write_in_place(run_dir / RESTART_FILE, b"")
+            if container is not None:
+                forget_instructions(container, runtime)
+        shared = runtime.shared_dir  # a name in this store's containers/, nothing else
         if shared is not None:
             unlink_run(JobStore.of_run(run_dir).container_dir(shared), record.name, record.run, RUN_FILES)
 
@@ -247,19 +316,23 @@ class DockerBackend:
         return f" (it exited with code {code}: can the container's user read and write the store's files?)"
 
     @staticmethod
-    def _supervisor_running(container, runtime: DockerRuntime) -> bool:
+    def _supervisor_running(container, runtime: DockerRuntime, by_command_line: bool = False) -> bool:
+        """Whether the job's supervisor runs: its exec's, or (`by_command_line`, or a job its
+        container's keeper started again) the one whose command line names the run."""
         import docker
 
         try:
-            return bool(container.client.api.exec_inspect(runtime.exec_id).get("Running"))
+            if not by_command_line and not runtime.restarts:
+                return bool(container.client.api.exec_inspect(runtime.exec_id).get("Running"))
         except docker.errors.NotFound:
-            # The engine restarted and forgot its execs. With live-restore the container and the
-            # processes in it lived on: look for the supervisor among them.
-            try:
-                listing = container.top(ps_args="-ww -eo pid,args")  # whole command lines, whatever dockerd's COLUMNS
-            except docker.errors.APIError:  # an engine whose ps takes no such options
-                listing = container.top()
-            return runs_supervisor(listing, runtime.run_dir)
+            pass
+        # The engine restarted and forgot its execs (with live-restore the container and the
+        # processes in it lived on), or the keeper started it: look for it among the processes.
+        try:
+            listing = container.top(ps_args="-ww -eo pid,args")  # whole command lines, whatever dockerd's COLUMNS
+        except docker.errors.APIError:  # an engine whose ps takes no such options
+            listing = container.top()
+        return runs_supervisor(listing, runtime.run_dir)
 
     @staticmethod
     def _facts(container, runtime: DockerRuntime, run_dir: Path) -> SupervisorFacts:
@@ -293,9 +366,32 @@ class DockerBackend:
 
     def describe_facts(self, record: JobRecord) -> list[str]:
         try:
-            return list(DockerRuntime.of(record).sync_facts or []) if record.runtime else []
+            if not record.runtime:
+                return []
+            return [*(DockerRuntime.of(record).sync_facts or []), *self._restart_facts(record)]
         except CorruptRecord:
             return []
+
+    @staticmethod
+    def _restart_facts(record: JobRecord) -> list[str]:
+        """Each start again and why it was needed; for a job run with --restarts, that none was."""
+        runtime = DockerRuntime.of(record)
+        if not runtime.restarts_allowed:
+            return []
+        causes = runtime.restart_causes or []
+        shown = [f"restart {number} of {runtime.restarts_allowed}: {cause}" for number, cause in enumerate(causes, 1)]
+        return shown or [f"--restarts {runtime.restarts_allowed}: none needed{'' if record.status.is_final else ' so far'}"]
+
+    def status_fields(self, record: JobRecord) -> dict:
+        """What `status --json` says of a Docker job besides the common fields: how often it was
+        started again (0 for a job run without --restarts)."""
+        try:
+            runtime = DockerRuntime.of(record) if record.runtime else None
+        except CorruptRecord:
+            runtime = None
+        if runtime is None:
+            return {"restarts": 0}
+        return {"restarts": runtime.restarts or 0, **({"restarts_allowed": runtime.restarts_allowed} if runtime.restarts_allowed else {})}
 
     def lingering(self, record: JobRecord, run_dir: Path) -> list[str]:
         return []  # what it left stays in its container, which `stop --container` ends
@@ -371,10 +467,12 @@ class DockerBackend:
                 target = client.containers.get(runtime.container_id)
             except docker.errors.NotFound:
                 return
+            if runtime.restarts_allowed and not record.status.is_final:
+                forbid_restart(target, runtime, run_dir)  # first: its container may be down, and back before the stop
             if target.status == "running" and not record.status.is_final:
                 self._stop_job(target, runtime, run_dir)
             if container:
-                target.stop(timeout=STOP_GRACE_SECONDS)
+                stop_container(target, STOP_GRACE_SECONDS)
 
     def _stop_job(self, target, runtime: DockerRuntime, run_dir: Path) -> None:
         """Signal the supervisor and wait until the job has ended (TERM, then KILL after the grace period).
@@ -397,3 +495,9 @@ class DockerBackend:
         elif found["job"]:
             # no supervisor left to do it: the job's own process group, TERM then KILL
             run_in(target, STOP_GROUPS, str(STOP_GRACE_SECONDS), *found["job"], seconds=self.exec_seconds + STOP_GRACE_SECONDS)
+
+
+def _cause_said(word: str) -> str:
+    """Why a container restarted, as its keeper could tell (see restarts.RestartLog)."""
+    return "the container stopped when the machine restarted (a new boot id)" if word == "boot" else "the container restarted"
+

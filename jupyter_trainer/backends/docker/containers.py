@@ -31,6 +31,7 @@ from . import store_mounts
 from .errors import engine_errors, no_image, not_created
 from .hosts import LOCAL_SOCKET, Engine
 from .in_container import run_in, stops_on_term
+from .restarts import LABEL_KEEPER, KEEPER_VERSION, RESTART_POLICY, check_can_restart, has_keeper, install_keeper, keeper_command
 from .runtime import MOUNTED_JOBS_DIR, RUN_FILES, SHIPPED_JOBS_DIR, WORKSPACE
 
 LABEL = "jupyter_trainer"
@@ -41,7 +42,6 @@ LABEL_STORE = "jupyter_trainer.store"  # the store's id (JobStore.store_id): sto
 LABEL_CONTAINER = "jupyter_trainer.container"  # on a volume we made: the container it was made for
 LABEL_SCRATCH = "jupyter_trainer.scratch"  # a container made only to read a script through (when: Unix time)
 SCRATCH_STALE_SECONDS = 600.0  # a scratch container this old was left by a read that was cut off
-KEEP_ALIVE = ["tail", "-f", "/dev/null"]
 ORPHAN_DIR_AGE = 3600.0  # seconds: a store directory of no container is removed only once this old
 COMPOSE_PROJECT = "com.docker.compose.project"
 
@@ -130,11 +130,14 @@ def _running_container(spec: DetachedSpec, jobs_dir: Path, client, engine: Engin
     if not engine.remote:  # a remote host cannot reach this machine's store, whatever it mounts
         _check_store_unreachable(container, jobs_dir)
     _check_gpus(container, spec)
+    check_can_restart(container, spec.restarts or 0)
     if container.status != "running":
         if not is_ours(container):
             raise InvalidOption(
                 f"container {name!r} is {container.status}", f"start it (docker start {name}) or choose another"
             )
+        if has_keeper(container):  # one being created by another process this moment may not have it yet
+            install_keeper(container)
         container.start()
         container.reload()
     if spec.stop_container_when_done:
@@ -247,12 +250,12 @@ def _run_container(client, name: str, spec: DetachedSpec, jobs_dir: Path, volume
     import docker
 
     try:
-        return client.containers.run(
+        container = client.containers.create(
             spec.image,
-            KEEP_ALIVE,
+            keeper_command(),
             name=name,
-            detach=True,
-            init=True,
+            init=True,  # reaps what ends in it; passes TERM (or a job's USR1, see keeper.sh) on to the keeper
+            restart_policy=RESTART_POLICY,
             working_dir=WORKSPACE,
             volumes=volumes,
             labels={
@@ -261,12 +264,16 @@ def _run_container(client, name: str, spec: DetachedSpec, jobs_dir: Path, volume
                 LABEL_STORE: JobStore(jobs_dir.parent).store_id(),
                 LABEL_WORKDIR: spec.workdir,
                 LABEL_GPUS: spec.gpus or "",
+                LABEL_KEEPER: KEEPER_VERSION,
             },
             tmpfs=tmpfs,
             # a job's --notify URL on the engine's machine is reachable from inside as host.docker.internal
             extra_hosts={"host.docker.internal": "host-gateway"},
             device_requests=gpu_requests(spec.gpus),
         )
+        install_keeper(container)  # into its own file system, before its main process is started
+        container.start()
+        return client.containers.get(container.id)
     except docker.errors.APIError as exc:
         if exc.status_code == 409:  # another process is creating it this moment
             return _wait_for_container(name, client)

@@ -7,6 +7,7 @@ import re
 from dataclasses import dataclass
 
 from ...jobs import NAME_PATTERN, JobRecord
+from ...store import NO_RESTART_FILE, RESTART_FILE, RESTARTS_FILE
 from ..base import (
     CLOCK_FILE,
     EXIT_CODE_FILE,
@@ -23,7 +24,10 @@ from ..base import (
 
 MOUNTED_JOBS_DIR = "/jupyter_trainer/jobs"  # where containers we create see their runs' files
 SHIPPED_JOBS_DIR = "/tmp/jupyter_trainer/jobs"  # run files copied into containers we did not create
-RUN_FILES = (SCRIPT_FILE, LAUNCH_FILE, SUPERVISOR_FILE, NOTIFY_FILE, LOG_FILE, PID_FILE, EXIT_CODE_FILE, NOTIFIED_FILE, CLOCK_FILE)
+RUN_FILES = (
+    SCRIPT_FILE, LAUNCH_FILE, SUPERVISOR_FILE, NOTIFY_FILE, LOG_FILE, PID_FILE, EXIT_CODE_FILE, NOTIFIED_FILE, CLOCK_FILE,
+    RESTART_FILE, RESTARTS_FILE, NO_RESTART_FILE,
+)  # fmt: skip
 # A run's directory in a container: MOUNTED_JOBS_DIR/NAME/RUN or SHIPPED_JOBS_DIR/STORE_ID/NAME/RUN
 INNER_RUN_DIR = re.compile(
     r"(?:/jupyter_trainer/jobs|/tmp/jupyter_trainer/jobs/[0-9a-f]{12})/[A-Za-z0-9][A-Za-z0-9_.-]{0,62}/[0-9]{1,9}"
@@ -45,6 +49,9 @@ class DockerRuntime:
     shared_dir: str | None = None  # that directory's name in the store's containers/
     engine: dict | None = None  # the engine it runs on (hosts.Engine.to_dict); None in older records
     sync_facts: list | None = None  # what --sync left out, in words (credential paths, never contents)
+    restarts_allowed: int | None = None  # --restarts N: how often its container's keeper may start it again
+    restarts: int | None = None  # how often it was started again, as last seen (container_started_at is that start's)
+    restart_causes: list | None = None  # why each start again was needed, in words
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -52,9 +59,12 @@ class DockerRuntime:
     @classmethod
     def of(cls, record: JobRecord) -> "DockerRuntime":
         kinds = {"container_id": str, "container_name": str, "container_started_at": str, "exec_id": str, "run_dir": str}
-        runtime = read_runtime(cls, record, {**kinds, "mounted": bool, "shared_dir": (str, "optional"), "engine": (dict, "optional"), "sync_facts": (list, "optional")})
+        runtime = read_runtime(cls, record, {**kinds, "mounted": bool, "shared_dir": (str, "optional"), "engine": (dict, "optional"), "sync_facts": (list, "optional"),
+            "restarts_allowed": (int, "optional"), "restarts": (int, "optional"), "restart_causes": (list, "optional")})
         if runtime.sync_facts is not None and not all(isinstance(fact, str) for fact in runtime.sync_facts):
             raise malformed_runtime(record, "sync_facts is not a list of words")
+        if runtime.restart_causes is not None and not all(isinstance(cause, str) for cause in runtime.restart_causes):
+            raise malformed_runtime(record, "restart_causes is not a list of words")
         if not INNER_RUN_DIR.fullmatch(runtime.run_dir):
             raise malformed_runtime(record, "run_dir is not a run's directory")
         if runtime.shared_dir is not None and not NAME_PATTERN.fullmatch(runtime.shared_dir):

@@ -1,0 +1,125 @@
+# jupyter_trainer's keeper: the main process of each container jupyter_trainer creates, under the
+# container's init (POSIX sh; put into the container and run as: sh /jupyter_trainer/keeper.sh JOBS_DIR...).
+#
+# It keeps the container alive, as `tail -f /dev/null` did, and each time the container starts it
+# starts again, through their own supervisor, the jobs run with --restarts that were interrupted:
+# a run under a JOBS_DIR whose `restart` file says how (the supervisor's command, the job's
+# environment and working directory, the supervisor's --notify input), whose `exit_code` is still
+# blank (a job that ended by itself, or was stopped, has one), whose `no_restart` is empty (else
+# a stop was asked), and whose `pid` names a supervisor that no longer runs. Each start again is a
+# line of the run's `restarts` file and a marked line of its log. A job whose restarts are used up
+# is left alone, said once in both.
+#
+# The container's restart policy is on-failure: a TERM (the engine stopping, docker stop or
+# restart) ends this keeper with 143, and the engine starts the container again when it starts;
+# USR1 (--stop-container-when-done, `stop --container`) ends it with 0: the container stays stopped.
+trap 'exit 0' USR1
+trap 'exit 143' TERM INT
+
+# The kernel's boot id now, and at this container's previous start: a new one means that the
+# machine restarted in between (rather than the engine or the container alone).
+# Kept in the container's own file system, which lasts as long as the container (not in a jobs
+# directory, where every job of the container would see it).
+boot=$(cat /proc/sys/kernel/random/boot_id 2>/dev/null) || boot=
+case $boot in *[!0-9a-f-]* | '') boot=unknown ;; esac
+cause=container
+boot_file=${JUPYTER_TRAINER_BOOT_ID_FILE:-/tmp/.jupyter_trainer-boot-id} # a test gives its own
+previous=
+[ -f "$boot_file" ] && [ ! -h "$boot_file" ] && IFS= read -r previous <"$boot_file"
+if [ -n "$previous" ] && [ "$previous" != "$boot" ]; then
+    cause=boot
+fi
+printf '%s\n' "$boot" >"$boot_file" 2>/dev/null
+
+# What the `restart` file holds is escaped (printf %b's \0NNN): a value with any byte in it, a
+# newline included, stays one line, and never passes through this shell as code.
+unescape() {
+    unescaped=$(printf '%bx' "$1")
+    unescaped=${unescaped%x}
+}
+
+mark() { # $1: the run's directory; $2: the line, put on a line of its own in the job's log
+    # (a last byte that is a newline is stripped by $(...): anything left is a line cut short)
+    [ -z "$(tail -c 1 "$1/output.log" 2>/dev/null)" ] || printf '\n' >>"$1/output.log"
+    printf '%s\n' "$2" >>"$1/output.log"
+}
+
+start_again() ( # $1: a run's directory
+    dir=$1
+    [ -f "$dir/restart" ] && [ -s "$dir/restart" ] || return 0
+    [ -s "$dir/no_restart" ] && return 0
+    code=
+    [ -f "$dir/exit_code" ] && IFS= read -r code <"$dir/exit_code"
+    case $code in *[0-9]*) return 0 ;; esac
+    # Only a job that a supervisor had started, and none runs now: a job being launched this moment
+    # (its container was just created or started for it) has no pids yet, or its supervisor runs.
+    supervisor= job=
+    [ -f "$dir/pid" ] && read -r supervisor job <"$dir/pid"
+    case $supervisor in '' | *[!0-9]*) return 0 ;; esac
+    # (read by tr, whose own command line never names the run, as grep's would: pids begin anew
+    # with each start of the container, and the one recorded may be any process's now)
+    args=$(tr '\000' '\n' <"/proc/$supervisor/cmdline" 2>/dev/null)
+    case $args in *"
+$dir/supervise.sh
+$dir
+"*) return 0 ;; esac
+    used=0 given_up=
+    if [ -f "$dir/restarts" ]; then
+        while read -r kind rest; do
+            case $kind in restart) used=$((used + 1)) ;; used-up) given_up=1 ;; esac
+        done <"$dir/restarts"
+    fi
+    allowed=0 cwd=/ input= has_input=
+    set --
+    while IFS= read -r line; do
+        kind=${line%% *} rest=${line#* }
+        case $kind in
+        restarts) case $rest in '' | *[!0-9]*) return 0 ;; *) allowed=$rest ;; esac ;;
+        cwd) unescape "$rest"; cwd=$unescaped ;;
+        env)
+            key=${rest%% *}
+            case $key in '' | [!A-Za-z_]* | *[!A-Za-z0-9_]*) continue ;; esac
+            unescape "${rest#* }"
+            export "$key=$unescaped"
+            ;;
+        stdin) unescape "$rest"; input=$unescaped has_input=1 ;;
+        arg) unescape "$rest"; set -- "$@" "$unescaped" ;;
+        esac
+    done <"$dir/restart"
+    [ $# -gt 0 ] || return 0
+    when=$(date -u '+%Y-%m-%d %H:%M:%S UTC' 2>/dev/null)
+    case $cause in
+    boot) why="the machine restarted (a new boot id)" ;;
+    *) why="its container restarted" ;;
+    esac
+    if [ "$used" -ge "$allowed" ]; then
+        [ -n "$given_up" ] && return 0
+        printf 'used-up %s %s %s\n' "$boot" "$(date +%s)" "$cause" >>"$dir/restarts"
+        mark "$dir" "----- jupyter_trainer: interrupted when $why, at $when; not started again: its $allowed restart(s) are used up -----"
+        return 0
+    fi
+    n=$((used + 1))
+    printf 'restart %s %s %s %s\n' "$n" "$boot" "$(date +%s)" "$cause" >>"$dir/restarts"
+    mark "$dir" "----- jupyter_trainer: started again after $why (restart $n of $allowed) at $when -----"
+    printf '%64s' '' 1<>"$dir/pid" # the new supervisor's pids, over the old ones
+    cd "$cwd" 2>/dev/null || cd /
+    export JUPYTER_TRAINER_RESTARTS="$n"
+    # started in the background of this subshell, which ends at once: the container's init reaps it
+    if [ -n "$has_input" ]; then
+        printf '%s' "$input" | "$@" &
+    else
+        "$@" </dev/null &
+    fi
+)
+
+for jobs_dir in "$@"; do
+    # a run's directory: JOBS_DIR/NAME/RUN (the store's, mounted) or JOBS_DIR/STORE_ID/NAME/RUN (copied in)
+    for dir in "$jobs_dir"/*/[0-9]* "$jobs_dir"/*/*/[0-9]*; do
+        [ -d "$dir" ] && [ ! -h "$dir" ] && start_again "$dir" >/dev/null 2>&1
+    done
+done
+
+while :; do
+    tail -f /dev/null &
+    wait $!
+done

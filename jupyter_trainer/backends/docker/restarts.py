@@ -1,0 +1,251 @@
+"""--restarts in a container: the keeper that starts jobs again, what it is told, what it wrote.
+
+The containers jupyter_trainer creates run keeper.sh as their main process, with the on-failure
+restart policy (see keeper.sh for why not unless-stopped): when the engine or the machine restarts,
+or the container is restarted, the engine starts the container again and the keeper starts again
+the interrupted jobs run with --restarts, through their own supervisor, with no process of ours
+outside the container. Here: its command, the `restart` file that tells it how to start a job
+(written at launch), the `restarts` file it writes (read back as hostile input), and the words for
+why a container restarted, from what the engine can tell.
+"""
+
+from __future__ import annotations
+
+import calendar
+import contextlib
+import functools
+import io
+import re
+import tarfile
+import time
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+
+from ... import _fs
+from ...errors import InvalidOption
+from ...store import NO_RESTART_FILE, RESTART_FILE, RESTARTS_FILE
+from .errors import engine_errors
+from .in_container import container_file
+from .runtime import MOUNTED_JOBS_DIR, SHIPPED_JOBS_DIR, DockerRuntime
+
+KEEPER_FILE = "keeper.sh"
+LABEL_KEEPER = "jupyter_trainer.keeper"  # on a container whose main process is the keeper: its version
+KEEPER_VERSION = "1"
+RESTART_POLICY = {"Name": "on-failure"}  # the keeper ends with 0 only when a job asked its container to stop
+KEEPER_GRACE_SECONDS = 30.0  # after its container starts, how long a keeper may take to start the jobs again
+RESTARTS_LIMIT = 1000
+RESTARTS_FILE_LIMIT = 64 << 10  # the keeper writes a line of some 80 bytes per start again
+
+# What the keeper writes: "restart N BOOT_ID SECONDS CAUSE", or "used-up BOOT_ID SECONDS CAUSE" once
+# it left the job alone. CAUSE: "boot" (the machine restarted) or "container".
+RESTART_LINE = re.compile(r"restart ([0-9]{1,4}) ([0-9a-f-]{1,40}|unknown) ([0-9]{1,12}) (boot|container)")
+USED_UP_LINE = re.compile(r"used-up ([0-9a-f-]{1,40}|unknown) ([0-9]{1,12}) (boot|container)")
+
+
+@functools.lru_cache(maxsize=1)
+def keeper_source() -> str:
+    return resources.files("jupyter_trainer.backends.docker").joinpath(KEEPER_FILE).read_text()
+
+
+KEEPER_PATH = "/jupyter_trainer/keeper.sh"  # in the container's own file system (beside the jobs' mount point)
+
+
+def keeper_command() -> list[str]:
+    """The main process of a container we create: the keeper, told where its runs' files are (a
+    file of the container, so that its processes' command lines stay short)."""
+    return ["sh", KEEPER_PATH, MOUNTED_JOBS_DIR, SHIPPED_JOBS_DIR]
+
+
+def install_keeper(container) -> None:
+    """Put the keeper into a container created, not yet started (the engine writes it as root)."""
+    source = keeper_source().encode()
+    archive = io.BytesIO()
+    with tarfile.open(fileobj=archive, mode="w") as tar:
+        folder = tarfile.TarInfo(KEEPER_PATH.rsplit("/", 1)[0].lstrip("/"))
+        folder.type, folder.mode = tarfile.DIRTYPE, 0o755
+        tar.addfile(folder)
+        info = tarfile.TarInfo(KEEPER_PATH.lstrip("/"))
+        info.size, info.mode = len(source), 0o644
+        tar.addfile(info, io.BytesIO(source))
+    container.put_archive("/", archive.getvalue())
+
+
+def has_keeper(container) -> bool:
+    return container.labels.get(LABEL_KEEPER) == KEEPER_VERSION
+
+
+def parse_restarts(value: int | None) -> int | None:
+    if value is None:
+        return None
+    if not 0 <= value <= RESTARTS_LIMIT:
+        raise InvalidOption(f"--restarts expects a number from 0 to {RESTARTS_LIMIT}, got {value}")
+    return value
+
+
+def check_can_restart(container, restarts: int) -> None:
+    """--restarts needs a container whose main process is our keeper: one a user made, or one an
+    older version made (with `tail -f /dev/null`), has nothing that starts a job again."""
+    if not restarts or has_keeper(container):
+        return
+    name = container.name
+    if container.labels.get("jupyter_trainer") != "1":
+        raise InvalidOption(
+            f"--restarts: container {name!r} is not one jupyter_trainer created, so nothing in it starts a job again when it restarts",
+            "drop --container (or name one that does not exist yet) and pass --image: the container created then can",
+        )
+    raise InvalidOption(
+        f"--restarts needs a container made anew: {name!r} was created by an older version, whose main process cannot start jobs again",
+        f"once its jobs have ended, remove it (docker rm -f {name}); the next job creates one that can",
+    )
+
+
+def stop_container(container, timeout: float) -> None:
+    """Stop a container as jupyter_trainer means it: for good. One whose main process is the keeper
+    is asked through it (USR1: it ends with 0), so that its on-failure policy does not start it
+    again when the engine restarts; `docker stop` (TERM: 143) would. Another, or a keeper that does
+    not end in time, is stopped as `docker stop` does."""
+    if has_keeper(container) and container.status == "running":
+        container.kill(signal="SIGUSR1")
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            container.reload()
+            if container.status != "running":
+                return
+            time.sleep(0.2)
+    container.stop(timeout=timeout)
+
+
+# -- what the keeper is told ----------------------------------------------------------------
+
+_PLAIN = frozenset(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_./=:,+@%-")
+
+
+def escaped(text: str | bytes) -> str:
+    """`text` as one line that the keeper's `printf %b` turns back into it: every byte but a few
+    plain ones as \\0NNN, so that no newline, backslash or quote survives as itself."""
+    data = text.encode() if isinstance(text, str) else text
+    return "".join(chr(byte) if byte in _PLAIN else f"\\0{byte:03o}" for byte in data)
+
+
+def instructions(allowed: int, command: list[str], environment: dict[str, str], cwd: str, given: bytes) -> bytes:
+    """The `restart` file: how many starts again, and how to start the job's supervisor as its
+    exec did (its command, the environment the exec added, its working directory, its stdin)."""
+    lines = [f"restarts {allowed}", f"cwd {escaped(cwd)}"]
+    lines += [f"env {key} {escaped(value)}" for key, value in environment.items()]
+    if given:
+        lines.append(f"stdin {escaped(given)}")
+    lines += [f"arg {escaped(word)}" for word in command]
+    return ("\n".join(lines) + "\n").encode()
+
+
+# -- what the keeper wrote --------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class RestartLog:
+    """What a run's `restarts` file says: how often the keeper started the job again (and why,
+    each time: "boot" or "container"), and whether it left it alone at last, its restarts used up."""
+
+    causes: tuple[str, ...] = ()
+    used_up: str | None = None  # the cause of the interruption it was not started again after
+
+    @property
+    def count(self) -> int:
+        return len(self.causes)
+
+    @classmethod
+    def parse(cls, data: bytes) -> "RestartLog":
+        """Only the lines the keeper writes, numbered in order; anything else (a job can write the
+        file too) is left out."""
+        causes: list[str] = []
+        used_up = None
+        for line in data.decode("ascii", errors="replace").splitlines():
+            restart = RESTART_LINE.fullmatch(line)
+            if restart and int(restart.group(1)) == len(causes) + 1:
+                causes.append(restart.group(4))
+                continue
+            gave_up = USED_UP_LINE.fullmatch(line)
+            if gave_up:
+                used_up = gave_up.group(3)
+        return cls(tuple(causes), used_up)
+
+
+def read_restart_log(container, runtime: DockerRuntime, run_dir: Path) -> RestartLog:
+    if runtime.mounted:
+        with contextlib.suppress(OSError):
+            return RestartLog.parse(_fs.read_small(run_dir / RESTARTS_FILE, RESTARTS_FILE_LIMIT))
+        return RestartLog()
+    data, _ = container_file(container, f"{runtime.run_dir}/{RESTARTS_FILE}", limit=RESTARTS_FILE_LIMIT)
+    return RestartLog.parse(data)
+
+
+def forbid_restart(container, runtime: DockerRuntime, run_dir: Path) -> None:
+    """A stop was asked: no keeper may start the job again, even if its container is down now and
+    the stop cannot reach it (the file can be written into a stopped container)."""
+    _write_run_file(container, runtime, run_dir, NO_RESTART_FILE, b"stopped\n")
+
+
+def forget_instructions(container, runtime: DockerRuntime) -> None:
+    """The job has ended: the copy of its `restart` file in a container that does not mount the
+    store (a remote host's) holds its environment no longer. (The store's own is emptied by the
+    backend's release.)"""
+    if not runtime.mounted:
+        _write_run_file(container, runtime, None, RESTART_FILE, b"")
+
+
+def _write_run_file(container, runtime: DockerRuntime, run_dir: Path | None, name: str, data: bytes) -> None:
+    """One of the run's files, where the container sees it: the store's (in place) or the copy in
+    the container (through the engine, which writes into a stopped container too). Best effort."""
+    if runtime.mounted and run_dir is not None:
+        with contextlib.suppress(OSError):
+            _fs.write_in_place(run_dir / name, data)
+        return
+    archive = io.BytesIO()
+    with tarfile.open(fileobj=archive, mode="w") as tar:
+        info = tarfile.TarInfo(name)
+        info.size, info.mode = len(data), 0o600
+        tar.addfile(info, io.BytesIO(data))
+    with contextlib.suppress(*engine_errors()):
+        container.put_archive(runtime.run_dir, archive.getvalue())
+
+
+# -- why a container restarted, in words ----------------------------------------------------------
+
+
+def engine_time(value: str | None) -> float | None:
+    """An engine's RFC 3339 time (2026-12-01T21:41:07.40694133Z) as seconds since 1970."""
+    match = re.fullmatch(r"(\d{4})-(\d\d)-(\d\d)T(\d\d):(\d\d):(\d\d)(?:\.(\d+))?Z", value or "")
+    if not match or match.group(1) == "0001":
+        return None
+    whole = calendar.timegm(tuple(int(part) for part in match.groups()[:6]) + (0, 0, 0))
+    return whole + float(f"0.{match.group(7)}") if match.group(7) else float(whole)
+
+
+def shown_time(seconds: float | None) -> str:
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(seconds)) if seconds is not None else "an unknown time"
+
+
+def why_it_restarted(client, container, since: str, keeper_said: str | None = None, started_again: bool = True) -> str:
+    """Why the container stopped since its start `since` (the engine's time), and was started
+    again, as far as can be told: the keeper saw a new boot id (the machine restarted); else the
+    engine's events since then: a restart or a kill of the container, or none at all (an engine
+    keeps its events in memory: one that restarted has forgotten the container's stop)."""
+    state = container.attrs.get("State") or {}
+    stopped_at = shown_time(engine_time(state.get("FinishedAt")))
+    if keeper_said == "boot":
+        return f"the container stopped when the machine restarted (a new boot id), at {stopped_at}"
+    actions: list[str] = []
+    started = engine_time(since)
+    if started is not None:
+        with contextlib.suppress(*engine_errors(), ValueError):
+            events = client.api.events(
+                since=f"{started:.3f}", until=f"{time.time():.3f}", filters={"container": container.id, "type": "container"}, decode=True
+            )
+            actions = [str(event.get("Action") or event.get("status") or "") for event in events]
+    if "restart" in actions:
+        return f"the container was restarted (docker restart) at {stopped_at}"
+    if "kill" in actions or "die" in actions:
+        again = ", and started again" if started_again else " (docker stop or docker kill?), and Docker does not start it again by itself"
+        return f"the container was stopped at {stopped_at}, not by jupyter_trainer{again}"
+    return f"the container stopped when the Docker engine restarted, at {stopped_at}"
