@@ -31,6 +31,7 @@ from typing import Callable, Iterable
 
 from ._fs import read_range
 from .logs import ANSI_ESCAPE_BYTES
+from .metric_columns import MAX_COLUMNS, column_tokens
 
 # The words a metric's name is made of: a base, maybe a split before it and a reduction after it.
 BASES = (
@@ -956,5 +957,4 @@ def main_metric(names) -> str | None:
     return next((name for name in names if "loss" in name), names[0] if names else None)
 
 
-from .metric_columns import MAX_COLUMNS, column_tokens  # noqa: E402
 from .metric_runs import read_in_runs  # noqa: E402  (it builds on this module's names)
