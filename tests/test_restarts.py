@@ -164,6 +164,60 @@ def test_killed_container_started_again_resumes_the_job(private_docker, workdir,
     assert status_json("killed-back")["restarts"] == 1
 
 
+# What a kernel's view of the job shows: its header and the log lines it holds (the poller lets go
+# of a view once its job has ended: the kernel keeps it to be looked at).
+ATTACH = """
+%train_attach watched
+from jupyter_trainer.widget import poller
+view, = poller().widgets
+"""
+VIEW_PROBE = """
+import json, time
+print(json.dumps({"header": view.header.value, "log": list(view.monitor.snapshot(time.time()).lines)}))
+"""
+
+
+def kernel_view(client):
+    output = []
+    reply = client.execute_interactive(VIEW_PROBE, timeout=30, output_hook=output.append)
+    assert reply["content"]["status"] == "ok", reply["content"]
+    return json.loads("".join(m["content"]["text"] for m in output if m["msg_type"] == "stream"))
+
+
+def test_two_kernels_watching_through_a_restart_both_see_it_resume(private_docker, workdir, home):
+    from jupyter_client.manager import start_new_kernel
+
+    engine = private_docker
+    kernels = [start_new_kernel(kernel_name="python3", env={**os.environ}) for _ in range(2)]
+    try:
+        for _, client in kernels:
+            client.execute_interactive("%load_ext jupyter_trainer", timeout=60)
+        job = submit(STEPS, workdir, "watched", args=("40",), restarts=1)
+        wait_for_step(job, 2)
+        for _, client in kernels:
+            reply = client.execute_interactive(ATTACH, timeout=60)
+            assert reply["content"]["status"] == "ok", reply["content"]
+        for _, client in kernels:
+            wait_for(lambda: "step 1" in kernel_view(client)["log"], what="the view to follow the log")
+        engine.restart()  # both views go on polling while the engine, and the job, are down and back
+        wait_for(lambda: "restart 1 of 1" in job.logs(), timeout=90, what="the job to start again")
+        for _, client in kernels:
+            wait_for(lambda: "running (restart 1)" in kernel_view(client)["header"], timeout=60, what="the view to say it restarted")
+        assert job.wait(timeout=120) is Status.COMPLETED
+        assert_every_step_once(job, workdir, 40)
+        for _, client in kernels:
+            wait_for(lambda: "done" in kernel_view(client)["log"], timeout=60, what="the view to follow the log to its end")
+            seen = kernel_view(client)
+            # each view holds the log as it is: every step once, the keeper's mark between them
+            assert [line for line in seen["log"] if line.startswith("step ")] == [f"step {i}" for i in range(40)], seen["log"]
+            assert sum("started again after its container restarted (restart 1 of 1)" in line for line in seen["log"]) == 1, seen["log"]
+            assert "completed" in seen["header"] and "restart 1 of 1" in seen["header"], seen["header"]
+    finally:
+        for manager, client in kernels:
+            client.stop_channels()
+            manager.shutdown_kernel(now=True)
+
+
 # Receives --notify messages in the private engine's network namespace (where its containers reach
 # host.docker.internal), and writes each one as a line of a file.
 RECEIVER = """
