@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import copy
 import os
 import time
 from itertools import repeat
@@ -316,7 +317,10 @@ class Job:
         try:
             self.record = self.store.update(self.name, self.run, apply)
         except StoreError:
-            apply(self.record)  # the store is full or read-only: report the truth, record it later
+            # the store is full or read-only: report the truth (in a record of its own: what was
+            # drawn from the one before is drawn again), and record it later
+            self.record = copy.deepcopy(self.record)
+            apply(self.record)
             self._record_version = self._log_source = None  # read again next time, and tried again
         if self.record.status.is_final:
             self._record_notification()

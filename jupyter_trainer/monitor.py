@@ -34,7 +34,7 @@ from .terminal import SCREEN_ROWS, Screen
 READ_BUDGET = 64 << 20  # bytes
 READ_SECONDS = 0.02
 SAVE_BYTES = 64 << 20  # the metrics are saved after this much more of the log is read...
-SAVE_SECONDS = 10.0  # ...or, once caught up, this long after the last save (at once when the job has ended)
+SAVE_SECONDS = 60.0  # ...or, once caught up, this long after the last save (at once when the job has ended)
 NOTE_HISTORY_FROM = 64 << 20  # bytes of history from which the view says it is still reading it
 QUIET_AFTER = 300.0  # seconds without output after which a running job's view says so
 USAGE_INTERVAL = 5.0  # seconds between two looks at what a running job uses (an engine call each)
@@ -65,6 +65,17 @@ class Snapshot:
     usage: Usage | None = None  # what it uses now, while it runs and where that can be seen
     usage_series: dict = field(default_factory=dict)  # recent readings of each quantity (see UsageHistory.series)
     status_text: str = ""  # the status as shown: "running (restart 1)" (summary.status_text)
+
+
+@dataclass(frozen=True)
+class RecordWords:
+    """A snapshot's parts that come from the job's record alone (see JobMonitor._record_words)."""
+
+    record: object
+    where: str
+    status_text: str
+    outcome: str
+    facts: tuple[str, ...]
 
 
 _looker: ThreadPoolExecutor | None = None
@@ -104,6 +115,8 @@ class JobMonitor:
         self._usage_looked = float("-inf")
         self._usage_pending: Future | None = None
         self.log_file: Path | None = None  # the log's file, when it is one on this machine (see read_log)
+        self._said: RecordWords | None = None
+        self._clock_file: Path | None = None  # the supervisor's samples of the log's size (see LogClock)
 
     @property
     def record(self):
@@ -173,6 +186,7 @@ class JobMonitor:
         notes_before = self.notes()
         shown: list[bytes] = []  # the last lines of each read after the history, decoded once at the end
         deadline = time.perf_counter() + self.read_seconds
+        at_end = False  # a read came back short: the log ended there a moment ago
         while budget > 0:
             in_history = self.cursor.offset < self.history_end
             limit = min(budget, self.cursor.chunk_size)
@@ -199,11 +213,15 @@ class JobMonitor:
                 self._take_metrics()
             if not in_history and data:  # a copy: the cursor reuses its buffer
                 shown.append(bytes(last_lines(data, self._kept_lines)))
+            if not truncation and self.cursor.offset - before < limit:
+                at_end = True  # no second read (nor size) to learn that nothing follows
+                break
             if time.perf_counter() >= deadline:
                 break
         self._show(shown)
         self._take_metrics()
-        self.caught_up = source.size() <= self.cursor.offset
+        # what grows the log after a short read is news to the next poll (and to a watch)
+        self.caught_up = at_end or source.size() <= self.cursor.offset
         if now is not None and self.cursor.offset != offset_before:
             self.last_output_at = now
         self._keep_metrics(source)
@@ -224,7 +242,9 @@ class JobMonitor:
     def _read_clock(self, size: int, now: float | None) -> None:
         """What the supervisor noted of the log's size since the last read (see LogClock)."""
         self.clock.started_at = self.record.started_at
-        if not self.clock.read_more(self.job.run_dir / CLOCK_FILE):
+        if self._clock_file is None:
+            self._clock_file = self.job.run_dir / CLOCK_FILE
+        if not self.clock.read_more(self._clock_file):
             return
         if now is not None:
             self.clock.until(size, now)
@@ -319,30 +339,45 @@ class JobMonitor:
 
     def snapshot(self, now: float) -> Snapshot:
         record = self.record
-        # a running job's reason says what keeps it from being followed ("cannot reach gpu1 since …")
-        outcome = describe_outcome(record.status, record.exit_code, record.reason)
+        said = self._record_words(record)
         lines = self._shown_lines()
         running = record.status is Status.RUNNING
         return Snapshot(
             name=record.name,
             run=record.run,
             backend=record.backend,
-            where=where(record, self.job.backends),
+            where=said.where,
             status=record.status,
-            status_text=status_text(record, self.job.backends),
+            status_text=said.status_text,
             exit_code=record.exit_code,
-            outcome=outcome,
+            outcome=said.outcome,
             elapsed=self.elapsed(now),
             lines=tuple(lines),
             metrics=self.metrics,
             notes=tuple(self.notes()),
             progress=progress_of(lines[-1]) if running and lines else None,
             quiet_for=self.quiet_for(now),
-            facts=tuple(facts(record, self.job.backends)) + notification_facts(record.notification),
+            facts=said.facts,
             ended_at=record.ended_at,
             usage=self.usage.latest if running else None,
             usage_series=self.usage.series() if running else {},
         )
+
+    def _record_words(self, record) -> "RecordWords":
+        """What the record says in words: the same until the record changes (a view takes a
+        snapshot with every update, and a record changes with its status)."""
+        said = self._said
+        if said is None or said.record is not record:
+            backends = self.job.backends
+            said = self._said = RecordWords(
+                record,
+                where=where(record, backends),
+                status_text=status_text(record, backends),
+                # a running job's reason says what keeps it from being followed ("cannot reach gpu1 since …")
+                outcome=describe_outcome(record.status, record.exit_code, record.reason),
+                facts=tuple(facts(record, backends)) + notification_facts(record.notification),
+            )
+        return said
 
     def _shown_lines(self) -> list[str]:
         screen = self.screen

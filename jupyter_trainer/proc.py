@@ -133,7 +133,7 @@ def session_usage(session: int, shared: bool = False) -> tuple[float, int, float
     if not members:
         return None
     ticks = sum(int(fields[11]) + int(fields[12]) for _, fields in members)  # utime, stime
-    memory = sum(_proportional_memory(pid, int(fields[21])) for pid, fields in members)
+    memory = sum(_proportional_memory(pid, int(fields[19]), int(fields[21])) for pid, fields in members)
     return ticks / os.sysconf("SC_CLK_TCK"), memory, taken_at
 
 
@@ -159,8 +159,32 @@ def _session_table(max_age: float) -> tuple[float, dict[int, list[tuple[int, lis
         return _scan
 
 
-def _proportional_memory(pid: int, rss_pages: int) -> int:
+# Reading a process's PSS makes the kernel walk all its memory: a look at a big job's usage would
+# cost milliseconds. It is read this often; in between, it moves with the resident set (from the
+# stat already read), since what a process gains is its own pages, which both count in full.
+PSS_SECONDS = 30.0
+PSS_KEPT = 4096  # processes whose last reading is kept (forgotten all at once beyond)
+_pss_read: dict[tuple[int, int], tuple[float, int, int]] = {}  # (pid, start time): (when, PSS, resident set then)
+
+
+def _proportional_memory(pid: int, started: int, rss_pages: int) -> int:
     """The process's PSS in bytes (its resident set where the kernel does not say)."""
+    resident = rss_pages * os.sysconf("SC_PAGE_SIZE")
+    key = (pid, started)  # a pid reused by another process is another key
+    known = _pss_read.get(key)
+    now = time.monotonic()
+    if known is not None and now - known[0] < PSS_SECONDS:
+        return max(0, known[1] + resident - known[2])
+    pss = _read_pss(pid)
+    if pss is None:
+        return resident
+    if len(_pss_read) >= PSS_KEPT:
+        _pss_read.clear()
+    _pss_read[key] = (now, pss, resident)
+    return pss
+
+
+def _read_pss(pid: int) -> int | None:
     try:
         with open(f"/proc/{pid}/smaps_rollup") as file:
             for line in file:
@@ -168,7 +192,7 @@ def _proportional_memory(pid: int, rss_pages: int) -> int:
                     return int(line.split()[1]) * 1024
     except (OSError, ValueError, IndexError):
         pass
-    return rss_pages * os.sysconf("SC_PAGE_SIZE")
+    return None
 
 
 def memory_limit(pid: int) -> int | None:

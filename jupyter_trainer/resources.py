@@ -134,6 +134,7 @@ class UsageHistory:
     def __init__(self, size: int = HISTORY):
         self.readings: collections.deque[Usage] = collections.deque(maxlen=size)
         self._last_look: Usage | None = None
+        self._series: tuple[Usage | None, dict] | None = None  # the series, and the latest reading they end with
 
     def add(self, look: Usage) -> Usage:
         reading = cpu_between(self._last_look, look)
@@ -146,7 +147,17 @@ class UsageHistory:
         return self.readings[-1] if self.readings else None
 
     def series(self) -> dict[str, list[float | None]]:
-        """Each quantity over the readings kept: "cpu" (%), "memory" (bytes), "gpu N" (%)."""
+        """Each quantity over the readings kept: "cpu" (%), "memory" (bytes), "gpu N" (%). The
+        same lists until the next reading (read them, never change them): a view draws them
+        with every update, and a reading comes every few seconds."""
+        latest = self.latest
+        if self._series is not None and self._series[0] is latest:
+            return self._series[1]
+        found = self._series_of_readings()
+        self._series = (latest, found)
+        return found
+
+    def _series_of_readings(self) -> dict[str, list[float | None]]:
         found: dict[str, list[float | None]] = {"cpu": [], "memory": []}
         indexes = sorted({gpu.index for reading in self.readings for gpu in reading.gpus})
         for reading in self.readings:

@@ -18,6 +18,7 @@ import json
 import secrets
 import threading
 import time
+from pathlib import Path
 from typing import Callable
 
 from ._changes import ChangeWaiter
@@ -45,6 +46,9 @@ POLL_INTERVAL = 0.25  # seconds between two reads of the logs
 # ...while every job is quiet and a change to its files wakes the poller at once: then only the
 # elapsed time moves (and a status check or a look at what the job uses may be due)
 QUIET_INTERVAL = 1.0
+# A watched view's log is read when the watch reports a change of it (and at each status check),
+# and this often besides: a log grown with no change reported shows the watch does not work there.
+WATCH_CHECK_SECONDS = 5.0
 ERROR_CHARS = 300  # an error line is cut to this many characters
 
 
@@ -151,12 +155,28 @@ def elapsed_html(seconds: float | None) -> str:
     return f"<span>elapsed {format_duration(seconds)}</span>"
 
 
+# What usage_html drew last for each reading (by its id, with the reading and its series to tell a
+# reused id): a view draws its header with every update, and a reading comes every few seconds.
+_drawn_usage: dict[int, tuple[object, dict, list[str]]] = {}
+DRAWN_USAGE_KEPT = 256
+
+
 def usage_html(snapshot: Snapshot) -> list[str]:
     """CPU, memory and each GPU: the latest reading and a sparkline of the recent ones."""
     usage = snapshot.usage
     if usage is None:
         return []
-    series = snapshot.usage_series
+    drawn = _drawn_usage.get(id(usage))
+    if drawn is not None and drawn[0] is usage and drawn[1] is snapshot.usage_series:
+        return list(drawn[2])
+    parts = _usage_parts(usage, snapshot.usage_series)
+    if len(_drawn_usage) >= DRAWN_USAGE_KEPT:
+        _drawn_usage.clear()
+    _drawn_usage[id(usage)] = (usage, snapshot.usage_series, parts)
+    return list(parts)
+
+
+def _usage_parts(usage, series: dict) -> list[str]:
     tops = {"cpu": 100.0, "memory": None}  # memory's line spans its own range: against the limit it is flat
     parts = []
     for what, words in describe_usage(usage).items():
@@ -332,6 +352,9 @@ class JobWidget:
         # reported says so, and the view is polled again as if unwatched, until a report comes.
         self._watch_works = True
         self._log_reported = False  # a change of the log was reported since the last poll
+        self.last_log_read = float("-inf")
+        self._watched_for: Path | None = None  # the log file whose directory is watched_directory
+        self._watched_directory: str | None = None
         self.monitor.refresh_status()
         self.monitor.start()
         self.style = widgets.HTML(layout={"display": "none"})
@@ -434,8 +457,10 @@ class JobWidget:
                 self.last_status_check = now
                 self._dirty |= self.monitor.refresh_status()
             step = "log"
-            self._dirty |= self.monitor.read_log(now=self.clock())
-            self._judge_the_watch(grew=caught_up and self.monitor.cursor.offset != offset)
+            if self._log_due(now, checking):
+                self.last_log_read = now
+                self._dirty |= self.monitor.read_log(now=self.clock())
+                self._judge_the_watch(grew=caught_up and self.monitor.cursor.offset != offset)
             step = "usage"
             self._header_stale |= self.monitor.look_at_usage(now)
         except Unreachable:
@@ -473,12 +498,21 @@ class JobWidget:
         """The directory on this machine where the job's log and run files change (None when its
         log is read through a runtime: then only polling sees news)."""
         log_file = self.monitor.log_file
-        return str(log_file.parent) if log_file is not None else None
+        if log_file is not self._watched_for:  # asked several times a tick, for every view: kept
+            self._watched_for, self._watched_directory = log_file, str(log_file.parent) if log_file is not None else None
+        return self._watched_directory
 
     @property
     def watched(self) -> bool:
         """Whether a change of the job's log wakes the poller (see _watch_works)."""
         return self.in_watch and self._watch_works
+
+    def _log_due(self, now: float, checking: bool) -> bool:
+        """Whether the log is read in this poll: always, unless the watch tells of its changes and
+        none was told (a quiet job then costs no look at its log between two checks)."""
+        if not self.watched or not self.monitor.caught_up or self._log_reported or checking:
+            return True
+        return now - self.last_log_read >= WATCH_CHECK_SECONDS
 
     def _judge_the_watch(self, grew: bool) -> None:
         """`grew`: the log grew since the last poll (not the history being read)."""

@@ -1,6 +1,7 @@
 """What a running job uses (CPU, memory, GPUs), read from the real engine and the real processes."""
 
 import json
+import os
 import subprocess
 import sys
 
@@ -240,3 +241,26 @@ def test_memory_forked_workers_share_is_counted_once(home, workdir):
         assert 100 * MIB <= usage.memory_bytes < 300 * MIB  # 16 processes of 100 MiB resident each, shared
     finally:
         job.stop()
+
+
+def test_proportional_memory_is_read_now_and_then_and_moves_with_the_resident_set(monkeypatch):
+    """Reading a process's PSS makes the kernel walk its memory: it is read every PSS_SECONDS, and
+    in between what the process gained (its resident set, from the stat already read) is added."""
+    from jupyter_trainer import proc
+
+    reads = []
+    monkeypatch.setattr(proc, "_read_pss", lambda pid: reads.append(pid) or 10 << 20)
+    monkeypatch.setattr(proc, "_pss_read", {})
+    page = os.sysconf("SC_PAGE_SIZE")
+    clock = [1000.0]
+    monkeypatch.setattr(proc.time, "monotonic", lambda: clock[0])
+    assert proc._proportional_memory(4242, 7, 3000) == 10 << 20
+    assert proc._proportional_memory(4242, 7, 3100) == (10 << 20) + 100 * page  # grown: not read again
+    assert proc._proportional_memory(4242, 7, 1000) == (10 << 20) - 2000 * page  # shrunk
+    assert reads == [4242]
+    assert proc._proportional_memory(4242, 8, 3000) == 10 << 20  # the pid reused by another process
+    clock[0] += proc.PSS_SECONDS
+    assert proc._proportional_memory(4242, 7, 3000) == 10 << 20  # read again
+    assert reads == [4242, 4242, 4242]
+    monkeypatch.setattr(proc, "_read_pss", lambda pid: None)  # the kernel does not say: the resident set
+    assert proc._proportional_memory(99, 1, 5) == 5 * page

@@ -18,7 +18,7 @@ from jupyter_trainer.plot import MetricSeries
 from jupyter_trainer.spec import DetachedSpec
 from jupyter_trainer.submit import submit_detached
 from jupyter_trainer.summary import snapshot_text
-from jupyter_trainer.widget import JobWidget, Poller, header_html, log_html, plot_html
+from jupyter_trainer.widget import WATCH_CHECK_SECONDS, JobWidget, Poller, header_html, log_html, plot_html
 
 
 class RecordingComm(BaseComm):
@@ -819,10 +819,35 @@ def test_a_log_that_grows_unreported_is_polled_as_if_unwatched(store, fake_backe
     view.in_watch = True
     view.poll(now=1.0)
     assert view.watched
+    read = view.monitor.cursor.offset
     append(job, "written where no watch sees it\n")
-    view.poll(now=2.0)
-    assert not view.watched
+    view.poll(now=2.0)  # between two checks, a watched view's log is read only when a change is told
+    assert view.watched and view.monitor.cursor.offset == read
+    view.poll(now=1.0 + WATCH_CHECK_SECONDS)  # the check: grown, and no change was told
+    assert not view.watched and view.monitor.cursor.offset > read
     append(job, "reported\n")
+    view.poll(now=2.0 + WATCH_CHECK_SECONDS)  # unwatched: read at each poll
+    assert "reported" in view.monitor.log_text()
+    append(job, "told\n")
     view.files_changed({"output.log"})
-    view.poll(now=3.0)
+    view.poll(now=3.0 + WATCH_CHECK_SECONDS)
     assert view.watched
+
+
+def test_a_status_the_store_cannot_record_is_still_shown(store, fake_backend, backends, monkeypatch):
+    """What a view draws from the job's record is kept until the record changes, and a record the
+    store could not write is changed all the same: the view says what is true."""
+    from jupyter_trainer.errors import StoreError
+
+    job = fake_job(store, backends)
+    view = JobWidget(job, clock=Clock())
+    view.poll(now=1.0)
+    assert "running" in view.header.value
+
+    def full(*args, **kwargs):
+        raise StoreError("the store is full")
+
+    monkeypatch.setattr(type(job.store), "update", full)
+    fake_backend.finish("w", 3)
+    assert view.poll(now=10.0) is False
+    assert "failed" in view.header.value and "exit code 3" in view.header.value
