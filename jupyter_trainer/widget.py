@@ -137,7 +137,7 @@ def header_html(snapshot: Snapshot) -> str:
         eta = f" · ETA {snapshot.progress.eta}" if snapshot.progress.eta else ""
         parts.append(f'<span class="jt-progress">{snapshot.progress.percent}%{html.escape(eta)}</span>')
     if snapshot.quiet_for:
-        parts.append(f'<span class="jt-quiet">no output for {format_duration(snapshot.quiet_for)}</span>')
+        parts.append(quiet_html(snapshot.quiet_for))
     if snapshot.outcome:
         kind = "jt-exit" if snapshot.exit_code is not None else "jt-reason"
         parts.append(f'<span class="{kind}">{html.escape(snapshot.outcome)}</span>')
@@ -153,6 +153,10 @@ def header_html(snapshot: Snapshot) -> str:
 
 def elapsed_html(seconds: float | None) -> str:
     return f"<span>elapsed {format_duration(seconds)}</span>"
+
+
+def quiet_html(seconds: float) -> str:
+    return f'<span class="jt-quiet">no output for {format_duration(seconds)}</span>'
 
 
 # What usage_html drew last for each reading (by its id, with the reading and its series to tell a
@@ -398,7 +402,8 @@ class JobWidget:
         self._dirty = True
         self._header_stale = False  # only the header has news (a reading of what the job uses)
         self._shown_second = None
-        self._drawn_elapsed: str | None = None  # the elapsed time the header shows, while only the clock can move it
+        # the elapsed time (and quiet warning) the header shows, while only the clock can move them
+        self._drawn_clocks: tuple[str, str | None] | None = None
         self.charts_due = float("-inf")  # when the charts may be sent again
         self._charts_stale = False  # an update left the charts as they were: the next one draws them
         self._chart_errors: list[str] = []  # why the charts could not be drawn, the last time they were
@@ -554,18 +559,26 @@ class JobWidget:
         self.header.value = header + "".join(error_html(error) for error in errors + self._chart_errors + self._log_errors)
 
     def _clock_moved(self, now: float) -> str | None:
-        """The header as drawn last with only its elapsed time moved on, while nothing else in it
-        can have changed (None: draw it anew). A quiet job's header moves once a second, and
-        drawing it takes a snapshot and its sparklines."""
-        drawn = self._drawn_elapsed
-        if drawn is None or self._header_stale or self.monitor.quiet_for(now) is not None:
+        """The header as drawn last with only its clocks moved on (the elapsed time, and how long
+        the job has been quiet once it says so), while nothing else in it can have changed (None:
+        draw it anew). A quiet job's header moves once a second, and drawing it takes a snapshot
+        and its sparklines."""
+        drawn = self._drawn_clocks
+        if drawn is None or self._header_stale:
             return None
-        now_shown = elapsed_html(self.monitor.elapsed(now))
+        quiet = self.monitor.quiet_for(now)
+        if (quiet is None) != (drawn[1] is None):  # the quiet warning comes or goes
+            return None
+        clocks = (elapsed_html(self.monitor.elapsed(now)), quiet_html(quiet) if quiet is not None else None)
         value = self.header.value
-        if value.count(drawn) != 1:  # a header drawn by a renderer of another shape
-            return None
-        self._drawn_elapsed = now_shown
-        return value.replace(drawn, now_shown)
+        for before, after in zip(drawn, clocks):
+            if before is None:
+                continue
+            if value.count(before) != 1:  # a header drawn by a renderer of another shape
+                return None
+            value = value.replace(before, after)
+        self._drawn_clocks = clocks
+        return value
 
     def _header(self, now: float) -> tuple:
         """The monitor's snapshot (None if it could not be taken), the header drawn from it, and
@@ -574,9 +587,9 @@ class JobWidget:
         errors = [self.error] if self.error else []
         snapshot = _render(lambda: self.monitor.snapshot(now), "the view", errors)
         header = _render(lambda: self.render_header(snapshot), "the header", errors) if snapshot else None
-        # the quiet warning moves with the clock too: such a header is always drawn anew
-        clock_only = header is not None and snapshot.quiet_for is None and not snapshot.status.is_final
-        self._drawn_elapsed = elapsed_html(snapshot.elapsed) if clock_only else None
+        clocks_only = header is not None and not snapshot.status.is_final
+        quiet = quiet_html(snapshot.quiet_for) if snapshot and snapshot.quiet_for else None
+        self._drawn_clocks = (elapsed_html(snapshot.elapsed), quiet) if clocks_only else None
         return snapshot, header if header is not None else f"<b>{html.escape(self.job.name)}</b>", errors
 
     def _push(self, charts: bool = True) -> int:
