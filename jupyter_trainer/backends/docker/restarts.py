@@ -34,6 +34,7 @@ LABEL_KEEPER = "jupyter_trainer.keeper"  # on a container whose main process is 
 KEEPER_VERSION = "1"
 RESTART_POLICY = {"Name": "on-failure"}  # the keeper ends with 0 only when a job asked its container to stop
 KEEPER_GRACE_SECONDS = 30.0  # after its container starts, how long a keeper may take to start the jobs again
+RESTART_GAP_SECONDS = 10.0  # docker restart: how long its container may stay down between its stop and its start
 RESTARTS_LIMIT = 1000
 RESTARTS_FILE_LIMIT = 64 << 10  # the keeper writes a line of some 80 bytes per start again
 
@@ -226,6 +227,36 @@ def shown_time(seconds: float | None) -> str:
     return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(seconds)) if seconds is not None else "an unknown time"
 
 
+def _container_actions(client, container, since: str) -> list[str]:
+    """What the engine did to the container since its start `since` (the engine's time), in order;
+    [] when it cannot tell (an engine that restarted has forgotten)."""
+    started = engine_time(since)
+    if started is None:
+        return []
+    with contextlib.suppress(*engine_errors(), ValueError):
+        events = client.api.events(
+            since=f"{started:.3f}", until=f"{time.time():.3f}", filters={"container": container.id, "type": "container"}, decode=True
+        )
+        return [str(event.get("Action") or event.get("status") or "") for event in events]
+    return []
+
+
+def may_be_started_again(client, container, since: str) -> bool:
+    """Whether a container that is down now may be on its way up again: the engine's restart policy
+    is starting it, or it was stopped (not killed) a moment ago, as `docker restart` stops it before
+    it starts it (half a second apart on an idle machine), and as `docker stop` leaves it. A job
+    looked at in between must not be taken for lost: its files would be taken from the container,
+    and its keeper would find nothing to start again."""
+    state = container.attrs.get("State") or {}
+    if state.get("Restarting"):
+        return True
+    finished = engine_time(state.get("FinishedAt"))
+    if state.get("Running") or finished is None or time.time() - finished >= RESTART_GAP_SECONDS:
+        return False
+    lifecycle = [action for action in _container_actions(client, container, since) if not action.startswith("exec_")]
+    return bool(lifecycle) and lifecycle[-1] == "stop"
+
+
 def why_it_restarted(client, container, since: str, keeper_said: str | None = None, started_again: bool = True) -> str:
     """Why the container stopped since its start `since` (the engine's time), and was started
     again, as far as can be told: the keeper saw a new boot id (the machine restarted); else the
@@ -235,14 +266,7 @@ def why_it_restarted(client, container, since: str, keeper_said: str | None = No
     stopped_at = shown_time(engine_time(state.get("FinishedAt")))
     if keeper_said == "boot":
         return f"the container stopped when the machine restarted (a new boot id), at {stopped_at}"
-    actions: list[str] = []
-    started = engine_time(since)
-    if started is not None:
-        with contextlib.suppress(*engine_errors(), ValueError):
-            events = client.api.events(
-                since=f"{started:.3f}", until=f"{time.time():.3f}", filters={"container": container.id, "type": "container"}, decode=True
-            )
-            actions = [str(event.get("Action") or event.get("status") or "") for event in events]
+    actions = _container_actions(client, container, since)
     if "restart" in actions:
         return f"the container was restarted (docker restart) at {stopped_at}"
     if "kill" in actions or "die" in actions:
