@@ -276,6 +276,10 @@ class DockerBackend:
             return None
         running = bool(state.get("Running")) and not state.get("Restarting")
         supervised = running and self._supervisor_running(container, runtime, by_command_line=True)
+        if supervised and log.beyond(runtime.restarts_allowed or 0, seen_before, restarted):
+            # the keeper counts a start before it makes it: read again, now that the supervisor runs
+            if read_restart_log(container, runtime, run_dir).beyond(runtime.restarts_allowed or 0, seen_before, restarted):
+                return self._end_uncounted(container, runtime, run_dir, label, details)
         facts = self._facts(container, runtime, run_dir)
         if facts.exit_code is not None and not supervised:
             return dataclasses.replace(facts.ended(), details=details)
@@ -299,6 +303,22 @@ class DockerBackend:
         if restarted:
             return Observation(alive=False, why_gone=f"container {label} restarted, and its keeper did not start the job again", details=details)
         return None  # the supervisor of this start ended without an exit code: as without --restarts
+
+    def _end_uncounted(self, container, runtime: DockerRuntime, run_dir: Path, label: str, details: dict | None) -> Observation:
+        """A job started again beyond its --restarts, or without its keeper's count: from inside
+        its container, the run's files that the keeper goes by were changed (its `restarts` file
+        emptied, the limit in its `restart` file raised), which a job running as the container's
+        user can do. Its limit is kept here: it is stopped, and never started again."""
+        forbid_restart(container, runtime, run_dir)
+        supervisors = job_processes(container, runtime.run_dir, self.exec_seconds)["supervisor"]
+        if supervisors:  # its supervisor stops the job's process group, TERM then KILL
+            run_in(container, 'for pid in "$@"; do kill -TERM "$pid"; done', *supervisors, seconds=self.exec_seconds)
+        allowed = runtime.restarts_allowed or 0
+        why = (
+            f"container {label} started it again beyond its --restarts {allowed}, as the run's files its keeper counts by were "
+            "changed from inside the container; stopped, and not started again"
+        )
+        return Observation(alive=False, why_gone=why, details=details)
 
     @staticmethod
     def _may_come_back(client, container, runtime: DockerRuntime) -> bool:

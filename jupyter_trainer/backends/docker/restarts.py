@@ -155,6 +155,12 @@ class RestartLog:
     def count(self) -> int:
         return len(self.causes)
 
+    def beyond(self, allowed: int, seen_before: int, restarted: bool) -> bool:
+        """Whether a job found running again says more starts again than allowed, or (its
+        container `restarted` since the start last seen) no more than were seen before: as the
+        keeper counts each before it makes it, its count was changed by something else."""
+        return self.count > allowed or (restarted and self.count <= seen_before)
+
     @classmethod
     def parse(cls, data: bytes) -> "RestartLog":
         """Only the lines the keeper writes, numbered in order; anything else (a job can write the
