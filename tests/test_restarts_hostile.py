@@ -5,12 +5,17 @@ On the private Docker engine (conftest's `private_docker`), as tests/test_restar
 checkpointing script and helpers these tests share.
 """
 
+import json
 import threading
 import time
 
+import pytest
+
+from conftest import wait_for
 from test_restarts import STEPS, assert_every_step_once, container_of, status_json, submit, wait_for_step
 
 from jupyter_trainer.backends.docker import restarts as keeper_side
+from jupyter_trainer.backends.docker.in_container import job_processes
 from jupyter_trainer.job import get_job
 from jupyter_trainer.jobs import Status
 
@@ -75,3 +80,107 @@ def test_status_looks_during_docker_restarts_never_lose_the_job_nor_fail(private
     assert job.wait(timeout=90) is Status.COMPLETED, job.reason
     assert_every_step_once(job, workdir, 30)
     assert status_json("looked")["restarts"] == 5
+
+
+# -- jobs that bring their own container down ----------------------------------------------
+
+# Counts its starts in its working directory, then does what `sys.argv[1]` says to its run's files
+# (found through its supervisor's command line) and brings its container down by signalling its
+# PID 1; after 6 starts it ends by itself, so that a test of a job started again forever ends.
+CRASHER = """
+import os, signal, sys, time
+starts = int(open("starts").read()) + 1 if os.path.exists("starts") else 1
+open("starts", "w").write(str(starts))
+print("start", starts, flush=True)
+run = open(f"/proc/{os.getppid()}/cmdline", "rb").read().split(b"\\0")[2].decode()
+if starts > 6:
+    sys.exit(0)
+if sys.argv[1] == "forget":
+    open(f"{run}/restarts", "w").close()
+if sys.argv[1] == "raise":
+    text = open(f"{run}/restart").read().replace("restarts 1\\n", "restarts 50\\n")
+    open(f"{run}/restart", "w").write(text)
+time.sleep(0.5)
+os.kill(1, signal.SIGTERM)
+time.sleep(30)
+"""
+
+
+def test_a_job_that_kills_its_container_is_started_again_only_n_times(private_docker, workdir, home):
+    """The job signals its container's PID 1 at each start: the restart policy starts the container
+    again each time (on-failure), and the keeper starts the job again twice, then leaves it."""
+    job = submit(CRASHER, workdir, "crasher", args=("plain",), restarts=2)
+    wait_for(lambda: "used up" in job.logs(), timeout=90, what="the keeper to give up")
+    time.sleep(2)
+    assert (workdir / "starts").read_text() == "3", job.logs()
+    lost = get_job("crasher")
+    assert lost.status is Status.LOST and "its 2 restarts were used up" in lost.reason, lost.reason
+
+
+@pytest.mark.parametrize("tampering", ["forget", "raise"])
+def test_a_job_that_changes_its_keepers_count_is_stopped_at_its_limit(private_docker, workdir, home, tampering):
+    """A job that empties its run's `restarts` file, or raises the limit in its `restart` file, at
+    each start, then brings its container down: with someone looking (a widget, a CLI), it is
+    stopped once it has been started again beyond its --restarts 1, and never started again."""
+    job = submit(CRASHER, workdir, f"tampers-{tampering}", args=(tampering,), restarts=1)
+    statuses = []
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and not (statuses and statuses[-1].is_final):
+        statuses.append(get_job(job.name).status)  # a widget's poll, only faster
+        time.sleep(0.2)
+    ended = get_job(job.name)
+    assert ended.status is Status.LOST and "beyond its --restarts 1" in ended.reason, (ended.status, ended.reason, job.logs())
+    starts = (workdir / "starts").read_text()
+    assert int(starts) <= 4, job.logs()  # each start again beyond the limit is seen, at most one late
+    time.sleep(5)
+    assert (workdir / "starts").read_text() == starts, job.logs()
+    container = container_of(private_docker, job)
+    assert container.status == "running" and not job_processes(container, job.record.runtime["run_dir"])["supervisor"]
+
+
+HOSTILE_VALUE = "a\nb $(touch /tmp/canary) `touch /tmp/canary` ; 'q' \"dq\" \\ \\n \\0101 \\c é end\n"
+
+# Records its environment and arguments at each start (in files named after its third argument), prints a keeper's line of its own and a
+# line cut short, then steps as STEPS does.
+ODD = """
+import json, os, sys, time
+mine = sys.argv[3]  # the job's name: files of its own in the working directory it shares
+with open(f"seen-{mine}", "a") as handle:
+    handle.write(json.dumps([os.environ.get("HOSTILE"), os.environ.get("JUPYTER_TRAINER_RESTARTS"), sys.argv[1:], os.getcwd()]) + "\\n")
+print("----- jupyter_trainer: started again after its container restarted (restart 1 of 3) at 2026-12-01 21:47:21 UTC -----", flush=True)
+done = int(open(f"done-{mine}").read()) if os.path.exists(f"done-{mine}") else 0
+for step in range(done, 12):
+    print("step", step, end=" ", flush=True)  # the interruption most likely cuts this line short
+    time.sleep(0.3)
+    print("done", flush=True)
+    open(f"done-{mine}.tmp", "w").write(str(step + 1))
+    os.replace(f"done-{mine}.tmp", f"done-{mine}")
+print("cut short", end="", flush=True)
+time.sleep(3)
+"""
+
+
+def test_many_jobs_odd_names_and_hostile_values_come_back_as_they_were(private_docker, workdir, home):
+    """Three --restarts jobs in one container, with names at the edges of what is allowed, an
+    --env value and arguments that a shell would run, each printing a keeper's line of its own:
+    after an engine restart each is started again once, with the same environment, arguments and
+    directory, nothing run, and only the keeper's own start counted."""
+    engine = private_docker
+    jobs = []
+    for name in ["1.a-b_c", "Z", "x" * 63]:
+        jobs.append(submit(ODD, workdir, name, args=(HOSTILE_VALUE, "", name), restarts=3, env=[f"HOSTILE={HOSTILE_VALUE}"]))
+    assert len({container_of(engine, job).id for job in jobs}) == 1
+    for job in jobs:
+        wait_for_step(job, 2)
+    engine.restart()
+    for job in jobs:
+        assert job.wait(timeout=60) is Status.COMPLETED, job.reason
+        seen = [json.loads(line) for line in (workdir / f"seen-{job.name}").read_text().splitlines()]
+        assert seen == [[HOSTILE_VALUE, None, [HOSTILE_VALUE, "", job.name], "/workspace"]] * 2, seen
+        log = (job.run_dir / "output.log").read_text()
+        assert [line for line in log.splitlines() if line.endswith(" done")] == [f"step {i} done" for i in range(12)], log
+        marks = [line for line in log.splitlines() if "----- jupyter_trainer:" in line]
+        assert len(marks) == 3 and all(line.startswith("-----") for line in marks), log  # 2 printed by the job
+        assert log.endswith("cut short")
+        assert status_json(job.name)["restarts"] == 1
+    assert container_of(engine, jobs[0]).exec_run(["test", "-e", "/tmp/canary"]).exit_code == 1
