@@ -16,6 +16,7 @@ from test_restarts import STEPS, assert_every_step_once, container_of, status_js
 
 from jupyter_trainer.backends.docker import restarts as keeper_side
 from jupyter_trainer.backends.docker.in_container import job_processes
+from jupyter_trainer.errors import BackendUnavailable, TrainerError
 from jupyter_trainer.job import get_job
 from jupyter_trainer.jobs import Status
 
@@ -184,3 +185,72 @@ def test_many_jobs_odd_names_and_hostile_values_come_back_as_they_were(private_d
         assert log.endswith("cut short")
         assert status_json(job.name)["restarts"] == 1
     assert container_of(engine, jobs[0]).exec_run(["test", "-e", "/tmp/canary"]).exit_code == 1
+
+
+
+# -- stops that race a restart ---------------------------------------------------------------
+
+
+def test_a_stop_while_the_engine_is_down_is_kept_when_it_comes_back(private_docker, workdir, home):
+    """The stop cannot reach the job (the engine is down) and says so; but the engine starting the
+    container again does not start the job again either."""
+    engine = private_docker
+    job = submit(STEPS, workdir, "stop-down", args=("40",), restarts=2)
+    wait_for_step(job, 1)
+    engine.stop()
+    with pytest.raises(BackendUnavailable):
+        get_job("stop-down").stop(wait=1)
+    engine.start()
+    time.sleep(4)  # the keeper would have started it again by now
+    assert "started again" not in job.logs()
+    stopped = get_job("stop-down")
+    assert stopped.status is Status.STOPPED and "a stop was asked while its container was down" in stopped.reason, stopped.reason
+
+
+def test_a_stop_while_its_container_is_down_ends_it_stopped(private_docker, workdir, home):
+    """Stopped between the stop and the start of a `docker restart`: `stopped` at once, and its
+    keeper does not start it again."""
+    engine = private_docker
+    job = submit(STEPS, workdir, "stop-gap", args=("40",), restarts=2)
+    wait_for_step(job, 1)
+    container = container_of(engine, job)
+    container.stop(timeout=2)
+    assert get_job("stop-gap").stop(wait=3).status is Status.STOPPED
+    container.start()
+    time.sleep(4)
+    assert "started again" not in job.logs() and get_job("stop-gap").status is Status.STOPPED
+
+
+def test_a_stop_of_a_job_whose_supervisor_is_gone_holds_across_an_engine_restart(private_docker, workdir, home):
+    engine = private_docker
+    job = submit(STEPS, workdir, "no-supervisor", args=("40",), restarts=2)
+    wait_for_step(job, 1)
+    container = container_of(engine, job)
+    container.exec_run(["kill", "-KILL", *job_processes(container, job.record.runtime["run_dir"])["supervisor"]])
+    assert get_job("no-supervisor").status is Status.RUNNING  # the job goes on
+    assert get_job("no-supervisor").stop(wait=5).status is Status.STOPPED
+    engine.restart()
+    time.sleep(3)
+    assert "started again" not in job.logs() and get_job("no-supervisor").status is Status.STOPPED
+
+
+def test_a_stop_racing_an_engine_restart_is_never_undone(private_docker, workdir, home):
+    engine = private_docker
+    job = submit(STEPS, workdir, "stop-race", args=("60",), restarts=2)
+    wait_for_step(job, 1)
+    outcome = []
+
+    def stop():
+        try:
+            outcome.append(get_job("stop-race").stop(wait=10).status)
+        except TrainerError as error:  # the engine went away under it: said, and the job stays stopped
+            outcome.append(error)
+
+    stopping = threading.Thread(target=stop)
+    stopping.start()
+    time.sleep(0.3)
+    engine.restart()
+    stopping.join()
+    time.sleep(4)
+    assert "started again" not in job.logs(), (outcome, job.logs())
+    assert get_job("stop-race").wait(timeout=35) is Status.STOPPED, (outcome, get_job("stop-race").reason)

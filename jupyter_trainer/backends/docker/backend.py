@@ -45,7 +45,7 @@ from .script_place import check_reachable, in_both_places, script_in_container, 
 from .runtime import MOUNTED_JOBS_DIR, RUN_FILES, SHIPPED_JOBS_DIR, WORKSPACE, DockerRuntime
 from .restarts import (
     KEEPER_GRACE_SECONDS, engine_time, forbid_restart, forget_instructions, has_keeper, instructions, may_be_started_again, read_restart_log,
-    stop_container, why_it_restarted,
+    restart_forbidden, stop_container, why_it_restarted,
 )  # fmt: skip
 from .sync import sync_directory
 from .usage import ContainerUsage
@@ -227,7 +227,7 @@ class DockerBackend:
                     return seen
             supervised = state.get("Running") and not restarted and self._supervisor_running(container, runtime)
             facts = self._facts(container, runtime, run_dir)  # read after the liveness check: no race
-            if not supervised and facts.exit_code is None and not facts.problem and self._may_come_back(client, container, runtime):
+            if not supervised and facts.exit_code is None and not facts.problem and self._may_come_back(client, container, runtime, run_dir):
                 return Observation(alive=True, started=True)  # its container is on its way up, and its keeper will start it again
             # the supervisor was killed but the job goes on, whatever its files say
             orphaned = (
@@ -287,7 +287,9 @@ class DockerBackend:
             return dataclasses.replace(facts.unknown(bool(supervised)), details=details)
         if supervised:
             return Observation(alive=True, started=facts.job_pid is not None, details=details)
-        if self._may_come_back(client, container, runtime):
+        if restart_forbidden(container, runtime, run_dir):  # asked while its container was down: its keeper left it
+            return Observation(final=Status.STOPPED, reason="stopped: a stop was asked while its container was down, so it was not started again", details=details)
+        if self._may_come_back(client, container, runtime, run_dir):
             return Observation(alive=True, started=True, details=details)
         if not running:
             why = why_it_restarted(client, container, runtime.container_started_at, started_again=False)
@@ -321,11 +323,11 @@ class DockerBackend:
         return Observation(alive=False, why_gone=why, details=details)
 
     @staticmethod
-    def _may_come_back(client, container, runtime: DockerRuntime) -> bool:
-        """Whether the container of a job with restarts left is down only for a moment (the
-        restart policy, or `docker restart`, is starting it again): see restarts.py."""
+    def _may_come_back(client, container, runtime: DockerRuntime, run_dir: Path) -> bool:
+        """Whether the container of a job with restarts left, and no stop asked, is down only for
+        a moment (the restart policy, or `docker restart`, is starting it again): see restarts.py."""
         left = (runtime.restarts_allowed or 0) > (runtime.restarts or 0)
-        return left and may_be_started_again(client, container, runtime.container_started_at)
+        return left and may_be_started_again(client, container, runtime.container_started_at) and not restart_forbidden(container, runtime, run_dir)
 
     @staticmethod
     def _still_supervised(client, runtime: DockerRuntime) -> bool:
@@ -507,12 +509,16 @@ class DockerBackend:
         import docker
 
         runtime = DockerRuntime.of(record)
+        if runtime.restarts_allowed and runtime.mounted and not record.status.is_final:
+            # first, and without the engine, which may be down: it could start the container
+            # again, and its keeper the job, before a stop reaches it
+            forbid_restart(None, runtime, run_dir)
         with self.clients.calling(self.engine_of(record), STOP) as client:
             try:
                 target = client.containers.get(runtime.container_id)
             except docker.errors.NotFound:
                 return
-            if runtime.restarts_allowed and not record.status.is_final:
+            if runtime.restarts_allowed and not runtime.mounted and not record.status.is_final:
                 forbid_restart(target, runtime, run_dir)  # first: its container may be down, and back before the stop
             if target.status == "running" and not record.status.is_final:
                 self._stop_job(target, runtime, run_dir)

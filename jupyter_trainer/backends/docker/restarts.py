@@ -187,6 +187,16 @@ def read_restart_log(container, runtime: DockerRuntime, run_dir: Path) -> Restar
     return RestartLog.parse(data)
 
 
+def restart_forbidden(container, runtime: DockerRuntime, run_dir: Path) -> bool:
+    """Whether a stop was asked (the run's `no_restart` says so), which its keeper obeys."""
+    if runtime.mounted:
+        with contextlib.suppress(OSError):
+            return bool(_fs.read_small(run_dir / NO_RESTART_FILE, 64).strip())
+        return False
+    data, _ = container_file(container, f"{runtime.run_dir}/{NO_RESTART_FILE}", limit=64)
+    return bool(data.strip())
+
+
 def forbid_restart(container, runtime: DockerRuntime, run_dir: Path) -> None:
     """A stop was asked: no keeper may start the job again, even if its container is down now and
     the stop cannot reach it (the file can be written into a stopped container)."""
