@@ -254,3 +254,28 @@ def test_a_stop_racing_an_engine_restart_is_never_undone(private_docker, workdir
     time.sleep(4)
     assert "started again" not in job.logs(), (outcome, job.logs())
     assert get_job("stop-race").wait(timeout=35) is Status.STOPPED, (outcome, get_job("stop-race").reason)
+
+
+
+# -- two starts at once --------------------------------------------------------------------
+
+
+def test_two_restarts_at_once_never_strand_the_job(private_docker, workdir, home):
+    """Two `docker restart`s at once: the second stops the container as the first has just started
+    it, while its keeper is starting the job again (before its supervisor has written its pids).
+    Each time, the next start of the container starts the job again, and it completes."""
+    engine = private_docker
+    job = submit(STEPS, workdir, "twice-at-once", args=("30",), restarts=12)
+    wait_for_step(job, 1)
+    for _ in range(3):
+        container = container_of(engine, job)
+        restarting = [threading.Thread(target=container.restart, kwargs={"timeout": 1}) for _ in range(2)]
+        for thread in restarting:
+            thread.start()
+        for thread in restarting:
+            thread.join()
+        container.restart(timeout=1)  # once more, after both
+        # a step done since the keeper's last start of it
+        wait_for(lambda: "\nstep " in job.logs().rsplit("----- jupyter_trainer:", 1)[-1], timeout=30, what="the job to go on")
+    assert job.wait(timeout=90) is Status.COMPLETED, job.reason
+    assert_every_step_once(job, workdir, 30)

@@ -51,8 +51,9 @@ start_again() ( # $1: a run's directory
     code=
     [ -f "$dir/exit_code" ] && IFS= read -r code <"$dir/exit_code"
     case $code in *[0-9]*) return 0 ;; esac
-    # Only a job that a supervisor had started, and none runs now: a job being launched this moment
-    # (its container was just created or started for it) has no pids yet, or its supervisor runs.
+    # Only a job that a supervisor had started (or a keeper, "0 0"), and none runs now: a job being
+    # launched this moment (its container was just created or started for it) has no pids yet, or
+    # its supervisor runs.
     supervisor= job=
     [ -f "$dir/pid" ] && read -r supervisor job <"$dir/pid"
     case $supervisor in '' | *[!0-9]*) return 0 ;; esac
@@ -101,7 +102,11 @@ $dir
     n=$((used + 1))
     printf 'restart %s %s %s %s\n' "$n" "$boot" "$(date +%s)" "$cause" >>"$dir/restarts"
     mark "$dir" "----- jupyter_trainer: started again after $why (restart $n of $allowed) at $when -----"
-    printf '%64s' '' 1<>"$dir/pid" # the new supervisor's pids, over the old ones
+    # Pids no process has, over the old ones, until the new supervisor writes its own over them:
+    # never blank (a blank pid file is a job not launched yet), or a restart of the container
+    # before the supervisor has written would leave the job for good, neither running nor started
+    # again. (The rest stays the reserved spaces: the supervisor's line over it leaves nothing.)
+    printf '0 0\n%60s' '' 1<>"$dir/pid"
     cd "$cwd" 2>/dev/null || cd /
     export JUPYTER_TRAINER_RESTARTS="$n"
     # started in the background of this subshell, which ends at once: the container's init reaps it
