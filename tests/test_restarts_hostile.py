@@ -6,6 +6,9 @@ checkpointing script and helpers these tests share.
 """
 
 import json
+import os
+import signal
+import subprocess
 import threading
 import time
 
@@ -16,6 +19,7 @@ from test_restarts import STEPS, assert_every_step_once, container_of, status_js
 
 from jupyter_trainer.backends.docker import restarts as keeper_side
 from jupyter_trainer.backends.docker.in_container import job_processes
+from jupyter_trainer.backends.docker.runtime import DockerRuntime
 from jupyter_trainer.errors import BackendUnavailable, TrainerError
 from jupyter_trainer.job import get_job
 from jupyter_trainer.jobs import Status
@@ -279,3 +283,38 @@ def test_two_restarts_at_once_never_strand_the_job(private_docker, workdir, home
         wait_for(lambda: "\nstep " in job.logs().rsplit("----- jupyter_trainer:", 1)[-1], timeout=30, what="the job to go on")
     assert job.wait(timeout=90) is Status.COMPLETED, job.reason
     assert_every_step_once(job, workdir, 30)
+
+
+# -- the largest --restarts ----------------------------------------------------------------
+
+
+def run_keeper(jobs_dir, boot_file, until):
+    keeper = subprocess.Popen(
+        ["sh", "-c", keeper_side.keeper_source(), "jupyter-trainer-keeper", str(jobs_dir)],
+        env={**os.environ, "JUPYTER_TRAINER_BOOT_ID_FILE": str(boot_file)}, start_new_session=True,
+    )
+    try:
+        wait_for(until, what="the keeper")
+    finally:
+        os.killpg(keeper.pid, signal.SIGKILL)
+        keeper.wait()
+
+
+def test_the_last_of_the_largest_restarts_is_counted_and_the_end_seen(tmp_path):
+    """--restarts 1000, its 999th restart behind it (the keeper itself, this machine's sh): the
+    keeper's 1000th start again is read back as 1000, and so is its giving up at the next."""
+    run = tmp_path / "jobs" / "job" / "1"
+    run.mkdir(parents=True)
+    boot = open("/proc/sys/kernel/random/boot_id").read().strip()
+    (run / "restart").write_bytes(keeper_side.instructions(1000, ["true"], {}, str(tmp_path), b""))
+    (run / "restarts").write_text("".join(f"restart {n} {boot} 1796171388 container\n" for n in range(1, 1000)))
+    (run / "pid").write_text("999999 999999\n")
+    (run / "exit_code").write_text(" " * 64)
+    (run / "output.log").write_text("")
+    runtime = DockerRuntime("c", "n", "t", "e", "/jupyter_trainer/jobs/job/1", mounted=True, restarts_allowed=1000)
+    restarts = run / "restarts"
+    run_keeper(tmp_path / "jobs", tmp_path / "boot-id", lambda: b"restart 1000 " in restarts.read_bytes())
+    assert keeper_side.read_restart_log(None, runtime, run).count == 1000
+    run_keeper(tmp_path / "jobs", tmp_path / "boot-id", lambda: b"used-up " in restarts.read_bytes())
+    log = keeper_side.read_restart_log(None, runtime, run)
+    assert log.count == 1000 and log.used_up == "container"

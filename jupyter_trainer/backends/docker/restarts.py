@@ -36,7 +36,7 @@ RESTART_POLICY = {"Name": "on-failure"}  # the keeper ends with 0 only when a jo
 KEEPER_GRACE_SECONDS = 30.0  # after its container starts, how long a keeper may take to start the jobs again
 RESTART_GAP_SECONDS = 10.0  # docker restart: how long its container may stay down between its stop and its start
 RESTARTS_LIMIT = 1000
-RESTARTS_FILE_LIMIT = 64 << 10  # the keeper writes a line of some 80 bytes per start again
+RESTARTS_FILE_LIMIT = (RESTARTS_LIMIT + 1) * 128  # the keeper's lines (at most some 80 bytes), one per start again and one on giving up
 
 # What the keeper writes: "restart N BOOT_ID SECONDS CAUSE", or "used-up BOOT_ID SECONDS CAUSE" once
 # it left the job alone. CAUSE: "boot" (the machine restarted) or "container".
