@@ -17,6 +17,7 @@ import pytest
 from conftest import wait_for
 from test_restarts import STEPS, assert_every_step_once, container_of, status_json, submit, wait_for_step
 
+from jupyter_trainer.backends.docker import backend as docker_backend
 from jupyter_trainer.backends.docker import restarts as keeper_side
 from jupyter_trainer.backends.docker.in_container import job_processes
 from jupyter_trainer.backends.docker.runtime import DockerRuntime
@@ -318,3 +319,20 @@ def test_the_last_of_the_largest_restarts_is_counted_and_the_end_seen(tmp_path):
     run_keeper(tmp_path / "jobs", tmp_path / "boot-id", lambda: b"used-up " in restarts.read_bytes())
     log = keeper_side.read_restart_log(None, runtime, run)
     assert log.count == 1000 and log.used_up == "container"
+
+
+
+def test_a_job_that_breaks_its_keeper_is_lost_not_running_forever(private_docker, workdir, home, monkeypatch):
+    """A job that removes its container's keeper: once the container is restarted, its main process
+    ends at once, and the restart policy starts it again and again. The job is `lost` once its
+    keeper has had the time to start it again, not `running` for ever."""
+    monkeypatch.setattr(keeper_side, "KEEPER_GRACE_SECONDS", 5.0)
+    monkeypatch.setattr(docker_backend, "KEEPER_GRACE_SECONDS", 5.0)
+    engine = private_docker
+    job = submit("import os, time\nos.remove('/jupyter_trainer/keeper.sh')\nprint('removed', flush=True)\ntime.sleep(60)\n", workdir, "no-keeper", restarts=2)
+    wait_for(lambda: "removed" in job.logs(), what="the keeper's removal")
+    container_of(engine, job).restart(timeout=1)
+    wait_for(lambda: get_job("no-keeper").status.is_final, timeout=40, what="the job to end")
+    lost = get_job("no-keeper")
+    assert lost.status is Status.LOST, lost.reason
+    assert "keeps restarting" in lost.reason or "its keeper did not start the job again" in lost.reason, lost.reason

@@ -44,8 +44,8 @@ from .remote_script import lies_on_host, with_script_read
 from .script_place import check_reachable, in_both_places, script_in_container, sent_alone, sent_alone_fact
 from .runtime import MOUNTED_JOBS_DIR, RUN_FILES, SHIPPED_JOBS_DIR, WORKSPACE, DockerRuntime
 from .restarts import (
-    KEEPER_GRACE_SECONDS, engine_time, forbid_restart, forget_instructions, has_keeper, instructions, may_be_started_again, read_restart_log,
-    restart_forbidden, stop_container, why_it_restarted,
+    KEEPER_GRACE_SECONDS, engine_time, forbid_restart, forget_instructions, has_keeper, instructions, kept_down, may_be_started_again,
+    read_restart_log, restart_forbidden, stop_container, why_it_restarted,
 )  # fmt: skip
 from .sync import sync_directory
 from .usage import ContainerUsage
@@ -291,6 +291,9 @@ class DockerBackend:
             return Observation(final=Status.STOPPED, reason="stopped: a stop was asked while its container was down, so it was not started again", details=details)
         if self._may_come_back(client, container, runtime, run_dir):
             return Observation(alive=True, started=True, details=details)
+        if state.get("Restarting"):
+            why = f"container {label} keeps restarting, its main process (the keeper) ending at once (exit code {state.get('ExitCode')}), and the job was not started again"
+            return Observation(alive=False, why_gone=why, details=details)
         if not running:
             why = why_it_restarted(client, container, runtime.container_started_at, started_again=False)
             return Observation(alive=False, why_gone=f"{why} (container {label}, exit code {state.get('ExitCode')})", details=details)
@@ -300,7 +303,7 @@ class DockerBackend:
             used = f"its {allowed} restart{'s were' if allowed != 1 else ' was'} used up"
             return Observation(alive=False, why_gone=f"{cause} (container {label}), and {used}", details=details)
         started = engine_time(state.get("StartedAt"))
-        if started is not None and time.time() - started < KEEPER_GRACE_SECONDS:
+        if started is not None and time.time() - started < KEEPER_GRACE_SECONDS and not kept_down(client, container, runtime.container_started_at):
             return Observation(alive=True, started=True, details=details)  # its keeper is about to start it again
         if restarted:
             return Observation(alive=False, why_gone=f"container {label} restarted, and its keeper did not start the job again", details=details)

@@ -243,9 +243,9 @@ def shown_time(seconds: float | None) -> str:
     return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(seconds)) if seconds is not None else "an unknown time"
 
 
-def _container_actions(client, container, since: str) -> list[str]:
-    """What the engine did to the container since its start `since` (the engine's time), in order;
-    [] when it cannot tell (an engine that restarted has forgotten)."""
+def _container_events(client, container, since: str) -> list[tuple[str, float]]:
+    """What the engine did to the container since its start `since` (the engine's time), in order,
+    and when; [] when it cannot tell (an engine that restarted has forgotten)."""
     started = engine_time(since)
     if started is None:
         return []
@@ -253,19 +253,31 @@ def _container_actions(client, container, since: str) -> list[str]:
         events = client.api.events(
             since=f"{started:.3f}", until=f"{time.time():.3f}", filters={"container": container.id, "type": "container"}, decode=True
         )
-        return [str(event.get("Action") or event.get("status") or "") for event in events]
+        return [(str(event.get("Action") or event.get("status") or ""), int(event.get("timeNano") or 0) / 1e9) for event in events]
     return []
+
+
+def _container_actions(client, container, since: str) -> list[str]:
+    return [action for action, _ in _container_events(client, container, since)]
+
+
+def kept_down(client, container, since: str) -> bool:
+    """Whether the container first stopped after its start `since` longer ago than a keeper takes
+    to start its jobs again: a container that its restart policy starts again and again, its main
+    process ending at once (a job can break the keeper from inside), never runs them again."""
+    first = next((when for action, when in _container_events(client, container, since) if action == "die"), None)
+    return first is not None and time.time() - first >= KEEPER_GRACE_SECONDS
 
 
 def may_be_started_again(client, container, since: str) -> bool:
     """Whether a container that is down now may be on its way up again: the engine's restart policy
-    is starting it, or it was stopped (not killed) a moment ago, as `docker restart` stops it before
-    it starts it (half a second apart on an idle machine), and as `docker stop` leaves it. A job
-    looked at in between must not be taken for lost: its files would be taken from the container,
-    and its keeper would find nothing to start again."""
+    is starting it (not for too long), or it was stopped (not killed) a moment ago, as `docker
+    restart` stops it before it starts it (half a second apart on an idle machine), and as `docker
+    stop` leaves it. A job looked at in between must not be taken for lost: its files would be
+    taken from the container, and its keeper would find nothing to start again."""
     state = container.attrs.get("State") or {}
     if state.get("Restarting"):
-        return True
+        return not kept_down(client, container, since)
     finished = engine_time(state.get("FinishedAt"))
     if state.get("Running") or finished is None or time.time() - finished >= RESTART_GAP_SECONDS:
         return False
