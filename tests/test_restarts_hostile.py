@@ -15,7 +15,7 @@ import time
 import pytest
 
 from conftest import wait_for
-from test_restarts import STEPS, assert_every_step_once, container_of, status_json, submit, wait_for_step
+from test_restarts import STEPS, assert_every_step_once, container_of, status_json, step_lines, submit, wait_for_step
 
 from jupyter_trainer.backends.docker import backend as docker_backend
 from jupyter_trainer.backends.docker import restarts as keeper_side
@@ -336,3 +336,22 @@ def test_a_job_that_breaks_its_keeper_is_lost_not_running_forever(private_docker
     lost = get_job("no-keeper")
     assert lost.status is Status.LOST, lost.reason
     assert "keeps restarting" in lost.reason or "its keeper did not start the job again" in lost.reason, lost.reason
+
+
+@pytest.mark.parametrize("after", [0.1, 0.4, 0.7])
+def test_a_stop_during_the_keepers_start_up_is_never_undone(private_docker, workdir, home, after):
+    """`docker restart`, and a stop asked as the container comes back, while its keeper may be
+    starting the job again: the job ends stopped, and stays so."""
+    engine = private_docker
+    job = submit(STEPS, workdir, "stop-start-up", args=("60",), restarts=3)
+    wait_for_step(job, 1)
+    container = container_of(engine, job)
+    restarting = threading.Thread(target=container.restart, kwargs={"timeout": 1})
+    restarting.start()
+    time.sleep(after)  # the engine stops it, starts it again (about 0.5 s after the restart began here)
+    outcome = get_job("stop-start-up").stop(wait=10).status
+    restarting.join()
+    assert get_job("stop-start-up").wait(timeout=40) is Status.STOPPED, (outcome, get_job("stop-start-up").reason)
+    steps = len(step_lines(job.logs()))
+    time.sleep(3)
+    assert len(step_lines(job.logs())) == steps and not job_processes(container_of(engine, job), job.record.runtime["run_dir"])["supervisor"]
