@@ -14,7 +14,7 @@ import time
 
 import pytest
 
-from conftest import wait_for
+from conftest import TEST_IMAGE, wait_for
 from test_restarts import STEPS, assert_every_step_once, container_of, status_json, step_lines, submit, wait_for_step
 
 from jupyter_trainer.backends.docker import backend as docker_backend
@@ -355,3 +355,24 @@ def test_a_stop_during_the_keepers_start_up_is_never_undone(private_docker, work
     steps = len(step_lines(job.logs()))
     time.sleep(3)
     assert len(step_lines(job.logs())) == steps and not job_processes(container_of(engine, job), job.record.runtime["run_dir"])["supervisor"]
+
+
+# -- on a remote engine, whose containers have copies of the run's files --------------------
+
+
+def test_on_a_remote_host_a_look_and_a_stop_while_the_container_is_down(laptop):
+    """Over SSH: `docker stop` there, as the first half of a `docker restart`; a look then sees the
+    job running, a stop then ends it `stopped` (written into the stopped container's copy of its
+    files), and the container started again does not start it again."""
+    from test_remote_jobs import cli, status, submit_from_a_kernel
+
+    remote = laptop
+    submit_from_a_kernel(f"--name remote-down --docker-host {remote.alias_url} --image {TEST_IMAGE} --restarts 2 --no-widget -- 40", STEPS)
+    wait_for(lambda: "step 2" in cli("logs", "remote-down").stdout, timeout=60, what="step 2")
+    remote.exec("docker ps -q --filter label=jupyter_trainer.keeper=1 | xargs -r docker stop -t 1", check=True)
+    assert status("remote-down")["status"] == "running"
+    stopped = cli("stop", "remote-down")
+    assert stopped.returncode == 0 and status("remote-down")["status"] == "stopped", (stopped.stdout, stopped.stderr)
+    remote.exec("docker ps -aq --filter label=jupyter_trainer.keeper=1 | xargs -r docker start", check=True)
+    time.sleep(4)
+    assert "started again" not in cli("logs", "remote-down").stdout and status("remote-down")["status"] == "stopped"

@@ -261,6 +261,11 @@ def _container_actions(client, container, since: str) -> list[str]:
     return [action for action, _ in _container_events(client, container, since)]
 
 
+# The engine's events that change whether a container runs (not its execs, nor our own reads and
+# writes of a remote container's files: archive-path, extract-to-dir).
+LIFECYCLE = frozenset({"create", "start", "restart", "kill", "die", "stop", "oom", "pause", "unpause"})
+
+
 def kept_down(client, container, since: str) -> bool:
     """Whether the container first stopped after its start `since` longer ago than a keeper takes
     to start its jobs again: a container that its restart policy starts again and again, its main
@@ -281,7 +286,7 @@ def may_be_started_again(client, container, since: str) -> bool:
     finished = engine_time(state.get("FinishedAt"))
     if state.get("Running") or finished is None or time.time() - finished >= RESTART_GAP_SECONDS:
         return False
-    lifecycle = [action for action in _container_actions(client, container, since) if not action.startswith("exec_")]
+    lifecycle = [action for action in _container_actions(client, container, since) if action in LIFECYCLE]
     return bool(lifecycle) and lifecycle[-1] == "stop"
 
 
