@@ -376,3 +376,34 @@ def test_on_a_remote_host_a_look_and_a_stop_while_the_container_is_down(laptop):
     remote.exec("docker ps -aq --filter label=jupyter_trainer.keeper=1 | xargs -r docker start", check=True)
     time.sleep(4)
     assert "started again" not in cli("logs", "remote-down").stdout and status("remote-down")["status"] == "stopped"
+
+
+
+ROTATES = """
+import os, sys, time
+run = open(f"/proc/{os.getppid()}/cmdline", "rb").read().split(b"\\0")[2].decode()
+starts = int(open("starts").read()) + 1 if os.path.exists("starts") else 1
+open("starts", "w").write(str(starts))
+print("start", starts, flush=True)
+if starts == 1:  # its log rotated, as logrotate does: renamed, a new one in its place
+    os.rename(f"{run}/output.log", f"{run}/output.log.1")
+    open(f"{run}/output.log", "w").close()
+for i in range(20):
+    print("line", starts, i, flush=True)
+    time.sleep(0.3)
+"""
+
+
+def test_a_job_that_replaced_its_runs_log_is_not_started_again_unseen(private_docker, workdir, home, monkeypatch):
+    """A job that replaced its run's log file in the container (rotated it): the store's log is no
+    longer that file, so a start again would write where nobody reads. It is not started again,
+    and ends `lost`, rather than training on with its output lost."""
+    monkeypatch.setattr(docker_backend, "KEEPER_GRACE_SECONDS", 5.0)
+    engine = private_docker
+    job = submit(ROTATES, workdir, "rotates", restarts=2)
+    wait_for(lambda: "line 1 3" in job.logs(), what="its lines")
+    container_of(engine, job).restart(timeout=1)
+    wait_for(lambda: get_job("rotates").status.is_final, timeout=30, what="the job to end")
+    assert (workdir / "starts").read_text() == "1"
+    lost = get_job("rotates")
+    assert lost.status is Status.LOST and "did not start the job again" in lost.reason, lost.reason

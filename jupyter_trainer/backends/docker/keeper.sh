@@ -44,7 +44,23 @@ mark() { # $1: the run's directory; $2: the line, put on a line of its own in th
     printf '%s\n' "$2" >>"$1/output.log"
 }
 
-start_again() ( # $1: a run's directory
+has_stat=
+command -v stat >/dev/null 2>&1 && has_stat=1
+
+# Whether the run's files that the supervisor writes and the keeper reads by name are still the
+# store's, in a run's directory that is the store's (mounted): each has a second name there, the
+# store's own. A job can rename or remove one and make a new one (rotate the log): what a
+# supervisor started again wrote into that would never reach the store, nor a stop the keeper.
+store_files() { # $1: the run's directory
+    [ -n "$has_stat" ] || return 0 # cannot tell
+    for name in output.log pid exit_code clock no_restart; do
+        [ -f "$1/$name" ] && [ ! -h "$1/$name" ] || return 1
+        links=$(stat -c %h "$1/$name" 2>/dev/null)
+        case $links in '' | *[!0-9]* | 0 | 1) return 1 ;; esac
+    done
+}
+
+start_again() ( # $1: a run's directory; $2: "mounted" for the store's
     dir=$1
     [ -f "$dir/restart" ] && [ -s "$dir/restart" ] || return 0
     [ -s "$dir/no_restart" ] && return 0
@@ -64,6 +80,7 @@ start_again() ( # $1: a run's directory
 $dir/supervise.sh
 $dir
 "*) return 0 ;; esac
+    [ "$2" != mounted ] || store_files "$dir" || return 0
     used=0 given_up=
     if [ -f "$dir/restarts" ]; then
         while read -r kind rest; do
@@ -118,9 +135,13 @@ $dir
 )
 
 for jobs_dir in "$@"; do
+    case $jobs_dir in
+    /jupyter_trainer/jobs) kind=mounted ;; # the store's own files (runtime.MOUNTED_JOBS_DIR)
+    *) kind=copied ;;
+    esac
     # a run's directory: JOBS_DIR/NAME/RUN (the store's, mounted) or JOBS_DIR/STORE_ID/NAME/RUN (copied in)
     for dir in "$jobs_dir"/*/[0-9]* "$jobs_dir"/*/*/[0-9]*; do
-        [ -d "$dir" ] && [ ! -h "$dir" ] && start_again "$dir" >/dev/null 2>&1
+        [ -d "$dir" ] && [ ! -h "$dir" ] && start_again "$dir" "$kind" >/dev/null 2>&1
     done
 done
 
