@@ -157,9 +157,11 @@ class RestartLog:
 
     def beyond(self, allowed: int, seen_before: int, restarted: bool) -> bool:
         """Whether a job found running again says more starts again than allowed, or (its
-        container `restarted` since the start last seen) no more than were seen before: as the
-        keeper counts each before it makes it, its count was changed by something else."""
-        return self.count > allowed or (restarted and self.count <= seen_before)
+        container `restarted` since the start again last seen) no more than were seen before: as
+        the keeper counts each before it makes it, its count was changed by something else. (Not
+        before any start again was seen: a container that restarted while the job was submitted
+        into it runs its first supervisor with no count.)"""
+        return self.count > allowed or (restarted and 0 < seen_before >= self.count)
 
     @classmethod
     def parse(cls, data: bytes) -> "RestartLog":
