@@ -43,11 +43,15 @@ from .log_source import ContainerLogSource, SharedStreams
 from .remote_script import lies_on_host, with_script_read
 from .script_place import check_reachable, in_both_places, script_in_container, sent_alone, sent_alone_fact
 from .runtime import MOUNTED_JOBS_DIR, RUN_FILES, SHIPPED_JOBS_DIR, WORKSPACE, DockerRuntime
-from .restarts import KEEPER_GRACE_SECONDS, engine_time, forbid_restart, forget_instructions, has_keeper, instructions, read_restart_log, stop_container, why_it_restarted
+from .restarts import (
+    KEEPER_GRACE_SECONDS, engine_time, forbid_restart, forget_instructions, has_keeper, instructions, kept_down, may_be_started_again,
+    read_restart_log, restart_forbidden, stop_container, why_it_restarted,
+)  # fmt: skip
 from .sync import sync_directory
 from .usage import ContainerUsage
 
 PING_VALID_SECONDS = 5.0  # an engine that answered this recently is not asked again before a submission
+LOOKS_WHILE_CHANGING = 3  # looks at a job whose container changes state under each of them, before its status is kept as it is
 
 
 class DockerBackend:
@@ -181,7 +185,19 @@ class DockerBackend:
 
     def observe(self, record: JobRecord, run_dir: Path) -> Observation:
         """What the engine shows of the job. An engine that does not answer says nothing of the
-        job, which keeps its status (see Job._observe), with the words of errors.translate."""
+        job, which keeps its status (see Job._observe), with the words of errors.translate; nor
+        does a container that keeps changing state under the look (stopping, restarting, paused:
+        the engine refuses a look inside it that its inspect a moment before allowed)."""
+        for _ in range(LOOKS_WHILE_CHANGING):
+            try:
+                return self._look(record, run_dir)
+            except TrainerError as error:
+                if not _changed_under_the_look(error.__cause__):
+                    raise
+            time.sleep(0.2)
+        return Observation(alive=None)
+
+    def _look(self, record: JobRecord, run_dir: Path) -> Observation:
         import docker
 
         runtime = DockerRuntime.of(record)
@@ -211,6 +227,8 @@ class DockerBackend:
                     return seen
             supervised = state.get("Running") and not restarted and self._supervisor_running(container, runtime)
             facts = self._facts(container, runtime, run_dir)  # read after the liveness check: no race
+            if not supervised and facts.exit_code is None and not facts.problem and self._may_come_back(client, container, runtime, run_dir):
+                return Observation(alive=True, started=True)  # its container is on its way up, and its keeper will start it again
             # the supervisor was killed but the job goes on, whatever its files say
             orphaned = (
                 state.get("Running") and not restarted and not supervised
@@ -256,8 +274,12 @@ class DockerBackend:
             runtime = dataclasses.replace(runtime, restarts=log.count, container_started_at=state.get("StartedAt"))
         elif not restarted:
             return None
-        running = bool(state.get("Running"))
+        running = bool(state.get("Running")) and not state.get("Restarting")
         supervised = running and self._supervisor_running(container, runtime, by_command_line=True)
+        if supervised and log.beyond(runtime.restarts_allowed or 0, seen_before, restarted):
+            # the keeper counts a start before it makes it: read again, now that the supervisor runs
+            if read_restart_log(container, runtime, run_dir).beyond(runtime.restarts_allowed or 0, seen_before, restarted):
+                return self._end_uncounted(container, runtime, run_dir, label, details)
         facts = self._facts(container, runtime, run_dir)
         if facts.exit_code is not None and not supervised:
             return dataclasses.replace(facts.ended(), details=details)
@@ -265,8 +287,13 @@ class DockerBackend:
             return dataclasses.replace(facts.unknown(bool(supervised)), details=details)
         if supervised:
             return Observation(alive=True, started=facts.job_pid is not None, details=details)
-        if state.get("Restarting"):  # the engine is starting it again this moment
+        if restart_forbidden(container, runtime, run_dir):  # asked while its container was down: its keeper left it
+            return Observation(final=Status.STOPPED, reason="stopped: a stop was asked while its container was down, so it was not started again", details=details)
+        if self._may_come_back(client, container, runtime, run_dir):
             return Observation(alive=True, started=True, details=details)
+        if state.get("Restarting"):
+            why = f"container {label} keeps restarting, its main process (the keeper) ending at once (exit code {state.get('ExitCode')}), and the job was not started again"
+            return Observation(alive=False, why_gone=why, details=details)
         if not running:
             why = why_it_restarted(client, container, runtime.container_started_at, started_again=False)
             return Observation(alive=False, why_gone=f"{why} (container {label}, exit code {state.get('ExitCode')})", details=details)
@@ -276,11 +303,34 @@ class DockerBackend:
             used = f"its {allowed} restart{'s were' if allowed != 1 else ' was'} used up"
             return Observation(alive=False, why_gone=f"{cause} (container {label}), and {used}", details=details)
         started = engine_time(state.get("StartedAt"))
-        if started is not None and time.time() - started < KEEPER_GRACE_SECONDS:
+        if started is not None and time.time() - started < KEEPER_GRACE_SECONDS and not kept_down(client, container, runtime.container_started_at):
             return Observation(alive=True, started=True, details=details)  # its keeper is about to start it again
         if restarted:
             return Observation(alive=False, why_gone=f"container {label} restarted, and its keeper did not start the job again", details=details)
         return None  # the supervisor of this start ended without an exit code: as without --restarts
+
+    def _end_uncounted(self, container, runtime: DockerRuntime, run_dir: Path, label: str, details: dict | None) -> Observation:
+        """A job started again beyond its --restarts, or without its keeper's count: from inside
+        its container, the run's files that the keeper goes by were changed (its `restarts` file
+        emptied, the limit in its `restart` file raised), which a job running as the container's
+        user can do. Its limit is kept here: it is stopped, and never started again."""
+        forbid_restart(container, runtime, run_dir)
+        supervisors = job_processes(container, runtime.run_dir, self.exec_seconds)["supervisor"]
+        if supervisors:  # its supervisor stops the job's process group, TERM then KILL
+            run_in(container, 'for pid in "$@"; do kill -TERM "$pid"; done', *supervisors, seconds=self.exec_seconds)
+        allowed = runtime.restarts_allowed or 0
+        why = (
+            f"container {label} started it again beyond its --restarts {allowed}, as the run's files its keeper counts by were "
+            "changed from inside the container; stopped, and not started again"
+        )
+        return Observation(alive=False, why_gone=why, details=details)
+
+    @staticmethod
+    def _may_come_back(client, container, runtime: DockerRuntime, run_dir: Path) -> bool:
+        """Whether the container of a job with restarts left, and no stop asked, is down only for
+        a moment (the restart policy, or `docker restart`, is starting it again): see restarts.py."""
+        left = (runtime.restarts_allowed or 0) > (runtime.restarts or 0)
+        return left and may_be_started_again(client, container, runtime.container_started_at) and not restart_forbidden(container, runtime, run_dir)
 
     @staticmethod
     def _still_supervised(client, runtime: DockerRuntime) -> bool:
@@ -462,12 +512,16 @@ class DockerBackend:
         import docker
 
         runtime = DockerRuntime.of(record)
+        if runtime.restarts_allowed and runtime.mounted and not record.status.is_final:
+            # first, and without the engine, which may be down: it could start the container
+            # again, and its keeper the job, before a stop reaches it
+            forbid_restart(None, runtime, run_dir)
         with self.clients.calling(self.engine_of(record), STOP) as client:
             try:
                 target = client.containers.get(runtime.container_id)
             except docker.errors.NotFound:
                 return
-            if runtime.restarts_allowed and not record.status.is_final:
+            if runtime.restarts_allowed and not runtime.mounted and not record.status.is_final:
                 forbid_restart(target, runtime, run_dir)  # first: its container may be down, and back before the stop
             if target.status == "running" and not record.status.is_final:
                 self._stop_job(target, runtime, run_dir)
@@ -501,3 +555,10 @@ def _cause_said(word: str) -> str:
     """Why a container restarted, as its keeper could tell (see restarts.RestartLog)."""
     return "the container stopped when the machine restarted (a new boot id)" if word == "boot" else "the container restarted"
 
+
+def _changed_under_the_look(exc: BaseException | None) -> bool:
+    """Whether the engine refused a look inside a container for the state it is in now (409: not
+    running, restarting, paused), which differs from the one it had just said."""
+    import docker
+
+    return isinstance(exc, docker.errors.APIError) and exc.status_code == 409

@@ -44,15 +44,32 @@ mark() { # $1: the run's directory; $2: the line, put on a line of its own in th
     printf '%s\n' "$2" >>"$1/output.log"
 }
 
-start_again() ( # $1: a run's directory
+has_stat=
+command -v stat >/dev/null 2>&1 && has_stat=1
+
+# Whether the run's files that the supervisor writes and the keeper reads by name are still the
+# store's, in a run's directory that is the store's (mounted): each has a second name there, the
+# store's own. A job can rename or remove one and make a new one (rotate the log): what a
+# supervisor started again wrote into that would never reach the store, nor a stop the keeper.
+store_files() { # $1: the run's directory
+    [ -n "$has_stat" ] || return 0 # cannot tell
+    for name in output.log pid exit_code clock no_restart; do
+        [ -f "$1/$name" ] && [ ! -h "$1/$name" ] || return 1
+        links=$(stat -c %h "$1/$name" 2>/dev/null)
+        case $links in '' | *[!0-9]* | 0 | 1) return 1 ;; esac
+    done
+}
+
+start_again() ( # $1: a run's directory; $2: "mounted" for the store's
     dir=$1
     [ -f "$dir/restart" ] && [ -s "$dir/restart" ] || return 0
     [ -s "$dir/no_restart" ] && return 0
     code=
     [ -f "$dir/exit_code" ] && IFS= read -r code <"$dir/exit_code"
     case $code in *[0-9]*) return 0 ;; esac
-    # Only a job that a supervisor had started, and none runs now: a job being launched this moment
-    # (its container was just created or started for it) has no pids yet, or its supervisor runs.
+    # Only a job that a supervisor had started (or a keeper, "0 0"), and none runs now: a job being
+    # launched this moment (its container was just created or started for it) has no pids yet, or
+    # its supervisor runs.
     supervisor= job=
     [ -f "$dir/pid" ] && read -r supervisor job <"$dir/pid"
     case $supervisor in '' | *[!0-9]*) return 0 ;; esac
@@ -63,6 +80,7 @@ start_again() ( # $1: a run's directory
 $dir/supervise.sh
 $dir
 "*) return 0 ;; esac
+    [ "$2" != mounted ] || store_files "$dir" || return 0
     used=0 given_up=
     if [ -f "$dir/restarts" ]; then
         while read -r kind rest; do
@@ -101,7 +119,11 @@ $dir
     n=$((used + 1))
     printf 'restart %s %s %s %s\n' "$n" "$boot" "$(date +%s)" "$cause" >>"$dir/restarts"
     mark "$dir" "----- jupyter_trainer: started again after $why (restart $n of $allowed) at $when -----"
-    printf '%64s' '' 1<>"$dir/pid" # the new supervisor's pids, over the old ones
+    # Pids no process has, over the old ones, until the new supervisor writes its own over them:
+    # never blank (a blank pid file is a job not launched yet), or a restart of the container
+    # before the supervisor has written would leave the job for good, neither running nor started
+    # again. (The rest stays the reserved spaces: the supervisor's line over it leaves nothing.)
+    printf '0 0\n%60s' '' 1<>"$dir/pid"
     cd "$cwd" 2>/dev/null || cd /
     export JUPYTER_TRAINER_RESTARTS="$n"
     # started in the background of this subshell, which ends at once: the container's init reaps it
@@ -113,9 +135,13 @@ $dir
 )
 
 for jobs_dir in "$@"; do
+    case $jobs_dir in
+    /jupyter_trainer/jobs) kind=mounted ;; # the store's own files (runtime.MOUNTED_JOBS_DIR)
+    *) kind=copied ;;
+    esac
     # a run's directory: JOBS_DIR/NAME/RUN (the store's, mounted) or JOBS_DIR/STORE_ID/NAME/RUN (copied in)
     for dir in "$jobs_dir"/*/[0-9]* "$jobs_dir"/*/*/[0-9]*; do
-        [ -d "$dir" ] && [ ! -h "$dir" ] && start_again "$dir" >/dev/null 2>&1
+        [ -d "$dir" ] && [ ! -h "$dir" ] && start_again "$dir" "$kind" >/dev/null 2>&1
     done
 done
 

@@ -34,8 +34,9 @@ LABEL_KEEPER = "jupyter_trainer.keeper"  # on a container whose main process is 
 KEEPER_VERSION = "1"
 RESTART_POLICY = {"Name": "on-failure"}  # the keeper ends with 0 only when a job asked its container to stop
 KEEPER_GRACE_SECONDS = 30.0  # after its container starts, how long a keeper may take to start the jobs again
+RESTART_GAP_SECONDS = 10.0  # docker restart: how long its container may stay down between its stop and its start
 RESTARTS_LIMIT = 1000
-RESTARTS_FILE_LIMIT = 64 << 10  # the keeper writes a line of some 80 bytes per start again
+RESTARTS_FILE_LIMIT = (RESTARTS_LIMIT + 1) * 128  # the keeper's lines (at most some 80 bytes), one per start again and one on giving up
 
 # What the keeper writes: "restart N BOOT_ID SECONDS CAUSE", or "used-up BOOT_ID SECONDS CAUSE" once
 # it left the job alone. CAUSE: "boot" (the machine restarted) or "container".
@@ -154,6 +155,14 @@ class RestartLog:
     def count(self) -> int:
         return len(self.causes)
 
+    def beyond(self, allowed: int, seen_before: int, restarted: bool) -> bool:
+        """Whether a job found running again says more starts again than allowed, or (its
+        container `restarted` since the start again last seen) no more than were seen before: as
+        the keeper counts each before it makes it, its count was changed by something else. (Not
+        before any start again was seen: a container that restarted while the job was submitted
+        into it runs its first supervisor with no count.)"""
+        return self.count > allowed or (restarted and 0 < seen_before >= self.count)
+
     @classmethod
     def parse(cls, data: bytes) -> "RestartLog":
         """Only the lines the keeper writes, numbered in order; anything else (a job can write the
@@ -178,6 +187,16 @@ def read_restart_log(container, runtime: DockerRuntime, run_dir: Path) -> Restar
         return RestartLog()
     data, _ = container_file(container, f"{runtime.run_dir}/{RESTARTS_FILE}", limit=RESTARTS_FILE_LIMIT)
     return RestartLog.parse(data)
+
+
+def restart_forbidden(container, runtime: DockerRuntime, run_dir: Path) -> bool:
+    """Whether a stop was asked (the run's `no_restart` says so), which its keeper obeys."""
+    if runtime.mounted:
+        with contextlib.suppress(OSError):
+            return bool(_fs.read_small(run_dir / NO_RESTART_FILE, 64).strip())
+        return False
+    data, _ = container_file(container, f"{runtime.run_dir}/{NO_RESTART_FILE}", limit=64)
+    return bool(data.strip())
 
 
 def forbid_restart(container, runtime: DockerRuntime, run_dir: Path) -> None:
@@ -226,6 +245,53 @@ def shown_time(seconds: float | None) -> str:
     return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(seconds)) if seconds is not None else "an unknown time"
 
 
+def _container_events(client, container, since: str) -> list[tuple[str, float]]:
+    """What the engine did to the container since its start `since` (the engine's time), in order,
+    and when; [] when it cannot tell (an engine that restarted has forgotten)."""
+    started = engine_time(since)
+    if started is None:
+        return []
+    with contextlib.suppress(*engine_errors(), ValueError):
+        events = client.api.events(
+            since=f"{started:.3f}", until=f"{time.time():.3f}", filters={"container": container.id, "type": "container"}, decode=True
+        )
+        return [(str(event.get("Action") or event.get("status") or ""), int(event.get("timeNano") or 0) / 1e9) for event in events]
+    return []
+
+
+def _container_actions(client, container, since: str) -> list[str]:
+    return [action for action, _ in _container_events(client, container, since)]
+
+
+# The engine's events that change whether a container runs (not its execs, nor our own reads and
+# writes of a remote container's files: archive-path, extract-to-dir).
+LIFECYCLE = frozenset({"create", "start", "restart", "kill", "die", "stop", "oom", "pause", "unpause"})
+
+
+def kept_down(client, container, since: str) -> bool:
+    """Whether the container first stopped after its start `since` longer ago than a keeper takes
+    to start its jobs again: a container that its restart policy starts again and again, its main
+    process ending at once (a job can break the keeper from inside), never runs them again."""
+    first = next((when for action, when in _container_events(client, container, since) if action == "die"), None)
+    return first is not None and time.time() - first >= KEEPER_GRACE_SECONDS
+
+
+def may_be_started_again(client, container, since: str) -> bool:
+    """Whether a container that is down now may be on its way up again: the engine's restart policy
+    is starting it (not for too long), or it was stopped (not killed) a moment ago, as `docker
+    restart` stops it before it starts it (half a second apart on an idle machine), and as `docker
+    stop` leaves it. A job looked at in between must not be taken for lost: its files would be
+    taken from the container, and its keeper would find nothing to start again."""
+    state = container.attrs.get("State") or {}
+    if state.get("Restarting"):
+        return not kept_down(client, container, since)
+    finished = engine_time(state.get("FinishedAt"))
+    if state.get("Running") or finished is None or time.time() - finished >= RESTART_GAP_SECONDS:
+        return False
+    lifecycle = [action for action in _container_actions(client, container, since) if action in LIFECYCLE]
+    return bool(lifecycle) and lifecycle[-1] == "stop"
+
+
 def why_it_restarted(client, container, since: str, keeper_said: str | None = None, started_again: bool = True) -> str:
     """Why the container stopped since its start `since` (the engine's time), and was started
     again, as far as can be told: the keeper saw a new boot id (the machine restarted); else the
@@ -235,14 +301,7 @@ def why_it_restarted(client, container, since: str, keeper_said: str | None = No
     stopped_at = shown_time(engine_time(state.get("FinishedAt")))
     if keeper_said == "boot":
         return f"the container stopped when the machine restarted (a new boot id), at {stopped_at}"
-    actions: list[str] = []
-    started = engine_time(since)
-    if started is not None:
-        with contextlib.suppress(*engine_errors(), ValueError):
-            events = client.api.events(
-                since=f"{started:.3f}", until=f"{time.time():.3f}", filters={"container": container.id, "type": "container"}, decode=True
-            )
-            actions = [str(event.get("Action") or event.get("status") or "") for event in events]
+    actions = _container_actions(client, container, since)
     if "restart" in actions:
         return f"the container was restarted (docker restart) at {stopped_at}"
     if "kill" in actions or "die" in actions:
