@@ -109,3 +109,39 @@ def test_a_lost_engine_drops_its_clients_and_a_refusal_keeps_them(monkeypatch):
     with pytest.raises(TrainerError, match="^mine$"):
         with clients.calling(LOCAL, LOOK):
             raise TrainerError("mine")
+
+
+@pytest.mark.parametrize(
+    "status, words",
+    [
+        (409, "Container abc is not running"),
+        (500, "Container abc is not running: Exited (143) Less than a second ago"),  # stopped between an exec's create and start
+        (409, "Container abc is restarting, wait until the container is running"),
+        (409, "Container abc is paused, unpause the container before exec"),
+    ],
+)
+def test_a_container_changing_state_under_a_look_is_looked_at_again(monkeypatch, status, words):
+    """A look that the engine refuses for the state the container is in now, not the one the look
+    found, is made again: the status is not a failure."""
+    from jupyter_trainer.backends.docker.backend import DockerBackend
+    from jupyter_trainer.backends.base import Observation
+
+    refusal = docker.errors.APIError("refused", response=type("Answer", (), {"status_code": status, "reason": "", "url": ""})(), explanation=words)
+    answers = [refusal, Observation(alive=True, started=True)]
+
+    def look(self, record, run_dir):
+        answer = answers.pop(0)
+        if isinstance(answer, Exception):
+            raise TrainerError(f"Docker refused to answer: {words}") from answer
+        return answer
+
+    monkeypatch.setattr(DockerBackend, "_look", look)
+    monkeypatch.setattr("jupyter_trainer.backends.docker.backend.time.sleep", lambda seconds: None)
+    assert DockerBackend().observe(None, None).alive is True and not answers
+
+
+def test_another_refusal_of_a_look_is_said():
+    from jupyter_trainer.backends.docker.backend import _changed_under_the_look
+
+    refusal = docker.errors.APIError("refused", response=type("Answer", (), {"status_code": 500, "reason": "", "url": ""})(), explanation="no space left on device")
+    assert not _changed_under_the_look(refusal) and not _changed_under_the_look(None)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import re
 import shutil
 import time
 from pathlib import Path
@@ -556,9 +557,16 @@ def _cause_said(word: str) -> str:
     return "the container stopped when the machine restarted (a new boot id)" if word == "boot" else "the container restarted"
 
 
+# The engine's words for a container no longer in the state a look found it in: 409 when an exec is
+# created in it, and 500 with the same words when it stopped between an exec's creation and start.
+_NOT_AS_IT_WAS = re.compile(r"\bis (not running|restarting|paused)\b")
+
+
 def _changed_under_the_look(exc: BaseException | None) -> bool:
-    """Whether the engine refused a look inside a container for the state it is in now (409: not
+    """Whether the engine refused a look inside a container for the state it is in now (not
     running, restarting, paused), which differs from the one it had just said."""
     import docker
 
-    return isinstance(exc, docker.errors.APIError) and exc.status_code == 409
+    if not isinstance(exc, docker.errors.APIError):
+        return False
+    return exc.status_code == 409 or bool(_NOT_AS_IT_WAS.search(str(exc.explanation or "")))
