@@ -184,6 +184,12 @@ def kernel_view(client):
     return json.loads("".join(m["content"]["text"] for m in output if m["msg_type"] == "stream"))
 
 
+def ended_view(client):
+    """The kernel's view once it shows the job's end, else None."""
+    view = kernel_view(client)
+    return view if "done" in view["log"] and "completed" in view["header"] else None
+
+
 def test_two_kernels_watching_through_a_restart_both_see_it_resume(private_docker, workdir, home):
     from jupyter_client.manager import start_new_kernel
 
@@ -206,8 +212,8 @@ def test_two_kernels_watching_through_a_restart_both_see_it_resume(private_docke
         assert job.wait(timeout=120) is Status.COMPLETED
         assert_every_step_once(job, workdir, 40)
         for _, client in kernels:
-            wait_for(lambda: "done" in kernel_view(client)["log"], timeout=60, what="the view to follow the log to its end")
-            seen = kernel_view(client)
+            # the log's end and the exit code are two changes: the view may show one a moment before the other
+            seen = wait_for(lambda: ended_view(client), timeout=60, what="the view to follow the job to its end")
             # each view holds the log as it is: every step once, the keeper's mark between them
             assert [line for line in seen["log"] if line.startswith("step ")] == [f"step {i}" for i in range(40)], seen["log"]
             assert sum("started again after its container restarted (restart 1 of 1)" in line for line in seen["log"]) == 1, seen["log"]
@@ -246,12 +252,15 @@ def test_notify_is_sent_once_when_the_job_finally_ends_with_its_restarts(private
         wait_for(lambda: (tmp_path / "posts.ready").exists(), what="the receiver")
         job = submit(STEPS, workdir, "told", args=("12",), restarts=2, notify="http://host.docker.internal:18099/hook/secret-token")
         wait_for_step(job, 2)
+        interrupted_at = time.time()
         engine.restart()
         wait_for(lambda: posts.exists() and posts.read_text().strip(), timeout=90, what="the message")
         time.sleep(2)  # a second message would come now
         sent = [json.loads(line) for line in posts.read_text().splitlines()]
         assert len(sent) == 1, sent
         assert sent[0]["status"] == "completed" and sent[0]["restarts"] == 1 and "(1 restart)" in sent[0]["text"], sent
+        # the job's start is its first start, not the last one's
+        assert abs(sent[0]["started_at"] - job.record.started_at) < 2 and sent[0]["started_at"] < interrupted_at, (sent, job.record.started_at)
         assert job.wait(timeout=30) is Status.COMPLETED
         assert_every_step_once(job, workdir, 12)
         wait_for(lambda: get_job("told").record.notification, what="the notification's result")

@@ -141,7 +141,9 @@ def test_a_job_that_changes_its_keepers_count_is_stopped_at_its_limit(private_do
     time.sleep(5)
     assert (workdir / "starts").read_text() == starts, job.logs()
     container = container_of(private_docker, job)
-    assert container.status == "running" and not job_processes(container, job.record.runtime["run_dir"])["supervisor"]
+    # stopped: its supervisor ends once the job's group is gone (TERM, then KILL after the grace)
+    wait_for(lambda: not job_processes(container, job.record.runtime["run_dir"])["supervisor"], timeout=30, what="its supervisor to end")
+    assert container.status == "running" and (workdir / "starts").read_text() == starts, job.logs()
 
 
 HOSTILE_VALUE = "a\nb $(touch /tmp/canary) `touch /tmp/canary` ; 'q' \"dq\" \\ \\n \\0101 \\c é end\n"

@@ -16,14 +16,18 @@
 # STOP_CONTAINER: 0, or 1 to stop the container with TERM to its PID 1, or 2 with USR1 (a keeper's
 # container, see docker/keeper.sh, whose restart policy leaves it stopped then).
 # A container's keeper that starts the job again says which start of it this is in
-# JUPYTER_TRAINER_RESTARTS (for --notify); the job does not inherit it.
+# JUPYTER_TRAINER_RESTARTS, and when the first was in JUPYTER_TRAINER_FIRST_STARTED_AT (for
+# --notify); the job inherits neither.
 run_dir=$1
 grace=$2
 stop_container=$3
 shift 3
 restarts=${JUPYTER_TRAINER_RESTARTS:-0}
 case $restarts in '' | *[!0-9]*) restarts=0 ;; esac
-unset JUPYTER_TRAINER_RESTARTS
+# ...and when its first start was (seconds), which --notify tells as the job's start
+first_started_at=${JUPYTER_TRAINER_FIRST_STARTED_AT:-}
+case $first_started_at in '' | *[!0-9.]* | *.*.* | .*) first_started_at= ;; esac
+unset JUPYTER_TRAINER_RESTARTS JUPYTER_TRAINER_FIRST_STARTED_AT
 
 notify_url= notify_job= notify_check= notifier=
 IFS= read -r notify_url || :
@@ -45,7 +49,7 @@ now() {
     t=$(date +%s.%N 2>/dev/null)
     case $t in *N* | '') date +%s ;; *) printf '%s\n' "$t" ;; esac
 }
-started_at=$(now)
+started_at=${first_started_at:-$(now)}
 
 child=
 killer=

@@ -126,6 +126,10 @@ $dir
     printf '0 0\n%60s' '' 1<>"$dir/pid"
     cd "$cwd" 2>/dev/null || cd /
     export JUPYTER_TRAINER_RESTARTS="$n"
+    # the first supervisor's first sample of the log's size is the job's first start, to a moment
+    first=
+    [ -f "$dir/clock" ] && read -r first _ <"$dir/clock"
+    export JUPYTER_TRAINER_FIRST_STARTED_AT="$first"
     # started in the background of this subshell, which ends at once: the container's init reaps it
     if [ -n "$has_input" ]; then
         printf '%s' "$input" | "$@" &
