@@ -45,7 +45,7 @@ SPLIT_ONLY = frozenset({"error", "merror"})  # a metric only with a split before
 GENERIC_ENDS = ("_loss", "_acc", "_accuracy", "_reward", "_return")
 NOT_METRICS = frozenset({"loss_scale", "loss_scaler"})  # mixed precision's scale: a setting
 SPLITS = ("train", "training", "val", "valid", "validation", "eval", "test", "dev")
-REDUCTIONS = ("step", "epoch", "avg", "mean")
+REDUCTIONS = ("step", "epoch", "avg", "mean", "macro", "micro", "weighted")  # scikit-learn's f1_macro, recall_weighted
 EPOCH, STEP, TIME, NTH = "epoch", "step", "time", "n"
 VALUE, BAR, RICH_BAR, EPOCH_HEADING, STEP_HEADING = "value", "bar", "rich bar", "epoch heading", "step heading"
 TABLE_ROW, TABLE_EDGE, COLUMNS = "table row", "table edge", "columns"
@@ -103,16 +103,20 @@ _EPOCH_BAR = re.compile(rb"(?<![a-z])epochs?:[ \t]*\d{1,3}%\|[^|\r\n]{0,200}\|[ 
 _TIMM_EPOCH = re.compile(rb"(?<![a-z])train: (\d+) \[")
 # a line that starts with "[N]" is at step N, as XGBoost and LightGBM print their rounds
 _ROUND = re.compile(rb"\[(\d+)(?:/\d+)?\][ \t]")  # and scikit-learn's "[3/100]"
+_ULTRALYTICS_BAR = re.compile(rb"/(\d+) (?:[\d.]+[kmg]?[a-z]*/s)? \d+(?:\.\d+s|:\d\d)")
 # a progress bar's "n/total": tqdm's "| 45/100 [", Keras's " 45/100 [===" and Keras 3's "45/100 ━━"
-# (pattern, what n must follow, whether an "Epoch E/T" on the bar's own line counts from 0)
+# (pattern, what n must follow (one of them; none: anything), whether an "Epoch E/T" on the bar's own line counts from 0)
 _BARS = (
-    (re.compile(rb"/(\d+)(?: ?\[| ?\xe2\x94\x81)"), b"", False),
+    (re.compile(rb"/(\d+)(?: ?\[| ?\xe2\x94\x81)"), (), False),
     # PyTorch's examples' "[640/60000 (1%)]", timm's "[ 100/1251 (  8%)]"
-    (re.compile(rb"/(\d+)[ \t]*\([ \t]*\d+%\)\]"), b"[", False),
+    (re.compile(rb"/(\d+)[ \t]*\([ \t]*\d+%\)\]"), (b"[",), False),
     # a report's counter: "|   200/ 2983 batches |", "20/100 iterations"
-    (re.compile(rb"/[ \t]*(\d+)[ \t]+(?:batches|batch|iterations|iters|steps)\b"), b"", False),
+    (re.compile(rb"/[ \t]*(\d+)[ \t]+(?:batches|batch|iterations|iters|steps)\b"), (), False),
     # Rich's bar, as Lightning draws it: "Epoch 1/1 ━━━━ 4/4 0:00:00 • ..." (its epoch counts from 0)
-    (re.compile(rb"/(\d+) \d+:\d\d:\d\d"), b"\xe2\x94\x81 ", True),
+    (re.compile(rb"/(\d+) \d+:\d\d:\d\d"), (b"\xe2\x94\x81 ",), True),
+    # ultralytics' own bar: "100% ━━━━━━━━──── 8/12 3.2it/s 2.5s<1.2s" (its bar ends in "━" or "─",
+    # then n/total, the rate if known, the time so far)
+    (_ULTRALYTICS_BAR, (b"\xe2\x94\x81 ", b"\xe2\x94\x80 "), False),
 )
 _DIGITS_BEFORE = re.compile(rb"\d+(?![a-z0-9])")  # reversed: the digits, and no word before them
 # a line that starts with one of these reports on that split: "Test set: Average loss: 0.03" is test_loss
@@ -460,7 +464,7 @@ class MetricReader:
             for match in _EPOCH_BAR.finditer(low):
                 epoch_bars.add(match.start(1))
                 append((match.start(), EPOCH_HEADING, float(match.group(1)), None))
-        for bar, opening, zero_based in _BARS:
+        for bar, openings, zero_based in _BARS:
             for match in bar.finditer(low):
                 start = match.start()
                 digits = _DIGITS_BEFORE.match(reversed_low, length - start)
@@ -469,11 +473,11 @@ class MetricReader:
                 first = start - len(digits.group())  # where n starts
                 if first in epoch_bars:
                     continue
-                if opening and low[first - len(opening) : first] != opening:
+                if openings and not _follows(low, first, openings):
                     before = first
                     while before > 0 and low[before - 1] in b" \t":  # "[   5/100": n padded
                         before -= 1
-                    if low[before - len(opening) : before] != opening:
+                    if not _follows(low, before, openings):
                         continue
                 if low[first - 6 : first] == b"epoch ":  # "Epoch 11/11 ━━━ 4/4": the heading, not the bar
                     continue
@@ -500,6 +504,8 @@ class MetricReader:
             named = _name_of(words[::-1].decode("ascii"))
             if len(self._names) < MAX_NAMES_SEEN:
                 self._names[words] = named
+        if named[0] is None and words in _SPLIT_WORDS:
+            return _split_of_a_metric(reversed_low, found.end(), words[::-1].decode("ascii"))
         return named
 
     def _mark(self, kind: str, value: float, extra) -> None:
@@ -719,6 +725,30 @@ def _name_of(words: str) -> tuple[str | None, str | None]:
         if name is not None:
             return VALUE, name
     return None, None
+
+
+_SPLIT_WORDS = frozenset(split.encode()[::-1] for split in SPLITS)  # reversed, as _NAME_BEFORE reads them
+# reversed: what is before a split's own value inside a metric's parentheses, from the split back to
+# the metric's name, as scikit-learn's search prints scores: "score=(train=0.950, test=0.930)"
+_PARENTHESIS_BEFORE = re.compile(rb"[ \t]*(?:,[^(),\r\n]{0,64}){0,3}\([ \t]*[=:][ \t]*")
+
+
+def _split_of_a_metric(reversed_low: bytes, at: int, split: str) -> tuple[str | None, str | None]:
+    """A split's value inside a metric's parentheses: "score=(train=0.95, test=0.93)" gives
+    train_score and test_score; anything else named by a split alone is no metric."""
+    inside = _PARENTHESIS_BEFORE.match(reversed_low, at)
+    if inside is not None:
+        outer = _NAME_BEFORE.match(reversed_low, inside.end())
+        if outer is not None:
+            kind, name = _name_of(outer.group(1)[::-1].decode("ascii"))
+            if kind == VALUE and _without_split(name) == name:
+                return VALUE, metric_name(f"{split}_{name}")
+    return None, None
+
+
+def _follows(low: bytes, position: int, openings: tuple[bytes, ...]) -> bool:
+    """Whether the bytes just before `position` are one of `openings`."""
+    return any(low[position - len(opening) : position] == opening for opening in openings)
 
 
 def _without_escapes(data: bytes) -> tuple[bytes, list[tuple[int, int]]]:

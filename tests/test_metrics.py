@@ -261,10 +261,12 @@ def test_column_tables_each_column_a_series_at_its_rows_step_or_epoch():
     assert sorted(found) == ["box_loss", "cls_loss", "dfl_loss", "map50", "map50-95", "precision", "recall"]
     # the bar under the header moves through the epoch its first cell says (1/2: the first of two)
     assert [x for _, x, _ in found["box_loss"]] == [0.25, 0.5, 0.75, 1.0, 1.25, 1.5, 1.75, 2.0]
+    # and so does ultralytics' own bar ("━━━━──── 2/4 3.2it/s 0.6s<0.6s"), as its releases draw it
+    assert series(read(yolo(epochs=2, batches=4, own_bar=True).decode())) == found
     # the validation bar's description is its columns' header, the row under it at the epoch's end
     assert found["map50"] == [("epoch", 1.0, 0.131), ("epoch", 2.0, 0.231)]
     newer = "\r\x1b[K                 Class     Images  Instances      Box(P          R      mAP50  mAP50-95): 100% ━━━━─── 1/1 5.1it/s 0.2s\n"
-    assert series(read(newer + "                   all          4         17      0.612      0.843      0.831      0.611\n"))["recall"] == [("n", 1.0, 0.843)]
+    assert series(read(newer + "                   all          4         17      0.612      0.843      0.831      0.611\n"))["recall"] == [("step", 1.0, 0.843)]  # at its bar's n, as tqdm's would be
     # a line that is not a row ends the table: what follows is not read by its columns
     after = read("Iter  Train Loss  Remaining Time\n 1  0.5  1s\nnot a row\n 2  0.25  1s\n")
     assert after == [("train_loss", "step", 1.0, 0.5)]
@@ -511,3 +513,18 @@ def test_values_with_no_step_or_epoch_are_placed_in_time():
     reader.feed(b"loss: 3\nloss: 2\nloss: 1\nloss: 0\n", 0)  # 8 bytes a line, the value's ":" 4 bytes in
     reader.flush()
     assert [(axis, x, value) for _, axis, x, value in points] == [("time", 2.0, 3.0), ("time", 6.0, 2.0), ("time", 10.0, 1.0), ("time", 14.0, 0.0)]
+
+
+def test_a_splits_values_inside_a_metrics_parentheses():
+    # scikit-learn's searches with return_train_score: each split a series of the scorer's name
+    log = (
+        "[CV 1/3] END .........C=0.1;, score=(train=0.920, test=0.880) total time=   0.0s\n"
+        "[CV 2/3] END C=0.1; accuracy: (train=0.9, test=0.8) f1_macro: (train=0.7, test=0.6) total time=   0.0s\n"
+    )
+    assert read(log) == [
+        ("train_score", "n", 1.0, 0.92), ("test_score", "n", 1.0, 0.88),
+        ("train_accuracy", "n", 1.0, 0.9), ("test_accuracy", "n", 1.0, 0.8),
+        ("train_f1_macro", "n", 1.0, 0.7), ("test_f1_macro", "n", 1.0, 0.6),
+    ]  # fmt: skip
+    # a split named alone, or inside a call that is no metric's, is none
+    assert read("train=0.5 test: 0.4 run(train=0.2) Namespace(val=0.1)\n") == []

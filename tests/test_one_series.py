@@ -109,15 +109,25 @@ def gradient_boosting(iterations=300) -> bytes:
     return ("\n".join(rows) + "\nDone\n").encode()
 
 
-def yolo(epochs=3, batches=8) -> bytes:
-    """ultralytics' training: a header per epoch, then the epoch's bar, whose description is its row."""
+def yolo(epochs=3, batches=8, own_bar=False) -> bytes:
+    """ultralytics' training: a header per epoch, then the epoch's bar, whose description is its row
+    (`own_bar`: drawn by ultralytics' own TQDM, as its releases since 8.3 do, not by tqdm)."""
     out = []
     for epoch in range(1, epochs + 1):
         out.append(f"\n{'Epoch':>11}{'GPU_mem':>11}{'box_loss':>11}{'cls_loss':>11}{'dfl_loss':>11}{'Instances':>11}{'Size':>11}\n")
         for n in range(1, batches + 1):
             row = f"{f'{epoch}/{epochs}':>11}{'0G':>11}{1.5 - epoch * 0.1 - n / 100:>11.4g}{2.5 - n / 50:>11.4g}{1.2:>11.4g}{40 + n:>11}{640:>11}"
-            out.append(f"\r{row}: {n * 100 // batches:3d}%|{'#' * n}{' ' * (batches - n)}| {n}/{batches} [00:0{n}<00:00,  3.2it/s]")
-        out.append("\n" + " " * 17 + "Class     Images  Instances      Box(P          R      mAP50  mAP50-95): 100%|##########| 1/1\n")
+            if own_bar:  # its bar is 12 wide: "━" done, "─" to do, "╸" half way; then n/total, the rate, the time
+                filled = n * 12 // batches
+                bar = "━" * filled + "─" * (12 - filled)
+                out.append(f"\r\x1b[K{row}: {n * 100 // batches:.0f}% {bar} {n}/{batches} 3.2it/s {n * 0.3:.1f}s" + (f"<{(batches - n) * 0.3:.1f}s" if n < batches else ""))
+            else:
+                out.append(f"\r{row}: {n * 100 // batches:3d}%|{'#' * n}{' ' * (batches - n)}| {n}/{batches} [00:0{n}<00:00,  3.2it/s]")
+        header = " " * 17 + "Class     Images  Instances      Box(P          R      mAP50  mAP50-95)"
+        if own_bar:  # the validation's bar too, over its 2 batches
+            out.append(f"\n\r\x1b[K{header}: 50% ━━━━━━────── 1/2 5.1it/s 0.2s<0.2s\r\x1b[K{header}: 100% ━━━━━━━━━━━━ 2/2 5.1it/s 0.4s\n")
+        else:
+            out.append(f"\n{header}: 100%|##########| 1/1\n")
         out.append(" " * 19 + f"all          4         17      0.612      0.843      0.{epoch}31      0.611\n")
     return "".join(out).encode()
 
@@ -126,6 +136,7 @@ LOGS = {
     "word language model": word_language_model,
     "gradient boosting columns": gradient_boosting,
     "yolo columns": yolo,
+    "yolo columns, ultralytics' own bar": lambda: yolo(own_bar=True),
     "stable-baselines3 tables": stable_baselines3,
     "megatron": megatron,
     "an endless line of values, never redrawn": lambda: b"start " + b"".join(b"step %d loss: 0.%d | " % (n, n) for n in range(120_000)) + b"\n",

@@ -560,3 +560,40 @@ def test_evaluation_and_validation_bars_show_as_on_a_terminal(logger_jobs, name,
     assert job.logs().splitlines() == expected
     for count in (1, 4, 12):
         assert job.logs(tail=count).splitlines() == expected[-count:], count
+
+
+# -- scikit-learn's searches -------------------------------------------------------------------------
+
+
+@pytest.mark.docker
+def test_scikit_learn_grid_search_scores_each_split_its_series(sklearn_image, docker_client, tmp_path):
+    """GridSearchCV(verbose=3, return_train_score=True) from Debian's python3-sklearn prints each
+    fit's scores inside parentheses: "score=(train=0.920, test=0.880)", and with two scorers
+    "accuracy: (train=..., test=...) f1_macro: (train=..., test=...)". Each split of each scorer is
+    a series of its own, a value per fit in the order the search printed them."""
+    out = tmp_path / "out"
+    out.mkdir()
+    docker_client.containers.run(
+        sklearn_image,
+        ["sh", "-c", "python3 /scripts/sklearn_search.py /out/record.json >/out/log 2>&1; echo $? >/out/exit"],
+        volumes={str(SCRIPTS): {"bind": "/scripts", "mode": "ro"}, str(out): {"bind": "/out", "mode": "rw"}},
+        environment={"HOME": "/tmp", "OMP_NUM_THREADS": "1"}, user=f"{os.getuid()}:{os.getgid()}",
+        network_disabled=True, remove=True,
+    )
+    data = (out / "log").read_bytes()
+    assert (out / "exit").read_text().strip() == "0", data.decode("utf-8", "replace")[-3000:]
+    record = json.loads((out / "record.json").read_text())
+    expected = {}
+    for kind in ("single", "multi"):
+        for fit in record[kind]:
+            for name, scores in fit.items():
+                for split, score in zip(("train", "test"), scores):
+                    expected.setdefault(f"{split}_{name}", []).append(score)
+    assert sorted(expected) == ["test_accuracy", "test_f1_macro", "test_score", "train_accuracy", "train_f1_macro", "train_score"]
+    for pieces in (False, True):
+        found, _ = read_log(data, pieces)
+        assert sorted(found) == sorted(expected), found
+        for name, scores in expected.items():
+            values = [value for _, value in found[name]]
+            assert values == pytest.approx(scores, abs=5.1e-4), name  # printed f"{score:.3f}"
+    check_any_reading("scikit-learn's search", data)
