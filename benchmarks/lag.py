@@ -60,8 +60,39 @@ def follow_with_tail(path, held: HeldLines) -> subprocess.Popen:
     return tail
 
 
-def measure_lag(spec, name: str, lines: int) -> tuple[HeldLines, HeldLines]:
-    """Run the lag job from `spec` (a DetachedSpec of LAG_JOB), followed by a view and by tail."""
+class RemoteTail:
+    """`tail -F` of a remote job's log, run in its container through the remote engine (over SSH,
+    a client of its own), as one would follow the file by hand; it ends with its connection."""
+
+    def __init__(self, client, job, held: HeldLines):
+        source = job.log_source()
+        source = getattr(source, "fallback", source)  # a streamed log reads through its container's source
+        container = client.containers.get(source.container_id)
+        self._client = client
+        self._output = container.exec_run(["tail", "-F", "-n", "+1", source.path], stream=True).output
+        threading.Thread(target=self._read, args=(held,), name="lag-remote-tail", daemon=True).start()
+
+    def _read(self, held: HeldLines) -> None:
+        pending = b""
+        try:
+            for chunk in self._output:
+                pending += chunk
+                whole, _, pending = pending.rpartition(b"\n")
+                if whole:
+                    held.saw(whole.decode("utf-8", "replace"))
+        except Exception:  # the connection closed under it: the measurement is over
+            pass
+
+    def terminate(self) -> None:
+        self._client.close()
+
+    def wait(self) -> None:
+        pass
+
+
+def measure_lag(spec, name: str, lines: int, follow=None) -> tuple[HeldLines, HeldLines]:
+    """Run the lag job from `spec` (a DetachedSpec of LAG_JOB), followed by a view and by tail
+    (`follow(job, held)`: another tail than the local `tail -F` of the store's log)."""
     from jupyter_trainer.submit import submit_detached
     from jupyter_trainer.widget import JobWidget, Poller
 
@@ -70,7 +101,7 @@ def measure_lag(spec, name: str, lines: int) -> tuple[HeldLines, HeldLines]:
     view = JobWidget(job)
     view.log.observe(lambda change: ours.saw(change["new"]), names="value")
     poller = Poller()
-    tail = follow_with_tail(job.run_dir / "output.log", theirs)
+    tail = follow(job, theirs) if follow else follow_with_tail(job.run_dir / "output.log", theirs)
     try:
         poller.watch(view)
         deadline = time.monotonic() + 120 + lines * 2
@@ -98,7 +129,7 @@ def lag_rows(label: str, ours: HeldLines, theirs: HeldLines) -> list[Comparison]
 
 def bench_lag(lines: int, image: str, docker: bool = True) -> list[Comparison]:
     """The lag of a host job, and of a job in a local Docker container (its log mounted from the
-    store). A remote engine (bench_remote_follow's SSH host) is not measured here."""
+    store); a remote engine's: bench_remote_lag."""
     import comm
 
     from jupyter_trainer.spec import build_spec
@@ -113,3 +144,33 @@ def bench_lag(lines: int, image: str, docker: bool = True) -> list[Comparison]:
         local = build_spec(script, host=False, image=image, container=None, workdir=work, gpus=None)
         rows += lag_rows("local Docker job", *measure_lag(local, f"lag-docker-{time.monotonic_ns()}", lines))
     return rows
+
+
+def bench_remote_lag(lines: int, image: str) -> list[Comparison]:
+    """The lag of a job on a remote engine over SSH (tests/remote_host.py: a second real engine,
+    its sshd on this machine's loopback, so both clocks are this machine's), against `tail -F` of
+    the job's log in its container through the same engine."""
+    import os
+    import sys
+    from pathlib import Path
+
+    import comm
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+    from remote_host import RemoteHost
+
+    from jupyter_trainer.spec import build_spec
+
+    comm.create_comm = lambda *a, **k: comm.DummyComm(*a, **k)
+    script = LAG_JOB.format(settle=8, lines=lines, pause_min=0.1, pause_max=0.6)  # the view's stream opens first
+    remote = RemoteHost()
+    try:
+        remote.start()
+        remote.load_image(image)
+        os.environ.update(remote.environ())  # the laptop's SSH setup: the host's key and known_hosts
+        spec = build_spec(script, host=False, image=image, container=None, workdir=tempfile.mkdtemp(prefix="jt-bench-work-"),
+                          gpus=None, docker_host=remote.url)  # fmt: skip
+        return lag_rows("remote Docker job over SSH", *measure_lag(spec, f"lag-remote-{time.monotonic_ns()}", lines,
+                                                                    follow=lambda job, held: RemoteTail(remote.client(), job, held)))  # fmt: skip
+    finally:
+        remote.close()

@@ -787,10 +787,12 @@ def main() -> int:
     if "cell" in args.only:
         results += bench_cell_while_watching(max(5, args.rounds // 3))
     if "lag" in args.only:
-        from lag import bench_lag
+        from lag import bench_lag, bench_remote_lag
 
         fresh_home()
         results += bench_lag(args.lag_lines, IMAGE)
+        fresh_home()
+        results += bench_remote_lag(args.lag_lines, IMAGE)
     if "memory" in args.only:
         results.append(bench_memory(args.lines))
     if "sagemaker" in args.only:
