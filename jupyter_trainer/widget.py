@@ -520,9 +520,13 @@ class JobWidget:
         return now - self.last_log_read >= WATCH_CHECK_SECONDS
 
     def _judge_the_watch(self, grew: bool) -> None:
-        """`grew`: the log grew since the last poll (not the history being read)."""
-        if grew:
-            self._watch_works = self._log_reported
+        """`grew`: the log grew since the last poll (not the history being read). Any change told
+        shows the watch works, even with nothing new to read: a line printed just before a read
+        that was not asked for by a change (a status check) is told at the next tick."""
+        if self._log_reported:
+            self._watch_works = True
+        elif grew:
+            self._watch_works = False
         self._log_reported = False
 
     @property
