@@ -12,6 +12,7 @@ from conftest import wait_for
 
 from jupyter_trainer._changes import ChangeWaiter
 from jupyter_trainer.job import get_job
+from jupyter_trainer.proc import SHARED_SCAN_SECONDS
 from jupyter_trainer.spec import DetachedSpec, build_spec
 from jupyter_trainer.submit import submit_detached
 from jupyter_trainer.widget import WATCH_CHECK_SECONDS, JobWidget
@@ -115,3 +116,57 @@ def test_a_line_read_just_before_its_change_is_told_leaves_the_watch_trusted(sto
         assert view.watched  # else polled four times a second until the job prints again
     finally:
         waiter.close()
+
+
+# -- what the job uses --------------------------------------------------------------------------
+
+FORKER = """
+import os, signal, sys, time
+from pathlib import Path
+block = bytearray(200 << 20)
+for i in range(0, len(block), 4096):
+    block[i] = 1
+print("held", flush=True)
+while not Path("fork").exists():
+    time.sleep(0.05)
+children = []
+for _ in range(3):
+    pid = os.fork()
+    if pid == 0:
+        while True:
+            time.sleep(1)
+    children.append(pid)
+print("forked", flush=True)
+while not Path("reap").exists():
+    time.sleep(0.05)
+for pid in children:
+    os.kill(pid, signal.SIGKILL)
+    os.waitpid(pid, 0)
+print("reaped", flush=True)
+time.sleep(600)
+"""
+
+
+@pytest.mark.parametrize("looked_before_the_fork", [True, False])
+def test_memory_after_the_job_forks_and_its_children_exit_is_what_they_share_now(home, workdir, looked_before_the_fork):
+    """Between two reads of a process's PSS its memory moves with its resident set: a fork
+    shares the parent's pages with its children (its PSS falls, its resident set does not), and
+    their exit gives them back. 200 MiB held, whatever the processes that share it."""
+
+    def memory():
+        time.sleep(SHARED_SCAN_SECONDS)  # a pass over /proc serves the looks this close to it
+        return get_job("forker").usage(interval=0).memory_bytes
+
+    job = host_job("forker", FORKER, workdir)
+    try:
+        wait_for(lambda: "held" in job.logs(), timeout=60, what="the job to hold its memory")
+        if looked_before_the_fork:
+            assert 200 * MIB <= memory() < 260 * MIB
+        (workdir / "fork").write_text("")
+        wait_for(lambda: "forked" in job.logs(), timeout=30, what="the children")
+        assert 200 * MIB <= memory() < 260 * MIB  # four processes sharing it: counted once
+        (workdir / "reap").write_text("")
+        wait_for(lambda: "reaped" in job.logs(), timeout=30, what="the children to exit")
+        assert 200 * MIB <= memory() < 260 * MIB  # the parent's pages are all its own again
+    finally:
+        job.stop()
