@@ -170,3 +170,93 @@ def test_memory_after_the_job_forks_and_its_children_exit_is_what_they_share_now
         assert 200 * MIB <= memory() < 260 * MIB  # the parent's pages are all its own again
     finally:
         job.stop()
+
+
+# -- the metrics a next kernel sees ----------------------------------------------------------------
+
+
+def _training_output(rng):
+    """What training scripts print: steps, epochs, a progress bar's redraws, a key-value table, a
+    user's metric."""
+    parts = []
+    for epoch in range(1, 4):
+        parts.append(f"Epoch {epoch}/3\n")
+        for step in range(40):
+            parts.append(f"\r {step * 100 // 40:3d}%|{'#' * (step // 4):10s}| {step}/40 [00:0{step % 9}<00:01, loss={rng.random():.4f}]")
+            if step % 7 == 0:
+                parts.append(f"\nstep {epoch * 40 + step} loss: {rng.random():.5f} acc={rng.random():.3f}\n")
+        parts.append("\n| rollout/ep_rew_mean | %.3f |\n| train/value_loss | %.4f |\n| time/iterations | %d |\n" % (rng.random(), rng.random(), epoch))
+        parts.append(f"val_loss: {rng.random():.4f} - val_accuracy: {rng.random():.4f}\n")
+    return "".join(parts).encode()
+
+
+def _series(monitor):
+    metrics = monitor.metrics
+    return metrics.axes, metrics.windows, metrics.latest, metrics.counts
+
+
+def test_a_new_kernel_sees_every_value_whichever_save_it_starts_from(store, fake_backend, backends, monkeypatch):
+    """The kernel that showed the job dies between two saves of its metrics: the next one starts
+    from the last save and reads the rest of the log, and must see the very series one whole read
+    of the log gives. The log is written in pieces cut anywhere (a line split across two reads)."""
+    import random
+
+    from jupyter_trainer import monitor as monitor_module
+    from jupyter_trainer.monitor import JobMonitor
+
+    monkeypatch.setattr(monitor_module, "SAVE_SECONDS", 0.0)  # a save at every read that caught up
+    rng = random.Random(7)
+    job = fake_job(store, backends, metrics=[("acc", r"acc=([\d.]+)")])
+    log, cache = job.run_dir / "output.log", job.run_dir / "metrics.json"
+    output = _training_output(rng)
+    log.write_bytes(b"")
+    first = JobMonitor(job)
+    first.start()
+    saves = []
+    at = 0
+    while at < len(output):
+        cut = min(len(output), at + rng.randrange(1, 400))
+        with open(log, "ab") as handle:
+            handle.write(output[at:cut])
+        at = cut
+        first.read_log(now=time.time())
+        if cache.exists() and (not saves or cache.read_bytes() != saves[-1][1]):
+            saves.append((at, cache.read_bytes()))
+    assert len(saves) > 20
+    log.write_bytes(output)
+    cache.unlink()
+    whole = JobMonitor(job, read_budget=1 << 30)
+    whole.start()
+    whole.read_log()
+    assert whole.caught_up and whole.metrics.counts["acc"] > 10
+    for written, saved in saves:
+        cache.write_bytes(saved)
+        again = JobMonitor(job)
+        again.start()
+        assert again.cursor.offset > 0, f"the save made at {written} bytes was not used"
+        while not again.caught_up:
+            again.read_log()
+        assert _series(again) == _series(whole), f"starting from the save made at {written} bytes"
+
+
+# -- the header's clocks ---------------------------------------------------------------------------
+
+
+def test_the_clocks_moved_in_place_are_those_a_header_drawn_anew_shows_whatever_the_wall_clock_does(store, fake_backend, backends):
+    """The wall clock jumps back and forward (NTP, a laptop's suspend) while the job is quiet: each
+    header with its clocks replaced in place is the header drawn from a new snapshot."""
+    job = fake_job(store, backends)
+    log = job.run_dir / "output.log"
+    append(log, "step 1 loss: 0.5\n")
+    started = job.record.started_at
+    clock = Clock(now=started + 5)
+    view = JobWidget(job, clock=clock)
+    view.poll(now=1.0)
+    poll_at = 1.0
+    for jump in [1, 1, 3600, 1, -3590, 1, -20, 299, 2, -400, 1, 1e6, -1e6 - 3]:
+        clock.now += jump
+        poll_at += 1.0
+        view.poll(now=poll_at)
+        moved = view.header.value
+        view.push()
+        assert moved == view.header.value, f"after a jump of {jump} s"
