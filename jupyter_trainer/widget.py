@@ -815,8 +815,8 @@ class Poller:
             widgets = list(self.widgets)
         logs = {widget: str(widget.monitor.log_file) for widget in widgets if widget.monitor.log_file is not None}
         watched = waiter.watch({widget.watched_directory for widget in logs} | set(logs.values()))
-        for widget in widgets:
-            widget.in_watch = logs.get(widget) in watched
+        for widget in widgets:  # its log and the directory where its status files change, both
+            widget.in_watch = logs.get(widget) in watched and widget.watched_directory in watched
         quiet = all(widget.quiet and widget.watched for widget in widgets)
         changed = waiter.wait(beat - self.clock() if quiet else self.interval)
         rest = self.interval - (self.clock() - polled_at)

@@ -260,3 +260,53 @@ def test_the_clocks_moved_in_place_are_those_a_header_drawn_anew_shows_whatever_
         moved = view.header.value
         view.push()
         assert moved == view.header.value, f"after a jump of {jump} s"
+
+
+@contextmanager
+def watches_left(count):
+    """Only `count` more inotify watches may be had (the user's max_user_watches nearly spent), for
+    a moment: a probe takes what is left under a lowered limit, then gives back `count`."""
+    limit = Path("/proc/sys/fs/inotify/max_user_watches")
+    if os.geteuid() != 0:
+        pytest.skip("changing an inotify limit needs root")
+    before = limit.read_text()
+    probe = ChangeWaiter()
+    with __import__("tempfile").TemporaryDirectory() as scratch:
+        files = [Path(scratch, str(index)) for index in range(400)]
+        for file in files:
+            file.touch()
+        try:
+            limit.write_text("300")
+            taken = probe.watch({str(file) for file in files})
+            if not count < len(taken) < len(files):
+                pytest.skip(f"this user's watches cannot be brought down to {count} ({len(taken)} taken)")
+            probe.watch(set(sorted(taken)[count:]))
+            yield
+        finally:
+            limit.write_text(before)
+            probe.close()
+
+
+def test_a_view_whose_directory_cannot_be_watched_is_not_taken_for_watched(store, fake_backend, backends):
+    """With the watches nearly spent, some views get their log's watch and not their directory's:
+    their exit code's file is never told, so their status must be checked as often as an
+    unwatched view's, not every watched_status_interval."""
+    from jupyter_trainer.widget import Poller
+
+    views = [JobWidget(fake_job(store, backends, name=f"v{index}"), clock=Clock()) for index in range(20)]
+    for view in views:
+        append(view.job.run_dir / "output.log", "a line\n")
+        view.poll(now=1.0)
+    poller = Poller(interval=0.01, quiet_interval=0.01)
+    poller.widgets = list(views)
+    waiter = ChangeWaiter()
+    try:
+        with watches_left(20):
+            poller._wait(waiter, poller.clock(), poller.clock())
+        watched = set(waiter._watches)
+        assert 0 < len(watched) <= 20
+        for view in views:
+            both = {view.watched_directory, str(view.monitor.log_file)} <= watched
+            assert view.in_watch == both, f"{view.job.name}: {sorted(watched & {view.watched_directory, str(view.monitor.log_file)})}"
+    finally:
+        waiter.close()
