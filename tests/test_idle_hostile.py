@@ -310,3 +310,70 @@ def test_a_view_whose_directory_cannot_be_watched_is_not_taken_for_watched(store
             assert view.in_watch == both, f"{view.job.name}: {sorted(watched & {view.watched_directory, str(view.monitor.log_file)})}"
     finally:
         waiter.close()
+
+
+# -- a status that changes while the log stays quiet -----------------------------------------------
+
+QUIET_THEN_ENDS = """
+import sys, time
+from pathlib import Path
+print("step 1 loss: 0.5", flush=True)
+while not Path("end").exists():
+    time.sleep(0.05)
+sys.exit(3)
+"""
+
+
+@pytest.mark.parametrize("how", ["ends", "stopped from another process"])
+def test_a_quiet_watched_job_that_ends_is_shown_ended_at_once(home, workdir, how):
+    """A watched view's status is checked every watched_status_interval (10 s on the host), and at
+    once when a run file that may be a status changes: a quiet job's end is shown in a second."""
+    from jupyter_trainer.widget import Poller
+
+    job = host_job("quiet-end", QUIET_THEN_ENDS, workdir)
+    try:
+        wait_for(lambda: "loss" in job.logs(), timeout=60, what="the job's first line")
+        view = JobWidget(job)
+        poller = Poller()
+        poller.watch(view)
+        wait_for(lambda: view.quiet and view.watched and "loss" in view.log.value, timeout=10, what="the view to settle")
+        time.sleep(1.5)
+        if how == "ends":
+            (workdir / "end").write_text("")
+        else:
+            get_job("quiet-end").stop(wait=10)
+        ended = time.monotonic()
+        wait_for(lambda: not poller.running, timeout=15, what="the view to see the end")
+        assert time.monotonic() - ended < 3
+        assert ("exit code 3" if how == "ends" else "stopped") in view.header.value
+    finally:
+        job.stop()
+
+
+def test_the_notebooks_copy_of_the_view_is_kept_up_after_the_wall_clock_jumps_back(store, fake_backend, backends, monkeypatch):
+    """The copy is written every SAVE_INTERVAL of the wall clock: one set back an hour (NTP, a
+    laptop's suspend) must not leave the notebook an hour behind the view."""
+    import IPython.display
+
+    from jupyter_trainer.widget import SAVE_INTERVAL
+
+    updates = []
+
+    class Handle:
+        def update(self, obj):
+            updates.append(obj.data)
+
+    monkeypatch.setattr(IPython.display, "display", lambda obj, display_id=None: Handle() if display_id else None)
+    job = fake_job(store, backends)
+    log = job.run_dir / "output.log"
+    clock = Clock(now=time.time())
+    view = JobWidget(job, clock=clock)
+    view.show()
+    clock.now -= 3600
+    for second in range(1, 3 * int(SAVE_INTERVAL)):
+        append(log, f"step {second} loss: 0.5\n")
+        clock.now += 1
+        view.poll(now=float(second))
+    assert len(updates) >= 2
+    newest = max(int(step) for step in __import__("re").findall(r"step (\d+) loss", updates[-1]))
+    assert newest >= 2 * int(SAVE_INTERVAL) - 1  # at most SAVE_INTERVAL behind the view
