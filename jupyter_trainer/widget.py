@@ -437,7 +437,10 @@ class JobWidget:
 
         status, saved_at = self._saved_state
         now = self.clock()
-        if status != self.monitor.record.status or now - saved_at >= SAVE_INTERVAL or self.monitor.finished:
+        # a wall clock set back since is as good as the interval passed: else an hour's jump back
+        # would leave the notebook's copy an hour behind
+        since = now - saved_at
+        if status != self.monitor.record.status or not 0 <= since < SAVE_INTERVAL or self.monitor.finished:
             self._saved_state = (self.monitor.record.status, now)
             try:
                 self._saved_handle.update(HTML(self._saved_html()))
