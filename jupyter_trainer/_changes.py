@@ -19,11 +19,14 @@ import sys
 
 # what a watched directory reports: a file written or replaced in it, or the directory gone
 _IN_MODIFY, _IN_ATTRIB, _IN_CLOSE_WRITE, _IN_MOVED_TO, _IN_CREATE = 0x2, 0x4, 0x8, 0x80, 0x100
-_IN_DELETE_SELF, _IN_IGNORED = 0x400, 0x8000
+_IN_DELETE_SELF, _IN_Q_OVERFLOW, _IN_IGNORED = 0x400, 0x4000, 0x8000
 _MASK = _IN_MODIFY | _IN_ATTRIB | _IN_CLOSE_WRITE | _IN_MOVED_TO | _IN_CREATE | _IN_DELETE_SELF
 _IN_NONBLOCK, _IN_CLOEXEC = os.O_NONBLOCK, getattr(os, "O_CLOEXEC", 0o2000000)
 _EVENT = struct.Struct("iIII")  # wd, mask, cookie, length of the name that follows
 _READ_SIZE = 64 * 1024
+# The name told for a watched directory whose changes were lost (the queue was full): not a file's
+# name (no file name holds a NUL), and so, to a view, a change that may be of its status.
+LOST = "\0lost"
 
 
 def _libc():
@@ -74,7 +77,8 @@ class ChangeWaiter:
 
     def wait(self, timeout: float) -> dict[str, set[str]]:
         """Wait until a watched path changes, a wake, or `timeout` seconds; what changed:
-        {directory: names of the files in it} ("" for a watched directory itself)."""
+        {directory: names of the files in it} (a watched directory itself by its own directory and
+        name; every watched path, with LOST for each directory, once the kernel dropped changes)."""
         ready = [self._wake_read] + ([self._inotify] if self.watching else [])
         try:
             readable, _, _ = select.select(ready, [], [], max(0.0, timeout))
@@ -99,6 +103,9 @@ class ChangeWaiter:
                 descriptor, mask, _, length = _EVENT.unpack_from(data, offset)
                 name = data[offset + _EVENT.size : offset + _EVENT.size + length].rstrip(b"\0")
                 offset += _EVENT.size + length
+                if mask & _IN_Q_OVERFLOW:  # the kernel dropped what came next: anything may have changed
+                    self._everything_changed(changed)
+                    continue
                 path = self._paths.get(descriptor)
                 if path is None:
                     continue
@@ -111,6 +118,13 @@ class ChangeWaiter:
                 else:  # a watched path itself: a file is told by its directory and name
                     directory, _, base = path.rpartition("/")
                     changed.setdefault(directory or "/", set()).add(base)
+
+    def _everything_changed(self, changed: dict[str, set[str]]) -> None:
+        """Every watched path told as changed: a file by its directory and name, a directory by LOST."""
+        for path in self._watches:
+            directory, _, base = path.rpartition("/")
+            changed.setdefault(directory or "/", set()).add(base)
+            changed.setdefault(path, set()).add(LOST)
 
     def close(self) -> None:
         for fd in (self._wake_read, self._wake_write, self._inotify):

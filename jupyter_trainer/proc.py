@@ -133,7 +133,8 @@ def session_usage(session: int, shared: bool = False) -> tuple[float, int, float
     if not members:
         return None
     ticks = sum(int(fields[11]) + int(fields[12]) for _, fields in members)  # utime, stime
-    memory = sum(_proportional_memory(pid, int(fields[19]), int(fields[21])) for pid, fields in members)
+    fresh = _members_changed(session, members)
+    memory = sum(_proportional_memory(pid, int(fields[19]), int(fields[21]), fresh) for pid, fields in members)
     return ticks / os.sysconf("SC_CLK_TCK"), memory, taken_at
 
 
@@ -167,13 +168,31 @@ PSS_KEPT = 4096  # processes whose last reading is kept (forgotten all at once b
 _pss_read: dict[tuple[int, int], tuple[float, int, int]] = {}  # (pid, start time): (when, PSS, resident set then)
 
 
-def _proportional_memory(pid: int, started: int, rss_pages: int) -> int:
-    """The process's PSS in bytes (its resident set where the kernel does not say)."""
+_members_seen: dict[int, frozenset] = {}  # session: its processes (pid, start time) at the last look
+
+
+def _members_changed(session: int, members: list[tuple[int, list[str]]]) -> bool:
+    """Whether the session's processes are others than at the last look at it. A fork shares the
+    parent's pages with the child, and a child's exit gives them back: the PSS of each process
+    that stays changes then, while its resident set does not."""
+    now = frozenset((pid, fields[19]) for pid, fields in members)
+    before = _members_seen.get(session)
+    if before == now:
+        return False
+    if len(_members_seen) >= PSS_KEPT:
+        _members_seen.clear()
+    _members_seen[session] = now
+    return before is not None
+
+
+def _proportional_memory(pid: int, started: int, rss_pages: int, fresh: bool = False) -> int:
+    """The process's PSS in bytes (its resident set where the kernel does not say). `fresh`: read
+    now, whenever it was read last."""
     resident = rss_pages * os.sysconf("SC_PAGE_SIZE")
     key = (pid, started)  # a pid reused by another process is another key
     known = _pss_read.get(key)
     now = time.monotonic()
-    if known is not None and now - known[0] < PSS_SECONDS:
+    if known is not None and not fresh and now - known[0] < PSS_SECONDS:
         return max(0, known[1] + resident - known[2])
     pss = _read_pss(pid)
     if pss is None:

@@ -437,7 +437,10 @@ class JobWidget:
 
         status, saved_at = self._saved_state
         now = self.clock()
-        if status != self.monitor.record.status or now - saved_at >= SAVE_INTERVAL or self.monitor.finished:
+        # a wall clock set back since is as good as the interval passed: else an hour's jump back
+        # would leave the notebook's copy an hour behind
+        since = now - saved_at
+        if status != self.monitor.record.status or not 0 <= since < SAVE_INTERVAL or self.monitor.finished:
             self._saved_state = (self.monitor.record.status, now)
             try:
                 self._saved_handle.update(HTML(self._saved_html()))
@@ -520,9 +523,13 @@ class JobWidget:
         return now - self.last_log_read >= WATCH_CHECK_SECONDS
 
     def _judge_the_watch(self, grew: bool) -> None:
-        """`grew`: the log grew since the last poll (not the history being read)."""
-        if grew:
-            self._watch_works = self._log_reported
+        """`grew`: the log grew since the last poll (not the history being read). Any change told
+        shows the watch works, even with nothing new to read: a line printed just before a read
+        that was not asked for by a change (a status check) is told at the next tick."""
+        if self._log_reported:
+            self._watch_works = True
+        elif grew:
+            self._watch_works = False
         self._log_reported = False
 
     @property
@@ -811,8 +818,8 @@ class Poller:
             widgets = list(self.widgets)
         logs = {widget: str(widget.monitor.log_file) for widget in widgets if widget.monitor.log_file is not None}
         watched = waiter.watch({widget.watched_directory for widget in logs} | set(logs.values()))
-        for widget in widgets:
-            widget.in_watch = logs.get(widget) in watched
+        for widget in widgets:  # its log and the directory where its status files change, both
+            widget.in_watch = logs.get(widget) in watched and widget.watched_directory in watched
         quiet = all(widget.quiet and widget.watched for widget in widgets)
         changed = waiter.wait(beat - self.clock() if quiet else self.interval)
         rest = self.interval - (self.clock() - polled_at)
