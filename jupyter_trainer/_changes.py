@@ -19,8 +19,8 @@ import sys
 
 # what a watched directory reports: a file written or replaced in it, or the directory gone
 _IN_MODIFY, _IN_ATTRIB, _IN_CLOSE_WRITE, _IN_MOVED_TO, _IN_CREATE = 0x2, 0x4, 0x8, 0x80, 0x100
-_IN_DELETE_SELF, _IN_Q_OVERFLOW, _IN_IGNORED = 0x400, 0x4000, 0x8000
-_MASK = _IN_MODIFY | _IN_ATTRIB | _IN_CLOSE_WRITE | _IN_MOVED_TO | _IN_CREATE | _IN_DELETE_SELF
+_IN_DELETE_SELF, _IN_MOVE_SELF, _IN_Q_OVERFLOW, _IN_IGNORED = 0x400, 0x800, 0x4000, 0x8000
+_MASK = _IN_MODIFY | _IN_ATTRIB | _IN_CLOSE_WRITE | _IN_MOVED_TO | _IN_CREATE | _IN_DELETE_SELF | _IN_MOVE_SELF
 _IN_NONBLOCK, _IN_CLOEXEC = os.O_NONBLOCK, getattr(os, "O_CLOEXEC", 0o2000000)
 _EVENT = struct.Struct("iIII")  # wd, mask, cookie, length of the name that follows
 _READ_SIZE = 64 * 1024
@@ -113,11 +113,23 @@ class ChangeWaiter:
                     self._paths.pop(descriptor, None)
                     if self._watches.get(path) == descriptor:
                         del self._watches[path]
+                if not name and mask & (_IN_MOVE_SELF | _IN_DELETE_SELF):
+                    # a path renamed away (a run directory being removed) or deleted: its watch would
+                    # go on telling of it under the old path; whatever is at the path now is watched
+                    # anew, and for a directory anything in it may have changed (LOST)
+                    self._forget(descriptor, path)
+                    changed.setdefault(path, set()).add(LOST)
                 if name:  # a file of a watched directory
                     changed.setdefault(path, set()).add(os.fsdecode(name))
                 else:  # a watched path itself: a file is told by its directory and name
                     directory, _, base = path.rpartition("/")
                     changed.setdefault(directory or "/", set()).add(base)
+
+    def _forget(self, descriptor: int, path: str) -> None:
+        if self._watches.get(path) == descriptor:
+            del self._watches[path]
+            self._libc.inotify_rm_watch(self._inotify, descriptor)  # its IN_IGNORED is skipped
+        self._paths.pop(descriptor, None)
 
     def _everything_changed(self, changed: dict[str, set[str]]) -> None:
         """Every watched path told as changed: a file by its directory and name, a directory by LOST."""

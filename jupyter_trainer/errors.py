@@ -34,6 +34,10 @@ class UnknownJob(TrainerError):
     """No job of that name is in the store."""
 
 
+class JobReplaced(UnknownJob):
+    """The run a handle (or a view) follows was removed, and a new job of its name took its place."""
+
+
 class NameInUse(TrainerError):
     """The name belongs to a job that may not be replaced."""
 

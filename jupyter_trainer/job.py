@@ -12,7 +12,7 @@ from typing import Iterator
 
 from . import backends as _backends
 from .backends.base import Backend, notification_check
-from .errors import BackendUnavailable, InvalidOption, StoreError, TrainerError, Unreachable
+from .errors import BackendUnavailable, InvalidOption, JobReplaced, StoreError, TrainerError, Unreachable
 from . import _fs
 from .jobs import JobRecord, Observation, Status, describe_exit_code, parse_notification, resolve
 from .logs import LogCursor, LogSource, MetricParser, read_all_lines, tail_lines, tail_screen
@@ -41,6 +41,7 @@ class Job:
         self.backends = backends or _backends.DEFAULT  # where its backend is found by name
         self._run_dir: tuple | None = None
         self._record_version = None  # the record file's version (see _fs.version) when `record` was read from it
+        self._confirmed_version = None  # a version found to be this run's record (see confirm_run)
         self._log_source: tuple | None = None  # (the record it was made for, the log source)
 
     @classmethod
@@ -354,13 +355,34 @@ class Job:
             note(self.record)
             self._record_version = None
 
+    def confirm_run(self) -> None:
+        """Raise JobReplaced if this handle's run was removed and its place taken by a new job (its
+        log, at the same path, is another job's); UnknownJob if it is gone. One lstat while the
+        record file is unchanged: a view calls it before each read of the log. The record held is
+        kept (it may hold what the store could not record yet)."""
+        version = _fs.version(self.run_dir / RECORD_FILE)
+        if version is None or version not in (self._record_version, self._confirmed_version):
+            self._same_run(self.store.load(self.name, self.run))
+            self._confirmed_version = version
+
+    def _same_run(self, stored: JobRecord) -> None:
+        """Another job in this run's place means this one was removed and its name taken again (a
+        record keeps its creation time for good): this handle must not follow, nor write, it."""
+        if stored.created_at != self.record.created_at:
+            raise JobReplaced(
+                f"job {self.name!r} (run {self.run}) was removed and a new job of that name took its place",
+                f"%train_attach {self.name} follows the new one",
+            )
+
     def _reload_record(self) -> None:
         """The record as stored, read again only once its file has changed: a status check of a
         quiet job costs one lstat, not a read and a JSON parse. (The store writes a record by
         replacing its file, so each write gives it a new version.)"""
         version = _fs.version(self.run_dir / RECORD_FILE)  # before the read: a write meanwhile is read next time
         if version is None or version != self._record_version:
-            self.record = self.store.load(self.name, self.run)
+            record = self.store.load(self.name, self.run)
+            self._same_run(record)
+            self.record = record
             self._record_version = version
 
     def _observe(self) -> Observation:

@@ -165,6 +165,8 @@ class JobMonitor:
         source = self.job.log_source()
         local_file = getattr(source, "local_file", None)  # else the log is read through a runtime
         self.log_file = local_file() if local_file else None
+        if self.log_file is not None:  # a log at a path: after a removal it may be another job's
+            self.job.confirm_run()
         offset_before = self.cursor.offset
         if self.record.status.is_final and not self._settled:
             self._settled = True

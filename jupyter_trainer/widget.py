@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Callable
 
 from ._changes import ChangeWaiter
-from .errors import Unreachable
+from .errors import JobReplaced, Unreachable
 from .job import Job
 from .jobs import Status
 from .monitor import JobMonitor, Snapshot
@@ -476,8 +476,8 @@ class JobWidget:
             # reach gpu1 since T", kept until the host answers); an error line would say it twice
             pass
         except Exception as exc:  # the view must survive a passing engine or disk error
-            if self._record_gone():
-                self._show_removed()
+            if isinstance(exc, JobReplaced) or self._record_gone():
+                self._show_removed(replaced=isinstance(exc, JobReplaced))
                 return False
             self._set_error(step, describe(exc))
         else:
@@ -683,11 +683,12 @@ class JobWidget:
         except (OSError, ValueError):  # the store cannot be looked at: that says nothing of the job
             return False
 
-    def _show_removed(self) -> None:
+    def _show_removed(self, replaced: bool = False) -> None:
         """Say once that the job is gone; the poller then drops this widget."""
         self.removed = True
         where = self.job.run_dir
-        self._set_error("removed", f"job {self.job.name} was removed: its record in {where} is gone, so this view no longer follows it")
+        gone = "a new job of its name has taken its place" if replaced else f"its record in {where} is gone"
+        self._set_error("removed", f"job {self.job.name} was removed: {gone}, so this view no longer follows it")
         self.push()
 
     def _stop_clicked(self, _button) -> None:

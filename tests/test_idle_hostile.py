@@ -10,7 +10,7 @@ import pytest
 from comm.base_comm import BaseComm
 from conftest import wait_for
 
-from jupyter_trainer._changes import ChangeWaiter
+from jupyter_trainer._changes import LOST, ChangeWaiter
 from jupyter_trainer.job import get_job
 from jupyter_trainer.proc import SHARED_SCAN_SECONDS
 from jupyter_trainer.spec import DetachedSpec, build_spec
@@ -377,3 +377,78 @@ def test_the_notebooks_copy_of_the_view_is_kept_up_after_the_wall_clock_jumps_ba
     assert len(updates) >= 2
     newest = max(int(step) for step in __import__("re").findall(r"step (\d+) loss", updates[-1]))
     assert newest >= 2 * int(SAVE_INTERVAL) - 1  # at most SAVE_INTERVAL behind the view
+
+
+# -- a run removed, and its name taken again --------------------------------------------------------
+
+
+def test_a_renamed_or_deleted_watched_directory_is_told_and_whatever_takes_its_path_is_watched_anew(tmp_path):
+    """Removing a run renames its directory away first: the watch would go on telling of the renamed
+    directory under the old path, and say nothing of the new directory a new job makes there."""
+    waiter = ChangeWaiter()
+    try:
+        run = tmp_path / "jobs" / "same" / "1"
+        run.mkdir(parents=True)
+        assert waiter.watch({str(run)}) == {str(run)}
+        hidden = tmp_path / "jobs" / "same" / ".1-removed"
+        run.rename(hidden)
+        changed = waiter.wait(1.0)
+        assert LOST in changed.get(str(run), set()), changed
+        assert waiter.watch({str(run)}) == set()  # nothing there yet: polled until it comes
+        (hidden / "output.log").write_text("the removed job's\n")
+        assert waiter.wait(0.2) == {}  # the renamed directory is no longer told of
+        run.mkdir()
+        assert waiter.watch({str(run)}) == {str(run)}
+        (run / "output.log").write_text("the new job's\n")
+        assert "output.log" in waiter.wait(1.0).get(str(run), set())
+        (run / "output.log").unlink()
+        run.rmdir()
+        assert LOST in waiter.wait(1.0).get(str(run), set())
+    finally:
+        waiter.close()
+
+
+REMOVED_THEN_REPLACED = """
+import time
+from pathlib import Path
+print("step 1 loss: 0.5", flush=True)
+while not Path("end").exists():
+    time.sleep(0.05)
+"""
+REPLACEMENT = """
+import time
+for step in range(2, 200):
+    print(f"step {step} loss: 9.{step}", flush=True)
+    time.sleep(0.05)
+"""
+
+
+def test_a_view_of_a_removed_run_whose_name_is_taken_again_does_not_follow_the_new_job(home, workdir):
+    """A job ends, another kernel removes it (`rm` finds it ended) and runs a new job of the same name
+    before this view has seen the end: the new run has the same name, number and paths. The view
+    says its job was removed and shows nothing of the new one; a handle on the old run refuses to
+    answer for the new one, in one line."""
+    from jupyter_trainer.errors import UnknownJob
+    from jupyter_trainer.housekeeping import remove_runs
+
+    old = host_job("same", REMOVED_THEN_REPLACED, workdir)
+    view = JobWidget(old)
+    wait_for(lambda: view.poll(time.monotonic()) and "loss: 0.5" in view.log.value, timeout=30, what="the first job's line")
+    (workdir / "end").write_text("")
+    wait_for(lambda: get_job("same").status.is_final, timeout=30, what="the first job's end")  # another handle sees it
+    remove_runs("same")
+    new = host_job("same", REPLACEMENT, workdir)
+    try:
+        assert (new.name, new.run, new.run_dir) == (old.name, old.run, old.run_dir)
+        wait_for(lambda: "loss: 9." in new.logs(), timeout=30, what="the new job's lines")
+        # polled between two status checks: only its log is read
+        view.last_status_check = time.monotonic()
+        assert view.poll(time.monotonic()) is False
+        assert view.removed and "a new job of its name has taken its place" in view.header.value
+        assert "9." not in view.log.value and "loss: 0.5" in view.log.value
+        assert view.monitor.metrics.curve("loss") == [(1.0, 0.5)]  # no value of the new job's
+        with pytest.raises(UnknownJob, match=r"^job 'same' \(run 1\) was removed and a new job of that name took its place: %train_attach same follows the new one$"):
+            old.status  # noqa: B018 (reading it asks the job)
+        assert get_job("same").status.value == "running"  # the store's own is the new one, untouched
+    finally:
+        new.stop()
