@@ -139,9 +139,10 @@ class JobMonitor:
 
     def status_news(self, names: set[str]) -> bool:
         """Whether a change of these files of the job's directory may be a change of its status:
-        any but its log (which every read looks at), the metrics cache (which this writes) and
-        files still being written (a "." name, renamed once whole)."""
-        mine = {self.log_file.name if self.log_file else None, metrics_cache.CACHE_FILE}
+        any but its log (which every read looks at), the metrics cache (which this writes), the
+        supervisor's clock (a sample of the log's size every 15 s, which says nothing of the
+        status) and files still being written (a "." name, renamed once whole)."""
+        mine = {self.log_file.name if self.log_file else None, metrics_cache.CACHE_FILE, CLOCK_FILE}
         return any(name not in mine and not name.startswith(".") for name in names)
 
     def start(self) -> None:

@@ -452,3 +452,14 @@ def test_a_view_of_a_removed_run_whose_name_is_taken_again_does_not_follow_the_n
         assert get_job("same").status.value == "running"  # the store's own is the new one, untouched
     finally:
         new.stop()
+
+
+def test_the_supervisors_clock_samples_are_no_status_news(store, fake_backend, backends):
+    """The supervisor writes its clock (the log's size now and then) every 15 s: a quiet view must
+    not check its status for that, while any other run file's change still makes it due at once."""
+    view = JobWidget(fake_job(store, backends), clock=Clock())
+    view.poll(now=1.0)
+    view.files_changed({"clock", "metrics.json", ".record.json.tmp"})
+    assert view.last_status_check == 1.0
+    view.files_changed({"clock", "exit_code"})
+    assert view.last_status_check == float("-inf")
