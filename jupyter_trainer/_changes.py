@@ -16,6 +16,7 @@ import os
 import select
 import struct
 import sys
+import threading
 
 # what a watched directory reports: a file written or replaced in it, or the directory gone
 _IN_MODIFY, _IN_ATTRIB, _IN_CLOSE_WRITE, _IN_MOVED_TO, _IN_CREATE = 0x2, 0x4, 0x8, 0x80, 0x100
@@ -27,6 +28,8 @@ _READ_SIZE = 64 * 1024
 # The name told for a watched directory whose changes were lost (the queue was full): not a file's
 # name (no file name holds a NUL), and so, to a view, a change that may be of its status.
 LOST = "\0lost"
+# The name told (see ChangeWaiter.tell) for a log that is not a file here, whose stream brought news.
+LOG_NEWS = "\0log"
 
 
 def _libc():
@@ -49,6 +52,8 @@ class ChangeWaiter:
         self._inotify = self._libc.inotify_init1(_IN_NONBLOCK | _IN_CLOEXEC) if self._libc else -1
         self._watches: dict[str, int] = {}  # path -> watch descriptor
         self._paths: dict[int, str] = {}  # and back
+        self._told: dict[str, set[str]] = {}  # changes told by other threads (see tell), until a wait takes them
+        self._told_lock = threading.Lock()
 
     @property
     def watching(self) -> bool:
@@ -70,6 +75,17 @@ class ChangeWaiter:
                 self._paths[descriptor] = path
         return set(self._watches)
 
+    def tell(self, directory: str, name: str) -> None:
+        """A change seen elsewhere (a remote log's stream brought bytes): the wait under way, or the
+        next, ends and returns it with the watched ones. Safe from any thread; told again before a
+        wait took it, it costs nothing more."""
+        with self._told_lock:
+            names = self._told.setdefault(directory, set())
+            if name in names:
+                return
+            names.add(name)
+        self.wake()
+
     def wake(self) -> None:
         """End the wait under way (or the next one) at once; safe from any thread."""
         with contextlib.suppress(BlockingIOError, OSError):  # a byte already waiting wakes it as well
@@ -87,7 +103,12 @@ class ChangeWaiter:
         if self._wake_read in readable:
             with contextlib.suppress(BlockingIOError):
                 os.read(self._wake_read, 4096)
-        return self._changes() if self._inotify in readable else {}
+        changed = self._changes() if self._inotify in readable else {}
+        with self._told_lock:
+            told, self._told = self._told, {}
+        for directory, names in told.items():
+            changed.setdefault(directory, set()).update(names)
+        return changed
 
     def _changes(self) -> dict[str, set[str]]:
         changed: dict[str, set[str]] = {}

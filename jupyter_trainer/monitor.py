@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from . import metrics_cache
+from ._changes import LOG_NEWS
 from .job import Job
 from .jobs import Status, describe_outcome
 from .logs import LogCursor, MetricParser, last_lines, tail_screen
@@ -115,6 +116,7 @@ class JobMonitor:
         self._usage_looked = float("-inf")
         self._usage_pending: Future | None = None
         self.log_file: Path | None = None  # the log's file, when it is one on this machine (see read_log)
+        self.log_stream = None  # else the stream that brings it, when it tells of its news (a remote container's)
         self._said: RecordWords | None = None
         self._clock_file: Path | None = None  # the supervisor's samples of the log's size (see LogClock)
 
@@ -142,7 +144,7 @@ class JobMonitor:
         any but its log (which every read looks at), the metrics cache (which this writes), the
         supervisor's clock (a sample of the log's size every 15 s, which says nothing of the
         status) and files still being written (a "." name, renamed once whole)."""
-        mine = {self.log_file.name if self.log_file else None, metrics_cache.CACHE_FILE, CLOCK_FILE}
+        mine = {self.log_file.name if self.log_file else None, metrics_cache.CACHE_FILE, CLOCK_FILE, LOG_NEWS}
         return any(name not in mine and not name.startswith(".") for name in names)
 
     def start(self) -> None:
@@ -166,6 +168,7 @@ class JobMonitor:
         source = self.job.log_source()
         local_file = getattr(source, "local_file", None)  # else the log is read through a runtime
         self.log_file = local_file() if local_file else None
+        self.log_stream = source if self.log_file is None and hasattr(source, "listen") else None
         if self.log_file is not None:  # a log at a path: after a removal it may be another job's
             self.job.confirm_run()
         offset_before = self.cursor.offset

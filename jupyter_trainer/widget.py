@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 from typing import Callable
 
-from ._changes import ChangeWaiter
+from ._changes import LOG_NEWS, LOST, ChangeWaiter
 from .errors import JobReplaced, Unreachable
 from .job import Job
 from .jobs import Status
@@ -49,6 +49,8 @@ QUIET_INTERVAL = 1.0
 # A watched view's log is read when the watch reports a change of it (and at each status check),
 # and this often besides: a log grown with no change reported shows the watch does not work there.
 WATCH_CHECK_SECONDS = 5.0
+# what a view told of by its log's stream is keyed by: no directory's path starts so
+STREAM_KEY = "stream:"
 ERROR_CHARS = 300  # an error line is cut to this many characters
 
 
@@ -503,9 +505,12 @@ class JobWidget:
 
     @property
     def watched_directory(self) -> str | None:
-        """The directory on this machine where the job's log and run files change (None when its
-        log is read through a runtime: then only polling sees news)."""
+        """The directory on this machine where the job's log and run files change; for a log that
+        a stream brings (a remote container's), the key its news are told under; None when only
+        polling sees news (a log read through a runtime at each poll)."""
         log_file = self.monitor.log_file
+        if log_file is None and self.monitor.log_stream is not None:  # told of by its stream (see Poller._listen)
+            return f"{STREAM_KEY}{self.view_id}"
         if log_file is not self._watched_for:  # asked several times a tick, for every view: kept
             self._watched_for, self._watched_directory = log_file, str(log_file.parent) if log_file is not None else None
         return self._watched_directory
@@ -544,7 +549,7 @@ class JobWidget:
         if self.monitor.status_news(names):
             self.last_status_check = float("-inf")
         log_file = self.monitor.log_file
-        self._log_reported |= log_file is not None and log_file.name in names
+        self._log_reported |= (log_file is not None and log_file.name in names) or LOG_NEWS in names
 
     def push(self) -> None:
         """Project the monitor's state onto the widgets' traits. A part that cannot be drawn keeps
@@ -745,6 +750,7 @@ class Poller:
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
         self._waiter: ChangeWaiter | None = None  # while its thread runs
+        self._listening: dict[JobWidget, tuple] = {}  # views told of by their log's stream: (stream, callback, waiter)
 
     @property
     def running(self) -> bool:
@@ -808,6 +814,7 @@ class Poller:
                     changed = {}
                     time.sleep(self.interval)
         finally:
+            self._stop_listening(waiter)
             waiter.close()
 
     def _wait(self, waiter: ChangeWaiter, polled_at: float, beat: float) -> dict[str, set[str]]:
@@ -819,8 +826,12 @@ class Poller:
             widgets = list(self.widgets)
         logs = {widget: str(widget.monitor.log_file) for widget in widgets if widget.monitor.log_file is not None}
         watched = waiter.watch({widget.watched_directory for widget in logs} | set(logs.values()))
+        streams = self._listen(waiter, widgets)
         for widget in widgets:  # its log and the directory where its status files change, both
-            widget.in_watch = logs.get(widget) in watched and widget.watched_directory in watched
+            if widget in streams:  # told while its stream is up; read through the engine, polled
+                widget.in_watch = streams[widget].telling
+            else:
+                widget.in_watch = logs.get(widget) in watched and widget.watched_directory in watched
         quiet = all(widget.quiet and widget.watched for widget in widgets)
         changed = waiter.wait(beat - self.clock() if quiet else self.interval)
         rest = self.interval - (self.clock() - polled_at)
@@ -829,6 +840,32 @@ class Poller:
             for directory, names in waiter.wait(0).items():  # what changed meanwhile, without waiting
                 changed.setdefault(directory, set()).update(names)
         return changed
+
+
+    def _listen(self, waiter: ChangeWaiter, widgets: list[JobWidget]) -> dict:
+        """Be told by each view's log stream (a remote container's) of its news, under the view's
+        key, from now on; no longer by those of views gone. {view: its stream}."""
+        streams = {widget: widget.monitor.log_stream for widget in widgets if widget.monitor.log_stream is not None}
+        with self._lock:  # a thread that ends (see _stop_listening) may still be letting go of its own
+            for widget, (stream, callback, told) in list(self._listening.items()):
+                if streams.get(widget) is not stream or told is not waiter:
+                    stream.unlisten(callback)
+                    del self._listening[widget]
+            for widget, stream in streams.items():
+                if widget not in self._listening:
+                    key = widget.watched_directory
+                    callback = lambda ended, key=key: waiter.tell(key, LOST if ended else LOG_NEWS)  # noqa: E731
+                    stream.listen(callback)
+                    self._listening[widget] = (stream, callback, waiter)
+        return streams
+
+    def _stop_listening(self, waiter: ChangeWaiter) -> None:
+        """The streams no longer tell `waiter` (its thread ends) of their news."""
+        with self._lock:
+            for widget, (stream, callback, told) in list(self._listening.items()):
+                if told is waiter:
+                    stream.unlisten(callback)
+                    del self._listening[widget]
 
 
 def _render(render: Callable[[], str], what: str, errors: list[str]) -> str | None:

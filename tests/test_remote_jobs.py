@@ -554,3 +554,36 @@ def test_restarts_on_the_remote_host_with_the_laptop_offline(laptop):
     left = remote.exec("docker ps -aq --filter label=jupyter_trainer.keeper=1 | "
                        "xargs -r -I{} docker exec {} sh -c 'cat /tmp/jupyter_trainer/jobs/*/remote-restarts/1/restart'", check=True)
     assert "hunter2" not in left.output and "arg " not in left.output, left.output
+
+
+def test_a_quiet_remote_view_sleeps_until_its_stream_brings_a_line(laptop, tmp_path, quiet_comm):
+    """A remote log comes to this machine through one stream (a `tail -f` in the container): the view
+    is told by it of each line, so a quiet view is polled with the others once a second, not four
+    times, and a line wakes it at once. The job's end is still seen by its status checks."""
+    from jupyter_trainer.job import get_job
+    from jupyter_trainer.widget import JobWidget, Poller
+
+    script = _script(tmp_path, "import time\nfor i in range(600):\n    print('tick', i, flush=True)\n    time.sleep(2)\n")
+    assert cli("submit", str(script), "--name", "told", "--docker-host", laptop.alias_url, "--image", TEST_IMAGE).returncode == 0
+    wait_for(lambda: "tick 0" in cli("logs", "told", "-n", "3").stdout, timeout=60, what="the job to print")
+    view = JobWidget(get_job("told"))
+    polls = []
+    poll = view.poll
+    view.poll = lambda now: polls.append(now) or poll(now)
+    poller = Poller()
+    poller.watch(view)
+    try:
+        wait_for(lambda: view.watched and view.quiet, timeout=30, what="the view to be told by its stream")
+        shown = int(view.log.value.rsplit("tick ", 1)[1].split()[0].split("<")[0])
+        polls.clear()
+        time.sleep(8)
+        assert len(polls) < 16, f"{len(polls)} polls in 8 s"  # 32 if it were polled four times a second
+        assert f"tick {shown + 3}" in view.log.value  # the lines printed meanwhile, every one
+        assert view.watched
+        assert cli("stop", "told").returncode == 0
+        wait_for(lambda: not poller.running, timeout=20, what="the view to see the stop")
+        assert "stopped" in view.header.value
+    finally:
+        with poller._lock:
+            poller.widgets = []
+        cli("stop", "told")

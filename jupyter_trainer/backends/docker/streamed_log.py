@@ -67,6 +67,7 @@ class StreamedLog:
         self._stream = None
         self._failures = 0
         self._used_at = self._verified_at = time.monotonic()
+        self._listeners: list = []  # called at each gain of the stream, and at its end (see listen)
 
     # -- what readers call ---------------------------------------------------
 
@@ -105,6 +106,35 @@ class StreamedLog:
     @property
     def idle(self) -> bool:
         return time.monotonic() - self._used_at > IDLE_SECONDS
+
+    # -- who hears of the log's news ------------------------------------------
+
+    def listen(self, callback) -> None:
+        """Call `callback(ended)` (on the stream's thread, quickly) whenever the stream brings bytes
+        (ended False), and when it ends (True): a view need not poll while it is told. Bytes are
+        readable before they are told, and told before a reader can find them unannounced."""
+        with self._lock:
+            if callback not in self._listeners:
+                self._listeners.append(callback)
+
+    def unlisten(self, callback) -> None:
+        with self._lock:
+            if callback in self._listeners:
+                self._listeners.remove(callback)
+
+    @property
+    def telling(self) -> bool:
+        """Whether listeners hear of what the log gains now: while a stream is up (else the log is
+        read through the engine, and only a poll sees news)."""
+        with self._lock:
+            return self._stream is not None
+
+    def _tell(self, ended: bool) -> None:  # under the lock
+        for callback in self._listeners:
+            try:
+                callback(ended)
+            except Exception:  # a listener's trouble must not end the stream
+                pass
 
     # -- the stream ----------------------------------------------------------
 
@@ -199,6 +229,7 @@ class StreamedLog:
                     self._resume_at = None if cut else self._base + len(self._kept)
                     if cut:
                         self._base, self._kept, self._size_at_start = 0, bytearray(), 0
+                    self._tell(ended=True)
                 self._failures = self._failures + 1 if time.monotonic() - started_at < SHORT_LIVED_SECONDS else 0
             _close(stream)
 
@@ -209,6 +240,7 @@ class StreamedLog:
                 drop = len(self._kept) - STREAM_KEEP // 2
                 del self._kept[:drop]
                 self._base += drop
+            self._tell(ended=False)  # under the lock: no reader finds these bytes before they are told
 
 
 def _close(stream) -> None:
