@@ -20,7 +20,7 @@ from . import compare as rules
 from .compare_runs import Comparison, ComparedRun, compare
 from .jobs import Status
 from .plot import RUN_PALETTE, chart_svg
-from .widget import STATUS_COLOURS, STYLE, describe, error_html
+from .widget import STATUS_COLOURS, STYLE, PolledView, describe, error_html
 
 PUSH_INTERVAL = 0.5  # seconds between two updates of the view
 CHART_WIDTH, CHART_HEIGHT = 640, 260
@@ -83,8 +83,9 @@ def table_html(comparison: Comparison, statuses: list[Status], colours: list[str
     return f'<table class="jt-compare-table"><thead><tr>{head}</tr></thead><tbody>{"".join(body)}</tbody></table>'
 
 
-class CompareWidget:
-    """The live comparison; the poller calls `poll` as it does a job view's."""
+class CompareWidget(PolledView):
+    """The live comparison; the poller calls `poll` as it does a job view's (its jobs' files are
+    not watched for it: it is polled at the poller's interval until every job has ended)."""
 
     def __init__(self, runs: list[ComparedRun], metric: str | None = None, by_time: bool = False, clock: Callable[[], float] = time.time):
         import ipywidgets as widgets

@@ -23,7 +23,7 @@ from .jobs import JobRecord, Status
 from .metrics import main_metric
 from .store import JobStore
 from .summary import format_duration, run_label, status_text, where
-from .widget import STATUS_COLOURS, STYLE, describe, error_html, stop_in_background
+from .widget import STATUS_COLOURS, STYLE, PolledView, describe, error_html, stop_in_background
 
 SCAN_INTERVAL = 2.0  # seconds between two looks at the store (new jobs, records changed elsewhere)
 MAX_ROWS = 100  # the newest shown; the table says how many more there are
@@ -82,7 +82,7 @@ class Row:
         return self.job.record
 
 
-class JobsTable:
+class JobsTable(PolledView):
     """The live table; the poller calls `poll` as it does a job view's."""
 
     def __init__(self, store: JobStore | None = None, all_runs: bool = False, log_lines: int = 200,

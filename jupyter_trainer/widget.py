@@ -341,7 +341,23 @@ def error_html(text: str) -> str:
     return f'<div class="jt-error">{html.escape(line)}</div>'
 
 
-class JobWidget:
+class PolledView:
+    """What the Poller asks of each view it serves, besides `poll(now)` and `show_failure(exc)`. A
+    view that no change of a file can wake (a comparison of several jobs) keeps these defaults:
+    it is polled at the poller's interval, and keeps the poller from sleeping while it is live."""
+
+    in_watch = False  # set by the poller: whether its log's changes wake the poller
+    watched_directory: str | None = None  # the key its files' changes are told under
+    log_path: str | None = None  # a log file on this machine to watch
+    log_stream = None  # else a stream that tells of its log's news (see StreamedLog.listen)
+    quiet = False  # whether it may be left until a change is told, or the next beat
+    watched = False
+
+    def files_changed(self, names: set[str]) -> None:
+        """Files of its directory changed (told by the poller)."""
+
+
+class JobWidget(PolledView):
     def __init__(self, job: Job, log_lines: int = 200, clock: Callable[[], float] = time.time):
         import ipywidgets as widgets
 
@@ -514,6 +530,15 @@ class JobWidget:
         if log_file is not self._watched_for:  # asked several times a tick, for every view: kept
             self._watched_for, self._watched_directory = log_file, str(log_file.parent) if log_file is not None else None
         return self._watched_directory
+
+    @property
+    def log_path(self) -> str | None:
+        log_file = self.monitor.log_file
+        return str(log_file) if log_file is not None else None
+
+    @property
+    def log_stream(self):
+        return self.monitor.log_stream
 
     @property
     def watched(self) -> bool:
@@ -746,11 +771,11 @@ class Poller:
         self.interval = interval
         self.quiet_interval = max(interval, quiet_interval)
         self.clock = clock
-        self.widgets: list[JobWidget] = []
+        self.widgets: list[PolledView] = []
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
         self._waiter: ChangeWaiter | None = None  # while its thread runs
-        self._listening: dict[JobWidget, tuple] = {}  # views told of by their log's stream: (stream, callback, waiter)
+        self._listening: dict[PolledView, tuple] = {}  # views told of by their log's stream: (stream, callback, waiter)
 
     @property
     def running(self) -> bool:
@@ -758,7 +783,7 @@ class Poller:
         thread = self._thread
         return thread is not None and thread.is_alive()
 
-    def watch(self, *widgets: JobWidget) -> None:
+    def watch(self, *widgets: PolledView) -> None:
         with self._lock:
             self.widgets.extend(widget for widget in widgets if widget not in self.widgets)
             # a thread that died somehow would leave every widget frozen: start another
@@ -824,7 +849,7 @@ class Poller:
         time is polled at that rate), nor later than the next `beat`. What changed meanwhile."""
         with self._lock:
             widgets = list(self.widgets)
-        logs = {widget: str(widget.monitor.log_file) for widget in widgets if widget.monitor.log_file is not None}
+        logs = {widget: widget.log_path for widget in widgets if widget.log_path is not None}
         watched = waiter.watch({widget.watched_directory for widget in logs} | set(logs.values()))
         streams = self._listen(waiter, widgets)
         for widget in widgets:  # its log and the directory where its status files change, both
@@ -842,10 +867,10 @@ class Poller:
         return changed
 
 
-    def _listen(self, waiter: ChangeWaiter, widgets: list[JobWidget]) -> dict:
+    def _listen(self, waiter: ChangeWaiter, widgets: list[PolledView]) -> dict:
         """Be told by each view's log stream (a remote container's) of its news, under the view's
         key, from now on; no longer by those of views gone. {view: its stream}."""
-        streams = {widget: widget.monitor.log_stream for widget in widgets if widget.monitor.log_stream is not None}
+        streams = {widget: widget.log_stream for widget in widgets if widget.log_stream is not None}
         with self._lock:  # a thread that ends (see _stop_listening) may still be letting go of its own
             for widget, (stream, callback, told) in list(self._listening.items()):
                 if streams.get(widget) is not stream or told is not waiter:

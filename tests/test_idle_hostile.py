@@ -463,3 +463,49 @@ def test_the_supervisors_clock_samples_are_no_status_news(store, fake_backend, b
     assert view.last_status_check == 1.0
     view.files_changed({"clock", "exit_code"})
     assert view.last_status_check == float("-inf")
+
+
+# -- every kind of view on one poller --------------------------------------------------------------
+
+TWO_STEPS = """
+import time
+from pathlib import Path
+for step in range(2):
+    print(f"step {step} loss: {1 / (step + 1)}", flush=True)
+while not Path("end").exists():
+    time.sleep(0.05)
+"""
+
+
+def test_a_comparison_and_the_jobs_table_beside_a_job_view_on_one_poller(home, workdir):
+    """The poller serves job views, comparisons and the live jobs table alike: none of them may
+    break its wait (then no view sleeps, and each comparison says "cannot refresh"), and the job
+    view is still watched beside them."""
+    from jupyter_trainer.compare_runs import load_runs
+    from jupyter_trainer.compare_view import CompareWidget
+    from jupyter_trainer.jobs_view import JobsTable
+    from jupyter_trainer.widget import Poller
+
+    jobs = [host_job(name, TWO_STEPS, workdir) for name in ("cmp-a", "cmp-b")]
+    poller = Poller()
+    try:
+        wait_for(lambda: all("step 1" in job.logs() for job in jobs), timeout=30, what="the jobs' lines")
+        view, comparison, table = JobWidget(jobs[0]), CompareWidget(load_runs(["cmp-a", "cmp-b"])), JobsTable()
+        failures = []
+        for served in (view, comparison, table):
+            show = served.show_failure
+            served.show_failure = lambda exc, show=show: failures.append(exc) or show(exc)
+        poller.watch(view, comparison, table)
+        wait_for(lambda: view.watched and view.quiet, timeout=10, what="the job view to be watched")
+        time.sleep(2.5)  # beats and ticks between them
+        assert failures == [] and "cannot refresh" not in comparison.body.value
+        assert "cmp-a" in comparison.body.value and "cmp-b" in comparison.body.value
+        (workdir / "end").write_text("")
+        wait_for(lambda: comparison not in poller.widgets and view not in poller.widgets, timeout=20, what="both views to see the ends")
+        assert failures == [] and "completed" in comparison.body.value
+    finally:
+        with poller._lock:
+            poller.widgets = []
+        (workdir / "end").write_text("")
+        for job in jobs:
+            job.stop()
