@@ -693,6 +693,7 @@ def test_compare_two_jobs_live_in_both_themes_and_from_the_jobs_table(lab, brows
         cells = [rows.nth(index).locator("td").all_inner_texts() for index in range(2)]
         assert [cell[0] for cell in cells] == ["cmp-lr-0.1", "cmp-lr-0.01"] and all(cell[2] == "loss" for cell in cells)
         assert "best (lowest)" in view.locator(".jt-compare-table th").all_inner_texts()
+        assert view.locator(".jt-error").count() == 0, view.inner_text()  # nothing went wrong on the way
         for theme, name in (("JupyterLab Light", "light"), ("JupyterLab Dark", "dark")):
             _set_theme(page, theme)
             view.scroll_into_view_if_needed()
