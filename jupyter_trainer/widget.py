@@ -49,6 +49,11 @@ QUIET_INTERVAL = 1.0
 # A watched view's log is read when the watch reports a change of it (and at each status check),
 # and this often besides: a log grown with no change reported shows the watch does not work there.
 WATCH_CHECK_SECONDS = 5.0
+# a bell drawn in the text's colour: an emoji's glyph is missing where no emoji font is installed
+BELL = (
+    '<svg width="10" height="10" viewBox="0 0 16 16" fill="currentColor" aria-hidden="true" style="vertical-align: -1px">'
+    '<path d="M8 16a2 2 0 0 0 2-2H6a2 2 0 0 0 2 2zm5-5V7a5 5 0 0 0-4-4.9V1a1 1 0 0 0-2 0v1.1A5 5 0 0 0 3 7v4l-1.5 1.5V13h13v-.5z"/></svg>'
+)
 # what a view told of by its log's stream is keyed by: no directory's path starts so
 STREAM_KEY = "stream:"
 ERROR_CHARS = 300  # an error line is cut to this many characters
@@ -144,7 +149,7 @@ def header_html(snapshot: Snapshot) -> str:
         kind = "jt-exit" if snapshot.exit_code is not None else "jt-reason"
         parts.append(f'<span class="{kind}">{html.escape(snapshot.outcome)}</span>')
     if not snapshot.status.is_final:  # the browser can say when it ends (see notification_script)
-        parts.append('<button class="jt-bell" title="a browser notification when the job ends (while this page is open)">🔔 notify me</button>')
+        parts.append(f'<button class="jt-bell" title="a browser notification when the job ends (while this page is open)">{BELL} notify me</button>')
     facts = "".join(f"<span>{html.escape(fact)}</span>" for fact in snapshot.facts)
     return (
         '<div class="jt-header">' + "".join(parts) + "</div>"

@@ -1,6 +1,7 @@
 """The widget in a real JupyterLab, driven through headless Chromium by Playwright."""
 
 import contextlib
+import json
 import os
 import secrets
 import shutil
@@ -67,6 +68,12 @@ def _jupyter_server(module, *options, root, home, env=None):
     in a file beside it, stdin from /dev/null; stopped on leaving. `env`: more of its environment."""
     port, token = _free_port(), secrets.token_hex(16)
     log_path = root / f"{module}.log"
+    # the lab's own settings: no offer of news (a toast over the outputs the screenshots show)
+    settings = root / f"{module}-settings"
+    (settings / "@jupyterlab" / "apputils-extension").mkdir(parents=True, exist_ok=True)
+    (settings / "@jupyterlab" / "apputils-extension" / "notification.jupyterlab-settings").write_text(
+        json.dumps({"fetchNews": "false", "checkForUpdates": False})
+    )
     log = open(log_path, "wb")
     server = subprocess.Popen(
         [
@@ -77,7 +84,7 @@ def _jupyter_server(module, *options, root, home, env=None):
         stdin=subprocess.DEVNULL,
         stdout=log,
         stderr=subprocess.STDOUT,
-        env={**os.environ, "JUPYTER_TRAINER_HOME": str(home), **(env or {})},
+        env={**os.environ, "JUPYTER_TRAINER_HOME": str(home), "JUPYTERLAB_SETTINGS_DIR": str(settings), **(env or {})},
     )
     base = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 60
