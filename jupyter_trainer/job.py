@@ -113,8 +113,13 @@ class Job:
                 settled = SettledLines(screen)  # the tail's bars go on drawing where they are
             cursor = LogCursor(offset=size)
 
+        local_file = getattr(source, "local_file", None)
+        at_a_path = local_file is not None and local_file() is not None
+
         def read() -> tuple[bool, list[str]]:
             nonlocal settled
+            if at_a_path:  # a log at a path: after a removal it may be a new job's (see confirm_run)
+                self.confirm_run()
             data = cursor.read_bytes(source)
             truncation = cursor.take_truncation()  # said once, before what follows it
             lines = []

@@ -526,3 +526,28 @@ def _waits_for_a_lock(path) -> bool:
     inode = f":{os.stat(path).st_ino}"
     with open("/proc/locks") as locks:
         return any("->" in line and line.split()[-3].endswith(inode) for line in locks)
+
+
+def test_following_a_log_whose_run_is_removed_and_replaced_never_yields_the_new_jobs_lines(home, workdir):
+    """`logs -f` reads the log at its path while it grows, and asks the status only once it stops
+    growing: a run removed and replaced between two reads has a new log at the same path, which
+    grows all the time. What follows the old run must stop there, not follow the new job."""
+    from jupyter_trainer.errors import JobReplaced
+    from jupyter_trainer.housekeeping import remove_runs
+
+    old = host_job("same", REMOVED_THEN_REPLACED, workdir)
+    lines = old.follow(tail=0, interval=0.05)
+    assert next(lines) == "step 1 loss: 0.5"
+    (workdir / "end").write_text("")
+    wait_for(lambda: get_job("same").status.is_final, timeout=30, what="the first job's end")
+    remove_runs("same")
+    new = host_job("same", REPLACEMENT, workdir)
+    try:
+        wait_for(lambda: "loss: 9." in new.logs(), timeout=30, what="the new job's lines")
+        followed = []
+        with pytest.raises(JobReplaced):
+            for line in lines:
+                followed.append(line)
+        assert not [line for line in followed if "9." in line], followed
+    finally:
+        new.stop()
