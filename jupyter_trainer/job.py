@@ -113,8 +113,13 @@ class Job:
                 settled = SettledLines(screen)  # the tail's bars go on drawing where they are
             cursor = LogCursor(offset=size)
 
+        local_file = getattr(source, "local_file", None)
+        at_a_path = local_file is not None and local_file() is not None
+
         def read() -> tuple[bool, list[str]]:
             nonlocal settled
+            if at_a_path:  # a log at a path: after a removal it may be a new job's (see confirm_run)
+                self.confirm_run()
             data = cursor.read_bytes(source)
             truncation = cursor.take_truncation()  # said once, before what follows it
             lines = []
@@ -257,15 +262,15 @@ class Job:
                 record.stop_requested = True
                 record.stop_sent = record.stop_sent is True  # until the backend has it (below)
 
-            self.record = self.store.update(self.name, self.run, mark)
+            self.record = self._update(mark)
         if self.record.runtime:
             try:
                 backend.stop(self.record, self.run_dir, container=container)
             except TrainerError:
                 # not stopped: a later end by someone else must not read as this user's stop
-                self.record = self.store.update(self.name, self.run, _unmark_stop(was_requested))
+                self.record = self._update(_unmark_stop(was_requested))
                 raise
-            self.record = self.store.update(self.name, self.run, mark_stop_sent)
+            self.record = self._update(mark_stop_sent)
         self.wait(STOP_WAIT_SECONDS if wait is None else wait, interval=1.0)
         return self
 
@@ -316,7 +321,7 @@ class Job:
                 record.ended_at = _end_time(record, seen.ended_at)
 
         try:
-            self.record = self.store.update(self.name, self.run, apply)
+            self.record = self._update(apply)
         except StoreError:
             # the store is full or read-only: report the truth (in a record of its own: what was
             # drawn from the one before is drawn again), and record it later
@@ -350,7 +355,7 @@ class Job:
             record.notification = record.notification or result
 
         try:
-            self.record = self.store.update(self.name, self.run, note)
+            self.record = self._update(note)
         except StoreError:
             note(self.record)
             self._record_version = None
@@ -373,6 +378,17 @@ class Job:
                 f"job {self.name!r} (run {self.run}) was removed and a new job of that name took its place",
                 f"%train_attach {self.name} follows the new one",
             )
+
+    def _update(self, change) -> JobRecord:
+        """`store.update` of this handle's run, refused (JobReplaced, nothing written) if the record
+        found under the lock is a new job's: a removal and a new submission may have come between
+        this handle's last look and its write (while it asked the runtime, or waited for the lock)."""
+
+        def change_ours(record: JobRecord) -> None:
+            self._same_run(record)
+            change(record)
+
+        return self.store.update(self.name, self.run, change_ours)
 
     def _reload_record(self) -> None:
         """The record as stored, read again only once its file has changed: a status check of a

@@ -509,3 +509,91 @@ def test_a_comparison_and_the_jobs_table_beside_a_job_view_on_one_poller(home, w
         (workdir / "end").write_text("")
         for job in jobs:
             job.stop()
+
+
+ENDS_AT_ONCE = """
+print("step 1 loss: 0.5", flush=True)
+"""
+
+
+def test_a_status_check_that_waited_for_the_record_while_its_run_was_replaced_writes_nothing_of_it(home, workdir):
+    """A handle's status check asks the runtime first, then takes the record's lock to write what it
+    saw. Meanwhile another kernel removes the run (under that lock) and submits a new job of the same
+    name: once the lock is free, the check must not write the old job's end into the new job's
+    record, nor take that record for its own; a stop from the old handle must not touch the new job."""
+    import os
+    import threading
+
+    from jupyter_trainer.errors import JobReplaced
+    from jupyter_trainer.store import JobStore
+
+    store = JobStore()
+    old = host_job("same", ENDS_AT_ONCE, workdir)
+    seen = lambda: old.backend_impl().observe(old.record, old.run_dir)  # noqa: E731  (writes nothing)
+    wait_for(lambda: seen().exit_code is not None, timeout=30, what="the first job's end")
+    assert not old.record.status.is_final  # this handle has not seen the end yet
+    run_dir = old.run_dir
+    outcome = {}
+
+    def check():
+        try:
+            old.refresh()
+            outcome["record"] = old.record
+        except Exception as exc:  # noqa: BLE001  what the check raised, asserted below
+            outcome["error"] = exc
+
+    new = None
+    with store.locked("same", 1):  # another process's removal holds the record's lock
+        checker = threading.Thread(target=check)
+        checker.start()
+        wait_for(lambda: outcome or _waits_for_a_lock(run_dir / "record.lock"), timeout=10, what="the check to wait for the lock")
+        hidden = run_dir.parent / ".removing-1-test"
+        os.rename(run_dir, hidden)  # what JobStore.retire does under the lock
+        new = host_job("same", REMOVED_THEN_REPLACED, workdir)
+    try:
+        checker.join(timeout=30)
+        assert isinstance(outcome.get("error"), JobReplaced), outcome
+        stored = store.load("same", 1)
+        assert stored.created_at == new.record.created_at
+        assert not stored.status.is_final and (stored.exit_code, stored.ended_at) == (None, None), stored
+        assert old.record.created_at != new.record.created_at  # the handle still holds its own run
+        with pytest.raises(JobReplaced):
+            old.stop(wait=0)
+        wait_for(lambda: get_job("same").status.value == "running", timeout=30, what="the new job to run, unstopped")
+        assert not store.load("same", 1).stop_requested
+    finally:
+        (workdir / "end").write_text("")
+        if new is not None:
+            new.stop()
+
+
+def _waits_for_a_lock(path) -> bool:
+    """Whether a process waits to lock `path` with flock: /proc/locks lists it after a "->"."""
+    inode = f":{os.stat(path).st_ino}"
+    with open("/proc/locks") as locks:
+        return any("->" in line and line.split()[-3].endswith(inode) for line in locks)
+
+
+def test_following_a_log_whose_run_is_removed_and_replaced_never_yields_the_new_jobs_lines(home, workdir):
+    """`logs -f` reads the log at its path while it grows, and asks the status only once it stops
+    growing: a run removed and replaced between two reads has a new log at the same path, which
+    grows all the time. What follows the old run must stop there, not follow the new job."""
+    from jupyter_trainer.errors import JobReplaced
+    from jupyter_trainer.housekeeping import remove_runs
+
+    old = host_job("same", REMOVED_THEN_REPLACED, workdir)
+    lines = old.follow(tail=0, interval=0.05)
+    assert next(lines) == "step 1 loss: 0.5"
+    (workdir / "end").write_text("")
+    wait_for(lambda: get_job("same").status.is_final, timeout=30, what="the first job's end")
+    remove_runs("same")
+    new = host_job("same", REPLACEMENT, workdir)
+    try:
+        wait_for(lambda: "loss: 9." in new.logs(), timeout=30, what="the new job's lines")
+        followed = []
+        with pytest.raises(JobReplaced):
+            for line in lines:
+                followed.append(line)
+        assert not [line for line in followed if "9." in line], followed
+    finally:
+        new.stop()

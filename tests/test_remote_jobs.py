@@ -587,3 +587,36 @@ def test_a_quiet_remote_view_sleeps_until_its_stream_brings_a_line(laptop, tmp_p
         with poller._lock:
             poller.widgets = []
         cli("stop", "told")
+
+
+def test_a_new_job_in_a_removed_runs_place_on_the_host_is_not_shown_the_old_runs_stream(laptop, tmp_path, quiet_comm):
+    """A remote job ends, its container stays up, and the run is removed and its name taken again at
+    once: the new job runs in the same container, in the same directory, its log a new file where the
+    old one was. This kernel still streams the old log (a view of it read it a moment ago), its tail
+    following the old file: a view of the new job must show the new job's lines, at once, and none
+    of the old one's."""
+    from jupyter_trainer.job import get_job
+    from jupyter_trainer.widget import JobWidget
+
+    host = ["--docker-host", laptop.alias_url, "--image", TEST_IMAGE]
+    first = _script(tmp_path, "print('the removed job speaks', flush=True)\n")
+    assert cli("submit", str(first), "--name", "same", *host).returncode == 0
+    wait_for(lambda: status("same")["status"] == "completed", timeout=90, what="the first job's end")
+    old = get_job("same")
+    old_stream = old.log_source()
+    assert b"the removed job speaks" in old_stream.read(0, 4096)
+    wait_for(lambda: old_stream.telling, timeout=10, what="the old log's stream")
+    assert cli("rm", "same").returncode == 0, "rm"
+    second = _script(tmp_path, "import time\nfor i in range(600):\n    print('the new job at', i, flush=True)\n    time.sleep(0.5)\n")
+    assert cli("submit", str(second), "--name", "same", *host).returncode == 0
+    try:
+        new = get_job("same")
+        assert new.record.runtime["container_id"] == old.record.runtime["container_id"]  # the same container
+        wait_for(lambda: "the new job at 2" in cli("logs", "same").stdout, timeout=60, what="the new job to print")
+        assert old_stream.telling  # read a moment ago, and still up
+        view = JobWidget(new)
+        shown = lambda: view.poll(time.monotonic()) and "the new job at" in view.log.value  # noqa: E731
+        wait_for(shown, timeout=5, what=f"the new job's lines in its view: {view.log.value[-300:]}")
+        assert "the removed job speaks" not in view.log.value
+    finally:
+        cli("stop", "same")

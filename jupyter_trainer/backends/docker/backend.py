@@ -402,7 +402,7 @@ class DockerBackend:
             return FileLogSource(run_dir / LOG_FILE)
         engine = self.engine_of(record)
         source = ContainerLogSource(self.clients, engine, runtime.container_id, runtime.run_dir, self.exec_seconds)
-        return self._streams.of(source) if engine.remote else source
+        return self._streams.of(source, record.created_at) if engine.remote else source
 
     def describe_where(self, record: JobRecord) -> str:
         name = record.runtime.get("container_name") if isinstance(record.runtime.get("container_name"), str) else None

@@ -71,11 +71,14 @@ class SharedStreams:
     STREAMS_PER_HOST followed logs on one host, the others are polled through the engine."""
 
     def __init__(self):
-        self._streams: dict[tuple[str, str, str], StreamedLog] = {}
+        self._streams: dict[tuple[str, str, str, float], StreamedLog] = {}
         self._lock = threading.Lock()
 
-    def of(self, source: ContainerLogSource):
-        key = (source.engine.url, source.container_id, source.path)
+    def of(self, source: ContainerLogSource, created_at: float):
+        """The stream of `source`, the log of the run created at `created_at`: a run removed and its
+        name taken again at once may have its successor in the same container, at the same path,
+        while the old file's stream still follows the old file."""
+        key = (source.engine.url, source.container_id, source.path, created_at)
         with self._lock:
             for other, streamed in list(self._streams.items()):
                 if streamed.idle:
