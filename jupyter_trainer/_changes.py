@@ -142,9 +142,8 @@ class ChangeWaiter:
                     changed.setdefault(path, set()).add(LOST)
                 if name:  # a file of a watched directory
                     changed.setdefault(path, set()).add(os.fsdecode(name))
-                else:  # a watched path itself: a file is told by its directory and name
-                    directory, _, base = path.rpartition("/")
-                    changed.setdefault(directory or "/", set()).add(base)
+                else:  # a watched path itself
+                    _told_as_file(changed, path)
 
     def _forget(self, descriptor: int, path: str) -> None:
         if self._watches.get(path) == descriptor:
@@ -155,8 +154,7 @@ class ChangeWaiter:
     def _everything_changed(self, changed: dict[str, set[str]]) -> None:
         """Every watched path told as changed: a file by its directory and name, a directory by LOST."""
         for path in self._watches:
-            directory, _, base = path.rpartition("/")
-            changed.setdefault(directory or "/", set()).add(base)
+            _told_as_file(changed, path)
             changed.setdefault(path, set()).add(LOST)
 
     def close(self) -> None:
@@ -165,3 +163,9 @@ class ChangeWaiter:
                 with contextlib.suppress(OSError):
                     os.close(fd)
         self._inotify = -1
+
+
+def _told_as_file(changed: dict[str, set[str]], path: str) -> None:
+    """A watched path itself changed: told as a file is, by its directory and name."""
+    directory, _, base = path.rpartition("/")
+    changed.setdefault(directory or "/", set()).add(base)

@@ -15,7 +15,7 @@ from .backends.base import Backend, notification_check
 from .errors import BackendUnavailable, InvalidOption, JobReplaced, StoreError, TrainerError, Unreachable
 from . import _fs
 from .jobs import JobRecord, Observation, Status, describe_exit_code, parse_notification, resolve
-from .logs import LogCursor, LogSource, MetricParser, read_all_lines, tail_lines, tail_screen
+from .logs import LogCursor, LogSource, MetricParser, local_file_of, read_all_lines, tail_lines, tail_screen
 from .terminal import SettledLines
 from .backends.notify import PYTHON_RAISED, exception_line
 from .metrics import LogClock, MetricReader
@@ -113,8 +113,7 @@ class Job:
                 settled = SettledLines(screen)  # the tail's bars go on drawing where they are
             cursor = LogCursor(offset=size)
 
-        local_file = getattr(source, "local_file", None)
-        at_a_path = local_file is not None and local_file() is not None
+        at_a_path = local_file_of(source) is not None
 
         def read() -> tuple[bool, list[str]]:
             nonlocal settled

@@ -10,6 +10,7 @@ from __future__ import annotations
 import re
 import time
 from functools import partial
+from pathlib import Path
 from typing import Callable, Iterable, Iterator, Protocol
 
 
@@ -49,6 +50,12 @@ class LogSource(Protocol):
     def size(self) -> int: ...
 
     def read(self, offset: int, limit: int) -> bytes: ...
+
+
+def local_file_of(source: LogSource) -> Path | None:
+    """The log's file on this machine, or None when it is read through a runtime."""
+    local_file = getattr(source, "local_file", None)
+    return local_file() if local_file else None
 
 
 def clean_line(line: str, strip_ansi: bool = True) -> str:

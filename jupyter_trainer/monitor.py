@@ -21,7 +21,7 @@ from . import metrics_cache
 from ._changes import LOG_NEWS
 from .job import Job
 from .jobs import Status, describe_outcome
-from .logs import LogCursor, MetricParser, last_lines, tail_screen
+from .logs import LogCursor, MetricParser, last_lines, local_file_of, tail_screen
 from .metrics import LogClock, MetricReader, Progress, progress_of
 from .store import CLOCK_FILE
 from .plot import MetricSeries
@@ -166,8 +166,7 @@ class JobMonitor:
         """Read what the log gained, up to the budget; True if anything shown changed. `now`: the
         wall clock, to tell when the job last printed."""
         source = self.job.log_source()
-        local_file = getattr(source, "local_file", None)  # else the log is read through a runtime
-        self.log_file = local_file() if local_file else None
+        self.log_file = local_file_of(source)
         self.log_stream = source if self.log_file is None and hasattr(source, "listen") else None
         if self.log_file is not None:  # a log at a path: after a removal it may be another job's
             self.job.confirm_run()

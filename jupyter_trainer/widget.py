@@ -871,16 +871,12 @@ class Poller:
                 changed.setdefault(directory, set()).update(names)
         return changed
 
-
     def _listen(self, waiter: ChangeWaiter, widgets: list[PolledView]) -> dict:
         """Be told by each view's log stream (a remote container's) of its news, under the view's
         key, from now on; no longer by those of views gone. {view: its stream}."""
         streams = {widget: widget.log_stream for widget in widgets if widget.log_stream is not None}
         with self._lock:  # a thread that ends (see _stop_listening) may still be letting go of its own
-            for widget, (stream, callback, told) in list(self._listening.items()):
-                if streams.get(widget) is not stream or told is not waiter:
-                    stream.unlisten(callback)
-                    del self._listening[widget]
+            self._let_go(lambda widget, stream, told: streams.get(widget) is not stream or told is not waiter)
             for widget, stream in streams.items():
                 if widget not in self._listening:
                     key = widget.watched_directory
@@ -892,10 +888,14 @@ class Poller:
     def _stop_listening(self, waiter: ChangeWaiter) -> None:
         """The streams no longer tell `waiter` (its thread ends) of their news."""
         with self._lock:
-            for widget, (stream, callback, told) in list(self._listening.items()):
-                if told is waiter:
-                    stream.unlisten(callback)
-                    del self._listening[widget]
+            self._let_go(lambda widget, stream, told: told is waiter)
+
+    def _let_go(self, gone: Callable) -> None:
+        """Unlisten the entries for which gone(view, stream, waiter) is true (under the lock)."""
+        for widget, (stream, callback, told) in list(self._listening.items()):
+            if gone(widget, stream, told):
+                stream.unlisten(callback)
+                del self._listening[widget]
 
 
 def _render(render: Callable[[], str], what: str, errors: list[str]) -> str | None:

@@ -57,7 +57,7 @@ def test_prune_removes_only_finished_runs_older_than_the_age(home, workdir, stor
     for job in (old, recent):
         assert job.wait(timeout=30).value == "completed"
     store.update("old", 1, lambda record: setattr(record, "ended_at", time.time() - 8 * 86400))
-    running = host_job("long", "import time\ntime.sleep(600)\n", workdir)
+    host_job("long", "import time\ntime.sleep(600)\n", workdir)
     store.update("long", 1, lambda record: setattr(record, "created_at", time.time() - 30 * 86400))
     try:
         result = cli("prune", "--older-than", "7d")

@@ -9,11 +9,12 @@ import comm
 import pytest
 from comm.base_comm import BaseComm
 from conftest import wait_for
+from test_widget import Clock, fake_job
 
 from jupyter_trainer._changes import LOST, ChangeWaiter
 from jupyter_trainer.job import get_job
 from jupyter_trainer.proc import SHARED_SCAN_SECONDS
-from jupyter_trainer.spec import DetachedSpec, build_spec
+from jupyter_trainer.spec import build_spec
 from jupyter_trainer.submit import submit_detached
 from jupyter_trainer.widget import WATCH_CHECK_SECONDS, JobWidget
 
@@ -28,19 +29,6 @@ class QuietComm(BaseComm):
 @pytest.fixture(autouse=True)
 def quiet_widgets(monkeypatch):
     monkeypatch.setattr(comm, "create_comm", lambda *a, **k: QuietComm(*a, **k))
-
-
-class Clock:
-    def __init__(self, now=1000.0):
-        self.now = now
-
-    def __call__(self):
-        return self.now
-
-
-def fake_job(store, backends, name="w", metrics=()):
-    spec = DetachedSpec(script="x", backend="fake", workdir=os.getcwd(), metrics=tuple(metrics))
-    return submit_detached(spec, name=name, store=store, backends=backends).job
 
 
 def host_job(name, script, workdir):
@@ -408,13 +396,6 @@ def test_a_renamed_or_deleted_watched_directory_is_told_and_whatever_takes_its_p
         waiter.close()
 
 
-REMOVED_THEN_REPLACED = """
-import time
-from pathlib import Path
-print("step 1 loss: 0.5", flush=True)
-while not Path("end").exists():
-    time.sleep(0.05)
-"""
 REPLACEMENT = """
 import time
 for step in range(2, 200):
@@ -431,7 +412,7 @@ def test_a_view_of_a_removed_run_whose_name_is_taken_again_does_not_follow_the_n
     from jupyter_trainer.errors import UnknownJob
     from jupyter_trainer.housekeeping import remove_runs
 
-    old = host_job("same", REMOVED_THEN_REPLACED, workdir)
+    old = host_job("same", QUIET_THEN_ENDS, workdir)
     view = JobWidget(old)
     wait_for(lambda: view.poll(time.monotonic()) and "loss: 0.5" in view.log.value, timeout=30, what="the first job's line")
     (workdir / "end").write_text("")
@@ -549,7 +530,7 @@ def test_a_status_check_that_waited_for_the_record_while_its_run_was_replaced_wr
         wait_for(lambda: outcome or _waits_for_a_lock(run_dir / "record.lock"), timeout=10, what="the check to wait for the lock")
         hidden = run_dir.parent / ".removing-1-test"
         os.rename(run_dir, hidden)  # what JobStore.retire does under the lock
-        new = host_job("same", REMOVED_THEN_REPLACED, workdir)
+        new = host_job("same", QUIET_THEN_ENDS, workdir)
     try:
         checker.join(timeout=30)
         assert isinstance(outcome.get("error"), JobReplaced), outcome
@@ -581,7 +562,7 @@ def test_following_a_log_whose_run_is_removed_and_replaced_never_yields_the_new_
     from jupyter_trainer.errors import JobReplaced
     from jupyter_trainer.housekeeping import remove_runs
 
-    old = host_job("same", REMOVED_THEN_REPLACED, workdir)
+    old = host_job("same", QUIET_THEN_ENDS, workdir)
     lines = old.follow(tail=0, interval=0.05)
     assert next(lines) == "step 1 loss: 0.5"
     (workdir / "end").write_text("")
