@@ -78,3 +78,34 @@ venv_install() {
     with_progress "pip install $*" "$setup_work/pip.log" "$venv/bin/python" -m pip install --progress-bar off -e "$@" ||
         { tail -30 "$setup_work/pip.log"; return 1; }
 }
+
+# Phases: `phase NAME` ends the phase running (if any) and starts NAME; `phase_report` ends the last
+# one and prints each phase's time and the total, against the budget in .ci/budget when given.
+phase_names=()
+phase_seconds=()
+phase_started=
+phase() {
+    local now=$SECONDS
+    if [ -n "$phase_started" ]; then
+        phase_seconds+=($((now - phase_started)))
+    fi
+    phase_names+=("$1")
+    phase_started=$now
+}
+phase_report() {
+    local budget_file=${1:-} i total=0
+    [ -n "$phase_started" ] || return 0
+    phase_seconds+=($((SECONDS - phase_started)))
+    phase_started=
+    log "time of each phase"
+    for i in "${!phase_names[@]}"; do
+        printf '   %-44s %6d s\n' "${phase_names[$i]}" "${phase_seconds[$i]}"
+        total=$((total + phase_seconds[i]))
+    done
+    printf '   %-44s %6d s\n' "total" "$total"
+    if [ -n "$budget_file" ] && [ -f "$budget_file" ]; then
+        local budget
+        budget=$(grep -v '^#' "$budget_file" | head -1 | tr -dc '0-9')
+        awk -v t="$total" -v b="$budget" 'BEGIN { printf "ci-time: %d s of a %d s budget (%.2fx)%s\n", t, b, t / b, (t > b ? ": OVER BUDGET" : "") }'
+    fi
+}

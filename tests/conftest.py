@@ -11,6 +11,7 @@ import pytest
 from jupyter_trainer.backends import Backends
 from jupyter_trainer.backends.fake import FakeBackend
 from jupyter_trainer.store import JobStore
+from file_times import FileTimes
 from leftovers import Leftovers, labelling_client
 from private_engine import PrivateEngine
 from private_engine import missing as private_engine_missing
@@ -21,6 +22,7 @@ REPO = Path(__file__).resolve().parent.parent
 
 
 def pytest_configure(config):
+    config.pluginmanager.register(FileTimes(), "file_times")
     # CPython 3.11.0 to 3.11.4 (Debian bookworm has 3.11.2) can crash pytest while it formats a
     # failure (gh-106905, "AST constructor recursion depth mismatch"); Python's own tracebacks do not
     if (3, 11) <= sys.version_info[:2] and sys.version_info < (3, 11, 5) and config.option.tbstyle == "auto":
