@@ -3,6 +3,7 @@
     $JUPYTER_TRAINER_HOME/jobs/<name>/<run>/record.json   the JobRecord
                                              script.py     the cell body, or the file as submitted
                                              launch.py     runs it as a file of the working directory
+                                             launch_target which file that is, where the job runs
                                              output.log    stdout + stderr
                                              pid, exit_code  written by the supervisor
 
@@ -43,6 +44,9 @@ RECORD_FILE = "record.json"  # the JobRecord
 LOCK_FILE = "record.lock"  # held while the record is read, changed and saved
 SCRIPT_FILE = "script.py"  # the cell body, or a copy of the script run in place as it was submitted
 LAUNCH_FILE = "launch.py"  # what the interpreter runs: the script, as a file of the job's working directory
+# which file that is, where the job runs (its path, and its real directory when only the submitter can
+# tell), for the launcher: every word the interpreter passes it is the script's
+LAUNCH_TARGET_FILE = "launch_target"
 SUPERVISOR_FILE = "supervise.sh"  # the supervisor, copied into the run
 LOG_FILE = "output.log"  # the job's stdout and stderr
 PID_FILE = "pid"  # "SUPERVISOR_PID JOB_PID", written by the supervisor

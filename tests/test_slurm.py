@@ -103,6 +103,22 @@ def test_a_failure_keeps_its_exit_code_and_exception(slurm, workdir):
     assert three.wait(timeout=60) is Status.FAILED and three.exit_code == 3
 
 
+def test_a_linked_script_through_a_wrapper_runs_as_the_wrapper_runs_it(slurm, workdir):
+    """A script run in place that is a link keeps the link's name and imports beside its target, as
+    `python3 train.py` does; a shell that wraps the interpreter adds words of its own before the
+    line's, and the script gets them all."""
+    (workdir / "real").mkdir()
+    (workdir / "real" / "helper.py").write_text("VALUE = 'beside the target'\n")
+    (workdir / "real" / "impl.py").write_text("import sys, helper\nprint('file', __file__, 'path0', sys.path[0], 'args', sys.argv[1:], helper.VALUE)\n")
+    (workdir / "train.py").symlink_to("real/impl.py")
+    wrapper = "sh -c 'exec python3 \"$0\" --steps 1 \"$@\"'"
+    done = cli("submit", "train.py", "--slurm", "--workdir", str(workdir), "--name", "wrapped", "--interpreter", wrapper, "--", "--lr", "0.1")
+    assert done.returncode == 0, done.stderr
+    job = get_job("wrapped")
+    assert job.wait(timeout=60) is Status.COMPLETED, job.logs()
+    assert job.logs() == f"file {workdir}/train.py path0 {workdir}/real args ['--steps', '1', '--lr', '0.1'] beside the target\n"
+
+
 def test_an_sbatch_arg_missing_its_value_never_takes_the_batch_file(slurm, workdir):
     job = submit("print('ran')\n", workdir, "dangling", sbatch_args=["--comment"])
     assert job.wait(timeout=60) is Status.COMPLETED and job.logs() == "ran\n"

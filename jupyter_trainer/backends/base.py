@@ -29,7 +29,7 @@ from ..jobs import JobRecord, Observation
 from ..logs import LogSource
 from ..resources import Usage
 from ..spec import DetachedSpec, Metric
-from ..store import CLOCK_FILE, EXIT_CODE_FILE, LAUNCH_FILE, LOG_FILE, NOTIFIED_FILE, NOTIFY_FILE, PID_FILE, SCRIPT_FILE, SUPERVISOR_FILE, JobStore
+from ..store import CLOCK_FILE, EXIT_CODE_FILE, LAUNCH_FILE, LAUNCH_TARGET_FILE, LOG_FILE, NOTIFIED_FILE, NOTIFY_FILE, PID_FILE, SCRIPT_FILE, SUPERVISOR_FILE, JobStore
 
 # pid and exit_code are overwritten in place by the supervisor: room reserved beforehand.
 RESERVED = b" " * 64
@@ -248,18 +248,38 @@ def prepare_supervised_run(run_dir: Path, script: str, from_cell: bool = True) -
     create_private_file(run_dir / CLOCK_FILE)
 
 
-def job_command(spec, inner_run_dir: str, working_dir: str, job_name: str, script_in_job: str | None = None) -> list[str]:
+@dataclass(frozen=True)
+class ScriptPlace:
+    """Where the job sees a script run in place. `file`: its path as the user named it, which is
+    its `__file__` and `sys.argv[0]` (a link keeps its own name, as under `python3 train.py`).
+    `directory`: where its real file lies there, which Python makes `sys.path[0]`, when the job's
+    machine cannot find that by following `file` (a link naming its target by a path of this
+    machine, in a container that sees the folder elsewhere); None: the launcher finds it there."""
+
+    file: str
+    directory: str | None = None
+
+
+def job_command(spec, inner_run_dir: str) -> list[str]:
     """What the supervisor starts: the interpreter, running the launcher (launch.py), which runs
-    the script as a file of `working_dir` (the job's working directory, where the job sees it):
-    a script run in place is that file (`script_in_job`, its path where the job runs; None: it
-    was sent alone, and named as if it lay there); a cell, `NAME.cell.py` there, never written."""
+    the script (see write_launch_target). Every word after the launcher's path is the script's:
+    a wrapping interpreter may add its own (`sh -c 'exec python3 "$0" --steps 1'`)."""
+    return [*spec.interpreter, f"{inner_run_dir}/{LAUNCH_FILE}", *spec.args]
+
+
+def write_launch_target(run_dir: Path, spec, working_dir: str, job_name: str, script_in_job: ScriptPlace | None = None) -> None:
+    """Tell the run's launcher which file it runs the script as, a file of `working_dir` (the job's
+    working directory, where the job sees it): a script run in place is that file (`script_in_job`,
+    where the job sees it; None: it was sent alone, and named as if it lay there); a cell,
+    `NAME.cell.py` there, never written. Read by launch.py: FILE, NUL, DIRECTORY (or nothing)."""
     if spec.script_path and script_in_job:
-        mode, as_file = "file", script_in_job
+        place = script_in_job
     elif spec.script_path:  # sent alone to where it cannot be seen: run as if it lay in working_dir
-        mode, as_file = "cell", posixpath.join(working_dir, posixpath.basename(spec.script_path))
+        place = ScriptPlace(posixpath.join(working_dir, posixpath.basename(spec.script_path)))
     else:
-        mode, as_file = "cell", posixpath.join(working_dir, cell_file_name(job_name))
-    return [*spec.interpreter, f"{inner_run_dir}/{LAUNCH_FILE}", mode, as_file, *spec.args]
+        place = ScriptPlace(posixpath.join(working_dir, cell_file_name(job_name)))
+    target = os.fsencode(place.file) + b"\0" + os.fsencode(place.directory or "")
+    write_private_file(run_dir / LAUNCH_TARGET_FILE, target, durable=False)
 
 
 def cell_file_name(job_name: str) -> str:

@@ -21,11 +21,13 @@ from .base import (
     STOP_GRACE_SECONDS,
     SUPERVISOR_FILE,
     FileLogSource,
+    ScriptPlace,
     job_command,
     job_environment,
     notify_input,
     prepare_supervised_run,
     read_supervisor_facts,
+    write_launch_target,
 )
 
 # Variables a Jupyter kernel sets for itself that would mislead a plain script.
@@ -162,7 +164,9 @@ class HostBackend:
         prepare_supervised_run(run_dir, spec.script, spec.from_cell)
 
     def launch(self, record: JobRecord, run_dir: Path, spec: DetachedSpec) -> HostRuntime:
-        command = job_command(spec, str(run_dir), spec.workdir, record.name, spec.script_path)
+        # a script run in place is the file as named (this machine follows its links itself)
+        write_launch_target(run_dir, spec, spec.workdir, record.name, ScriptPlace(spec.script_path) if spec.script_path else None)
+        command = job_command(spec, str(run_dir))
         return start_supervised(run_dir, command, cwd=spec.workdir, env=job_environment(spec), given=notify_input(record, run_dir, spec.notify))
 
     def observe(self, record: JobRecord, run_dir: Path) -> Observation:

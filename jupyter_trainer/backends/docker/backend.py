@@ -33,6 +33,7 @@ from ..base import (
     notify_input,
     prepare_supervised_run,
     read_supervisor_facts,
+    write_launch_target,
 )
 from . import containers
 from .clients import Clients, remember_engine, used_engines
@@ -121,7 +122,8 @@ class DockerBackend:
         if engine.remote:
             remember_engine(jobs_dir.parent, engine)
         container = containers.running_container(spec, jobs_dir, client, engine, self.exec_seconds)
-        script_in_job = script_in_container(spec, engine, container)
+        working_dir = containers.working_dir(container)
+        write_launch_target(run_dir, spec, working_dir, record.name, script_in_container(spec, engine, container))
         relative = f"{record.name}/{record.run}"
         restarts = spec.restarts or 0
         # a remote engine's containers cannot see this machine's store: the files are copied in
@@ -135,11 +137,10 @@ class DockerBackend:
             store_id = JobStore(jobs_dir.parent).store_id()
             inner_run_dir = f"{SHIPPED_JOBS_DIR}/{store_id}/{relative}"
         ours = containers.is_ours(container)
-        working_dir = containers.working_dir(container)
         command = [
             "sh", f"{inner_run_dir}/{SUPERVISOR_FILE}", inner_run_dir, str(STOP_GRACE_SECONDS),
             ("2" if has_keeper(container) else "1") if spec.stop_container_when_done else "0",
-            *job_command(spec, inner_run_dir, working_dir, record.name, script_in_job),
+            *job_command(spec, inner_run_dir),
         ]  # fmt: skip
         given = notify_input(record, run_dir, spec.notify)
         if restarts:  # what the container's keeper needs to start the job again as its exec does now

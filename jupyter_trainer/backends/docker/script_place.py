@@ -13,6 +13,7 @@ import posixpath
 from ...errors import InvalidOption
 from ...in_place import inside
 from ...spec import DetachedSpec
+from ..base import ScriptPlace
 from .containers import working_dir
 from .hosts import Engine
 from .remote_script import path_in_container
@@ -57,19 +58,19 @@ def in_both_places(spec: DetachedSpec, engine: Engine) -> InvalidOption:
     )
 
 
-def script_in_container(spec: DetachedSpec, engine: Engine, container) -> str | None:
-    """The script's path in the job's container (`container`: None for one not made yet), None
+def script_in_container(spec: DetachedSpec, engine: Engine, container) -> ScriptPlace | None:
+    """Where the job's container sees the script (`container`: None for one not made yet), None
     when it is sent alone, or one line saying why the container cannot see it."""
     if not spec.script_path:
         return None
     if spec.script_on_host:  # a path of the remote host, in its --workdir
-        return path_in_container(spec, container)
+        return ScriptPlace(path_in_container(spec, container))
     if engine.remote:
         if sent_alone(spec, engine):
             return None
         # --sync copies into the container's working directory (ours, when not made yet)
         synced_to = WORKSPACE if container is None else working_dir(container)
-        return posixpath.join(synced_to, inside(spec.script_path, spec.sync))
+        return ScriptPlace(posixpath.join(synced_to, inside(spec.script_path, spec.sync)))
     if container is None:  # the one made for the job mounts --workdir at /workspace
         relative = inside(spec.script_path, spec.workdir)
         if relative is None:
@@ -77,7 +78,7 @@ def script_in_container(spec: DetachedSpec, engine: Engine, container) -> str | 
                 f"{spec.script_path} is not inside --workdir {spec.workdir}, the only directory the container sees",
                 "give a script inside it, or a --workdir that holds the script",
             )
-        return posixpath.join(WORKSPACE, relative)
+        return ScriptPlace(posixpath.join(WORKSPACE, relative))
     # the deepest of its mounts that holds the script (ours mount --workdir at /workspace)
     found = [
         (len(mount["Source"]), mount["Destination"], relative)
@@ -88,7 +89,7 @@ def script_in_container(spec: DetachedSpec, engine: Engine, container) -> str | 
     ]
     if found:
         _, destination, relative = max(found)
-        return posixpath.join(destination, relative)
+        return ScriptPlace(posixpath.join(destination, relative))
     raise InvalidOption(
         f"container {container.name!r} mounts no directory that holds {spec.script_path}",
         "give a script inside a directory it mounts, or let jupyter_trainer make the container (--image, --workdir)",

@@ -27,7 +27,7 @@ from ...jobs import JobRecord, Observation
 from ...resources import Usage
 from ...spec import DetachedSpec
 from ...store import LOG_FILE, JobStore
-from ..base import STOP_GRACE_SECONDS, FileLogSource, job_command, job_environment, notify_input, prepare_supervised_run, read_runtime, read_supervisor_facts
+from ..base import STOP_GRACE_SECONDS, FileLogSource, ScriptPlace, job_command, job_environment, notify_input, prepare_supervised_run, read_runtime, read_supervisor_facts, write_launch_target
 from ..host import _inherited_environment
 from . import states
 from .commands import SlurmCommandFailed, refused, require, run, sbatch_environment
@@ -137,7 +137,9 @@ class SlurmBackend:
         given = notify_input(record, run_dir, spec.notify)
         if given:
             write_private_file(run_dir / NOTIFY_INPUT_FILE, given, durable=False)
-        command = job_command(spec, str(run_dir), spec.workdir, record.name, spec.script_path)
+        # a script run in place is the file as named (the nodes see this machine's paths, and follow its links)
+        write_launch_target(run_dir, spec, spec.workdir, record.name, ScriptPlace(spec.script_path) if spec.script_path else None)
+        command = job_command(spec, str(run_dir))
         args = [
             "--parsable", f"--job-name={record.name}", f"--chdir={spec.workdir}", f"--output={output_option(run_dir)}", "--open-mode=append",
             "--export=ALL", f"--nodes={nodes}", "--requeue" if requeue else "--no-requeue",
