@@ -138,3 +138,21 @@ def inside(path: str, directory: str) -> str | None:
     if real == root or not real.startswith(root.rstrip("/") + "/"):
         return None
     return os.path.relpath(real, root)
+
+
+def named_inside(path: str, directory: str) -> str | None:
+    """`path` relative to `directory` as it is named, links kept (`python3 train.py` runs a link
+    under the link's name), when its real file lies inside the directory (see `inside`), else None.
+    A link that is itself outside it (reached through a linked folder) is named by its target."""
+    real = inside(path, directory)
+    if real is None:
+        return None
+    path, root = os.path.normpath(path), os.path.realpath(directory)
+    parent = os.path.realpath(os.path.dirname(path))
+    if parent != root and not parent.startswith(root.rstrip("/") + "/"):
+        return real
+    for base in (os.path.normpath(directory), root):  # the path as written, under either name of the directory
+        relative = os.path.relpath(path, base)
+        if relative != os.pardir and not relative.startswith(os.pardir + os.sep):
+            return relative
+    return os.path.relpath(os.path.join(parent, os.path.basename(path)), root)  # its folder by its real name

@@ -319,6 +319,55 @@ def test_a_linked_script_imports_beside_its_target_as_python_does(repo, home, sh
     assert finished("linked").logs() == "beside the target\n"
 
 
+LINKED = "import sys\nimport helper\nprint('FILE', __file__)\nprint('ARGV0', sys.argv[0])\nprint('PATH0', sys.path[0])\nprint('DATA', helper.VALUE)\n"
+
+
+def test_a_linked_script_runs_under_the_links_name_as_python_does(where, repo, home, tmp_path):
+    """`python3 train.py`, train.py a link to real/impl.py, names the link in `__file__` and
+    `sys.argv[0]` and imports beside the target: so does the job, on this machine and in a
+    container, for a relative link and for one naming the target by its path on this machine."""
+    (repo / "real").mkdir()
+    (repo / "real" / "helper.py").write_text("VALUE = 'beside the target'\n")
+    (repo / "real" / "impl.py").write_text(LINKED)
+    (repo / "relative.py").symlink_to("real/impl.py")
+    (repo / "absolute.py").symlink_to(repo / "real" / "impl.py")
+    seen = folder_seen(where, repo)
+    for link in ("relative", "absolute"):
+        command = [sys.executable, "-m", "jupyter_trainer.cli", "submit", f"{link}.py", *placement(where).split(), "--name", link]
+        result = subprocess.run(command, capture_output=True, text=True, cwd=repo, timeout=120)
+        assert result.returncode == 0, result.stderr
+        shown = facts(finished(link).logs())
+        assert shown == {"FILE": f"{seen}/{link}.py", "ARGV0": f"{seen}/{link}.py", "PATH0": f"{seen}/real", "DATA": "beside the target"}, shown
+    if not where["host"]:  # a link to a file the container cannot see is refused, as that file is
+        (tmp_path / "elsewhere.py").write_text("print(1)\n")
+        (repo / "away.py").symlink_to(tmp_path / "elsewhere.py")
+        result = subprocess.run([sys.executable, "-m", "jupyter_trainer.cli", "submit", "away.py", *placement(where).split()], capture_output=True, text=True, cwd=repo, timeout=120)
+        assert result.returncode == 1 and f"{repo}/away.py is not inside --workdir {repo}" in result.stderr and result.stderr.count("\n") == 1, result.stderr
+
+
+def test_a_script_is_named_inside_its_folder_as_it_was_given(tmp_path):
+    """The name a job gives the script, relative to the folder it sees: a link keeps its own name,
+    whichever name of the folder the path was given under; one that only its target places in the
+    folder (the link itself outside) is named by its target; a target outside is not inside."""
+    from jupyter_trainer.in_place import inside, named_inside
+
+    folder, outside = tmp_path / "clone", tmp_path / "outside"
+    (folder / "real").mkdir(parents=True)
+    outside.mkdir()
+    (folder / "real" / "impl.py").write_text("print(1)\n")
+    (folder / "train.py").symlink_to("real/impl.py")
+    (tmp_path / "alias").symlink_to(folder)  # the folder by another name
+    (outside / "from_outside.py").symlink_to(folder / "real" / "impl.py")
+    (folder / "out").symlink_to(outside)  # a folder inside that is elsewhere
+    (folder / "escape.py").symlink_to(tmp_path / "outside" / "nothing.py")
+    (outside / "nothing.py").write_text("print(2)\n")
+    assert named_inside(str(folder / "train.py"), str(folder)) == "train.py" and inside(str(folder / "train.py"), str(folder)) == "real/impl.py"
+    assert named_inside(str(tmp_path / "alias" / "train.py"), str(folder)) == "train.py"
+    assert named_inside(str(folder / "train.py"), str(tmp_path / "alias")) == "train.py"
+    assert named_inside(str(folder / "out" / "from_outside.py"), str(folder)) == "real/impl.py"
+    assert named_inside(str(folder / "escape.py"), str(folder)) is None
+
+
 def test_a_fifo_or_a_proc_file_as_the_script_is_one_line_not_a_hang(repo, home):
     os.mkfifo(repo / "fifo.py")
     for script in ("fifo.py", "/proc/self/environ"):

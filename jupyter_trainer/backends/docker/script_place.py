@@ -1,6 +1,8 @@
 """Where a script run in place (the line forms) is, seen from the job's container: inside the
 working directory a container we create mounts at /workspace, inside a directory an existing
-container mounts, or on a remote host inside the --sync directory copied to its workdir. A remote
+container mounts, or on a remote host inside the --sync directory copied to its workdir. Its real
+file (links resolved) must lie there; the job runs it under the name it was given (a link keeps
+its own, as `python3 train.py` has it), with the real file's directory as `sys.path[0]`. A remote
 host that has no copy of it is sent the script alone (as a cell is), run as if it lay in its
 workdir; the submission says that its folder was not sent. One whose path names a file in the
 remote --workdir too is refused: which of the two is meant cannot be told. A script that lies on the remote host
@@ -11,7 +13,7 @@ from __future__ import annotations
 import posixpath
 
 from ...errors import InvalidOption
-from ...in_place import inside
+from ...in_place import inside, named_inside
 from ...spec import DetachedSpec
 from ..base import ScriptPlace
 from .containers import working_dir
@@ -70,27 +72,32 @@ def script_in_container(spec: DetachedSpec, engine: Engine, container) -> Script
             return None
         # --sync copies into the container's working directory (ours, when not made yet)
         synced_to = WORKSPACE if container is None else working_dir(container)
-        return ScriptPlace(posixpath.join(synced_to, inside(spec.script_path, spec.sync)))
+        return _seen_at(synced_to, spec.script_path, spec.sync)
     if container is None:  # the one made for the job mounts --workdir at /workspace
-        relative = inside(spec.script_path, spec.workdir)
-        if relative is None:
+        if inside(spec.script_path, spec.workdir) is None:
             raise InvalidOption(
                 f"{spec.script_path} is not inside --workdir {spec.workdir}, the only directory the container sees",
                 "give a script inside it, or a --workdir that holds the script",
             )
-        return ScriptPlace(posixpath.join(WORKSPACE, relative))
+        return _seen_at(WORKSPACE, spec.script_path, spec.workdir)
     # the deepest of its mounts that holds the script (ours mount --workdir at /workspace)
     found = [
-        (len(mount["Source"]), mount["Destination"], relative)
+        (len(mount["Source"]), mount["Destination"], mount["Source"])
         for mount in container.attrs.get("Mounts") or []
-        if mount.get("Source") and mount.get("Destination")
-        for relative in [inside(spec.script_path, mount["Source"])]
-        if relative is not None
+        if mount.get("Source") and mount.get("Destination") and inside(spec.script_path, mount["Source"]) is not None
     ]
     if found:
-        _, destination, relative = max(found)
-        return ScriptPlace(posixpath.join(destination, relative))
+        _, destination, source = max(found)
+        return _seen_at(destination, spec.script_path, source)
     raise InvalidOption(
         f"container {container.name!r} mounts no directory that holds {spec.script_path}",
         "give a script inside a directory it mounts, or let jupyter_trainer make the container (--image, --workdir)",
     )
+
+
+def _seen_at(destination: str, path: str, directory: str) -> ScriptPlace:
+    """The script at `path`, inside `directory`, as a job sees it where that directory is at
+    `destination`: by its name, and its real file's directory (a link to a path of this machine
+    cannot be followed there)."""
+    real = posixpath.join(destination, inside(path, directory))
+    return ScriptPlace(posixpath.join(destination, named_inside(path, directory)), posixpath.dirname(real))
