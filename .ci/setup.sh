@@ -79,33 +79,46 @@ venv_install() {
         { tail -30 "$setup_work/pip.log"; return 1; }
 }
 
-# Phases: `phase NAME` ends the phase running (if any) and starts NAME; `phase_report` ends the last
-# one and prints each phase's time and the total, against the budget in .ci/budget when given.
-phase_names=()
-phase_seconds=()
+# Phases, timed: `phase NAME` ends the phase running (if any) and starts NAME; `timed NAME CMD...`
+# runs one step of the current phase (steps may run side by side in background lanes: each writes
+# its own line); `phase_report [BUDGET-FILE]` ends the last phase and prints every phase's time, its
+# steps under it, and the total against the budget in BUDGET-FILE.
+phase_file="$setup_work/phases.tsv"
+: >"$phase_file"
+phase_name=
 phase_started=
+phase_end() {
+    [ -n "$phase_started" ] || return 0
+    printf 'phase\t%s\t\t%d\n' "$phase_name" $((SECONDS - phase_started)) >>"$phase_file"
+    phase_started=
+}
 phase() {
-    local now=$SECONDS
-    if [ -n "$phase_started" ]; then
-        phase_seconds+=($((now - phase_started)))
-    fi
-    phase_names+=("$1")
-    phase_started=$now
+    phase_end
+    phase_name=$1
+    phase_started=$SECONDS
+}
+timed() {
+    local name=$1 started=$SECONDS status=0
+    shift
+    "$@" || status=$?
+    printf 'step\t%s\t%s\t%d\n' "$phase_name" "$name" $((SECONDS - started)) >>"$phase_file"
+    return $status
 }
 phase_report() {
-    local budget_file=${1:-} i total=0
-    [ -n "$phase_started" ] || return 0
-    phase_seconds+=($((SECONDS - phase_started)))
-    phase_started=
-    log "time of each phase"
-    for i in "${!phase_names[@]}"; do
-        printf '   %-44s %6d s\n' "${phase_names[$i]}" "${phase_seconds[$i]}"
-        total=$((total + phase_seconds[i]))
-    done
-    printf '   %-44s %6d s\n' "total" "$total"
+    local budget_file=${1:-} budget=0
+    phase_end
+    [ -s "$phase_file" ] || return 0
     if [ -n "$budget_file" ] && [ -f "$budget_file" ]; then
-        local budget
         budget=$(grep -v '^#' "$budget_file" | head -1 | tr -dc '0-9')
-        awk -v t="$total" -v b="$budget" 'BEGIN { printf "ci-time: %d s of a %d s budget (%.2fx)%s\n", t, b, t / b, (t > b ? ": OVER BUDGET" : "") }'
     fi
+    log "time of each phase (steps side by side under their phase)"
+    awk -F'\t' -v budget="${budget:-0}" '
+        $1 == "phase" { order[++phases] = $2; seconds[$2] = $4; total += $4 }
+        $1 == "step" { steps[$2] = steps[$2] sprintf("     %-52s %6d s\n", $3, $4) }
+        END {
+            for (i = 1; i <= phases; i++) { printf "   %-54s %6d s\n%s", order[i], seconds[order[i]], steps[order[i]] }
+            printf "   %-54s %6d s\n", "total", total
+            if (budget > 0)
+                printf "ci-time: %d s of a %d s budget (%.2fx)%s\n", total, budget, total / budget, (total > budget ? ": OVER BUDGET" : "")
+        }' "$phase_file"
 }
