@@ -1,11 +1,13 @@
 """The `--slurm` backend: the job's supervisor runs as a Slurm batch job.
 
 `sbatch --parsable` submits the run's `slurm_batch.sh` (the same for every job) with the job's
-name, working directory and log; on the batch node, `slurm_start.py` sets the job's secret
-environment from a private file of the run and becomes the supervisor (supervise.sh), which runs
-the launcher as the host backend's does: the same run files, exit code, clock and notify. The job
-store must be on a filesystem the nodes share. Slurm says whether the job waits, runs or was ended
-(queue.py: one squeue per poll), the supervisor's files how the script ended (states.py).
+name, working directory and log, and among its arguments a token new for each submission (what
+tells its Slurm job from an earlier run's of the same name and log, see queue.py); on the batch
+node, `slurm_start.py` sets the job's secret environment from a private file of the run and
+becomes the supervisor (supervise.sh), which runs the launcher as the host backend's does: the
+same run files, exit code, clock and notify. The job store must be on a filesystem the nodes
+share. Slurm says whether the job waits, runs or was ended (queue.py: one squeue per poll), the
+supervisor's files how the script ended (states.py).
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import json
 import math
 import os
 import re
+import secrets
 import time
 from dataclasses import dataclass
 from importlib import resources
@@ -43,6 +46,7 @@ NOTIFY_INPUT_FILE = "slurm_notify"  # with --notify: what the supervisor reads o
 SECRET_FILES = (ENV_FILE, NOTIFY_INPUT_FILE)  # removed once the job has ended, however it ended
 
 JOB_ID = re.compile(r"(\d{1,12})(?:;([A-Za-z0-9_.-]{1,64}))?")
+TOKEN = re.compile(r"[0-9a-f]{32}")
 OOM_TAIL_BYTES = 16 << 10
 CLOCK_SKEW = 86400.0  # seconds another machine's clock may run ahead of the submitting one's
 LOOKUP_TIMEOUT = 15.0  # seconds for the squeue and scancel of a submission that failed: its error waits for them
@@ -54,8 +58,9 @@ def _source(name: str) -> bytes:
 
 @dataclass(frozen=True)
 class SlurmRuntime:
-    """A job submitted to Slurm: its id (as sbatch gave it, never as the job wrote it), when, and
-    what Slurm said of it last."""
+    """A job submitted to Slurm: its id (as sbatch gave it, never as the job wrote it), when, the
+    token its batch command holds (None: submitted before there were tokens), and what Slurm said
+    of it last."""
 
     job_id: str
     submitted_at: float
@@ -66,6 +71,7 @@ class SlurmRuntime:
     node_list: str | None = None
     pending_reason: str | None = None
     restarts: int | None = None
+    token: str | None = None
 
     def to_dict(self) -> dict:
         return {key: value for key, value in self.__dict__.items() if value is not None}
@@ -75,12 +81,17 @@ class SlurmRuntime:
         runtime = read_runtime(
             cls, record,
             {"job_id": str, "submitted_at": (int, float), "nodes": (int, "optional"), "cluster": (str, "optional"), "state": (str, "optional"),
-             "partition": (str, "optional"), "node_list": (str, "optional"), "pending_reason": (str, "optional"), "restarts": (int, "optional")},
+             "partition": (str, "optional"), "node_list": (str, "optional"), "pending_reason": (str, "optional"), "restarts": (int, "optional"),
+             "token": (str, "optional")},
         )  # fmt: skip
         if not JOB_ID.fullmatch(runtime.job_id):
             from ..base import malformed_runtime
 
             raise malformed_runtime(record, "job_id is not a Slurm job id")
+        if runtime.token is not None and not TOKEN.fullmatch(runtime.token):
+            from ..base import malformed_runtime
+
+            raise malformed_runtime(record, "token is not one a submission made")
         if not (math.isfinite(runtime.submitted_at) and 0 < runtime.submitted_at <= time.time() + CLOCK_SKEW):
             from ..base import malformed_runtime
 
@@ -151,10 +162,12 @@ class SlurmBackend:
             args.append(f"--gpus-per-node={spec.gpus}")
         args += list(options.get("sbatch_args") or ())
         # "--" ends sbatch's options: a last --sbatch-arg that wants a value it was not given
-        # ("--comment") takes this one, never the batch file that follows
-        args += ["--", str(run_dir / BATCH_FILE), str(run_dir), str(nodes), "1" if requeue else "0", str(STOP_GRACE_SECONDS), *command]
+        # ("--comment") takes this one, never the batch file that follows. The token, new for
+        # each submission, is in the job's command, which squeue shows and nobody can change
+        token = secrets.token_hex(16)
+        args += ["--", str(run_dir / BATCH_FILE), str(run_dir), token, str(nodes), "1" if requeue else "0", str(STOP_GRACE_SECONDS), *command]
         submitted_at = time.time()
-        identity = JobIdentity(record.name, submitted_at, output_option(run_dir))
+        identity = JobIdentity(record.name, submitted_at, output_option(run_dir), token)
         try:
             output = run("sbatch", *args, env=sbatch_environment(_inherited_environment()))
         except BaseException as error:
@@ -173,7 +186,7 @@ class SlurmBackend:
                 cancelled = _cancel_submitted(output, identity)
                 answer = output.strip().splitlines()[-1].strip() if output.strip() else ""
                 raise _with_cancelled(InvalidOption(f"sbatch answered {answer[:80]!r}, not a job id", "check sbatch --parsable by hand on this machine"), cancelled)
-            return SlurmRuntime(match.group(1), submitted_at, nodes, match.group(2), state="PENDING")
+            return SlurmRuntime(match.group(1), submitted_at, nodes, match.group(2), state="PENDING", token=token)
         except KeyboardInterrupt:  # after sbatch answered, before the run knows its job: not left running
             _cancel_submitted(output, identity)
             raise
@@ -275,7 +288,7 @@ def output_option(run_dir: Path) -> str:
 
 
 def _identity(record: JobRecord, runtime: SlurmRuntime, run_dir: Path) -> JobIdentity:
-    return JobIdentity(record.name, runtime.submitted_at, output_option(run_dir))
+    return JobIdentity(record.name, runtime.submitted_at, output_option(run_dir), runtime.token or "")
 
 
 def _slurms_view(job_id: str, identity: JobIdentity, facts, run_dir: Path) -> SlurmJob | None:
@@ -300,13 +313,14 @@ def _job_id_in(output: str):
 
 def _cancel_submitted(output: str, identity: JobIdentity) -> str:
     """Cancel what a failed or interrupted sbatch may have submitted after all: the job squeue
-    shows with this run's name and log (never the id sbatch printed alone). Best effort; what was
-    done, as words for the error ("" when no job was found)."""
+    shows with this run's name, log and token (never the id sbatch printed alone, nor an earlier
+    run's job of the same name and log). Best effort; what was done, as words for the error (""
+    when no job was found)."""
     match = _job_id_in(output or "")
     printed = match.group(1) if match else None
     job_id = None
     try:
-        # only a job squeue shows with this run's name and log: the id a failing sbatch printed
+        # only a job squeue shows with this submission's token: the id a failing sbatch printed
         # may be another job's
         found = find_by_identity(identity, timeout=LOOKUP_TIMEOUT)
         job_id = found.job_id if found is not None else None
