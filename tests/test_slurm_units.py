@@ -220,6 +220,18 @@ def test_states_and_the_supervisors_files_make_the_outcome():
     assert gone.alive is False and "no longer knows job 1" in gone.why_gone
 
 
+def test_while_slurm_cannot_be_asked_the_supervisors_exit_code_is_the_outcome_of_a_script_that_ended_on_its_own():
+    exited = SupervisorFacts(supervisor_pid=10, job_pid=11, exit_code=3, stopped=False)
+    assert states.ended_unseen(exited, stop_requested=False).exit_code == 3
+    assert states.ended_unseen(TERMED, stop_requested=True).stopped is True  # our stop
+    assert states.ended_unseen(TERMED, stop_requested=False) is None  # signalled from elsewhere: Slurm says why
+    killed = SupervisorFacts(supervisor_pid=10, job_pid=11, exit_code=137, stopped=False)
+    assert states.ended_unseen(killed, stop_requested=False) is None  # by Slurm for its memory, perhaps
+    assert states.ended_unseen(NEVER_STARTED, stop_requested=False) is None
+    unreadable = SupervisorFacts(supervisor_pid=10, job_pid=11, exit_code=0, stopped=False, problem="its pid file cannot be read")
+    assert states.ended_unseen(unreadable, stop_requested=False) is None
+
+
 def _node_module():
     path = Path(__file__).resolve().parent.parent / "jupyter_trainer" / "backends" / "slurm" / "node.py"
     spec = importlib.util.spec_from_file_location("slurm_node", path)

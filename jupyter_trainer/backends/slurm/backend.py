@@ -7,7 +7,7 @@ node, `slurm_start.py` sets the job's secret environment from a private file of 
 becomes the supervisor (supervise.sh), which runs the launcher as the host backend's does: the
 same run files, exit code, clock and notify. The job store must be on a filesystem the nodes
 share. Slurm says whether the job waits, runs or was ended (queue.py: one squeue per poll), the
-supervisor's files how the script ended (states.py).
+supervisor's files how the script ended (states.py), also while Slurm cannot be asked.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from pathlib import Path
 
 from ... import _fs
 from ..._fs import write_private_file
-from ...errors import InvalidOption, TrainerError
+from ...errors import BackendUnavailable, InvalidOption, TrainerError
 from ...jobs import JobRecord, Observation
 from ...resources import Usage
 from ...spec import DetachedSpec
@@ -195,7 +195,16 @@ class SlurmBackend:
         runtime = SlurmRuntime.of(record)
         identity = _identity(record, runtime, run_dir)
         facts = read_supervisor_facts(run_dir)
-        job = _slurms_view(runtime.job_id, identity, facts, run_dir)
+        try:
+            job = _slurms_view(runtime.job_id, identity, facts, run_dir)
+        except BackendUnavailable:
+            # Slurm cannot be asked now (the job goes on without it), but what the supervisor
+            # recorded of a script that has ended is the job's end all the same
+            ended = states.ended_unseen(facts, stop_requested=record.stop_requested)
+            if ended is None:
+                raise
+            _remove_secrets(run_dir)
+            return ended
         if job is not None and not job.known:
             return Observation(
                 alive=None, why_gone=f"Slurm says job {job.job_id} is {job.state}, a state jupyter_trainer does not know: its status is kept until Slurm says more"
