@@ -112,7 +112,7 @@ def test_an_sbatch_arg_missing_its_value_never_takes_the_batch_file(slurm, workd
 def test_a_held_job_is_pending_with_slurms_reason_then_runs(slurm, workdir):
     job = submit("import time\ntime.sleep(3)\nprint('ran')\n", workdir, "held", sbatch_args=["--hold"], partition="second")
     wait_for(lambda: job.refresh().record.reason == "JobHeldUser", timeout=30, what="Slurm's pending reason")
-    assert job.record.status is Status.PENDING
+    assert job.record.status is Status.PENDING and job.record.started_at is None  # waiting is not running
     where = DEFAULT.get("slurm").describe_where(job.record)
     assert f"Slurm job {slurm_id(job)}" in where and "partition second" in where and "pending: JobHeldUser" in where
     from jupyter_trainer.widget import JobWidget
@@ -125,6 +125,16 @@ def test_a_held_job_is_pending_with_slurms_reason_then_runs(slurm, workdir):
     wait_for(lambda: job.refresh().record.status is Status.RUNNING, timeout=30, what="running")
     assert job.record.reason == "" and job.record.runtime["node_list"] == slurm_cluster.NODE
     assert job.wait(timeout=60) is Status.COMPLETED and job.logs() == "ran\n"
+    assert job.record.created_at <= job.record.started_at <= job.record.ended_at
+
+
+def test_a_job_stopped_while_it_waited_never_started(slurm, workdir):
+    job = submit("print('never')\n", workdir, "never-started", sbatch_args=["--hold"])
+    wait_for(lambda: job.refresh().record.reason == "JobHeldUser", timeout=30, what="Slurm's pending reason")
+    job.stop()
+    assert job.record.status is Status.STOPPED and job.record.started_at is None and job.record.duration is None
+    shown = json.loads(cli("status", "never-started", "--json").stdout)
+    assert shown["status"] == "stopped" and shown["started_at"] is None
 
 
 def test_stop_cancels_a_pending_job_and_terms_a_running_one(slurm, workdir):

@@ -145,7 +145,7 @@ def test_a_job_that_ends_while_the_controller_is_down_shows_its_outcome(slurm, w
         QUEUE.forget()
         assert done.refresh().record.status is Status.COMPLETED and done.record.exit_code == 0, done.record.reason
         assert failed.refresh().record.status is Status.FAILED and failed.record.exit_code == 3, failed.record.reason
-        assert done.record.unreachable_since is None
+        assert done.record.unreachable_since is None and done.record.started_at <= done.record.ended_at
     finally:
         slurm.start_controller()
 

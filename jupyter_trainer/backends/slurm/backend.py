@@ -13,6 +13,7 @@ supervisor's files how the script ended (states.py), also while Slurm cannot be 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import math
 import os
@@ -29,7 +30,7 @@ from ...errors import BackendUnavailable, InvalidOption, TrainerError
 from ...jobs import JobRecord, Observation
 from ...resources import Usage
 from ...spec import DetachedSpec
-from ...store import LOG_FILE, JobStore
+from ...store import LOG_FILE, PID_FILE, JobStore
 from ..base import STOP_GRACE_SECONDS, FileLogSource, job_command, job_environment, notify_input, prepare_supervised_run, read_runtime, read_supervisor_facts
 from ..host import _inherited_environment
 from . import states
@@ -119,6 +120,7 @@ class SlurmBackend:
     status_interval = 5.0  # seconds between two status checks by a widget (each poll: one squeue for all jobs)
     usage_outlives_the_job = False
     has_containers = False
+    starts_at_launch = False  # a job waits in Slurm's queue first: it has started once Slurm runs it
 
     def polling(self):
         """Around a poll of many jobs (job.refreshed_records): one squeue answers for all of them."""
@@ -204,7 +206,7 @@ class SlurmBackend:
             if ended is None:
                 raise
             _remove_secrets(run_dir)
-            return ended
+            return _with_start(ended, record, facts, run_dir)
         if job is not None and not job.known:
             return Observation(
                 alive=None, why_gone=f"Slurm says job {job.job_id} is {job.state}, a state jupyter_trainer does not know: its status is kept until Slurm says more"
@@ -220,7 +222,7 @@ class SlurmBackend:
             changed = {key: value for key, value in seen.details.items() if record.runtime.get(key) != value}
             if changed != seen.details:
                 seen = Observation(**{**seen.__dict__, "details": changed or None})
-        return seen
+        return _with_start(seen, record, facts, run_dir)
 
     @staticmethod
     def _log_tail(run_dir: Path) -> bytes:
@@ -289,6 +291,19 @@ class SlurmBackend:
             if "invalid job id" not in said and "already completing or completed" not in said:
                 raise InvalidOption(f"scancel refused job {job.job_id}: {error.said}") from None
         QUEUE.forget()
+
+
+def _with_start(seen: Observation, record: JobRecord, facts, run_dir: Path) -> Observation:
+    """The observation with when the job started, for a record that has no start yet: when the
+    supervisor wrote the job's pid (the job can touch the file: the record keeps it within the
+    run's life)."""
+    if record.started_at is not None or facts.job_pid is None:
+        return seen
+    try:
+        started_at = os.stat(run_dir / PID_FILE, follow_symlinks=False).st_mtime
+    except OSError:
+        return seen
+    return dataclasses.replace(seen, started_at=started_at)
 
 
 def output_option(run_dir: Path) -> str:
