@@ -293,7 +293,8 @@ class Job:
         seen = self._observe()
         outcome = resolve(self.record, seen)
         new_details = seen.details and any(self.record.runtime.get(k) != v for k, v in seen.details.items())
-        if not new_details and (outcome.status, outcome.exit_code, outcome.reason, outcome.unreachable_since) == (
+        starts = self.record.started_at is None and _has_started(seen)
+        if not new_details and not starts and (outcome.status, outcome.exit_code, outcome.reason, outcome.unreachable_since) == (
             self.record.status,
             self.record.exit_code,
             self.record.reason,
@@ -316,6 +317,8 @@ class Job:
                 record.reason = raised  # what the script raised says more than its exit code
             if disk_full and latest.status is Status.FAILED:
                 record.reason += f"; the disk holding its log ({self.run_dir}) is full"
+            if record.started_at is None and _has_started(seen):
+                record.started_at = _start_time(record, seen.started_at)
             if latest.status.is_final and record.ended_at is None:
                 record.ended_at = _end_time(record, seen.ended_at)
 
@@ -422,6 +425,20 @@ class Job:
             return self.backends.get(self.backend)
         except _backends.UnknownBackend:
             raise InvalidOption(f"job {self.name!r} uses the unknown backend {self.backend!r}") from None
+
+
+def _has_started(seen: Observation) -> bool:
+    """Whether the observation shows a job that has started (running, or ended after it ran)."""
+    return seen.started or seen.started_at is not None
+
+
+def _start_time(record: JobRecord, reported: float | None) -> float:
+    """When a job that waited in a queue started: as reported (a file's time, which the job can
+    touch), kept between its creation and now; now if unknown."""
+    now = time.time()
+    if reported is None:
+        return now
+    return min(max(reported, record.created_at), max(now, record.created_at))
 
 
 def _end_time(record: JobRecord, reported: float | None) -> float:

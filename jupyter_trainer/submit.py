@@ -92,7 +92,7 @@ def submit_detached(
 
     def launched(record: JobRecord) -> None:
         record.runtime = runtime
-        record.started_at = time.time()
+        record.started_at = time.time() if backend.starts_at_launch else None
 
     with interrupts.held():  # it runs now: an interrupt must not leave it unrecorded
         runtime = launched_at.to_dict()

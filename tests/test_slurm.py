@@ -14,9 +14,10 @@ import pytest
 from conftest import ipython_submitting, wait_for
 
 from jupyter_trainer.backends import DEFAULT
-from jupyter_trainer.backends.slurm import commands
+from jupyter_trainer.backends.slurm import backend as slurm_backend, commands
 from jupyter_trainer.backends.slurm.queue import QUEUE
-from jupyter_trainer.errors import BackendUnavailable, InvalidOption, TrainerError
+from jupyter_trainer.errors import BackendUnavailable, InvalidOption, TrainerError, Unreachable
+from jupyter_trainer.housekeeping import remove_runs
 from jupyter_trainer.job import Job, get_job, refreshed_records
 from jupyter_trainer.jobs import Status
 from jupyter_trainer.spec import build_spec
@@ -127,7 +128,7 @@ def test_an_sbatch_arg_missing_its_value_never_takes_the_batch_file(slurm, workd
 def test_a_held_job_is_pending_with_slurms_reason_then_runs(slurm, workdir):
     job = submit("import time\ntime.sleep(3)\nprint('ran')\n", workdir, "held", sbatch_args=["--hold"], partition="second")
     wait_for(lambda: job.refresh().record.reason == "JobHeldUser", timeout=30, what="Slurm's pending reason")
-    assert job.record.status is Status.PENDING
+    assert job.record.status is Status.PENDING and job.record.started_at is None  # waiting is not running
     where = DEFAULT.get("slurm").describe_where(job.record)
     assert f"Slurm job {slurm_id(job)}" in where and "partition second" in where and "pending: JobHeldUser" in where
     from jupyter_trainer.widget import JobWidget
@@ -140,6 +141,16 @@ def test_a_held_job_is_pending_with_slurms_reason_then_runs(slurm, workdir):
     wait_for(lambda: job.refresh().record.status is Status.RUNNING, timeout=30, what="running")
     assert job.record.reason == "" and job.record.runtime["node_list"] == slurm_cluster.NODE
     assert job.wait(timeout=60) is Status.COMPLETED and job.logs() == "ran\n"
+    assert job.record.created_at <= job.record.started_at <= job.record.ended_at
+
+
+def test_a_job_stopped_while_it_waited_never_started(slurm, workdir):
+    job = submit("print('never')\n", workdir, "never-started", sbatch_args=["--hold"])
+    wait_for(lambda: job.refresh().record.reason == "JobHeldUser", timeout=30, what="Slurm's pending reason")
+    job.stop()
+    assert job.record.status is Status.STOPPED and job.record.started_at is None and job.record.duration is None
+    shown = json.loads(cli("status", "never-started", "--json").stdout)
+    assert shown["status"] == "stopped" and shown["started_at"] is None
 
 
 def test_stop_cancels_a_pending_job_and_terms_a_running_one(slurm, workdir):
@@ -261,6 +272,7 @@ FAKE_SBATCH = """#!/bin/sh
 case "$FAKE_SBATCH" in
   errafter) "{real}" "$@"; echo "sbatch: error: site plugin hiccup" >&2; exit 1 ;;
   slowafter) out=$("{real}" "$@"); sleep 30; echo "$out" ;;
+  hangafter) "{real}" "$@"; exec sleep 120 ;;
   otherid) echo "$FAKE_OTHER_ID"; echo "sbatch: error: site plugin hiccup" >&2; exit 1 ;;
   *) exec "{real}" "$@" ;;
 esac
@@ -351,6 +363,45 @@ def test_a_rewritten_record_never_makes_another_jobs_cancel(slurm, workdir):
     assert Job.load("forger").refresh().record.status is Status.STOPPED
 
 
+def listed(slurm, job_id):
+    """Whether squeue still lists the job, whatever its state (an ended one: for MinJobAge and up to a minute more)."""
+    return job_id in slurm.run("squeue", "--me", "--states=all", "-h", "-o", "%i").stdout.split()
+
+
+def a_run_removed(name, workdir):
+    """Run 1 of job `name`, stopped while it waited and removed: its cancelled Slurm job, of the
+    name and log the next run 1 gets, is still listed. Its Slurm job id."""
+    earlier = submit("print('never')\n", workdir, name, sbatch_args=["--hold"])
+    earlier.stop()
+    assert earlier.record.status is Status.STOPPED
+    remove_runs(name)
+    return slurm_id(earlier)
+
+
+def test_a_run_submitted_again_that_forges_its_job_id_is_neither_lost_nor_hidden(slurm, workdir):
+    earlier = a_run_removed("again", workdir)
+    job = submit(LONG, workdir, "again")  # run 1 again: the same name and log as the earlier's
+    wait_for(lambda: job.refresh().record.status is Status.RUNNING, timeout=60, what="running")
+    real = slurm_id(job)
+    record_file = job.run_dir / "record.json"
+
+    def forge(job_id):  # what the job can do: it writes into its run directory
+        data = json.loads(record_file.read_text())
+        data["runtime"]["job_id"] = job_id
+        record_file.write_text(json.dumps(data))
+        QUEUE.forget()
+
+    for pointed_at in ("999999", earlier):  # an id no job has, and the earlier run's
+        forge(pointed_at)
+        record = Job.load("again").refresh().record
+        assert record.status is Status.RUNNING and record.runtime["job_id"] == real, (pointed_at, record.reason)
+    assert listed(slurm, earlier)  # it was listed all along: both entries had the run's name and log
+    forge("999999")
+    Job.load("again").stop()
+    assert active_ids(slurm, "again") == []
+    assert Job.load("again").refresh().record.status is Status.STOPPED
+
+
 def test_sbatch_settings_of_the_environment_cannot_make_a_job_it_cannot_follow(slurm, workdir, monkeypatch):
     monkeypatch.setenv("SBATCH_WAIT", "1")  # sbatch would block until the job ends
     monkeypatch.setenv("SBATCH_ARRAY_INX", "0-2")  # three copies into one record
@@ -391,6 +442,20 @@ def test_a_failed_sbatch_printing_another_jobs_id_never_cancels_that_job(slurm, 
     assert active_ids(slurm, "bystander") == [slurm_id(victim)]
     fake_slurm("FAKE_SBATCH", "")
     victim.stop()
+
+
+def test_a_job_whose_sbatch_timed_out_is_cancelled_though_an_earlier_runs_job_has_its_name_and_log(slurm, workdir, home, fake_slurm, monkeypatch):
+    earlier = a_run_removed("timed-out-again", workdir)
+
+    def sbatch_gets_five_seconds(command, *args, **options):
+        return commands.run(command, *args, **{**options, **({"timeout": 5.0} if command == "sbatch" else {})})
+
+    monkeypatch.setattr(slurm_backend, "run", sbatch_gets_five_seconds)
+    fake_slurm("FAKE_SBATCH", "hangafter")  # it submits, prints the id, then answers no more
+    with pytest.raises(Unreachable, match=r"no answer in 5 s.*\(Slurm had accepted it as job \d+, which was cancelled\)"):
+        submit(LONG, workdir, "timed-out-again")
+    assert active_ids(slurm, "timed-out-again") == [] and not (home / "jobs" / "timed-out-again").exists()
+    assert listed(slurm, earlier)
 
 
 SUBMIT_INTERRUPTED = """

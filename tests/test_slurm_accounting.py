@@ -11,6 +11,7 @@ import pytest
 
 from conftest import wait_for
 
+from jupyter_trainer.backends.base import read_supervisor_facts
 from jupyter_trainer.backends.slurm import commands
 from jupyter_trainer.backends.slurm.queue import QUEUE
 from jupyter_trainer.job import refreshed_records
@@ -110,7 +111,8 @@ def test_a_requeued_job_counts_a_restart_and_resumes_from_its_checkpoint(slurm, 
 
 
 def test_a_controller_down_for_a_minute_leaves_the_job_running(slurm, workdir):
-    script = "import time\nfor i in range(50):\n    print('tick', i, flush=True)\n    time.sleep(1)\nprint('finished')\n"
+    # it runs until it is told to end, after the outage (one that ends during it ends then: below)
+    script = "import os, time\ni = 0\nwhile not os.path.exists('go'):\n    print('tick', i, flush=True)\n    i += 1\n    time.sleep(1)\nprint('finished')\n"
     job = submit(script, workdir, "through-outage")
     wait_for(lambda: "tick 1" in job.logs() and job.refresh().record.status is Status.RUNNING, timeout=60, what="the job to run")
     slurm.stop_controller()
@@ -126,8 +128,26 @@ def test_a_controller_down_for_a_minute_leaves_the_job_running(slurm, workdir):
         assert "tick 40" in job.logs()  # it ran on meanwhile
     finally:
         slurm.start_controller()
+        (workdir / "go").touch()
     assert job.wait(timeout=90) is Status.COMPLETED and job.logs().rstrip().endswith("finished")
     assert job.record.reason == "" and job.record.unreachable_since is None
+
+
+def test_a_job_that_ends_while_the_controller_is_down_shows_its_outcome(slurm, workdir):
+    script = "import os, sys, time\nprint('up', flush=True)\nwhile not os.path.exists('go'):\n    time.sleep(0.2)\nsys.exit(int(sys.argv[1]))\n"
+    done, failed = (submit(script, workdir, name, args=[code]) for name, code in (("outage-done", "0"), ("outage-failed", "3")))
+    wait_for(lambda: all(job.refresh().record.status is Status.RUNNING and "up" in job.logs() for job in (done, failed)), timeout=60, what="both to run")
+    slurm.stop_controller()
+    try:
+        (workdir / "go").touch()
+        for job in (done, failed):
+            wait_for(lambda job=job: read_supervisor_facts(job.run_dir).exit_code is not None, timeout=30, what="the supervisor's exit code")
+        QUEUE.forget()
+        assert done.refresh().record.status is Status.COMPLETED and done.record.exit_code == 0, done.record.reason
+        assert failed.refresh().record.status is Status.FAILED and failed.record.exit_code == 3, failed.record.reason
+        assert done.record.unreachable_since is None and done.record.started_at <= done.record.ended_at
+    finally:
+        slurm.start_controller()
 
 
 def test_a_failed_node_ends_the_job_lost(slurm, workdir):

@@ -12,7 +12,7 @@ from jupyter_trainer.backends.slurm import states
 from jupyter_trainer.backends.slurm import commands
 from jupyter_trainer.backends.slurm.backend import SlurmBackend
 from jupyter_trainer.backends.slurm.commands import SlurmCommandFailed, UnusableAnswer, query_environment, refused, sbatch_environment
-from jupyter_trainer.backends.slurm.queue import JobIdentity, SlurmJob, parse_sacct, parse_scontrol, parse_squeue
+from jupyter_trainer.backends.slurm.queue import JobIdentity, SlurmJob, newest_of, parse_sacct, parse_scontrol, parse_squeue
 from jupyter_trainer.backends.slurm.spec import parse_sbatch_args, parse_time
 from jupyter_trainer.errors import BackendUnavailable, InvalidOption, TrainerError
 from jupyter_trainer.store import JobStore
@@ -83,9 +83,9 @@ def squeue_line(*fields):
 
 def test_squeue_and_sacct_answers_are_read_field_by_field():
     jobs = parse_squeue(
-        squeue_line("12", "PENDING", "Priority", "", "gpu", "2026-01-02T03:04:05", "0", "1:00:00", "0", "/h/jobs/train/1/output.log", "train")
-        + squeue_line("13", "RUNNING", "None", "n[1-2]", "gpu", "2026-01-02T03:04:05", "2", "UNLIMITED", "0", "(null)", "a|b\nc")
-        + squeue_line("14_[1-3%2]", "PENDING", "None", "", "gpu", "2026-01-02T03:04:05", "0", "UNLIMITED", "1000", "x", "theirs"),
+        squeue_line("12", "PENDING", "Priority", "", "gpu", "2026-01-02T03:04:05", "0", "1:00:00", "0", "/h/jobs/train/1/output.log", "/h/jobs/train/1/slurm_batch.sh /h/jobs/train/1 0123 1", "train")
+        + squeue_line("13", "RUNNING", "None", "n[1-2]", "gpu", "2026-01-02T03:04:05", "2", "UNLIMITED", "0", "(null)", "(null)", "a|b\nc")
+        + squeue_line("14_[1-3%2]", "PENDING", "None", "", "gpu", "2026-01-02T03:04:05", "0", "UNLIMITED", "1000", "x", "x", "theirs"),
         SEP,
         "0",
     )
@@ -97,7 +97,7 @@ def test_squeue_and_sacct_answers_are_read_field_by_field():
     assert ended["7"].state == "CANCELLED" and ended["7"].cancelled_by == "0" and ended["7"].restarts == 1
 
 
-GOOD = squeue_line("36", "RUNNING", "None", "n1", "debug", "2026-01-02T03:04:05", "0", "UNLIMITED", "0", "/log", "target")
+GOOD = squeue_line("36", "RUNNING", "None", "n1", "debug", "2026-01-02T03:04:05", "0", "UNLIMITED", "0", "/log", "/batch.sh", "target")
 
 
 @pytest.mark.parametrize(
@@ -111,7 +111,7 @@ GOOD = squeue_line("36", "RUNNING", "None", "n1", "debug", "2026-01-02T03:04:05"
         GOOD.replace("\n", ""),  # no line end where the format puts it
         GOOD + GOOD,  # a job twice
         GOOD.replace("36", "x36", 1),
-        squeue_line("36", "RUNNING", "None", "n1", "debug", "2026-01-02T03:04:05", "0", "UNLIMITED", "root", "/log", "target"),
+        squeue_line("36", "RUNNING", "None", "n1", "debug", "2026-01-02T03:04:05", "0", "UNLIMITED", "root", "/log", "/batch.sh", "target"),
     ],
 )
 def test_an_squeue_answer_not_of_the_format_asked_for_is_unusable_whole(answer):
@@ -120,8 +120,8 @@ def test_an_squeue_answer_not_of_the_format_asked_for_is_unusable_whole(answer):
 
 
 def test_a_name_with_newlines_cannot_forge_a_line():
-    forged = "x\n" + "".join(f"{field}|" for field in ("36", "COMPLETED", "None", "n1", "debug", "2026-01-02T03:04:05", "0", "UNLIMITED", "0", "/log", "target"))
-    jobs = parse_squeue(GOOD + squeue_line("38", "PENDING", "JobHeldUser", "", "second", "2026-01-02T03:04:05", "0", "UNLIMITED", "0", "/dev/null", forged), SEP)
+    forged = "x\n" + "".join(f"{field}|" for field in ("36", "COMPLETED", "None", "n1", "debug", "2026-01-02T03:04:05", "0", "UNLIMITED", "0", "/log", "/batch.sh", "target"))
+    jobs = parse_squeue(GOOD + squeue_line("38", "PENDING", "JobHeldUser", "", "second", "2026-01-02T03:04:05", "0", "UNLIMITED", "0", "/dev/null", "(null)", forged), SEP)
     assert jobs["36"].state == "RUNNING" and jobs["38"].name == forged
 
 
@@ -144,6 +144,38 @@ def test_a_reused_job_id_is_not_the_job():
     assert not job.is_the_job(JobIdentity("other", 1000.0))
     assert not job.is_the_job(JobIdentity("mine", 5000.0))  # submitted long before this job was
     assert not job.is_the_job(JobIdentity("mine", 1000.0, "/other/jobs/mine/1/output.log"))  # the same name in another store
+
+
+LOG = "/h/jobs/again/1/output.log"
+
+
+def again(job_id, submitted_at, token, state="RUNNING"):
+    """An entry of job "again" run 1, submitted with `token` in its batch command."""
+    return SlurmJob(job_id, state, name="again", submitted_at=submitted_at, log=LOG, command=f"/h/jobs/again/1/slurm_batch.sh /h/jobs/again/1 {token} 1 0 10 python3 x.py")
+
+
+def test_a_run_submitted_again_is_told_from_the_earlier_ones_job_by_its_token():
+    earlier, ours = again("7", 1000.0, "a" * 32, "CANCELLED"), again("8", 1002.0, "b" * 32)
+    identity = JobIdentity("again", 1002.0, LOG, "b" * 32)
+    assert ours.is_the_job(identity) and not earlier.is_the_job(identity)
+    assert newest_of([ours, earlier], identity) is ours and newest_of([earlier], identity) is None
+    # submitted before there were tokens: of the entries of its name and log, the newest
+    untokened = JobIdentity("again", 1002.0, LOG)
+    assert newest_of([earlier, ours], untokened) is ours and newest_of([ours, earlier], untokened) is ours
+    same_second = again("9", 1002.0, "b" * 32)
+    assert newest_of([same_second, ours], identity) is same_second  # then the later id
+    # accounting shows no command: there the name and the time decide, as before
+    assert SlurmJob("7", "COMPLETED", name="again", submitted_at=1002.0, source="sacct").is_the_job(identity)
+
+
+def test_scontrol_shows_the_token_in_the_command():
+    identity = JobIdentity("again", 1000.0, LOG, "b" * 32)
+    line = (
+        f"JobId=8 JobName=again UserId=x({os.getuid()}) JobState=RUNNING Reason=None SubmitTime=2026-01-02T03:04:05 Partition=debug NodeList=n1 "
+        "Command=/h/jobs/again/1/slurm_batch.sh /h/jobs/again/1 {token} 1 0 10 python3 x.py WorkDir=/w Comment=(null) StdErr=/x\n"
+    )
+    assert parse_scontrol(line.format(token="b" * 32), "8", identity).command.split()[2] == "b" * 32
+    assert parse_scontrol(line.format(token="a" * 32), "8", identity) is None  # the earlier run's
 
 
 def test_a_slurm_command_that_fails_is_one_line_for_the_user():
@@ -188,6 +220,18 @@ def test_states_and_the_supervisors_files_make_the_outcome():
     assert gone.alive is False and "no longer knows job 1" in gone.why_gone
 
 
+def test_while_slurm_cannot_be_asked_the_supervisors_exit_code_is_the_outcome_of_a_script_that_ended_on_its_own():
+    exited = SupervisorFacts(supervisor_pid=10, job_pid=11, exit_code=3, stopped=False)
+    assert states.ended_unseen(exited, stop_requested=False).exit_code == 3
+    assert states.ended_unseen(TERMED, stop_requested=True).stopped is True  # our stop
+    assert states.ended_unseen(TERMED, stop_requested=False) is None  # signalled from elsewhere: Slurm says why
+    killed = SupervisorFacts(supervisor_pid=10, job_pid=11, exit_code=137, stopped=False)
+    assert states.ended_unseen(killed, stop_requested=False) is None  # by Slurm for its memory, perhaps
+    assert states.ended_unseen(NEVER_STARTED, stop_requested=False) is None
+    unreadable = SupervisorFacts(supervisor_pid=10, job_pid=11, exit_code=0, stopped=False, problem="its pid file cannot be read")
+    assert states.ended_unseen(unreadable, stop_requested=False) is None
+
+
 def _node_module():
     path = Path(__file__).resolve().parent.parent / "jupyter_trainer" / "backends" / "slurm" / "node.py"
     spec = importlib.util.spec_from_file_location("slurm_node", path)
@@ -225,7 +269,7 @@ def test_an_squeue_answer_with_digits_int_cannot_read_is_unusable():
     from jupyter_trainer.backends.slurm.commands import UnusableAnswer
     from jupyter_trainer.backends.slurm.queue import _squeue_entry
 
-    values = ["12", "RUNNING", "None", "n1", "debug", "2026-12-01T10:00:00", "\u00b2", "1:00:00", "0", "/store/out.log", "job"]
+    values = ["12", "RUNNING", "None", "n1", "debug", "2026-12-01T10:00:00", "\u00b2", "1:00:00", "0", "/store/out.log", "/batch.sh", "job"]
     with pytest.raises(UnusableAnswer):
         _squeue_entry(values)
     values[6], values[8] = "0", "\u0661"  # an Arabic-Indic one as the user id
@@ -244,6 +288,14 @@ def test_a_record_with_a_submit_time_no_job_had_is_one_line_and_never_followed(s
     with pytest.raises(TrainerError, match="submitted_at"):
         SlurmRuntime.of(record)
     assert list(_followed(store)()) == []
+
+
+def test_a_record_whose_token_no_submission_made_is_one_line(tmp_path):
+    from jupyter_trainer.backends.slurm.backend import SlurmRuntime
+
+    record = make_slurm_record(JobStore(tmp_path), {"job_id": "12", "submitted_at": 1000.0, "token": "b 1 0"})
+    with pytest.raises(TrainerError, match="token"):
+        SlurmRuntime.of(record)
 
 
 def make_slurm_record(store, runtime):

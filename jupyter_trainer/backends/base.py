@@ -65,6 +65,9 @@ class Backend(Protocol):
     # optional, `watched_status_interval`: the same while the widget is woken by each change of the
     # run's files, for a backend whose changes of status show there (the host's supervisor)
     usage_outlives_the_job: bool  # whether `usage` still says something once the job has ended
+    # whether a launched job has started; False: it may wait in a queue first (Slurm's), and its
+    # record gets its start once it is seen started (a job stopped while it waited never started)
+    starts_at_launch: bool
 
     def preflight(self, spec: JobSpec, store: JobStore) -> JobSpec | None:
         """Raise a TrainerError if the runtime cannot take the job (checked before anything is

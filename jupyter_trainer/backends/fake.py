@@ -18,6 +18,7 @@ class FakeBackend:
     name = "fake"
     status_interval = 2.0  # seconds between two status checks by a widget
     usage_outlives_the_job = False
+    starts_at_launch = True
     has_containers = True
 
     def __init__(self):

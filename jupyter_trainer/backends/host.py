@@ -155,6 +155,7 @@ class HostBackend:
     # job's pid and exit code there, so only a supervisor killed goes unseen until the next check
     watched_status_interval = 10.0
     usage_outlives_the_job = False
+    starts_at_launch = True
     has_containers = False
 
     def preflight(self, spec: DetachedSpec, store) -> None:

@@ -60,6 +60,7 @@ class DockerBackend:
     name = "docker"
     status_interval = 2.0  # seconds between two status checks by a widget
     usage_outlives_the_job = False
+    starts_at_launch = True
     has_containers = True
 
     def __init__(self, exec_seconds: float = EXEC_SECONDS):

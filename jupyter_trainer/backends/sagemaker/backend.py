@@ -70,6 +70,7 @@ class SageMakerRuntime:
 class SageMakerBackend:
     name = "sagemaker"
     usage_outlives_the_job = True  # the instances it was given
+    starts_at_launch = True
     status_interval = 10.0  # seconds between two status checks by a widget
     has_containers = False
 

@@ -1,20 +1,24 @@
 """The `--slurm` backend: the job's supervisor runs as a Slurm batch job.
 
 `sbatch --parsable` submits the run's `slurm_batch.sh` (the same for every job) with the job's
-name, working directory and log; on the batch node, `slurm_start.py` sets the job's secret
-environment from a private file of the run and becomes the supervisor (supervise.sh), which runs
-the launcher as the host backend's does: the same run files, exit code, clock and notify. The job
-store must be on a filesystem the nodes share. Slurm says whether the job waits, runs or was ended
-(queue.py: one squeue per poll), the supervisor's files how the script ended (states.py).
+name, working directory and log, and among its arguments a token new for each submission (what
+tells its Slurm job from an earlier run's of the same name and log, see queue.py); on the batch
+node, `slurm_start.py` sets the job's secret environment from a private file of the run and
+becomes the supervisor (supervise.sh), which runs the launcher as the host backend's does: the
+same run files, exit code, clock and notify. The job store must be on a filesystem the nodes
+share. Slurm says whether the job waits, runs or was ended (queue.py: one squeue per poll), the
+supervisor's files how the script ended (states.py), also while Slurm cannot be asked.
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import math
 import os
 import re
+import secrets
 import time
 from dataclasses import dataclass
 from importlib import resources
@@ -22,11 +26,11 @@ from pathlib import Path
 
 from ... import _fs
 from ..._fs import write_private_file
-from ...errors import InvalidOption, TrainerError
+from ...errors import BackendUnavailable, InvalidOption, TrainerError
 from ...jobs import JobRecord, Observation
 from ...resources import Usage
 from ...spec import DetachedSpec
-from ...store import LOG_FILE, JobStore
+from ...store import LOG_FILE, PID_FILE, JobStore
 from ..base import STOP_GRACE_SECONDS, FileLogSource, ScriptPlace, job_command, job_environment, notify_input, prepare_supervised_run, read_runtime, read_supervisor_facts, write_launch_target
 from ..host import _inherited_environment
 from . import states
@@ -43,6 +47,7 @@ NOTIFY_INPUT_FILE = "slurm_notify"  # with --notify: what the supervisor reads o
 SECRET_FILES = (ENV_FILE, NOTIFY_INPUT_FILE)  # removed once the job has ended, however it ended
 
 JOB_ID = re.compile(r"(\d{1,12})(?:;([A-Za-z0-9_.-]{1,64}))?")
+TOKEN = re.compile(r"[0-9a-f]{32}")
 OOM_TAIL_BYTES = 16 << 10
 CLOCK_SKEW = 86400.0  # seconds another machine's clock may run ahead of the submitting one's
 LOOKUP_TIMEOUT = 15.0  # seconds for the squeue and scancel of a submission that failed: its error waits for them
@@ -54,8 +59,9 @@ def _source(name: str) -> bytes:
 
 @dataclass(frozen=True)
 class SlurmRuntime:
-    """A job submitted to Slurm: its id (as sbatch gave it, never as the job wrote it), when, and
-    what Slurm said of it last."""
+    """A job submitted to Slurm: its id (as sbatch gave it, never as the job wrote it), when, the
+    token its batch command holds (None: submitted before there were tokens), and what Slurm said
+    of it last."""
 
     job_id: str
     submitted_at: float
@@ -66,6 +72,7 @@ class SlurmRuntime:
     node_list: str | None = None
     pending_reason: str | None = None
     restarts: int | None = None
+    token: str | None = None
 
     def to_dict(self) -> dict:
         return {key: value for key, value in self.__dict__.items() if value is not None}
@@ -75,12 +82,17 @@ class SlurmRuntime:
         runtime = read_runtime(
             cls, record,
             {"job_id": str, "submitted_at": (int, float), "nodes": (int, "optional"), "cluster": (str, "optional"), "state": (str, "optional"),
-             "partition": (str, "optional"), "node_list": (str, "optional"), "pending_reason": (str, "optional"), "restarts": (int, "optional")},
+             "partition": (str, "optional"), "node_list": (str, "optional"), "pending_reason": (str, "optional"), "restarts": (int, "optional"),
+             "token": (str, "optional")},
         )  # fmt: skip
         if not JOB_ID.fullmatch(runtime.job_id):
             from ..base import malformed_runtime
 
             raise malformed_runtime(record, "job_id is not a Slurm job id")
+        if runtime.token is not None and not TOKEN.fullmatch(runtime.token):
+            from ..base import malformed_runtime
+
+            raise malformed_runtime(record, "token is not one a submission made")
         if not (math.isfinite(runtime.submitted_at) and 0 < runtime.submitted_at <= time.time() + CLOCK_SKEW):
             from ..base import malformed_runtime
 
@@ -108,6 +120,7 @@ class SlurmBackend:
     status_interval = 5.0  # seconds between two status checks by a widget (each poll: one squeue for all jobs)
     usage_outlives_the_job = False
     has_containers = False
+    starts_at_launch = False  # a job waits in Slurm's queue first: it has started once Slurm runs it
 
     def polling(self):
         """Around a poll of many jobs (job.refreshed_records): one squeue answers for all of them."""
@@ -153,10 +166,12 @@ class SlurmBackend:
             args.append(f"--gpus-per-node={spec.gpus}")
         args += list(options.get("sbatch_args") or ())
         # "--" ends sbatch's options: a last --sbatch-arg that wants a value it was not given
-        # ("--comment") takes this one, never the batch file that follows
-        args += ["--", str(run_dir / BATCH_FILE), str(run_dir), str(nodes), "1" if requeue else "0", str(STOP_GRACE_SECONDS), *command]
+        # ("--comment") takes this one, never the batch file that follows. The token, new for
+        # each submission, is in the job's command, which squeue shows and nobody can change
+        token = secrets.token_hex(16)
+        args += ["--", str(run_dir / BATCH_FILE), str(run_dir), token, str(nodes), "1" if requeue else "0", str(STOP_GRACE_SECONDS), *command]
         submitted_at = time.time()
-        identity = JobIdentity(record.name, submitted_at, output_option(run_dir))
+        identity = JobIdentity(record.name, submitted_at, output_option(run_dir), token)
         try:
             output = run("sbatch", *args, env=sbatch_environment(_inherited_environment()))
         except BaseException as error:
@@ -175,7 +190,7 @@ class SlurmBackend:
                 cancelled = _cancel_submitted(output, identity)
                 answer = output.strip().splitlines()[-1].strip() if output.strip() else ""
                 raise _with_cancelled(InvalidOption(f"sbatch answered {answer[:80]!r}, not a job id", "check sbatch --parsable by hand on this machine"), cancelled)
-            return SlurmRuntime(match.group(1), submitted_at, nodes, match.group(2), state="PENDING")
+            return SlurmRuntime(match.group(1), submitted_at, nodes, match.group(2), state="PENDING", token=token)
         except KeyboardInterrupt:  # after sbatch answered, before the run knows its job: not left running
             _cancel_submitted(output, identity)
             raise
@@ -184,7 +199,16 @@ class SlurmBackend:
         runtime = SlurmRuntime.of(record)
         identity = _identity(record, runtime, run_dir)
         facts = read_supervisor_facts(run_dir)
-        job = _slurms_view(runtime.job_id, identity, facts, run_dir)
+        try:
+            job = _slurms_view(runtime.job_id, identity, facts, run_dir)
+        except BackendUnavailable:
+            # Slurm cannot be asked now (the job goes on without it), but what the supervisor
+            # recorded of a script that has ended is the job's end all the same
+            ended = states.ended_unseen(facts, stop_requested=record.stop_requested)
+            if ended is None:
+                raise
+            _remove_secrets(run_dir)
+            return _with_start(ended, record, facts, run_dir)
         if job is not None and not job.known:
             return Observation(
                 alive=None, why_gone=f"Slurm says job {job.job_id} is {job.state}, a state jupyter_trainer does not know: its status is kept until Slurm says more"
@@ -200,7 +224,7 @@ class SlurmBackend:
             changed = {key: value for key, value in seen.details.items() if record.runtime.get(key) != value}
             if changed != seen.details:
                 seen = Observation(**{**seen.__dict__, "details": changed or None})
-        return seen
+        return _with_start(seen, record, facts, run_dir)
 
     @staticmethod
     def _log_tail(run_dir: Path) -> bytes:
@@ -271,13 +295,26 @@ class SlurmBackend:
         QUEUE.forget()
 
 
+def _with_start(seen: Observation, record: JobRecord, facts, run_dir: Path) -> Observation:
+    """The observation with when the job started, for a record that has no start yet: when the
+    supervisor wrote the job's pid (the job can touch the file: the record keeps it within the
+    run's life)."""
+    if record.started_at is not None or facts.job_pid is None:
+        return seen
+    try:
+        started_at = os.stat(run_dir / PID_FILE, follow_symlinks=False).st_mtime
+    except OSError:
+        return seen
+    return dataclasses.replace(seen, started_at=started_at)
+
+
 def output_option(run_dir: Path) -> str:
     """sbatch's --output for the run's log: sbatch reads % as its patterns."""
     return str(run_dir / LOG_FILE).replace("%", "%%")
 
 
 def _identity(record: JobRecord, runtime: SlurmRuntime, run_dir: Path) -> JobIdentity:
-    return JobIdentity(record.name, runtime.submitted_at, output_option(run_dir))
+    return JobIdentity(record.name, runtime.submitted_at, output_option(run_dir), runtime.token or "")
 
 
 def _slurms_view(job_id: str, identity: JobIdentity, facts, run_dir: Path) -> SlurmJob | None:
@@ -302,13 +339,14 @@ def _job_id_in(output: str):
 
 def _cancel_submitted(output: str, identity: JobIdentity) -> str:
     """Cancel what a failed or interrupted sbatch may have submitted after all: the job squeue
-    shows with this run's name and log (never the id sbatch printed alone). Best effort; what was
-    done, as words for the error ("" when no job was found)."""
+    shows with this run's name, log and token (never the id sbatch printed alone, nor an earlier
+    run's job of the same name and log). Best effort; what was done, as words for the error (""
+    when no job was found)."""
     match = _job_id_in(output or "")
     printed = match.group(1) if match else None
     job_id = None
     try:
-        # only a job squeue shows with this run's name and log: the id a failing sbatch printed
+        # only a job squeue shows with this submission's token: the id a failing sbatch printed
         # may be another job's
         found = find_by_identity(identity, timeout=LOOKUP_TIMEOUT)
         job_id = found.job_id if found is not None else None

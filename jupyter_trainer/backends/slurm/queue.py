@@ -16,8 +16,12 @@ not taken as gone on its word alone: `scontrol show job ID` is asked first (`con
 
 A job id alone names no job: the entry must also have the job's name and its log (the --output
 it was submitted with), and have been submitted no earlier than the record says (a controller
-whose state was reset counts from 1 again). An entry that is the job but has another id than the
-record says (the job can rewrite its record) is found by that identity.
+whose state was reset counts from 1 again). A run removed and submitted again has the same name
+and log: what tells its job from the earlier run's (a cancelled job stays listed for a while) is
+the token its submission put in the job's batch command, which nobody can change afterwards (not
+even the job, which can rename itself). An entry that is the job but has another id than the
+record says (the job can rewrite its record) is found by that identity; of several entries that
+are, the newest submission is the run's.
 """
 
 from __future__ import annotations
@@ -37,8 +41,8 @@ TTL = 2.0  # seconds an squeue answer serves every job of a poll
 SUBMIT_SLACK = 120.0  # seconds a submission time may be earlier than recorded (whole seconds, clocks)
 MAX_ANSWER_CHARS = 64 << 20  # an squeue answer past this is not read (a user's jobs take a few MB)
 
-# squeue -O: the name last, the one field a user's other jobs fill with anything
-SQUEUE_FIELDS = ("JobID", "State", "Reason", "NodeList", "Partition", "SubmitTime", "RestartCnt", "TimeLimit", "UserID", "STDOUT", "Name")
+# squeue -O: the name last, the one field a user's other jobs fill with anything (the command too)
+SQUEUE_FIELDS = ("JobID", "State", "Reason", "NodeList", "Partition", "SubmitTime", "RestartCnt", "TimeLimit", "UserID", "STDOUT", "Command", "Name")
 SACCT_FIELDS = ("JobIDRaw", "State", "Reason", "NodeList", "Partition", "Submit", "ExitCode", "Timelimit", "JobName")
 
 ACTIVE_STATES = {
@@ -58,11 +62,13 @@ OUR_JOB_ID = re.compile(r"\d{1,12}")
 @dataclass(frozen=True)
 class JobIdentity:
     """What makes a Slurm job this run's, whatever its id: its name, its log (the --output it was
-    submitted with, as squeue shows it) and when it was submitted."""
+    submitted with, as squeue shows it), when it was submitted, and the token its submission put
+    in its batch command ("" for a job submitted before there were tokens)."""
 
     name: str
     submitted_at: float
     log: str = ""
+    token: str = ""
 
 
 @dataclass(frozen=True)
@@ -83,6 +89,7 @@ class SlurmJob:
     source: str = "squeue"
     user_id: str = ""
     log: str = ""  # its --output, as given
+    command: str | None = None  # its batch script and arguments, as given (None: not shown, as by sacct)
 
     @property
     def active(self) -> bool:
@@ -104,7 +111,14 @@ class SlurmJob:
             return False
         if self.log and identity.log and self.log != identity.log:
             return False
+        if identity.token and self.command is not None and f" {identity.token} " not in f"{self.command} ":
+            return False  # an earlier run's of the same name and log, or another's
         return self.submitted_at is None or self.submitted_at >= identity.submitted_at - SUBMIT_SLACK
+
+    @property
+    def submission_order(self) -> tuple[float, int]:
+        """Later for a later submission: its time (whole seconds), then its id."""
+        return (self.submitted_at or 0.0, int(self.job_id) if _is_number(self.job_id) else 0)
 
 
 def _when(text: str) -> float | None:
@@ -159,7 +173,7 @@ def parse_squeue(output: str, separator: str, user_id: str | None = None) -> dic
 
 
 def _squeue_entry(values: list[str]) -> SlurmJob:
-    job_id, state, reason, nodes, partition, submitted, restarts, limit, user_id, log, name = values
+    job_id, state, reason, nodes, partition, submitted, restarts, limit, user_id, log, command, name = values
     if not SQUEUE_JOB_ID.fullmatch(job_id):
         raise UnusableAnswer("squeue", f"a job id {job_id[:20]!r}")
     if not STATE_WORD.fullmatch(state):
@@ -168,7 +182,7 @@ def _squeue_entry(values: list[str]) -> SlurmJob:
         raise UnusableAnswer("squeue", f"a user or restart count that is not a number for job {job_id}")
     return SlurmJob(
         job_id, state, "" if reason in ("None", "(null)") else reason, "" if nodes in ("(null)",) else nodes,
-        partition, _when(submitted), _count(restarts), limit, name, user_id=user_id, log="" if log == "(null)" else log,
+        partition, _when(submitted), _count(restarts), limit, name, user_id=user_id, log="" if log == "(null)" else log, command=command,
     )  # fmt: skip
 
 
@@ -177,6 +191,9 @@ def parse_scontrol(output: str, job_id: str, identity: JobIdentity) -> SlurmJob 
     has no space, then the fields read: none of them a user's text). None: another job has the id."""
     line = output.split("\n", 1)[0]
     prefix = f"JobId={job_id} JobName={identity.name} "
+    # the command runs to the fields that follow it (its arguments are a user's text)
+    command_at = line.find(" Command=")
+    command = line[command_at + len(" Command=") :].split(" WorkDir=", 1)[0] if command_at >= 0 else ""
     if not line.startswith(f"JobId={job_id} "):
         raise UnusableAnswer("scontrol", f"no JobId={job_id} at its start")
     if not line.startswith(prefix):
@@ -195,6 +212,7 @@ def parse_scontrol(output: str, job_id: str, identity: JobIdentity) -> SlurmJob 
         job_id, state, "" if values.get("Reason") in (None, "None", "(null)") else values["Reason"], "" if values.get("NodeList") in (None, "(null)") else values["NodeList"],
         values.get("Partition", ""), _when(values.get("SubmitTime", "")), _count(values.get("Restarts", "")), values.get("TimeLimit", ""),
         identity.name, exit_code=values.get("ExitCode", ""), source="scontrol", user_id=user[user.find("(") + 1 : -1] if user.endswith(")") else "",
+        command=command,
     )  # fmt: skip
     if job.user_id != str(os.getuid()) or not job.is_the_job(identity):
         return None
@@ -225,13 +243,20 @@ def parse_sacct(output: str) -> dict[str, SlurmJob]:
 
 
 def find_by_identity(identity: JobIdentity, timeout: float) -> SlurmJob | None:
-    """The one job squeue shows with the name and log of `identity`, asked now and alone (a
-    submission that failed or was interrupted may have left it)."""
+    """The job squeue shows as the one of `identity`, asked now and alone (a submission that
+    failed or was interrupted may have left it)."""
     separator = new_separator()
     output = run("squeue", "--me", "--states=all", "--noheader", f"--name={identity.name}", "-O", squeue_format(separator), timeout=timeout)
-    jobs = parse_squeue(output, separator, str(os.getuid()))
-    found = [job for job in jobs.values() if OUR_JOB_ID.fullmatch(job.job_id) and job.log == identity.log and job.is_the_job(identity)]
-    return found[0] if len(found) == 1 else None
+    return newest_of(parse_squeue(output, separator, str(os.getuid())).values(), identity)
+
+
+def newest_of(jobs: Iterable[SlurmJob], identity: JobIdentity) -> SlurmJob | None:
+    """Of `jobs`, the newest submission that is the job of `identity` by its name and log (and
+    token), whatever its id: a run's job is submitted after any earlier run's of that name and log."""
+    if not identity.log:
+        return None
+    found = [job for job in jobs if OUR_JOB_ID.fullmatch(job.job_id) and job.name == identity.name and job.log == identity.log and job.is_the_job(identity)]
+    return max(found, key=lambda job: job.submission_order, default=None)
 
 
 class Queue:
@@ -243,6 +268,7 @@ class Queue:
         self._lock = threading.Lock()
         self._asked_at: float | None = None
         self._jobs: dict[str, SlurmJob] = {}
+        self._named: dict[str, list[SlurmJob]] = {}  # the same entries, by name
         self._error: Exception | None = None
         self._ended: dict[str, SlurmJob] = {}  # accounting's final answers, kept
         self._accounting_asked_at: float | None = None
@@ -270,7 +296,7 @@ class Queue:
     def reset(self) -> None:
         """As new: nothing known (another cluster, say)."""
         with self._lock:
-            self._asked_at, self._jobs, self._error = None, {}, None
+            self._asked_at, self._jobs, self._named, self._error = None, {}, {}, None
             self._ended, self._accounting_asked_at, self._accounting_asked = {}, None, set()
             self.accounting = True
 
@@ -280,9 +306,10 @@ class Queue:
             self._asked_at = None
 
     def job(self, job_id: str, identity: JobIdentity) -> SlurmJob | None:
-        """The job as squeue shows it now (by its id, else by its identity), or None when the
-        controller's answer does not hold it. Raises Unreachable or UnusableAnswer (again, for
-        `TTL` seconds) when the controller cannot be reached or its answer cannot be read."""
+        """The job as squeue shows it now (by its id, or by its identity: the newest submission
+        that is the job's), or None when the controller's answer does not hold it. Raises
+        Unreachable or UnusableAnswer (again, for `TTL` seconds) when the controller cannot be
+        reached or its answer cannot be read."""
         with self._lock:
             now = self.clock()
             asked = self._asked_at
@@ -292,26 +319,22 @@ class Queue:
                     separator = new_separator()
                     output = run("squeue", "--me", "--states=all", "--noheader", "-O", squeue_format(separator))
                     self._jobs = parse_squeue(output, separator, str(os.getuid()))
+                    self._named = {}
+                    for entry in self._jobs.values():
+                        self._named.setdefault(entry.name, []).append(entry)
                     self._error = None
                 except Exception as error:  # kept: every job of this poll is told the same
                     self._error = error
                 self._asked_at = now
             if self._error is not None:
                 raise self._error
-            found = self._jobs.get(job_id)
-            if found is not None and found.is_the_job(identity):
-                return found
-            return self._found_by_identity(identity)
-
-    def _found_by_identity(self, identity: JobIdentity) -> SlurmJob | None:
-        """The one entry of the answer that is the job of `identity` whatever its id (its name and
-        log are ours), if there is exactly one."""
-        if not identity.log:
-            return None
-        found = [
-            job for job in self._jobs.values() if OUR_JOB_ID.fullmatch(job.job_id) and job.name == identity.name and job.log == identity.log and job.is_the_job(identity)
-        ]  # fmt: skip
-        return found[0] if len(found) == 1 else None
+            by_id = self._jobs.get(job_id)
+            by_identity = newest_of(self._named.get(identity.name, ()), identity)
+            if by_id is None or not by_id.is_the_job(identity):
+                return by_identity
+            # the record's id is where to look first; a newer submission of the run's wins (the
+            # record's id can be the earlier run's, written there by the job)
+            return by_identity if by_identity is not None and by_identity.submission_order > by_id.submission_order else by_id
 
     def confirm(self, job_id: str, identity: JobIdentity) -> SlurmJob | None:
         """The job as `scontrol show job ID` shows it: asked by its id, before a job that squeue

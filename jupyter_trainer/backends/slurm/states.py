@@ -42,6 +42,20 @@ def _who(uid: str) -> str:
         return f"uid {uid}"
 
 
+def ended_unseen(facts: SupervisorFacts, *, stop_requested: bool) -> Observation | None:
+    """What the supervisor's files alone say while Slurm cannot be asked: the outcome of a script
+    that exited on its own, or ended by our stop. None while it has not ended, or when it was
+    signalled or killed from elsewhere: only Slurm can say why (a time limit, its memory limit, a
+    preemption it may requeue the job after)."""
+    if facts.exit_code is None or facts.problem:
+        return None
+    if facts.stopped is True and stop_requested:
+        return facts.ended()
+    if facts.stopped is False and facts.exit_code < 128:  # not killed by a signal
+        return facts.ended()
+    return None
+
+
 def observe(job: SlurmJob | None, facts: SupervisorFacts, *, stop_requested: bool, job_id: str, log_tail: bytes = b"", forgotten: bool = True) -> Observation:
     """The job's Observation. `job`: Slurm's view (None: Slurm no longer knows it, or accounting is
     disabled); `log_tail`: the end of its log (read only for a failure's diagnosis)."""
