@@ -208,3 +208,27 @@ def test_a_failure_file_that_reverses_its_words_in_local_mode_is_shown_readable(
     for where, text in shown.items():
         assert directed(text) == [], (where, text)
     assert SHOWN in shown["status rtl"] and SHOWN in shown["widget"]
+
+
+def test_metric_names_a_job_forged_into_the_metrics_cache_are_never_shown(store, fake_backend, backends):
+    """The charts and tables show metric names: the reader's are printable ASCII, and the cache
+    beside the record (which a job can write) is not taken when it names others."""
+    from jupyter_trainer import metrics_cache
+    from jupyter_trainer.monitor import JobMonitor
+    from jupyter_trainer.spec import DetachedSpec
+
+    job = submit_detached(DetachedSpec(script="x", backend="fake", workdir=os.getcwd()), name="forged", store=store, backends=backends).job
+    with open(job.run_dir / "output.log", "a") as log:
+        log.write("".join(f"step {step} loss: {1 / step}\n" for step in range(1, 101)))
+    first = JobMonitor(job, read_budget=1 << 30)
+    first.start()
+    while not first.caught_up:
+        first.read_log()
+    metrics_cache.save(job.run_dir, first.metric_options, first.cursor.line_start, job.log_source(), first.metrics, first.reader)
+    cache = job.run_dir / "metrics.json"
+    cache.write_text(cache.read_text().replace('"loss"', '"\\u202essol"'))  # "loss", as it would read
+    again = JobMonitor(job, read_budget=1 << 30)
+    again.start()
+    while not again.caught_up:
+        again.read_log()
+    assert again.metrics.names() == ["loss"] and again.metrics.counts == {"loss": 100}
