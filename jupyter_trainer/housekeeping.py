@@ -6,6 +6,10 @@ or left alone (by `prune`). A job's runs are removed while its name is claimed,
 so no kernel starts a new run of it meanwhile; a widget following a removed run
 says so and stops.
 
+What a submission killed half-way left of a name (a run directory without its
+record, see `JobStore.abandoned`) goes with the name's runs: `rm` and `prune` leave
+nothing of it behind.
+
 A run is removed in two steps (see store.py): one rename takes it out of every
 listing, then its files are deleted. Where the rename fails (a read-only or full
 file system, a mount), nothing was removed and the run is listed as before; where
@@ -50,6 +54,7 @@ class Removal:
 
     removed: list[JobRecord] = field(default_factory=list)  # runs gone, every file of them
     finished: list[str] = field(default_factory=list)  # runs removed earlier whose last files went now
+    abandoned: list[str] = field(default_factory=list)  # runs a submission killed half-way left without a record, gone now
     problems: list[str] = field(default_factory=list)  # what could not be removed, each with why
 
     def checked(self, again: str) -> "Removal":
@@ -60,7 +65,7 @@ class Removal:
         shown = self.problems[:PROBLEMS_SHOWN]
         more = len(self.problems) - len(shown)
         failed = "could not remove " + "; ".join(shown) + (f"; and {more} more" if more else "")
-        done = describe_removed(self) if self.removed or self.finished else ""
+        done = describe_removed(self) if self.removed or self.finished or self.abandoned else ""
         raise TrainerError(
             f"{done}; {failed}" if done else failed,
             f"make that place writable (a read-only or full file system, an immutable file or a mount may be in the way), then {again}",
@@ -75,9 +80,12 @@ def remove_runs(name: str, run: int | None = None, store: JobStore | None = None
     removal = Removal()
     with store.claiming(name):
         leftovers = [(number, path) for number, path in store.leftovers(name) if run in (None, number)]
-        records = _finished_runs(name, run, store, backends, found_before=bool(leftovers))
+        abandoned = [(number, path) for number, path in store.abandoned(name) if run in (None, number)]
+        records = _finished_runs(name, run, store, backends, found_before=bool(leftovers or abandoned))
         for number, path in leftovers:
             _delete_leftover(name, number, path, removal)
+        for number, path in abandoned:
+            _delete_abandoned(name, number, path, removal)
         for record in records:
             _remove_run(record, store, removal)
     return removal.checked(again)
@@ -120,6 +128,8 @@ def prune(older_than: float, store: JobStore | None = None, backends: _backends.
         with store.claiming(name):
             for number, path in store.leftovers(name):
                 _delete_leftover(name, number, path, removal)
+            for number, path in store.abandoned(name):  # no run: --older-than does not apply
+                _delete_abandoned(name, number, path, removal)
             for number in store.runs(name):
                 if not store.has_record(name, number):
                     continue
@@ -160,6 +170,16 @@ def _delete_leftover(name: str, run: int, path: Path, removal: Removal) -> None:
         removal.problems.append(f"the rest of {name} run {run}, removed earlier ({_why(exc)}), in {path}")
         return
     removal.finished.append(f"{name} (run {run})")
+
+
+def _delete_abandoned(name: str, run: int, path: Path, removal: Removal) -> None:
+    """Delete what a submission killed half-way left of the run."""
+    try:
+        _delete_tree(path)
+    except OSError as exc:
+        removal.problems.append(f"what an interrupted submission left of {name} run {run} ({_why(exc)}), in {path}")
+        return
+    removal.abandoned.append(f"{name} (run {run})")
 
 
 def _delete_tree(path: Path) -> None:
@@ -203,6 +223,8 @@ def describe_removed(removal: Removal) -> str:
         said.append("removed " + ", ".join(f"{record.name} (run {record.run}, {record.status.value})" for record in removal.removed))
     if removal.finished:
         said.append("finished removing " + ", ".join(removal.finished))
+    if removal.abandoned:
+        said.append("removed what an interrupted submission left of " + ", ".join(removal.abandoned))
     return "; ".join(said) or "nothing to remove"
 
 

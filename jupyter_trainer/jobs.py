@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .errors import InvalidName
-from .wording import describe_exit_code, format_duration  # noqa: F401  (said here for every reader)
+from .wording import describe_exit_code, format_duration, readable  # noqa: F401  (said here for every reader)
 
 NAME_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,62}")
 
@@ -160,6 +160,8 @@ def resolve(record: JobRecord, seen: Observation, now: float | None = None) -> R
     """The status a job has now, given its record and a fresh observation (made at `now`)."""
     if record.status.is_final:
         return Resolution(record.status, record.exit_code, record.reason)
+    # a runtime's words can be the job's own (a failure file, what Slurm was told): kept readable
+    seen = dataclasses.replace(seen, reason=readable(seen.reason), why_gone=readable(seen.why_gone))
     stop_sent = record.stop_requested and record.stop_sent is not False
     if seen.final is not None:
         reason = "stopped by the user" if seen.final is Status.STOPPED and stop_sent else seen.reason
@@ -195,7 +197,8 @@ def resolve(record: JobRecord, seen: Observation, now: float | None = None) -> R
 def describe_outcome(status: Status, exit_code: int | None, reason: str) -> str:
     """How a job ended, in a line: its exit code's meaning, else the reason; for a failure whose
     runtime said more than the code does, what went wrong (of SageMaker's failure reason, the
-    exception rather than its wrapper)."""
+    exception rather than its wrapper). Readable, whenever the reason was recorded."""
+    reason = readable(reason)
     if exit_code is None:
         return _headline(reason) if status is Status.FAILED and reason else reason
     if status is Status.STOPPED and exit_code == 137:  # a stopped job that ignored TERM: not out of memory

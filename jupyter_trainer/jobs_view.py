@@ -24,6 +24,7 @@ from .metrics import main_metric
 from .store import JobStore
 from .summary import format_duration, run_label, status_text, where
 from .widget import STATUS_COLOURS, STYLE, PolledView, describe, error_html, stop_in_background
+from .wording import readable
 
 SCAN_INTERVAL = 2.0  # seconds between two looks at the store (new jobs, records changed elsewhere)
 MAX_ROWS = 100  # the newest shown; the table says how many more there are
@@ -52,7 +53,7 @@ def _cell(text: str, title: str = "") -> str:
 def status_cell(record: JobRecord, shown: str | None = None) -> str:
     """The status (`shown`: as summary.status_text words it), its reason on hover."""
     colour = STATUS_COLOURS[record.status]
-    title = html.escape(record.reason or record.status.value)
+    title = html.escape(readable(record.reason) or record.status.value)
     return f'<span class="jt-status" style="background:{colour}" title="{title}">{html.escape(shown or record.status.value)}</span>'
 
 

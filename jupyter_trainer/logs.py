@@ -16,17 +16,10 @@ from typing import Callable, Iterable, Iterator, Protocol
 
 from .spec import Metric
 from .terminal import MAX_SHOWN_LINE, SCREEN_ROWS, Screen, bounded_line
+from .wording import ESCAPE_SEQUENCES, readable
 
-# Terminal control a log may hold, removed from what is shown (a terminal would act on it: move
-# the cursor, retitle the window, switch character sets, reset itself): CSI sequences, string
-# sequences (OSC, DCS, SOS, PM, APC) up to their terminator or the line's end, other escape
-# sequences, 8-bit C1 controls, and C0 controls but tab.
-ESCAPE_SEQUENCES = (
-    r"\x1b\[[0-?]*[ -/]*[@-~]"
-    r"|\x1b[\]PX^_][^\x07\x1b\n]*(?:\x07|\x1b\\)?"
-    r"|\x1b[ -/]*[0-~]"
-)
-ANSI_ESCAPE = re.compile(ESCAPE_SEQUENCES + r"|\x9b[0-?]*[ -/]*[@-~]|[\x00-\x08\x0b-\x1f\x7f-\x9f]|\x1b")
+# A shown line is `readable` (wording.py): without what a terminal would act on (move the cursor,
+# retitle the window, switch character sets, reset itself) or what reorders the text around it.
 ANSI_ESCAPE_BYTES = re.compile(ESCAPE_SEQUENCES.encode())  # before matching metrics: values stay whole
 BLOCK_SIZE = 4 * 1024  # the largest first block read from the end; later ones double, up to MAX_BLOCK_SIZE
 TYPICAL_LINE = 128  # bytes: the first block is sized for this many a line
@@ -65,7 +58,7 @@ def clean_line(line: str, strip_ansi: bool = True) -> str:
         line = line[line.rindex("\r") + 1 :]
     if len(line) > MAX_SHOWN_LINE:
         line = "…" + line[-MAX_SHOWN_LINE:]
-    return ANSI_ESCAPE.sub("", line) if strip_ansi else line
+    return readable(line) if strip_ansi else line
 
 
 def tail_lines(

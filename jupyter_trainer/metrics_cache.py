@@ -68,6 +68,9 @@ def load(run_dir: Path, metrics: list[tuple[str, str]], source: LogSource, up_to
             return None  # more than a series ever keeps: not ours
         if not set(cached_reader.axes) <= set(cached_series.updated):
             return None  # the reader knows metrics the series does not keep: not ours either
+        named = [*cached_series.updated, *cached_series.families, *(name for names in cached_series.families.values() for name in names or ())]
+        if not all(name.isascii() and name.isprintable() for name in named):
+            return None  # a reader's names are printable ASCII (the charts and tables show them): not ours
     except (OSError, ValueError, KeyError, TypeError, AttributeError, MemoryError, RecursionError):
         return None
     series.restore(cached_series.state())

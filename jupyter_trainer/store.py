@@ -7,11 +7,15 @@
                                              output.log    stdout + stderr
                                              pid, exit_code  written by the supervisor
 
-Several kernels and the CLI share it. Creating a run is one `mkdir`, which is
-atomic, so two processes can never claim the same name and run. Records are
-replaced atomically (write, fsync, rename) so readers never see half a record,
-and read-modify-write goes through an advisory lock on the run directory.
-Directories are 0700 and files 0600.
+Several kernels and the CLI share it. A run is created under its name's claim
+(a lock on the job's directory), so two processes can never create the same name
+and run, and it appears with its record: its directory is made under a hidden
+`.creating-RUN-TOKEN` name, locked by its maker, its record written, and then
+renamed into place. A submission killed half-way leaves that hidden directory,
+unlocked, and never a run without a record; the next submission, `rm` or `prune`
+of the name removes it (`abandoned`). Records are replaced atomically (write,
+fsync, rename) so readers never see half a record, and read-modify-write goes
+through an advisory lock on the run directory. Directories are 0700 and files 0600.
 
 Removing a run is two steps: one rename takes it out of every listing at once
 (its directory becomes a hidden `.removing-RUN-TOKEN` beside the runs), then its
@@ -22,6 +26,7 @@ is found again (`leftovers`) by the next `rm` or `prune`, which finish it.
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import hashlib
 import hmac
@@ -30,6 +35,7 @@ import os
 import re
 import secrets
 import shutil
+import time
 from pathlib import Path
 from typing import Callable, Iterator
 
@@ -71,6 +77,13 @@ KEY_FILE = "fingerprint.key"  # in the store's home: the key of the fingerprints
 CONTAINERS_DIR = "containers"  # in the store's home: the directory each container we create mounts
 REMOVING_PREFIX = ".removing-"  # in a job's directory: a run taken out of the listings, its files not all deleted yet
 LEFTOVER = re.compile(re.escape(REMOVING_PREFIX) + r"([0-9]{1,9})-[0-9a-f]{8}")  # REMOVING_PREFIX RUN-TOKEN
+CREATING_PREFIX = ".creating-"  # in a job's directory: a run being created, not yet with its record
+CREATING = re.compile(re.escape(CREATING_PREFIX) + r"([0-9]{1,9})-[0-9a-f]{8}")  # CREATING_PREFIX RUN-TOKEN
+# A run directory without a record, holding nothing but what writing one leaves, older than this,
+# was left by a submission of an earlier version (which made the directory before writing its
+# record) that was killed in between; a younger one may be such a submission at work now.
+ABANDONED_AFTER = 10.0  # seconds
+RECORD_WRITING = re.compile(r"record\.lock|\.record\.json\.[0-9]+\.[0-9a-f]{8}\.tmp")  # LOCK_FILE, write_private_file's
 
 
 def default_home() -> Path:
@@ -115,8 +128,8 @@ class JobStore:
         return sorted(int(entry) for entry in entries if entry.isdigit() and entry.isascii() and len(entry) <= 9)
 
     def latest_run(self, name: str) -> int | None:
-        """The newest run that has a record (a run being created this instant, or abandoned
-        half-created, has none yet)."""
+        """The newest run that has a record (an earlier version's submission may have made a run
+        directory without one: being created this instant, or abandoned half-created)."""
         for run in reversed(self.runs(name)):
             if self.has_record(name, run):
                 return run
@@ -136,18 +149,54 @@ class JobStore:
     # -- records --------------------------------------------------------
 
     def create(self, record: JobRecord) -> Path:
-        """Claim `record.name` / `record.run`; FileExistsError if taken."""
+        """Create run `record.run` of `record.name` with its record; FileExistsError if taken. Called
+        under the name's claim. The run appears whole: made under a hidden name, locked while its
+        record is written, then renamed into place (a process killed meanwhile leaves the hidden
+        directory, unlocked: see `abandoned`)."""
         path = self.run_dir(record.name, record.run)
         with self.writing():
             make_private_dir(self.jobs_dir)
-            make_private_dir(self.job_dir(record.name))
-            os.mkdir(path, 0o700)
+            make_private_dir(path.parent)
+            if os.path.lexists(path):
+                raise FileExistsError(errno.EEXIST, "the run exists", str(path))
+            making = path.parent / f"{CREATING_PREFIX}{int(record.run)}-{secrets.token_hex(4)}"
+            os.mkdir(making, 0o700)
         try:
-            self._write(path, record)
-        except StoreError:
-            shutil.rmtree(path, ignore_errors=True)
+            with _dir_locked(making):
+                self._write(making, record)
+                with self.writing():
+                    os.rename(making, path)  # the name's claim is held: no other process made `path` meanwhile
+        except BaseException:
+            shutil.rmtree(making, ignore_errors=True)
             raise
         return path
+
+    def abandoned(self, name: str, now: float | None = None) -> list[tuple[int, Path]]:
+        """What submissions killed half-way left in the job's directory: (run, directory) each, to be
+        removed under the name's claim. A hidden run being created that no process holds (its maker
+        held the claim and its lock until it renamed it into place), and a run directory with no
+        record nor anything but what writing one leaves, older than ABANDONED_AFTER (an earlier
+        version's; a younger one may be at work)."""
+        job_dir = self.job_dir(name)
+        try:
+            entries = os.listdir(job_dir)
+        except (FileNotFoundError, NotADirectoryError):
+            return []
+        now = time.time() if now is None else now
+        found = []
+        for entry in entries:
+            making = CREATING.fullmatch(entry)
+            if making and not _is_dir_locked(job_dir / entry):
+                found.append((int(making.group(1)), job_dir / entry))
+            elif entry.isdigit() and entry.isascii() and len(entry) <= 9 and not self.has_record(name, int(entry)):
+                try:
+                    age = now - os.lstat(job_dir / entry).st_mtime
+                    left = os.listdir(job_dir / entry)
+                except OSError:  # removed meanwhile, or not a directory
+                    continue
+                if age > ABANDONED_AFTER and all(RECORD_WRITING.fullmatch(file) for file in left):
+                    found.append((int(entry), job_dir / entry))
+        return sorted(found)
 
     def discard(self, name: str, run: int) -> None:
         """Remove a run that never started, and its job directory if it was the first. On the way
@@ -288,6 +337,11 @@ class JobStore:
         finally:
             os.close(fd)
 
+    def remove_abandoned(self, name: str) -> None:
+        """Remove what killed submissions left of the job, as far as it can be (under the name's claim)."""
+        for _, path in self.abandoned(name):
+            shutil.rmtree(path, ignore_errors=True)
+
     def records(self, all_runs: bool = False) -> Iterator[JobRecord | CorruptRecord]:
         """The latest run of every job (or every run); an unreadable record is yielded as its error."""
         for name in self.names():
@@ -295,7 +349,7 @@ class JobStore:
             for run in self.runs(name) if all_runs else [latest] if latest is not None else []:
                 try:
                     yield self.load(name, run)
-                except UnknownJob:  # being created this instant
+                except UnknownJob:  # no record: an earlier version's run being created, or abandoned
                     continue
                 except CorruptRecord as error:
                     yield error
@@ -330,3 +384,29 @@ class JobStore:
             finally:
                 os.unlink(tmp)
         return path.read_bytes()
+
+
+@contextlib.contextmanager
+def _dir_locked(path: Path) -> Iterator[None]:
+    """An exclusive lock on the directory itself, held for the block (the lock leaves no file)."""
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
+
+
+def _is_dir_locked(path: Path) -> bool:
+    """Whether a process holds the directory's lock now (a directory gone meanwhile is not)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+    except OSError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(fd)
+    return False

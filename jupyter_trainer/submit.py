@@ -66,8 +66,9 @@ def submit_detached(
     validate_name(name)
 
     with store.claiming(name):  # looking for the name's runs and creating the next is one step
+        store.remove_abandoned(name)  # what a submission killed half-way left: its run number is free again
         latest = store.latest_run(name)
-        run = max(store.runs(name), default=0) + 1  # past any run directory abandoned half-created
+        run = max(store.runs(name), default=0) + 1  # past a run directory an earlier version may be creating
         if latest is not None:
             existing = Job(store.load(name, latest), store, backends).refresh()
             if existing.record.fingerprint == fingerprint:

@@ -14,7 +14,7 @@ from .backends import Backends, UnknownBackend
 from .errors import TrainerError
 from .jobs import JobRecord, Status, describe_outcome, format_duration
 from .logs import clean_line
-from .wording import text_table
+from .wording import readable, text_table
 from .resources import Usage
 from .resources import describe as describe_usage
 from .resources import as_json as resources_json
@@ -30,9 +30,10 @@ def format_time(timestamp: float | None) -> str:
 
 def where(record: JobRecord, backends: Backends) -> str:
     """Where the job runs, in its backend's words (its name alone when they cannot be had: one bad
-    record never breaks a listing)."""
+    record never breaks a listing). A backend's words may pass on a runtime's (Slurm's reason a job
+    waits), so they are shown readable, as are its facts and its host."""
     try:
-        return backends.get(record.backend).describe_where(record)
+        return readable(backends.get(record.backend).describe_where(record))
     except (UnknownBackend, TrainerError):
         return record.backend
 
@@ -41,7 +42,7 @@ def facts(record: JobRecord, backends: Backends) -> list[str]:
     """What the job's runtime says of it besides its status, in its backend's words (none when
     they cannot be had)."""
     try:
-        return list(backends.get(record.backend).describe_facts(record))
+        return [readable(fact) for fact in backends.get(record.backend).describe_facts(record)]
     except (UnknownBackend, TrainerError):
         return []
 
@@ -50,7 +51,8 @@ def host(record: JobRecord, backends: Backends) -> str | None:
     """The machine the job runs on, by the name the user knows it by, where its backend has one
     (a Docker job's host: "local" for this machine's engine); None otherwise."""
     try:
-        return backends.get(record.backend).describe_host(record)
+        shown = backends.get(record.backend).describe_host(record)
+        return readable(shown) if shown else shown
     except (UnknownBackend, TrainerError):
         return None
 
@@ -169,7 +171,7 @@ def status_json(record: JobRecord, backends: Backends, usage: Usage | None = Non
         "backend": record.backend,
         "status": record.status.value,
         "exit_code": record.exit_code,
-        "reason": record.reason,
+        "reason": readable(record.reason),  # as a record an older version wrote may not have it
         "created_at": record.created_at,
         "started_at": record.started_at,
         "ended_at": record.ended_at,

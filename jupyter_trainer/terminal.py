@@ -6,7 +6,8 @@ with \\n and back up with ESC[A, then erases itself (ESC[K, or spaces) when it i
 every one of those strokes. `Screen` replays them on a small screen, as a terminal of unbounded width
 and `SCREEN_ROWS` rows would: carriage return, backspace, cursor up, down and to a column, erase in
 the line and below. Lines that scroll off its top are kept as printed (a terminal's scrollback).
-Other escapes (colours, window titles) are dropped. A character is one column wide (wide East Asian
+Other escapes (colours, window titles) are dropped, and so are Unicode's direction controls, which
+would reorder the text around them (see wording.py). A character is one column wide (wide East Asian
 characters would take two on a terminal), and a tab is kept as a character.
 
 It is only ever given the bytes of what is shown (a log's tail, new lines of a followed log), and a
@@ -18,20 +19,23 @@ from __future__ import annotations
 
 import re
 
+from .wording import DIRECTION_CONTROLS
+
 SCREEN_ROWS = 24  # as many rows as a terminal: how far up a redraw can reach
 MAX_LINE = 64 * 1024  # characters (or bytes) of one log line replayed: a longer one by its last redraws
 MAX_SHOWN_LINE = 16 * 1024  # a longer row is shown by its end
 MAX_ROW = 2 * MAX_SHOWN_LINE  # a row grows no longer than this while it is drawn (its start is let go)
 
 # What moves the cursor or erases, and what is dropped: CSI sequences (parameters, final byte), other
-# escape sequences (string sequences up to their terminator), and C0/C1 controls but tab and \n.
+# escape sequences (string sequences up to their terminator), C0/C1 controls but tab and \n, and
+# the direction controls that would reorder the text around them (wording.py).
 _CONTROL = re.compile(
     r"(?:\x1b\[|\x9b)([0-?]*)[ -/]*([@-~])"
     r"|\x1b[\]PX^_][^\x07\x1b]*(?:\x07|\x1b\\)?"
     r"|\x1b([ -/]*[0-~])?"
-    r"|[\x00-\x08\x0b-\x1f\x7f-\x9f]"
+    r"|[\x00-\x08\x0b-\x1f\x7f-\x9f" + DIRECTION_CONTROLS + r"]"
 )
-_SPECIAL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f]")  # anything but text, tab and \r
+_SPECIAL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f" + DIRECTION_CONTROLS + r"]")  # anything but text, tab and \r
 
 
 def bounded_line(line):

@@ -1,9 +1,31 @@
-"""How a job's exit code and duration are said, in one place for every reader: the views, the
-CLI, and the notifier (backends/notify.py), which runs alone on the job's python3 and gets this
-file's code put before its own.
+"""How a job's exit code and duration are said, and how words from a job's side are shown, in one
+place for every reader: the views, the CLI, and the notifier (backends/notify.py), which runs alone
+on the job's python3 and gets this file's code put before its own.
 
 Standard library only, Python 3.6 or later, importing nothing of the package.
 """
+
+import re
+
+# What a job writes and a person is shown (log lines, failure reasons, a runtime's words) may hold
+# what would act on the terminal or on the text around it, and is shown without it (`readable`):
+# CSI sequences, string sequences (OSC, DCS, SOS, PM, APC) up to their terminator or the line's
+# end, other escape sequences, 8-bit CSI, C0 controls but tab and newline, C1 controls, and
+# Unicode's direction controls (marks, embeddings, overrides, isolates), which reorder what
+# follows them: "\u202edeliaf" reads "failed".
+ESCAPE_SEQUENCES = (
+    r"\x1b\[[0-?]*[ -/]*[@-~]"
+    r"|\x1b[\]PX^_][^\x07\x1b\n]*(?:\x07|\x1b\\)?"
+    r"|\x1b[ -/]*[0-~]"
+)
+DIRECTION_CONTROLS = "\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069"  # the inside of a regex's [...]
+NOT_SHOWN = re.compile(ESCAPE_SEQUENCES + r"|\x9b[0-?]*[ -/]*[@-~]|[\x00-\x08\x0b-\x1f\x7f-\x9f" + DIRECTION_CONTROLS + r"]|\x1b")
+
+
+def readable(text):
+    """Words from a job's side as a person is shown them: without anything in NOT_SHOWN."""
+    return NOT_SHOWN.sub("", text)
+
 
 EXIT_CODE_MEANINGS = {
     1: "the script raised an error",

@@ -18,8 +18,9 @@ job records it. Whatever happens, the job's outcome is already written: a notifi
 changes it. With STOP_CONTAINER 1 it then stops the container, as the supervisor would have.
 
 Standard library only, Python 3.6 or later: it runs in the job's container, on the image's python3.
-Exit codes and durations are said as everywhere else: jupyter_trainer/wording.py's code is put
-before this file's in what the supervisor runs (see base.notifier_source).
+Exit codes and durations are said, and the job's words shown, as everywhere else:
+jupyter_trainer/wording.py's code is put before this file's in what the supervisor runs (see
+base.notifier_source).
 """
 
 import hashlib
@@ -34,7 +35,7 @@ import urllib.error
 import urllib.request
 
 try:  # as a module of the package; run by the supervisor, wording.py's code comes before this
-    from ..wording import describe_exit_code, format_duration
+    from ..wording import describe_exit_code, format_duration, readable
 except ImportError:
     pass
 
@@ -95,7 +96,7 @@ def build_message(job, code, how, started, ended, log_tail, restarts=0):
     reason = ""
     if status == "failed":
         raised = exception_line(log_tail.split("\n")) if code == PYTHON_RAISED else ""
-        reason = raised or describe_exit_code(code)
+        reason = readable(raised) or describe_exit_code(code)  # the job's words, as the views show them
     name, run, backend = str(job.get("name", "?")), job.get("run", 1), str(job.get("backend", "?"))
     took = format_duration(ended - started)
     mark = {"completed": "✅", "failed": "❌", "stopped": "⏹"}[status]

@@ -2,8 +2,9 @@
 
 The reason comes from the job's own side (SageMaker's FailureReason is what the training
 container wrote to /opt/ml/output/failure; in local mode the launcher's report, kept in the
-run's failure file), so it may be huge, binary or full of terminal control. It is kept without
-what a terminal would act on (as log lines are shown) and cut, with a note, past
+run's failure file), so it may be huge, binary or full of terminal control. It is kept `readable`
+(wording.py: without what a terminal would act on or what reorders the text, as log lines are
+shown) and cut, with a note, past
 MAX_REASON_CHARS; a file is read that far only, never whole.
 """
 
@@ -12,7 +13,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..._fs import read_small
-from ...logs import ANSI_ESCAPE
+from ...wording import readable
 
 MAX_REASON_CHARS = 2048  # SageMaker keeps at most 1024 characters of the failure file
 LOOKED_AT = 4 * MAX_REASON_CHARS  # of the reason's start, room for the control it may hold
@@ -32,7 +33,7 @@ def reason_from_file(path: Path) -> str:
 
 
 def _printable(text: str, cut: bool) -> str:
-    shown = ANSI_ESCAPE.sub("", text).strip()
+    shown = readable(text).strip()
     if not cut and len(shown) <= MAX_REASON_CHARS:
         return shown
     return shown[:MAX_REASON_CHARS].rstrip() + CUT_NOTE

@@ -11,6 +11,7 @@ from __future__ import annotations
 import pwd
 
 from ...jobs import Observation, Status
+from ...wording import readable
 from ..base import SupervisorFacts
 from .queue import SlurmJob
 
@@ -25,9 +26,10 @@ def details(job: SlurmJob) -> dict:
     """What the record's runtime keeps of Slurm's view (shown in the job's header and table)."""
     # its id too: the job found by its name and log where the record's id (which the job can
     # rewrite) named another
-    kept = {"job_id": job.job_id, "state": job.state, "partition": job.partition, "pending_reason": job.reason if job.waiting else ""}
+    # (Slurm's words are shown as they are kept: readable, whatever a job made Slurm say)
+    kept = {"job_id": job.job_id, "state": job.state, "partition": readable(job.partition), "pending_reason": readable(job.reason) if job.waiting else ""}
     if job.node_list and not job.waiting:
-        kept["node_list"] = job.node_list
+        kept["node_list"] = readable(job.node_list)
     if job.restarts is not None:
         kept["restarts"] = job.restarts
     return {key: value for key, value in kept.items() if value is not None}
