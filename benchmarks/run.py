@@ -221,36 +221,7 @@ def bench_logs(rounds: int, big: int) -> list[Comparison]:
 
 
 # 3 -------------------------------------------------------------------------------
-
-LOAD = """
-import sys, time
-from IPython.core.interactiveshell import InteractiveShell
-ip = InteractiveShell.instance()
-start = time.perf_counter()
-{statement}
-elapsed = time.perf_counter() - start
-heavy = [m for m in ("sagemaker", "boto3", "botocore", "docker") if m in sys.modules]
-print(elapsed, ",".join(heavy))
-"""
-
-
-def bench_load(rounds: int) -> Comparison:
-    heavy = set()
-
-    def run(statement):
-        def once():
-            out = subprocess.run([sys.executable, "-c", LOAD.format(statement=statement)], capture_output=True, text=True, check=True).stdout.split()
-            if statement.startswith("ip."):
-                heavy.update(out[1].split(",") if len(out) > 1 else [])
-            return float(out[0])
-
-        return once
-
-    result = interleaved(run("ip.run_line_magic('load_ext', 'jupyter_trainer')"), run("import ipywidgets"), rounds)
-    name = "%load_ext jupyter_trainer vs import ipywidgets"
-    if heavy:
-        name += f" (imported: {', '.join(sorted(heavy))})"
-    return Comparison(name, *result, "<= 1.2x", 1.2)
+# %load_ext in a fresh kernel: load_time.py
 
 
 # 4 and 5 ---------------------------------------------------------------------------
@@ -777,7 +748,9 @@ def main() -> int:
     args = parser.parse_args()
     results: list[Comparison] = []
     if "load" in args.only:
-        results.append(bench_load(args.rounds))
+        from load_time import bench_load
+
+        results += bench_load(args.rounds)
     if "submit" in args.only:
         results.append(bench_submit(args.rounds))
     if "logs" in args.only:

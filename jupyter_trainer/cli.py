@@ -10,13 +10,12 @@ from pathlib import Path
 
 from . import housekeeping, summary, surface
 from .backends import DEFAULT, Backends, UnknownBackend
-from .compare import COMPARED_METRIC, JOB_NAMES, X_AXIS
 from .errors import TrainerError
 from .job import Job, refreshed_records
 from .jobs import JobRecord
 from .options import (
-    ALL_RUNS, AS_JSON, DETACHED, FOLLOW, JOB, JOB_NAME, LINES, ONE_RUN, SCRIPT, WITH_CONTAINER, add_options, argument, configurable,
-    split_script_arguments,
+    ALL_RUNS, AS_JSON, COMPARED_METRIC, DETACHED, FOLLOW, JOB, JOB_NAME, JOB_NAMES, LINES, ONE_RUN, SCRIPT, WITH_CONTAINER, X_AXIS,
+    add_options, argument, configurable, split_script_arguments,
 )  # fmt: skip
 from .store import JobStore
 from .submit import submit_detached

@@ -24,7 +24,6 @@ from dataclasses import dataclass
 from typing import Iterable, Sequence
 
 from .metrics import AXIS_TITLES, TIME, main_metric, twin_key
-from .options import argument
 from .wording import text_table
 
 # The words of a metric's name that say which way is better.
@@ -35,19 +34,6 @@ HIGHER_IS_BETTER = frozenset({
 })  # fmt: skip
 LOWEST, HIGHEST = "lowest", "highest"
 _WORDS = re.compile(r"[^a-z0-9]+")
-
-# -- the arguments of %train_compare and of `jupyter-trainer compare` --------------------------
-
-JOB_NAMES = argument("names", nargs="+", metavar="NAME", help="the jobs to compare (their latest runs)")
-COMPARED_METRIC = argument(
-    "--metric", default=None, metavar="M",
-    help="the metric to compare (default: the first loss-like one the jobs share, else their main metric)",
-)  # fmt: skip
-X_AXIS = argument(
-    "--x", dest="x", choices=("time",), default=None,
-    help="time: x is the seconds since each job's start (the default when the jobs' axes differ)",
-)  # fmt: skip
-
 
 def direction(name: str) -> str | None:
     """Which value of metric `name` is best: LOWEST, HIGHEST, or None when its name does not say."""

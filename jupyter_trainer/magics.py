@@ -13,12 +13,11 @@ from IPython.core.magic import Magics, line_cell_magic, line_magic, magics_class
 from IPython.core.magic_arguments import MagicArgumentParser
 from traitlets import Bool, Dict, Int, List, Unicode
 
-from .compare import COMPARED_METRIC, JOB_NAMES, X_AXIS
 from .errors import InvalidOption, TrainerError
 from .magic_help import describe
 from .options import (
-    ALL_RUNS, DETACHED, ENTRY_SCRIPT, FOLLOW, JOB, JOB_NAME, LINES, NO_WIDGET_TABLE, ONE_RUN, SAGEMAKER, SCRIPT, WITH_CONTAINER,
-    Argument, add_options, configurable, split_script_arguments,
+    ALL_RUNS, COMPARED_METRIC, DETACHED, ENTRY_SCRIPT, FOLLOW, JOB, JOB_NAME, JOB_NAMES, LINES, NO_WIDGET_TABLE, ONE_RUN, SAGEMAKER, SCRIPT,
+    WITH_CONTAINER, X_AXIS, Argument, add_options, configurable, split_script_arguments,
 )  # fmt: skip
 
 if TYPE_CHECKING:

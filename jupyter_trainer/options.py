@@ -20,7 +20,9 @@ import argparse
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Mapping
 
-from .checks import parse_container, parse_env, parse_gpus, parse_image, parse_interpreter, parse_notify, parse_sync, parse_workdir
+# The checks are named, not imported: the magics declare their options at %load_ext, and a value is
+# checked only when a job is asked for.
+_CHECK = "jupyter_trainer.checks:"
 
 
 @dataclass(frozen=True)
@@ -32,8 +34,8 @@ class Option:
     kind: str = "value"  # "value", "int", "append" (repeatable) or "switch"
     config: bool = False  # %config TrainerMagics.<dest> gives it a default
     default: Any = None  # the value when neither a flag nor config gives one
-    # checks the settled value and gives what the spec holds: a function, or "module:function" (a
-    # backend's check in its own package, imported when a value is checked)
+    # checks the settled value and gives what the spec holds: a function, or "module:function" (one
+    # of `checks`, or a backend's check in its own package), imported when a value is checked
     parse: Callable[[Any], Any] | str | None = None
     backends: tuple[str, ...] = ()  # the detached backends that take it (none named: every one)
     elsewhere: str = ""  # what to say when it is given to a backend that does not take it (default: its switch)
@@ -98,6 +100,16 @@ ENTRY_SCRIPT = argument(
     "script", nargs="?", default=None,
     help="an existing file as the entry script (relative to --source-dir when given); none: the image's own train runs",
 )
+# %train_compare and `jupyter-trainer compare`
+JOB_NAMES = argument("names", nargs="+", metavar="NAME", help="the jobs to compare (their latest runs)")
+COMPARED_METRIC = argument(
+    "--metric", default=None, metavar="M",
+    help="the metric to compare (default: the first loss-like one the jobs share, else their main metric)",
+)  # fmt: skip
+X_AXIS = argument(
+    "--x", dest="x", choices=("time",), default=None,
+    help="time: x is the seconds since each job's start (the default when the jobs' axes differ)",
+)  # fmt: skip
 
 
 def split_script_arguments(words: list[str]) -> tuple[list[str], list[str]]:
@@ -121,7 +133,7 @@ JOB = (
 # Both cell magics take it: a detached job's supervisor, wherever it runs, sends the message.
 NOTIFY = Option(
     "notify", "--notify", "when the job ends, POST a JSON message to URL (Slack-style 'text' and the job's facts), "
-    "also with no notebook open; the URL is never stored or shown", "URL", config=True, parse=parse_notify,
+    "also with no notebook open; the URL is never stored or shown", "URL", config=True, parse=_CHECK + "parse_notify",
 )
 
 # -- %%train_detached and `jupyter-trainer submit` ---------------------------------------------
@@ -149,11 +161,11 @@ CONTAINER = ("docker",)  # the backends that run a job in a container
 DETACHED = (
     Option(
         "image", "--image", "create (if missing) a persistent container from IMAGE and run in it", "IMAGE",
-        config=True, parse=parse_image, backends=CONTAINER,
+        config=True, parse=_CHECK + "parse_image", backends=CONTAINER,
     ),
     Option(
         "container", "--container", "the persistent container to use or create", "NAME",
-        config=True, parse=parse_container, backends=CONTAINER,
+        config=True, parse=_CHECK + "parse_container", backends=CONTAINER,
     ),
     Option(
         "workdir", "--workdir", "host directory mounted at /workspace; the job's working directory "
@@ -162,15 +174,15 @@ DETACHED = (
     ),  # parsed by the spec builder: a local directory, or one of the remote host (see spec.build_spec)
     Option(
         "gpus", "--gpus", "'all', a count, or device ids (0,1), as docker run --gpus; with --slurm: GPUs per node", "SPEC",
-        config=True, parse=parse_gpus, backends=(*CONTAINER, "slurm"),
+        config=True, parse=_CHECK + "parse_gpus", backends=(*CONTAINER, "slurm"),
     ),
     Option(
         "env", "--env", "environment for the job (repeatable); values are never stored or shown", "KEY=VALUE", "append",
-        parse=parse_env,
+        parse=_CHECK + "parse_env",
     ),
     Option(
         "interpreter", "--interpreter", "the command that runs the script (default python3)", "CMD",
-        config=True, default="python3", parse=parse_interpreter,
+        config=True, default="python3", parse=_CHECK + "parse_interpreter",
     ),
     Option(
         "stop_container_when_done", "--stop-container-when-done", "stop the container when the job ends, releasing its GPUs",
@@ -184,7 +196,7 @@ DETACHED = (
     Option(
         "sync", "--sync", "copy a local directory to the job's workdir on a remote Docker host before the job starts "
         "(a home directory is refused; the job store, credential files and what DIR/.trainerignore lists are left out)", "DIR",
-        parse=parse_sync, backends=CONTAINER,
+        parse=_CHECK + "parse_sync", backends=CONTAINER,
     ),
     Option(
         "restarts", "--restarts", "when the job is interrupted without ending by itself (the Docker engine, the machine "
@@ -221,6 +233,8 @@ class DetachedBackend:
 
     def spec_fields(self, parsed: dict[str, Any], hosts: Mapping[str, str] | None) -> dict[str, Any]:
         if self.settle_spec is None:
+            from .checks import parse_workdir
+
             return {**parsed, "workdir": parse_workdir(parsed.get("workdir"))}
         return declared_function(self.settle_spec)(parsed, hosts)
 
@@ -256,11 +270,11 @@ SAGEMAKER = (
     Option("source_dir", "--source-dir", "more files shipped beside the script (its imports; its requirements.txt is installed first)", "DIR"),
     Option(
         "interpreter", "--interpreter", "the command that runs the script on every host (default python3)", "CMD",
-        config=True, default="python3", parse=parse_interpreter,
+        config=True, default="python3", parse=_CHECK + "parse_interpreter",
     ),
     Option(
         "env", "--env", "the job's environment (repeatable); values are never stored or shown", "KEY=VALUE", "append",
-        config=True, parse=parse_env,
+        config=True, parse=_CHECK + "parse_env",
     ),
     Option("framework", "--framework", "instead of --image-uri: AWS's training image of pytorch, tensorflow, huggingface, sklearn or xgboost", "NAME", config=True),
     Option("framework_version", "--framework-version", "with --framework: its version (for huggingface, the transformers version)", "V", config=True),

@@ -1,0 +1,45 @@
+"""What `%load_ext jupyter_trainer` imports in a fresh shell: the magics' declarations and nothing more.
+
+Registering the magics is paid in every kernel that loads the extension; the job model, the
+backends, the views, the checks and what they import are paid by the first magic that runs.
+"""
+
+from conftest import run_python
+
+# the package's modules that registering the magics needs
+REGISTERING = {"jupyter_trainer", "jupyter_trainer.errors", "jupyter_trainer.magics", "jupyter_trainer.options", "jupyter_trainer.magic_help"}
+# outside the package: IPython's %load_ext itself, the magics' argument parsers (and what
+# argparse's translated words look up)
+OTHERS_ALLOWED = {"IPython.core.magics.extension", "IPython.core.magic_arguments", "locale", "_locale"}
+
+NEWLY_IMPORTED = (
+    "import sys\n"
+    "from IPython.core.interactiveshell import InteractiveShell\n"
+    "ip = InteractiveShell.instance()\n"
+    "before = set(sys.modules)\n"
+    "ip.run_line_magic('load_ext', 'jupyter_trainer')\n"
+    "print(' '.join(sorted(set(sys.modules) - before)))\n"
+)
+
+
+def newly_imported() -> set[str]:
+    result = run_python(NEWLY_IMPORTED, check=True)
+    return set(result.stdout.split())
+
+
+def test_loading_imports_only_the_magics_declarations():
+    new = newly_imported()
+    ours = {name for name in new if name.split(".")[0] == "jupyter_trainer"}
+    assert ours == REGISTERING
+    assert new - ours <= OTHERS_ALLOWED, sorted(new - ours)
+
+
+def test_every_declared_check_names_a_function():
+    """The checks are named ("module:function") so that declaring the options imports none of
+    them: each name must still lead to its function."""
+    from jupyter_trainer.options import DETACHED, JOB, SAGEMAKER, declared_function
+
+    named = [option for option in (*JOB, *DETACHED, *SAGEMAKER) if isinstance(option.parse, str)]
+    assert len(named) >= 10
+    for option in named:
+        assert callable(declared_function(option.parse)), option.flag
