@@ -6,6 +6,7 @@ import contextlib
 import copy
 import os
 import time
+from dataclasses import dataclass, field
 from itertools import repeat
 from pathlib import Path
 from typing import Iterator
@@ -30,6 +31,15 @@ CLOCK_BYTES = 16 << 20  # of the log's clock read for its metrics' times
 LATEST_METRICS_BYTES = 256 << 10  # of the log's end read for the latest metric values
 METRICS_READ = 4 << 20  # bytes of the log read at once for its metrics
 STOP_WAIT_SECONDS = 30  # a stop waits this long for the job to end (a remote runtime takes its time)
+
+
+@dataclass
+class MetricColumn:
+    """One metric's values in log order, and what their x is ("step", "epoch", "time" or "n")."""
+
+    axis: str
+    xs: list = field(default_factory=list)
+    values: list = field(default_factory=list)
 
 
 class Job:
@@ -166,20 +176,29 @@ class Job:
 
     def metric_points(self) -> dict[str, list[tuple[str, float, float]]]:
         """`{name: [(axis, x, value), ...]}`: `metrics()` with what each x is."""
-        found: dict[str, list[tuple[str, float, float]]] = {}
+        return {name: list(zip(repeat(column.axis), column.xs, column.values)) for name, column in self.metric_columns().items()}
+
+    def metric_columns(self) -> dict[str, MetricColumn]:
+        """Every metric value of the whole log, a list of xs and one of values per name: what
+        `metric_points` gives, without a tuple per point (a log of millions of values)."""
+        found: dict[str, MetricColumn] = {}
+
+        def column_of(name: str, axis: str) -> MetricColumn:
+            column = found.get(name)
+            if column is None or column.axis != axis:  # moved to another x (see MetricReader._settle)
+                column = found[name] = MetricColumn(axis)  # (a name keeps its place in the dict)
+            return column
 
         def keep(point: tuple) -> None:
             name, axis, x, value = point
-            points = found.setdefault(name, [])
-            if points and points[-1][0] != axis:  # moved to another x (see MetricReader._settle)
-                points.clear()
-            points.append((axis, x, value))
+            column = column_of(name, axis)
+            column.xs.append(x)
+            column.values.append(value)
 
         def keep_many(name: str, axis: str, xs: list, values: list, _offsets) -> None:
-            points = found.setdefault(name, [])
-            if points and points[-1][0] != axis:
-                points.clear()
-            points.extend(zip(repeat(axis), xs, values))
+            column = column_of(name, axis)
+            column.xs += xs
+            column.values += values
 
         parser = MetricParser(Metric(name, regex) for name, regex in self.record.options.get("metrics", []))
         clock = LogClock(self.record.started_at)
