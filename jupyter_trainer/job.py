@@ -129,12 +129,15 @@ class Job:
             nonlocal settled
             if at_a_path:  # a log at a path: after a removal it may be a new job's (see confirm_run)
                 self.confirm_run()
+            before = cursor.offset
             data = cursor.read_bytes(source)
             truncation = cursor.take_truncation()  # said once, before what follows it
             lines = []
             if truncation:
                 lines, settled = settled.end() + [truncation], SettledLines()
-            return bool(data) or bool(truncation), lines + settled.feed(data.decode("utf-8", errors="replace"))
+            # (a read inside a line of megabytes gives no whole line: reading goes on)
+            grew = cursor.offset != before or bool(truncation)
+            return grew, lines + settled.feed(data.decode("utf-8", errors="replace"))
 
         while True:
             try:

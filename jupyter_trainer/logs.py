@@ -158,14 +158,17 @@ def read_all_lines(source: LogSource, strip_ansi: bool = True) -> Iterator[str]:
     cursor = LogCursor()
     screen = Screen()
     while True:
+        before = cursor.offset
         data = cursor.read_bytes(source)
         note = cursor.take_truncation()
         if note:  # what was shown before stays; what follows starts on a clear screen
             yield from screen.lines()
             screen = Screen()
             yield note
-        if not data:
-            break
+        if not data:  # (a read inside a line of megabytes gives no whole line)
+            if cursor.offset == before:
+                break
+            continue
         if not strip_ansi:
             yield from (clean_line(line, strip_ansi) for line in data[:-1].decode("utf-8", errors="replace").split("\n"))
             continue
