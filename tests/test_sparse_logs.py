@@ -127,3 +127,12 @@ def test_a_line_of_megabytes_does_not_end_the_log(store, fake_backend, backends)
     assert followed[0] == "before" and followed[-1] == "after"
 
 
+def test_a_short_tail_shows_its_lines_and_no_blank_rows_however_often_it_is_asked():
+    """A tail that finds a few lines after a hole starts at the screen's bottom (what came before
+    is not known): the rows above stay unshown once its lines scrolled up."""
+    from jupyter_trainer.terminal import Screen
+
+    screen = Screen(at_bottom=True)
+    screen.feed("a\nb\n")
+    assert screen.take_scrolled() == []
+    assert screen.lines() == ["a", "b"] and screen.lines() == ["a", "b"]
