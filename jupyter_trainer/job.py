@@ -16,7 +16,7 @@ from .backends.base import Backend, notification_check
 from .errors import BackendUnavailable, InvalidOption, JobReplaced, StoreError, TrainerError, Unreachable
 from . import _fs
 from .jobs import JobRecord, Observation, Status, describe_exit_code, parse_notification, resolve
-from .logs import LogCursor, LogSource, MetricParser, local_file_of, read_all_lines, tail_lines, tail_screen
+from .logs import LogCursor, LogSource, MetricParser, local_file_of, read_all_lines, tail_lines, tail_screen, written_span
 from .terminal import SettledLines
 from .backends.notify import PYTHON_RAISED, exception_line
 from .metrics import LogClock, MetricReader
@@ -135,7 +135,7 @@ class Job:
             lines = []
             if truncation:
                 lines, settled = settled.end() + [truncation], SettledLines()
-            # (a read inside a line of megabytes gives no whole line: reading goes on)
+            # (a read inside a line of megabytes, or over a hole, gives no whole line: reading goes on)
             grew = cursor.offset != before or bool(truncation)
             return grew, lines + settled.feed(data.decode("utf-8", errors="replace"))
 
@@ -211,7 +211,11 @@ class Job:
         reader = MetricReader(keep, parser.finders(), clock, bulk=keep_many)
         offset = 0
         while True:
-            data = source.read(offset, METRICS_READ)
+            span = written_span(source, offset)  # a sparse file's holes are passed over unread
+            if span is not None and span[0] > offset:
+                offset = span[0]
+                reader.skip_hole(offset)
+            data = source.read(offset, METRICS_READ if span is None else min(METRICS_READ, span[1] - offset))
             if not data:
                 break
             reader.feed(data)

@@ -195,10 +195,9 @@ class JobMonitor:
         while budget > 0:
             in_history = self.cursor.offset < self.history_end
             limit = min(budget, self.cursor.chunk_size)
-            if in_history:  # never read across the point where the shown tail ends
-                limit = min(limit, self.history_end - self.cursor.offset)
             before = self.cursor.offset
-            data = self.cursor.read_bytes(source, limit=limit)
+            # never read across the point where the shown tail ends
+            data = self.cursor.read_bytes(source, limit=limit, until=self.history_end if in_history else None)
             truncation = self.cursor.take_truncation()
             if truncation:  # everything from the log's new start is news
                 self._show(shown)
@@ -209,16 +208,18 @@ class JobMonitor:
                 in_history = False
             elif self.cursor.offset == before:
                 break
-            budget -= max(1, self.cursor.offset - before if not truncation else self.cursor.offset)
+            added = self.cursor.added
+            budget -= max(1, len(added))  # bytes read: a hole passed over is not read
             if truncation:
                 self.reader.skip_to(0)
-            added = self.cursor.added
+            elif self.cursor.skipped:
+                self.reader.skip_hole(self.cursor.offset - len(added))
             for begin in range(0, len(added), METRIC_PIECE):  # the reader takes bytes cut anywhere
                 self.reader.feed(added[begin : begin + METRIC_PIECE])
                 self._take_metrics()
             if not in_history and data:  # a copy: the cursor reuses its buffer
                 shown.append(bytes(last_lines(data, self._kept_lines)))
-            if not truncation and self.cursor.offset - before < limit:
+            if not truncation and not self.cursor.cut_short and len(added) < limit:
                 at_end = True  # no second read (nor size) to learn that nothing follows
                 break
             if time.perf_counter() >= deadline:

@@ -6,12 +6,10 @@ import os
 
 import pytest
 
-from jupyter_trainer import metrics_cache
 from jupyter_trainer.backends.base import FileLogSource
 from jupyter_trainer.compare_runs import ComparedRun
 from jupyter_trainer.logs import tail_lines
 from jupyter_trainer.metrics import MetricReader
-from jupyter_trainer.monitor import JobMonitor
 from jupyter_trainer.spec import DetachedSpec
 from jupyter_trainer.submit import submit_detached
 from jupyter_trainer.widget import JobWidget, Poller
@@ -114,6 +112,69 @@ def fed_bytes(monitor) -> list[int]:
 
     monitor.reader.feed = counting
     return fed
+
+
+def test_a_view_of_a_10_gb_sparse_log_reads_what_was_written_and_shows_its_tail(store, fake_backend, backends):
+    job = sparse_job(store, backends)
+    write(job, lines_of(1, 5))
+    os.truncate(job.run_dir / "output.log", 10 * GiB)  # truncate -s 10G
+    write(job, lines_of(5, 40))
+    source = counted(job, CountedFile)
+    view = JobWidget(job, log_lines=20)
+    fed = fed_bytes(view.monitor)
+    assert "step 39 loss" in view.log.value and source.take() <= TAIL_READ  # the tail at once
+    poller = Poller(clock=Ticks())
+    poller.widgets.append(view)
+    for tick in range(8):  # the job seeks another GiB ahead and writes a line now and then
+        if tick % 2:
+            write(job, lines_of(40 + tick, 41 + tick), ahead=GiB)
+        fed[0] = 0
+        poller.tick()
+        read = source.take()
+        assert read <= TAIL_READ and fed[0] <= TAIL_READ, f"poll {tick}: {read} bytes read, {fed[0]} given to the reader"
+        assert view.monitor.caught_up
+        if tick % 2:
+            assert f"step {40 + tick} loss" in view.log.value  # the line at the tail, shown
+    assert view.monitor.metrics.counts == {"loss": 4 + 35 + 4}  # every line written: none left out
+    assert view.monitor.notes() == []
+
+
+def test_a_run_of_nuls_is_read_at_the_cost_of_what_surrounds_it():
+    """NULs read (a hole where it cannot be told apart) are seen through at once, and end the line
+    they are on, as a hole passed over does: the same values either way."""
+    lines = lines_of(1, 4).encode()
+
+    def read(*pieces):
+        points = []
+        reader = MetricReader(points.append, [])
+        for piece in pieces:
+            if isinstance(piece, int):
+                reader.skip_hole(reader.position + len(reader._buffer) + piece)
+            else:
+                reader.feed(piece)
+        reader.flush()
+        return [(name, x, value) for name, _, x, value in points]
+
+    expected = read(lines + b"step 9 loss: 0.5\nstep 10 loss: 0.25\n")
+    assert read(lines + b"step 9 loss: 0.5" + b"\0" * (1 << 20) + b"\nstep 10 loss: 0.25\n") == expected
+    assert read(lines + b"step 9 loss: 0.5", 1 << 20, b"\nstep 10 loss: 0.25\n") == expected
+    assert read(lines + b"step 9 loss: 0.5", b"\0" * 300, b"\0" * 5000 + b"step 10 loss: 0.25\n") == expected
+
+
+def test_whole_log_readers_pass_over_the_holes(store, fake_backend, backends):
+    """`job.metrics()` (and `jupyter-trainer metrics`), a comparison and `logs` read what was
+    written, not the holes."""
+    job = sparse_job(store, backends)
+    write(job, lines_of(1, 5))
+    write(job, lines_of(5, 8), ahead=4 * GiB)
+    write(job, lines_of(8, 10), ahead=4 * GiB)
+    source = counted(job, CountedFile)
+    assert [value for _, value in job.metrics()["loss"]] == [round(1 / step, 4) for step in range(1, 10)]
+    assert source.take() < 1 << 20
+    run = ComparedRun(job, "loss").read_all()
+    assert run.stats_of("loss").count == 9 and source.take() < 1 << 20
+    assert job.logs().split("\n")[-3:] == ["step 8 loss: 0.1250", "step 9 loss: 0.1111", ""]
+    assert tail_lines(source, 2) == ["step 8 loss: 0.1250", "step 9 loss: 0.1111"] and source.take() < 1 << 20
 
 
 def test_a_line_of_megabytes_does_not_end_the_log(store, fake_backend, backends):
