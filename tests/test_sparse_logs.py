@@ -6,10 +6,12 @@ import os
 
 import pytest
 
+from jupyter_trainer import metrics_cache
 from jupyter_trainer.backends.base import FileLogSource
 from jupyter_trainer.compare_runs import ComparedRun
 from jupyter_trainer.logs import tail_lines
 from jupyter_trainer.metrics import MetricReader
+from jupyter_trainer.monitor import JobMonitor
 from jupyter_trainer.spec import DetachedSpec
 from jupyter_trainer.submit import submit_detached
 from jupyter_trainer.widget import JobWidget, Poller
@@ -139,6 +141,48 @@ def test_a_view_of_a_10_gb_sparse_log_reads_what_was_written_and_shows_its_tail(
     assert view.monitor.notes() == []
 
 
+def test_a_log_read_through_a_runtime_leaves_a_run_of_nuls_unread_and_says_so(store, fake_backend, backends):
+    """Where the holes cannot be told apart, a view reads at most a poll's budget of NULs: it goes
+    on from the log's end, its last lines shown, and its metrics say what they leave out; a view
+    opened later from the saved series says it too."""
+    from jupyter_trainer.monitor import NUL_LOOK
+
+    job = sparse_job(store, backends)
+    write(job, lines_of(1, 5))
+    os.truncate(job.run_dir / "output.log", 10 * GiB)
+    write(job, lines_of(5, 40))
+    source = counted(job, CountedRemote)
+    view = JobWidget(job, log_lines=20)
+    fed = fed_bytes(view.monitor)
+    assert "step 39 loss" in view.log.value and source.take() <= TAIL_READ
+    poller = Poller(clock=Ticks())
+    poller.widgets.append(view)
+    grown = []
+    for tick in range(8):
+        if tick % 2:
+            write(job, lines_of(40 + tick, 41 + tick), ahead=GiB)
+            grown.append(40 + tick)
+        fed[0] = 0
+        poller.tick()
+        read = source.take()
+        budget = (view.monitor.cursor.chunk_size if tick == 0 else NUL_LOOK) + TAIL_READ
+        assert read <= budget and fed[0] <= budget, f"poll {tick}: {read} bytes read, {fed[0]} given to the reader"
+        assert view.monitor.caught_up
+        if tick % 2:
+            assert f"step {40 + tick} loss" in view.log.value
+    shown = view.log.value
+    assert "step 39 loss" in shown and all(f"step {step} loss" in shown for step in grown)
+    assert view.monitor.metrics.counts == {"loss": 4}  # the lines before the NULs: the rest unread
+    assert 14 * GiB - (2 << 20) < view.monitor.unread < 14 * GiB
+    assert view.monitor.notes() == ["metrics leave out 14.0 GiB of the log, not read: a run of NUL bytes"]
+    assert "metrics leave out 14.0 GiB" in view.plot.value
+    fake_backend.finish("sparse", 0)
+    view.poll(now=1e9)  # the job ended: the series are saved
+    again = JobMonitor(job)
+    again.start()
+    assert again.metrics.counts == {"loss": 4} and again.notes() == view.monitor.notes()
+
+
 def test_a_run_of_nuls_is_read_at_the_cost_of_what_surrounds_it():
     """NULs read (a hole where it cannot be told apart) are seen through at once, and end the line
     they are on, as a hole passed over does: the same values either way."""
@@ -186,6 +230,19 @@ def test_a_line_of_megabytes_does_not_end_the_log(store, fake_backend, backends)
     assert job.logs().split("\n")[-2:] == ["after", ""]
     followed = list(job.follow(interval=0.01))
     assert followed[0] == "before" and followed[-1] == "after"
+
+
+def test_the_saved_series_carry_what_was_left_unread(store, fake_backend, backends):
+    job = sparse_job(store, backends)
+    write(job, lines_of(1, 5))
+    monitor = JobMonitor(job)
+    monitor.start()
+    monitor.read_log()
+    source = job.log_source()
+    size = source.size()
+    for unread, loaded in ((40, (size, 40)), (size + 1, None)):  # (more than it read: not one this wrote)
+        metrics_cache.save(job.run_dir, [], size, source, monitor.metrics, monitor.reader, unread=unread)
+        assert metrics_cache.load(job.run_dir, [], source, size, monitor.metrics, monitor.reader) == loaded
 
 
 def test_a_short_tail_shows_its_lines_and_no_blank_rows_however_often_it_is_asked():
