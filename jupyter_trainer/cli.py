@@ -168,29 +168,30 @@ def metrics_json(columns: dict) -> Iterator[str]:
     yield "{"
     for index, (name, column) in enumerate(columns.items()):
         yield (", " if index else "") + json.dumps(name) + ": ["
-        xs, values = column.xs, column.values
+        xs, values, texts = column.xs, column.values, _Texts()
         for start in range(0, len(xs), JSON_BLOCK):
-            yield (", " if start else "") + _points_json(xs[start : start + JSON_BLOCK], values[start : start + JSON_BLOCK])
+            yield (", " if start else "") + _points_json(xs[start : start + JSON_BLOCK], values[start : start + JSON_BLOCK], texts)
         yield "]"
     yield "}"
 
 
-def _points_json(xs: list, values: list) -> str:
+def _points_json(xs: list, values: list, texts: _Texts) -> str:
     """`[x, value]` pairs as json.dumps writes them, comma-separated: %r is json's own text of a
-    finite float, and %d then ".0" that of a whole one below 1e16 (but -0.0)."""
+    finite float, and %d then ".0" that of a whole one below 1e16 (but -0.0). `texts`: the values'
+    texts written so far (of the same series)."""
     whole = _whole(xs)
     if not (_all_floats(values) and (whole or _all_floats(xs))):  # never from the reader
         return ", ".join(json.dumps([x, value if math.isfinite(value) else None]) for x, value in zip(xs, values))
     if whole:
         x_text = "%d.0"
-    elif all(map(math.isfinite, xs)):
+    elif _finite(xs):
         x_text = "%r"
     else:  # json's NaN and Infinity
         x_text, xs = "%s", list(map(json.dumps, xs))
-    if not all(map(math.isfinite, values)):
+    if not _finite(values):
         value_text, values = "%s", [repr(value) if math.isfinite(value) else "null" for value in values]
     elif _repeat(values) and 0.0 not in values:  # (-0.0 and 0.0 are one key, not one text)
-        value_text, values = "%s", list(map(_Texts().__getitem__, values))
+        value_text, values = "%s", list(map(texts.__getitem__, values))
     else:
         value_text = "%r"
     flat = [None] * (2 * len(xs))
@@ -210,6 +211,11 @@ def _repeat(values: list) -> bool:
     """Whether the values repeat enough for _Texts to pay, from the first ones."""
     sample = values[:1024]
     return 2 * len(set(sample)) <= len(sample)
+
+
+def _finite(numbers: list) -> bool:
+    # a sum is finite only if each number is (one that overflows is looked at number by number)
+    return math.isfinite(sum(numbers)) or all(map(math.isfinite, numbers))
 
 
 def _all_floats(numbers: list) -> bool:
