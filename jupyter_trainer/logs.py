@@ -301,9 +301,9 @@ class LogCursor:
         if len(before) < known or (self._check and before != self._check):
             self._restart()
             return False
-        self.skipped = to - self.offset
+        self.skipped, self.nul_run = to - self.offset, 0  # (a hole is no NUL read)
         known = min(CHECK_BYTES, to)
-        self.offset, self._check = to, source.read(to - known, known)  # a hole's NULs, read from no disk
+        self.offset, self._check = to, source.read(to - known, known)  # the bytes before it, as they are now
         return True
 
     def _restart(self) -> None:
