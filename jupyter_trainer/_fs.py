@@ -119,6 +119,31 @@ def read_range(path: Path | str, offset: int, limit: int) -> bytes:
         return b""
 
 
+def written_span(path: Path | str, offset: int) -> tuple[int, int] | None:
+    """Where the file's next written bytes from `offset` on start and end, when a hole lies at or
+    after `offset` (a sparse file's: bytes never written, which read as NULs): (size, size) when
+    nothing but a hole follows. None when there is no hole before the end, or the file system
+    cannot tell (its holes are then read as the NULs they are), or the file is not there."""
+    try:
+        fd = open_regular(path)
+    except OSError:
+        return None
+    try:
+        size = os.fstat(fd).st_size
+        if offset >= size:
+            return None
+        try:
+            start = os.lseek(fd, offset, os.SEEK_DATA)
+        except OSError as exc:
+            return (size, size) if exc.errno == errno.ENXIO else None  # ENXIO: a hole to the end
+        end = os.lseek(fd, start, os.SEEK_HOLE)
+        return (start, end) if start > offset or end < size else None
+    except (OSError, AttributeError):  # a file system, or a platform, without SEEK_DATA
+        return None
+    finally:
+        os.close(fd)
+
+
 def version(path: Path | str) -> tuple[int, int, int] | None:
     """What changes whenever a file is written or replaced: its inode, size and modification time
     (ns), not following a link; None if it cannot be looked at. One lstat."""

@@ -99,11 +99,13 @@ class ComparedRun:
         while True:
             before = self.cursor.offset
             self.cursor.read_bytes(source)
+            added = self.cursor.added
             if self.cursor.take_truncation():
                 self._start_again()
             elif self.cursor.offset == before:
                 break
-            added = self.cursor.added
+            elif self.cursor.skipped:  # a hole of a sparse file, passed over unread
+                self.reader.skip_hole(self.cursor.offset - len(added))
             for begin in range(0, len(added), MAX_PIECE):  # the reader takes bytes cut anywhere
                 self.reader.feed(added[begin : begin + MAX_PIECE])
             self.version += 1

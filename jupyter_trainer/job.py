@@ -6,6 +6,7 @@ import contextlib
 import copy
 import os
 import time
+from dataclasses import dataclass, field
 from itertools import repeat
 from pathlib import Path
 from typing import Iterator
@@ -15,7 +16,7 @@ from .backends.base import Backend, notification_check
 from .errors import BackendUnavailable, InvalidOption, JobReplaced, StoreError, TrainerError, Unreachable
 from . import _fs
 from .jobs import JobRecord, Observation, Status, describe_exit_code, parse_notification, resolve
-from .logs import LogCursor, LogSource, MetricParser, local_file_of, read_all_lines, tail_lines, tail_screen
+from .logs import LogCursor, LogSource, MetricParser, local_file_of, read_all_lines, tail_lines, tail_screen, written_span
 from .terminal import SettledLines
 from .backends.notify import PYTHON_RAISED, exception_line
 from .metrics import LogClock, MetricReader
@@ -30,6 +31,15 @@ CLOCK_BYTES = 16 << 20  # of the log's clock read for its metrics' times
 LATEST_METRICS_BYTES = 256 << 10  # of the log's end read for the latest metric values
 METRICS_READ = 4 << 20  # bytes of the log read at once for its metrics
 STOP_WAIT_SECONDS = 30  # a stop waits this long for the job to end (a remote runtime takes its time)
+
+
+@dataclass
+class MetricColumn:
+    """One metric's values in log order, and what their x is ("step", "epoch", "time" or "n")."""
+
+    axis: str
+    xs: list = field(default_factory=list)
+    values: list = field(default_factory=list)
 
 
 class Job:
@@ -119,12 +129,15 @@ class Job:
             nonlocal settled
             if at_a_path:  # a log at a path: after a removal it may be a new job's (see confirm_run)
                 self.confirm_run()
+            before = cursor.offset
             data = cursor.read_bytes(source)
             truncation = cursor.take_truncation()  # said once, before what follows it
             lines = []
             if truncation:
                 lines, settled = settled.end() + [truncation], SettledLines()
-            return bool(data) or bool(truncation), lines + settled.feed(data.decode("utf-8", errors="replace"))
+            # (a read inside a line of megabytes, or over a hole, gives no whole line: reading goes on)
+            grew = cursor.offset != before or bool(truncation)
+            return grew, lines + settled.feed(data.decode("utf-8", errors="replace"))
 
         while True:
             try:
@@ -166,20 +179,29 @@ class Job:
 
     def metric_points(self) -> dict[str, list[tuple[str, float, float]]]:
         """`{name: [(axis, x, value), ...]}`: `metrics()` with what each x is."""
-        found: dict[str, list[tuple[str, float, float]]] = {}
+        return {name: list(zip(repeat(column.axis), column.xs, column.values)) for name, column in self.metric_columns().items()}
+
+    def metric_columns(self) -> dict[str, MetricColumn]:
+        """Every metric value of the whole log, a list of xs and one of values per name: what
+        `metric_points` gives, without a tuple per point (a log of millions of values)."""
+        found: dict[str, MetricColumn] = {}
+
+        def column_of(name: str, axis: str) -> MetricColumn:
+            column = found.get(name)
+            if column is None or column.axis != axis:  # moved to another x (see MetricReader._settle)
+                column = found[name] = MetricColumn(axis)  # (a name keeps its place in the dict)
+            return column
 
         def keep(point: tuple) -> None:
             name, axis, x, value = point
-            points = found.setdefault(name, [])
-            if points and points[-1][0] != axis:  # moved to another x (see MetricReader._settle)
-                points.clear()
-            points.append((axis, x, value))
+            column = column_of(name, axis)
+            column.xs.append(x)
+            column.values.append(value)
 
         def keep_many(name: str, axis: str, xs: list, values: list, _offsets) -> None:
-            points = found.setdefault(name, [])
-            if points and points[-1][0] != axis:
-                points.clear()
-            points.extend(zip(repeat(axis), xs, values))
+            column = column_of(name, axis)
+            column.xs += xs
+            column.values += values
 
         parser = MetricParser(Metric(name, regex) for name, regex in self.record.options.get("metrics", []))
         clock = LogClock(self.record.started_at)
@@ -189,7 +211,11 @@ class Job:
         reader = MetricReader(keep, parser.finders(), clock, bulk=keep_many)
         offset = 0
         while True:
-            data = source.read(offset, METRICS_READ)
+            span = written_span(source, offset)  # a sparse file's holes are passed over unread
+            if span is not None and span[0] > offset:
+                offset = span[0]
+                reader.skip_hole(offset)
+            data = source.read(offset, METRICS_READ if span is None else min(METRICS_READ, span[1] - offset))
             if not data:
                 break
             reader.feed(data)

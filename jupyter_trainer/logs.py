@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Callable, Iterable, Iterator, Protocol
 
 
+from . import _fs
 from .spec import Metric
 from .terminal import MAX_SHOWN_LINE, SCREEN_ROWS, Screen, bounded_line
 from .wording import ESCAPE_SEQUENCES, readable
@@ -51,6 +52,14 @@ def local_file_of(source: LogSource) -> Path | None:
     return local_file() if local_file else None
 
 
+def written_span(source: LogSource, offset: int) -> tuple[int, int] | None:
+    """Where the log's next written bytes from `offset` on start and end, when a hole lies ahead
+    (see _fs.written_span); None when none does, or the source cannot tell (a log read through a
+    runtime: its holes are read as the NULs they are)."""
+    path = local_file_of(source)
+    return _fs.written_span(path, offset) if path is not None else None
+
+
 def clean_line(line: str, strip_ansi: bool = True) -> str:
     """A log line as shown: progress-bar redraws (\\r) collapsed to the last state."""
     line = line.rstrip("\r\n")
@@ -81,16 +90,17 @@ def tail_lines(
 
 def tail_screen(
     source: LogSource, count: int, block_size: int = BLOCK_SIZE, max_block_size: int = MAX_BLOCK_SIZE,
-    end: int | None = None, ended_only: bool = False,
+    end: int | None = None, ended_only: bool = False, start: int = 0,
 ) -> Screen:
     """A terminal's screen after the log's last lines (up to `end`, by default its size), enough of
     them for `count` shown lines (its scrollback, not taken yet, holds those above the screen). A
     few more lines than asked are replayed, so that a bar that redraws over earlier lines starts
     from them; and more again while redraws leave fewer than `count` lines shown, within the same
-    bound on bytes read. `ended_only`: an unended last line is left out (a cursor shows it)."""
+    bound on bytes read. `ended_only`: an unended last line is left out (a cursor shows it).
+    `start`: nothing before it is looked at (it was shown already)."""
     wanted = count + SCREEN_ROWS
     while True:
-        lines, more, ended, starts_later = _last_raw_lines(source, wanted, block_size, max_block_size, end)
+        lines, more, ended, starts_later = _last_raw_lines(source, wanted, block_size, max_block_size, end, start)
         if lines and ended_only and not ended:
             lines.pop()
             ended = True
@@ -104,34 +114,39 @@ def tail_screen(
 
 
 def _last_raw_lines(
-    source: LogSource, count: int, block_size: int, max_block_size: int, end: int | None = None
-) -> tuple[list[bytes], bool, bool]:
-    """The log's last `count` lines before `end` as bytes, whether there are earlier ones within
-    the bound on bytes a tail reads, whether the last line is ended, and whether the log has
-    bytes before the first line given."""
+    source: LogSource, count: int, block_size: int, max_block_size: int, end: int | None = None, start: int = 0
+) -> tuple[list[bytes], bool, bool, bool]:
+    """The log's last `count` lines before `end` (and from `start` on) as bytes, whether there are
+    earlier ones within the bound on bytes a tail reads, whether the last line is ended, and whether
+    the log has bytes before the first line given. A block of nothing but NULs (a sparse file's
+    hole) ends the search: what lies before it is older output."""
     end = source.size() if end is None else end
     chunks: list[bytes] = []
     newlines = 0
     position = end
-    floor = max(0, end - max(TAIL_MIN_BYTES, count * TAIL_BYTES_PER_LINE))
+    floor = max(start, end - max(TAIL_MIN_BYTES, count * TAIL_BYTES_PER_LINE))
     block_size = min(block_size, count * TYPICAL_LINE)
+    after_nuls = False
     while position > floor and newlines <= count:
-        start = max(floor, position - block_size)
-        block = source.read(start, position - start)
+        begin = max(floor, position - block_size)
+        block = source.read(begin, position - begin)
         if not block:
+            break
+        if not block.strip(b"\0"):
+            after_nuls = True
             break
         chunks.append(block)
         newlines += block.count(b"\n")
-        position = start
+        position = begin
         block_size = min(block_size * 2, max_block_size)
     data = b"".join(reversed(chunks))
     ended = data.endswith(b"\n")
     lines = data.split(b"\n")
     if lines[-1] == b"":
         lines.pop()
-    if position > 0 and len(lines) > 1:  # the first line is probably cut
+    if position > start and not after_nuls and len(lines) > 1:  # the first line is probably cut
         lines = lines[1:]
-    more = position > floor or len(lines) > count
+    more = (position > floor and not after_nuls) or len(lines) > count
     return lines[-count:], more, ended, position > 0 or len(lines) > count
 
 
@@ -151,14 +166,17 @@ def read_all_lines(source: LogSource, strip_ansi: bool = True) -> Iterator[str]:
     cursor = LogCursor()
     screen = Screen()
     while True:
+        before = cursor.offset
         data = cursor.read_bytes(source)
         note = cursor.take_truncation()
         if note:  # what was shown before stays; what follows starts on a clear screen
             yield from screen.lines()
             screen = Screen()
             yield note
-        if not data:
-            break
+        if not data:  # (a read inside a line of megabytes, or over a hole, gives no whole line)
+            if cursor.offset == before:
+                break
+            continue
         if not strip_ansi:
             yield from (clean_line(line, strip_ansi) for line in data[:-1].decode("utf-8", errors="replace").split("\n"))
             continue
@@ -179,6 +197,11 @@ class LogCursor:
     A log can also shrink: a job that truncates its stdout, a copytruncate rotation, a log
     fetched again. The bytes just before the offset are checked at every read; when they are
     gone or changed, the cursor says so once (`take_truncation`) and follows from the new start.
+
+    A hole of a sparse file (`truncate -s 10G`, a job that seeks ahead before it writes) is never
+    read where the file system can tell where it lies: a read passes over it (`skipped` says how
+    far) and stops where the next one starts (`cut_short`). NULs it does read are counted
+    (`nul_run`: how many in a row end what was read), so that a follower can give up on them.
     """
 
     def __init__(self, offset: int = 0, chunk_size: int = 1 << 20):
@@ -189,6 +212,9 @@ class LogCursor:
         self._truncated_at: int | None = None
         self._buffer = bytearray()
         self.added: memoryview = memoryview(b"")  # the bytes the last read added, as the log has them
+        self.skipped = 0  # bytes of a hole the last read passed over, just before `added`
+        self.cut_short = False  # the last read stopped before its limit where more may follow
+        self.nul_run = 0  # NULs read in a row, up to `offset`
 
     @property
     def line_start(self) -> int:
@@ -213,26 +239,46 @@ class LogCursor:
             return None
         return f"[jupyter_trainer: the log was truncated (it had {at} bytes); following it from its new start]"
 
-    def read_bytes(self, source: LogSource, limit: int | None = None) -> bytearray:
+    def skip_to(self, offset: int) -> None:
+        """Go on from `offset`, nothing before it read: the unended line is let go."""
+        self.offset, self._partial, self._check, self.nul_run = offset, b"", b"", 0
+
+    def read_bytes(self, source: LogSource, limit: int | None = None, until: int | None = None) -> bytearray:
         """Like `read`, undecoded: the complete new lines as they are in the log, each ending in a
         newline. The buffer is the cursor's own and its next read overwrites it: cutting the unended
-        last line off in place, instead of slicing a copy, more than doubles a backlog's read speed."""
+        last line off in place, instead of slicing a copy, more than doubles a backlog's read speed.
+        `until`: a place in the log the read does not go past (a hole it passes over included)."""
         limit = limit or self.chunk_size
         buffer = self._buffer
         del buffer[:]
         self.added = memoryview(b"")
+        self.skipped, self.cut_short = 0, False
+        span = written_span(source, self.offset)
+        if span is not None and span[0] > self.offset:
+            if not self._pass_hole(source, span[0] if until is None else min(span[0], until)):
+                span = None  # the log was truncated: read from its new start
+        stop = self.offset + limit
+        for bound in (span[1] if span is not None else None, until):
+            if bound is not None and bound < stop:
+                stop, self.cut_short = bound, True
+        if stop <= self.offset:
+            return buffer
         known = min(CHECK_BYTES, self.offset)
-        data = source.read(self.offset - known, limit + known)
+        data = source.read(self.offset - known, stop - self.offset + known)
         if len(data) < known or (self._check and data[:known] != self._check):
             self._restart()
             known, data = 0, source.read(0, limit)
+            self.cut_short = False
         if len(data) == known:
             self._check = bytes(data)  # a cursor that started at an offset learns what precedes it
+            self.cut_short = False
             return buffer
         view = memoryview(data)[known:]
         self.added = view
         self.offset += len(view)
         self._check = bytes(data[-CHECK_BYTES:])
+        nuls = len(data) - len(data.rstrip(b"\0"))
+        self.nul_run = self.nul_run + len(view) if nuls >= len(view) else nuls
         buffer += self._partial
         buffer += view
         cut = buffer.rfind(b"\n")
@@ -240,9 +286,22 @@ class LogCursor:
         del buffer[cut + 1 :]
         return buffer
 
+    def _pass_hole(self, source: LogSource, to: int) -> bool:
+        """Move on to `to` over a hole (the unended line goes on after it, as a terminal shows NULs:
+        not at all), once the bytes before the offset are found unchanged; False if they are not."""
+        known = min(CHECK_BYTES, self.offset)
+        before = source.read(self.offset - known, known)
+        if len(before) < known or (self._check and before != self._check):
+            self._restart()
+            return False
+        self.skipped, self.nul_run = to - self.offset, 0  # (a hole is no NUL read)
+        known = min(CHECK_BYTES, to)
+        self.offset, self._check = to, source.read(to - known, known)  # the bytes before it, as they are now
+        return True
+
     def _restart(self) -> None:
         self._truncated_at = self.offset
-        self.offset, self._partial, self._check = 0, b"", b""
+        self.offset, self._partial, self._check, self.nul_run = 0, b"", b"", 0
 
 
 def _bounded(partial: bytes) -> bytes:

@@ -52,6 +52,8 @@ TABLE_ROW, TABLE_EDGE, COLUMNS = "table row", "table edge", "columns"
 STEP_WORDS = ("step", "global_step", "iteration", "iter", "it")
 AXIS_TITLES = {EPOCH: "epoch", STEP: "step", TIME: "seconds since start", NTH: "value number"}
 
+# what a terminal does not show, cut out before reading: escapes, and runs of NULs
+_UNSEEN = re.compile(ANSI_ESCAPE_BYTES.pattern + rb"|\x00+")
 _NUMBER = rb"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?|nan|[-+]?inf"
 # a separator and the value after it; the name before it is read backwards (see _NAME_BEFORE)
 _VALUE_AFTER = re.compile(rb"[:=][ \t]*(?:['\"]|\[(?=[-+.\d][^,\]\r\n]{0,32}\]))?(" + _NUMBER + rb")(?:/(\d+))?(?![\w.])")
@@ -263,6 +265,13 @@ class MetricReader:
             self._give_out(name, None)
         self.pending.clear()
 
+    def skip_hole(self, offset: int) -> None:
+        """The log's bytes up to `offset` are a hole (a sparse file's, never written: NULs) that was
+        not read: the unended line before it is read as a run of NULs would end it (see _read)."""
+        if len(self._buffer) > self._context:
+            self._read(bytes(self._buffer), self._context, len(self._buffer))
+        self.skip_to(offset)
+
     def skip_to(self, offset: int) -> None:
         """Read on from `offset` (the log was cut, and is read from its new start): what was held
         of an unended line is let go."""
@@ -285,7 +294,7 @@ class MetricReader:
     def _read_lines(self, data: bytes, first: int, end: int) -> None:
         """Read complete lines: runs of one shape in bulk where that reads them alike (see
         metric_runs), the others one by one."""
-        if first or self.patterns or end < BULK_BYTES or b"\r" in data or b"\x1b" in data:
+        if first or self.patterns or end < BULK_BYTES or b"\r" in data or b"\x1b" in data or b"\0" in data:
             self._read(data, first, end)
         else:
             read_in_runs(self, data)
@@ -320,8 +329,8 @@ class MetricReader:
         """Read the values of `data` that lie in [first, end): the bytes before `first` were read
         already (they are there for the names that start in them), those from `end` on will be."""
         shifts = None
-        if b"\x1b" in data:
-            data, shifts = _without_escapes(data)
+        if b"\x1b" in data or b"\0" in data:  # as a terminal shows them (a run of NULs ends a line)
+            data, shifts = _without_unseen(data)
             first, end = _shifted(first, shifts), _shifted(end, shifts)
         self._shifts = shifts
         low = data.lower()
@@ -751,26 +760,35 @@ def _follows(low: bytes, position: int, openings: tuple[bytes, ...]) -> bool:
     return any(low[position - len(opening) : position] == opening for opening in openings)
 
 
-def _without_escapes(data: bytes) -> tuple[bytes, list[tuple[int, int]]]:
-    """`data` without terminal escapes, and where they were: (position in what is left, bytes
-    removed up to there), so that a position can be found in the log again."""
+def _without_unseen(data: bytes) -> tuple[bytes, list[tuple[int, int]]]:
+    """`data` without what a terminal does not show, terminal escapes and NULs, and where they were:
+    (position in what is left, bytes removed up to there), so that a position can be found in the
+    log again. A run of NULs (a sparse file's hole, read) leaves a line end in its place: it ends
+    the line it is on, as a hole that is passed over unread does (MetricReader.skip_hole), and
+    costs nothing to look through."""
     parts, shifts, kept, removed = [], [], 0, 0
-    for match in ANSI_ESCAPE_BYTES.finditer(data):
+    for match in _UNSEEN.finditer(data):
         begin, finish = match.span()
         parts.append(data[kept:begin])
+        at = begin - removed  # where it was, in what is left
+        if data[begin] == 0:
+            parts.append(b"\n")
+            at += 1
+            removed -= 1
         removed += finish - begin
-        shifts.append((begin - removed + (finish - begin), removed))
+        shifts.append((at, removed))
         kept = finish
     parts.append(data[kept:])
     return b"".join(parts), shifts
 
 
 def _shifted(position: int, shifts: list[tuple[int, int]]) -> int:
-    """A position in the log's bytes as it is in them without escapes."""
+    """A position in the log's bytes as it is in them without escapes and NULs (one inside what
+    was cut out: where what follows it is)."""
     removed = 0
     for at, total in shifts:
         if at + total > position:
-            break
+            return min(position - removed, at)
         removed = total
     return position - removed
 

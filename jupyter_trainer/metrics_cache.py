@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import NamedTuple
 
 from .logs import LogSource
 from .metrics import MetricReader
@@ -22,18 +23,28 @@ from .plot import MetricSeries
 from ._fs import read_small, write_private_file
 from .store import METRICS_FILE as CACHE_FILE
 
-VERSION = 6  # 6: values of lines of their own never taken for redraws; 5: key-value tables (stable-baselines3); 4: the values held at a bar's last x, and an endless line's window; 3: a bounded number of metrics, the others counted; 2: series by step or epoch, windows of lowest and highest values, the reader's place
+VERSION = 7  # 7: the bytes left unread (a run of NULs); 6: values of lines of their own never taken for redraws; 5: key-value tables (stable-baselines3); 4: the values held at a bar's last x, and an endless line's window; 3: a bounded number of metrics, the others counted; 2: series by step or epoch, windows of lowest and highest values, the reader's place
 CHECK_BYTES = 64  # log bytes before the cached offset that must be unchanged
 MAX_BYTES = 4 << 20  # a cache larger than this is not one this wrote (1,000 points for each of a few metrics)
 
 
-def save(run_dir: Path, metrics: list[tuple[str, str]], offset: int, source: LogSource, series: MetricSeries, reader: MetricReader) -> None:
-    """Keep `series` and where `reader` stands, read from the log up to `offset`."""
+class Cached(NamedTuple):
+    offset: int  # where reading the log goes on
+    unread: int  # bytes before it that were left unread: the series leave them out, and say so
+
+
+def save(
+    run_dir: Path, metrics: list[tuple[str, str]], offset: int, source: LogSource, series: MetricSeries, reader: MetricReader,
+    unread: int = 0,
+) -> None:
+    """Keep `series` and where `reader` stands, read from the log up to `offset` but for `unread`
+    bytes of it."""
     start = max(0, offset - CHECK_BYTES)
     data = {
         "version": VERSION,
         "metrics": metrics,
         "offset": offset,
+        "unread": unread,
         "check": source.read(start, offset - start).hex(),
         "series": series.state(),
         "reader": reader.state(),
@@ -44,8 +55,8 @@ def save(run_dir: Path, metrics: list[tuple[str, str]], offset: int, source: Log
         pass  # only a cache: the next reader reads the log again
 
 
-def load(run_dir: Path, metrics: list[tuple[str, str]], source: LogSource, up_to: int, series: MetricSeries, reader: MetricReader) -> int | None:
-    """The cached offset, with `series` and `reader` set as they were there, if the cache still
+def load(run_dir: Path, metrics: list[tuple[str, str]], source: LogSource, up_to: int, series: MetricSeries, reader: MetricReader) -> Cached | None:
+    """Where the cache stands, with `series` and `reader` set as they were there, if the cache still
     describes the first bytes of this log (up to `up_to`); else None and both untouched."""
     try:
         # a job can write its run files: a regular file only (not a FIFO, not a link), bounded
@@ -53,8 +64,8 @@ def load(run_dir: Path, metrics: list[tuple[str, str]], source: LogSource, up_to
         if len(raw) > MAX_BYTES:
             return None
         data = json.loads(raw)
-        offset = int(data["offset"])
-        if data["version"] != VERSION or data["metrics"] != metrics or not 0 <= offset <= up_to:
+        offset, unread = int(data["offset"]), int(data["unread"])
+        if data["version"] != VERSION or not 0 <= unread <= offset or data["metrics"] != metrics or not 0 <= offset <= up_to:
             return None
         start = max(0, offset - CHECK_BYTES)
         if source.read(start, offset - start).hex() != data["check"]:
@@ -76,4 +87,4 @@ def load(run_dir: Path, metrics: list[tuple[str, str]], source: LogSource, up_to
     series.restore(cached_series.state())
     reader.restore(cached_reader.state())
     reader.position = offset
-    return offset
+    return Cached(offset, unread)

@@ -25,7 +25,7 @@ from .logs import LogCursor, MetricParser, last_lines, local_file_of, tail_scree
 from .metrics import LogClock, MetricReader, Progress, progress_of
 from .store import CLOCK_FILE
 from .plot import MetricSeries
-from .resources import Usage, UsageHistory
+from .resources import Usage, UsageHistory, format_bytes
 from .spec import Metric
 from .summary import facts, status_text, where
 from .terminal import SCREEN_ROWS, Screen
@@ -39,6 +39,10 @@ SAVE_SECONDS = 60.0  # ...or, once caught up, this long after the last save (at 
 NOTE_HISTORY_FROM = 64 << 20  # bytes of history from which the view says it is still reading it
 QUIET_AFTER = 300.0  # seconds without output after which a running job's view says so
 USAGE_INTERVAL = 5.0  # seconds between two looks at what a running job uses (an engine call each)
+# NULs read in a row after which the rest of their run is left unread: so many are no job's output
+# but a sparse file's hole where its holes cannot be told apart (a poll reads at most a read's worth)
+NUL_RUN_LEFT = 64 << 10
+NUL_LOOK = 4096  # bytes read first once a run was left: NULs again are left too
 # bytes of whole lines the reader is given at a time: after each, it forgets the names the series
 # does not keep, so that a piece full of new names (per-class metrics) costs a few MB at most
 METRIC_PIECE = 64 << 10
@@ -110,6 +114,8 @@ class JobMonitor:
         self.caught_up = False
         self._settled = False  # a streamed log asked for its true end once the job has ended
         self.history_end = 0  # log bytes that existed when the view opened (shown as a tail)
+        self.unread = 0  # bytes of the log left unread for metrics (see _leave_nuls)
+        self.in_nuls = False  # what was read last ended in a run of NULs, left unread
         self._saved = (0, time.monotonic())  # where the metrics cache stands, and since when
         self.last_output_at: float | None = None  # when the log last grew (wall clock), if known
         self.usage = UsageHistory()
@@ -159,7 +165,7 @@ class JobMonitor:
             self.lines.extend(self.screen.take_scrolled())
         cached = metrics_cache.load(self.job.run_dir, self.metric_options, source, self.history_end, self.metrics, self.reader)
         if cached is not None:
-            self.cursor.offset = cached
+            self.cursor.offset, self.unread = cached
             self._saved = (self.cursor.offset, time.monotonic())
 
     def read_log(self, now: float | None = None) -> bool:
@@ -194,11 +200,10 @@ class JobMonitor:
         at_end = False  # a read came back short: the log ended there a moment ago
         while budget > 0:
             in_history = self.cursor.offset < self.history_end
-            limit = min(budget, self.cursor.chunk_size)
-            if in_history:  # never read across the point where the shown tail ends
-                limit = min(limit, self.history_end - self.cursor.offset)
+            limit = min(budget, self.cursor.chunk_size, NUL_LOOK if self.in_nuls else budget)
             before = self.cursor.offset
-            data = self.cursor.read_bytes(source, limit=limit)
+            # never read across the point where the shown tail ends
+            data = self.cursor.read_bytes(source, limit=limit, until=self.history_end if in_history else None)
             truncation = self.cursor.take_truncation()
             if truncation:  # everything from the log's new start is news
                 self._show(shown)
@@ -209,16 +214,24 @@ class JobMonitor:
                 in_history = False
             elif self.cursor.offset == before:
                 break
-            budget -= max(1, self.cursor.offset - before if not truncation else self.cursor.offset)
+            added = self.cursor.added
+            budget -= max(1, len(added))  # bytes read: a hole passed over is not read
             if truncation:
                 self.reader.skip_to(0)
-            added = self.cursor.added
+            elif self.cursor.skipped:
+                self.reader.skip_hole(self.cursor.offset - len(added))
             for begin in range(0, len(added), METRIC_PIECE):  # the reader takes bytes cut anywhere
                 self.reader.feed(added[begin : begin + METRIC_PIECE])
                 self._take_metrics()
             if not in_history and data:  # a copy: the cursor reuses its buffer
                 shown.append(bytes(last_lines(data, self._kept_lines)))
-            if not truncation and self.cursor.offset - before < limit:
+            if self.cursor.nul_run >= (NUL_LOOK if self.in_nuls else NUL_RUN_LEFT):
+                self._show(shown)
+                shown = []
+                self._leave_nuls(source)
+                break
+            self.in_nuls = False
+            if not truncation and not self.cursor.cut_short and len(added) < limit:
                 at_end = True  # no second read (nor size) to learn that nothing follows
                 break
             if time.perf_counter() >= deadline:
@@ -232,6 +245,24 @@ class JobMonitor:
         self._keep_metrics(source)
         changed_note = self._shown_pending() != pending_before or self.notes() != notes_before
         return bool(shown) or changed_note or self.metrics.version != metrics_before
+
+    def _leave_nuls(self, source) -> None:
+        """Read no more of a run of NULs (a sparse file's hole where the file system cannot tell it
+        apart: a log read through a runtime, or zeros written): go on from the log's end, its last
+        lines after the run shown, and say how much the metrics leave out. Until the log grows
+        by something else, a look at the first bytes of what it grew by finds NULs again."""
+        start = self.cursor.offset
+        shown_to = max(start, self.history_end)  # the lines before it were shown (the history's tail)
+        size = max(source.size(), start)
+        self.unread += size - start
+        self.cursor.skip_to(size)
+        self.reader.skip_hole(size)
+        self.history_end = size
+        self.in_nuls = True
+        if self.lines.maxlen and size > shown_to:
+            self._note()
+            self.screen = tail_screen(source, self.lines.maxlen, end=size, start=shown_to)
+            self.lines.extend(self.screen.take_scrolled())
 
     def _take_metrics(self) -> None:
         """Give the series the newest values, then let the reader forget the metrics the series
@@ -265,7 +296,7 @@ class JobMonitor:
         read = scanned_to - offset
         quiet = self.caught_up and (self.record.status.is_final or time.monotonic() - saved_at >= SAVE_SECONDS)
         if read >= SAVE_BYTES or (read > 0 and quiet):
-            metrics_cache.save(self.job.run_dir, self.metric_options, scanned_to, source, self.metrics, self.reader)
+            metrics_cache.save(self.job.run_dir, self.metric_options, scanned_to, source, self.metrics, self.reader, self.unread)
             self._saved = (scanned_to, time.monotonic())
 
     @property
@@ -406,6 +437,8 @@ class JobMonitor:
         ]
         if self.cursor.offset < self.history_end and self.history_end >= NOTE_HISTORY_FROM:
             notes.insert(0, f"reading the log for metrics: {self.cursor.offset / self.history_end:.0%}")
+        if self.unread:
+            notes.append(f"metrics leave out {format_bytes(self.unread)} of the log, not read: a run of NUL bytes")
         return notes
 
 

@@ -27,13 +27,14 @@ MAX_SHOWN_LINE = 16 * 1024  # a longer row is shown by its end
 MAX_ROW = 2 * MAX_SHOWN_LINE  # a row grows no longer than this while it is drawn (its start is let go)
 
 # What moves the cursor or erases, and what is dropped: CSI sequences (parameters, final byte), other
-# escape sequences (string sequences up to their terminator), C0/C1 controls but tab and \n, and
-# the direction controls that would reorder the text around them (wording.py).
+# escape sequences (string sequences up to their terminator), C0/C1 controls but tab and \n (a run of
+# NULs at once: a sparse file's hole read, megabytes of them, draws nothing), and the direction
+# controls that would reorder the text around them (wording.py).
 _CONTROL = re.compile(
     r"(?:\x1b\[|\x9b)([0-?]*)[ -/]*([@-~])"
     r"|\x1b[\]PX^_][^\x07\x1b]*(?:\x07|\x1b\\)?"
     r"|\x1b([ -/]*[0-~])?"
-    r"|[\x00-\x08\x0b-\x1f\x7f-\x9f" + DIRECTION_CONTROLS + r"]"
+    r"|\x00+|[\x01-\x08\x0b-\x1f\x7f-\x9f" + DIRECTION_CONTROLS + r"]"
 )
 _SPECIAL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f" + DIRECTION_CONTROLS + r"]")  # anything but text, tab and \r
 
@@ -85,8 +86,10 @@ class Screen:
                 self._line(bounded_line(line))
 
     def take_scrolled(self) -> list[str]:
+        # the rows not known that scrolled off are gone too, shown or not
+        gone = len(self.scrolled)
         taken, self.scrolled = self._known([shown(line) for line in self.scrolled]), []
-        self._unknown = max(0, self._unknown - len(taken))
+        self._unknown = max(0, self._unknown - gone)
         return taken
 
     def rows(self) -> list[str]:

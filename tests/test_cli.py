@@ -284,3 +284,39 @@ def test_the_command_line_and_the_magics_use_the_registry_they_are_given(home, s
     assert fake_backend.stopped == [("faked", False)] and "stopped" in capsys.readouterr().out
     with pytest.raises(UnknownBackend):
         DEFAULT.get("fake")
+
+
+def test_the_metrics_json_is_json_dumps_own_text(monkeypatch):
+    """The command writes its JSON a block of points at a time, by %-formats: the same text as
+    json.dumps, whatever the numbers (whole or not, huge, -0.0, NaN and infinities, ints)."""
+    import math
+    import random
+
+    from jupyter_trainer import cli
+    from jupyter_trainer.job import MetricColumn
+
+    monkeypatch.setattr(cli, "JSON_BLOCK", 7)  # blocks of every kind, and their joins
+    odd = [0.0, -0.0, 1e16, -1e16, 9999999999999998.0, 1e15 + 0.5, 5e-324, 1e308, math.nan, math.inf, -math.inf, 0.1, 3.0]
+    rng = random.Random(7)
+
+    def numbers(kind: str, count: int) -> list:
+        if kind == "steps":
+            return [float(step) for step in range(count)]
+        if kind == "repeated":
+            return [round(rng.random(), 2) for _ in range(count)]
+        if kind == "ints":
+            return [rng.randrange(-5, 5) for _ in range(count)]
+        return [rng.choice(odd) if rng.random() < 0.3 else rng.uniform(-1e3, 1e3) for _ in range(count)]
+
+    columns = {}
+    for index, (x_kind, value_kind) in enumerate(
+        (x, v) for x in ("steps", "repeated", "ints", "odd") for v in ("steps", "repeated", "ints", "odd")
+    ):
+        count = rng.choice([1, 6, 7, 8, 30, 2000])
+        columns[f"m{index} \"ü\"" if index % 5 == 0 else f"m{index}"] = MetricColumn("step", numbers(x_kind, count), numbers(value_kind, count))
+    columns["zeros"] = MetricColumn("step", [0.0, -0.0, 0.0] * 700, [-0.0, 0.0, 0.5] * 700)
+    for index, far in enumerate((9999999999999998.0, 1e16, -1e16, -9999999999999998.0)):  # 1e+16 from 1e16 on
+        columns[f"far {index}"] = MetricColumn("step", [1.0, far], [0.5, 0.5])
+    expected = json.dumps({name: [[x, value if math.isfinite(value) else None] for x, value in zip(c.xs, c.values)] for name, c in columns.items()})
+    assert "".join(cli.metrics_json(columns)) == expected
+    assert "".join(cli.metrics_json({})) == json.dumps({})

@@ -31,8 +31,6 @@ import re
 import signal
 import sys
 import time
-import urllib.error
-import urllib.request
 
 try:  # as a module of the package; run by the supervisor, wording.py's code comes before this
     from ..wording import describe_exit_code, format_duration, readable
@@ -125,16 +123,20 @@ def slack_text(text):
     return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
 
 
-class NoRedirect(urllib.request.HTTPRedirectHandler):
-    """A redirect is an answer, not a place to send the message (urllib would send it on as a GET
-    without its body, and the token could go to another host)."""
-
-    def redirect_request(self, request, fp, code, message, headers, new_url):
-        return None
-
-
 def deliver(url, message):
     """POST the message; what came of it, never quoting the URL (it may hold a token)."""
+    # imported here, when a message is sent: the job model imports this module for its words,
+    # and every command would pay for urllib's start (http.client, email, ssl)
+    import urllib.error
+    import urllib.request
+
+    class NoRedirect(urllib.request.HTTPRedirectHandler):
+        """A redirect is an answer, not a place to send the message (urllib would send it on as a
+        GET without its body, and the token could go to another host)."""
+
+        def redirect_request(self, request, fp, code, message, headers, new_url):
+            return None
+
     body = json.dumps(message).encode("utf-8")
     opener = urllib.request.build_opener(NoRedirect)
     detail, attempt = "no URL to notify", 0
