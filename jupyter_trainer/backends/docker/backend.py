@@ -186,7 +186,7 @@ class DockerBackend:
 
     def observe(self, record: JobRecord, run_dir: Path) -> Observation:
         """What the engine shows of the job. An engine that does not answer says nothing of the
-        job, which keeps its status (see Job._observe), with the words of errors.translate; nor
+        job, which keeps its status (see job._observe), with the words of errors.translate; nor
         does a container that keeps changing state under the look (stopping, restarting, paused:
         the engine refuses a look inside it that its inspect a moment before allowed)."""
         for _ in range(LOOKS_WHILE_CHANGING):
