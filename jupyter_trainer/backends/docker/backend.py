@@ -184,6 +184,11 @@ class DockerBackend:
 
     # -- following ---------------------------------------------------------
 
+    def asking(self, record: JobRecord) -> str:
+        """Every look is a call to an engine, which may be another machine's (over SSH), or a busy one."""
+        engine = Engine.of(record.runtime.get("engine")) or Engine.of(record.options.get("engine"))
+        return f"asking the Docker host {engine.label}…" if engine is not None and engine.remote else "asking the Docker engine…"
+
     def observe(self, record: JobRecord, run_dir: Path) -> Observation:
         """What the engine shows of the job. An engine that does not answer says nothing of the
         job, which keeps its status (see job._observe), with the words of errors.translate; nor
