@@ -300,3 +300,34 @@ def test_a_quiet_view_awaiting_an_answer_lets_the_poller_sleep_and_the_answer_wa
         wait_for(lambda: "node node2" in shown(view), timeout=15, what="the answer, well before the next beat")
     finally:
         stop_polling(poller)
+
+
+def test_the_queue_is_forgotten_and_polled_without_waiting_for_a_hanging_squeue(store, squeue):
+    """A poll's start, forget and reset never wait for a command under way (the kernel's poller and
+    a submission call them); an answer asked before a forget serves its own question, not the next."""
+    import threading
+
+    from jupyter_trainer.backends.slurm.backend import SlurmRuntime, _identity
+
+    job = slurm_job(store, squeue)
+    identity = _identity(job.record, SlurmRuntime.of(job.record), job.run_dir)
+    squeue.hold()
+    answers = []
+    asking = threading.Thread(target=lambda: answers.append(QUEUE.job("4242", identity)), daemon=True)
+    asking.start()
+    wait_for(squeue.out, timeout=10, what="squeue under way")
+    done = threading.Event()
+
+    def poll_and_forget():
+        with QUEUE.one_poll():
+            QUEUE.forget()
+        done.set()
+
+    threading.Thread(target=poll_and_forget, daemon=True).start()
+    wait_for(done.is_set, timeout=10, what="forget and a poll's start, while squeue hangs")
+    assert squeue.out()
+    squeue.let_go()
+    asking.join(timeout=10)
+    assert answers and answers[0].node_list == "node1"
+    QUEUE.job("4242", identity)  # a moment later, within the answer's two seconds: asked again
+    assert squeue.started() == 2
