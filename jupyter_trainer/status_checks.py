@@ -10,9 +10,10 @@ backend; the caller takes the answer at a later poll and records it in its own t
 (`Job.take_answer`: the same record-write checks as a refresh). Meanwhile the job keeps its last
 known status, and a view says that it is asking once a check has been out for SHOWN_AFTER.
 
-One check per job is out at a time. One not answered within DEADLINE is given up: nothing waits
-for it any more, and its answer, when it comes, is dropped (the job may have been stopped or
-replaced since); the job is asked again at its next check once that call has returned, so a
+One check per job is out at a time: the views of one job (its own, a row of the jobs table, a
+comparison) share the question under way. One not answered within DEADLINE is given up: nothing
+waits for it any more, and its answer, when it comes, is dropped (the job may have been stopped
+or replaced since); the job is asked again at its next check once that call has returned, so a
 hung command never piles up questions or threads. The questions waiting for one place are asked
 together, as one poll (Slurm: one squeue answers them all).
 """
@@ -44,6 +45,7 @@ class _Question:
     job: Job
     record: JobRecord  # as it was when asked
     ask: Callable[[], Observation]
+    key: tuple  # the place and the job's run: every view of the job shares the question under way
     answer: Future = field(default_factory=Future)
 
 
@@ -70,10 +72,8 @@ class _Place:
             with contextlib.suppress(queue.Empty):
                 while True:
                     batch.append(self.questions.get_nowait())
-            batch = [question for question in batch if question.answer.set_running_or_notify_cancel()]
-            if batch:
-                with contextlib.suppress(Exception):  # a poll's end that failed: every question is answered by then
-                    _ask_all(batch)
+            with contextlib.suppress(Exception):  # a poll's end that failed: every question is answered by then
+                _ask_all(batch)
 
 
 def _ask_all(batch: list[_Question]) -> None:
@@ -82,10 +82,14 @@ def _ask_all(batch: list[_Question]) -> None:
         with contextlib.suppress(Exception):  # a poll is only a saving: without it each is asked alone
             poll.enter_context(one_poll([question.record for question in batch], batch[0].job.backends))
         for question in batch:
+            question.answer.set_running_or_notify_cancel()
             try:
                 question.answer.set_result(question.ask())
             except BaseException as exc:  # told to the one who asked, in its thread; this one goes on
                 question.answer.set_exception(exc)
+            with _places_lock:
+                if _under_way.get(question.key) is question:
+                    del _under_way[question.key]
             _tell_answered()
 
 
@@ -115,16 +119,24 @@ def _tell_answered() -> None:
 
 
 _places: dict[str, _Place] = {}
+_under_way: dict[tuple, _Question] = {}  # by _Question.key, until answered
 _places_lock = threading.Lock()
 
 
-def _send(words: str, question: _Question) -> None:
+def _send(words: str, job: Job, ask: Callable[[], Observation]) -> _Question:
+    """The question under way of `job`'s status (a view of it may have asked already), else a new one."""
+    key = (words, str(job.run_dir))
     with _places_lock:
+        question = _under_way.get(key)
+        if question is not None:
+            return question
+        question = _under_way[key] = _Question(job, job.record, ask, key)
         place = _places.get(words)
         if place is None or not place.thread.is_alive():
             place = _places[words] = _Place(words)
             place.thread.start()
         place.questions.put(question)
+        return question
 
 
 def asking_threads() -> int:
@@ -173,10 +185,9 @@ class StatusCheck:
             self._unanswered_since = None
             return True
         now = self.clock()
-        self._out, self._asked_at, self._words = _Question(self.job, self.job.record, question), now, words
+        self._out, self._asked_at, self._words = _send(words, self.job, question), now, words
         if self._unanswered_since is None:
             self._unanswered_since = (now, time.time())
-        _send(words, self._out)
         return True
 
     def take(self) -> bool | None:
@@ -191,7 +202,6 @@ class StatusCheck:
             return None
         if not out.answer.done():
             if self.clock() - self._asked_at >= DEADLINE:
-                out.answer.cancel()  # still waiting for its place's thread: never asked
                 self._given_up, self._out = out.answer, None
             return None
         self._out = None

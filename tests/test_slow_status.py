@@ -331,3 +331,20 @@ def test_the_queue_is_forgotten_and_polled_without_waiting_for_a_hanging_squeue(
     assert answers and answers[0].node_list == "node1"
     QUEUE.job("4242", identity)  # a moment later, within the answer's two seconds: asked again
     assert squeue.started() == 2
+
+
+def test_the_views_of_one_job_share_its_check_under_way(store, squeue):
+    """A job's own view, its row in the jobs table and a comparison each check its status: while
+    one check of the job is under way, the others wait for its answer rather than ask again."""
+    job = slurm_job(store, squeue)
+    own, row = status_checks.StatusCheck(job), status_checks.StatusCheck(Job.load(job.name, store))
+    squeue.hold()
+    assert own.ask()
+    wait_for(squeue.out, timeout=10, what="the first check's squeue")
+    assert row.ask()
+    time.sleep(2.5)  # longer than squeue's answer is kept for: a second question would ask again
+    squeue.let_go()
+    wait_for(lambda: own.answered and row.answered, timeout=10, what="both answers")
+    assert own.take() is True and row.take() is True  # each view's handle records it
+    assert squeue.started() == 1
+    assert Job.load(job.name, store).record.runtime["node_list"] == "node1"
