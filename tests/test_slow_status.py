@@ -348,3 +348,19 @@ def test_the_views_of_one_job_share_its_check_under_way(store, squeue):
     assert own.take() is True and row.take() is True  # each view's handle records it
     assert squeue.started() == 1
     assert Job.load(job.name, store).record.runtime["node_list"] == "node1"
+
+
+def test_each_backend_says_whether_its_check_may_take_long_and_how_a_view_words_the_wait():
+    from jupyter_trainer.backends import DEFAULT
+
+    def words(backend, runtime=None, options=None):
+        return DEFAULT.get(backend).asking(JobRecord(name="x", backend=backend, runtime=runtime or {}, options=options or {}))
+
+    assert words("host", {"supervisor": {}}) == ""  # its own files and processes: asked in the poller's thread
+    assert words("slurm", {"job_id": "1"}) == "asking Slurm…"
+    assert words("sagemaker", {"mode": "remote"}) == "asking SageMaker…"
+    assert words("sagemaker", {"mode": "local"}) == ""  # the local runner's files and processes
+    assert words("docker", {"engine": {"url": "ssh://me@gpu1"}}) == "asking the Docker host gpu1…"
+    assert words("docker", {"engine": {"url": "ssh://me@10.0.0.7", "name": "lab"}}) == "asking the Docker host lab…"
+    assert words("docker", {"engine": {"url": "unix:///var/run/docker.sock"}}) == "asking the Docker engine…"
+    assert words("docker", {}, {"engine": {"url": "tcp://build:2376"}}) == "asking the Docker host build…"  # not launched yet
