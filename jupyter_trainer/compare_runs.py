@@ -255,8 +255,8 @@ def load_runs(names: list[str], metric: str | None = None, store=None, backends=
     a view that asks for their statuses itself); an unknown name is a TrainerError."""
     jobs = [Job.load(name, store, backends) for name in rules.unique(names)]
     runs = [ComparedRun(job, metric) for job in jobs]
-    for run in runs:
-        if refresh:
+    if refresh:
+        for run in runs:
             run.refresh_status()
     return runs
 
