@@ -26,6 +26,7 @@ from .logs import LogCursor, MetricParser
 from .metrics import TIME, LogClock, MetricReader
 from .plot import MetricSeries
 from .spec import Metric
+from .status_checks import StatusCheck
 from .store import CLOCK_FILE
 from .summary import run_label
 
@@ -57,6 +58,7 @@ class ComparedRun:
         self.flushed = False
         self.caught_up = False
         self.version = 0  # moves on whenever what the comparison shows of this run may have changed
+        self.status_check = StatusCheck(job)  # the checks of a view, which may be slow to answer
 
     @property
     def record(self):
@@ -74,6 +76,21 @@ class ComparedRun:
     def refresh_status(self) -> bool:
         before = (self.record.status, self.record.exit_code)
         self.job.refresh()
+        changed = before != (self.record.status, self.record.exit_code)
+        self.version += changed
+        return changed
+
+    def ask_status(self) -> bool:
+        """Ask for the job's status without waiting for a backend slow to answer (see
+        status_checks); False while a check is still under way."""
+        return self.status_check.ask()
+
+    def take_status(self) -> bool | None:
+        """The answer of the last check, recorded now: whether the status changed. None while no
+        answer came."""
+        before = (self.record.status, self.record.exit_code)
+        if self.status_check.take() is None:
+            return None
         changed = before != (self.record.status, self.record.exit_code)
         self.version += changed
         return changed
@@ -235,12 +252,14 @@ def compare(runs: list[ComparedRun], metric: str | None = None, by_time: bool = 
     return Comparison(metric, axis, rules.axis_note(axes, axis, by_time), rows, curves)
 
 
-def load_runs(names: list[str], metric: str | None = None, store=None, backends=None) -> list[ComparedRun]:
-    """The runs of the jobs called `names` (each once), refreshed; an unknown name is a TrainerError."""
+def load_runs(names: list[str], metric: str | None = None, store=None, backends=None, refresh: bool = True) -> list[ComparedRun]:
+    """The runs of the jobs called `names` (each once), refreshed (`refresh` False: as recorded, for
+    a view that asks for their statuses itself); an unknown name is a TrainerError."""
     jobs = [Job.load(name, store, backends) for name in rules.unique(names)]
     runs = [ComparedRun(job, metric) for job in jobs]
-    for run in runs:
-        run.refresh_status()
+    if refresh:
+        for run in runs:
+            run.refresh_status()
     return runs
 
 

@@ -20,6 +20,7 @@ from . import compare as rules
 from .compare_runs import Comparison, ComparedRun, compare
 from .jobs import Status
 from .plot import RUN_PALETTE, chart_svg
+from .status_checks import wait_for_answers
 from .widget import STATUS_COLOURS, STYLE, PolledView, describe, error_html
 
 PUSH_INTERVAL = 0.5  # seconds between two updates of the view
@@ -39,8 +40,9 @@ COMPARE_STYLE = """<style>
 </style>"""
 
 
-def comparison_html(comparison: Comparison, statuses: list[Status]) -> str:
-    """The chart, the notes and the table of a comparison. Everything a job controls is escaped."""
+def comparison_html(comparison: Comparison, statuses: list[Status], asking: list[str] | None = None) -> str:
+    """The chart, the notes and the table of a comparison (`asking`: what each job's status check
+    under way says, if any). Everything a job controls is escaped."""
     colours = [RUN_PALETTE[index % len(RUN_PALETTE)] for index in range(len(comparison.rows))]
     metric = comparison.metric
     if metric is None:
@@ -53,7 +55,7 @@ def comparison_html(comparison: Comparison, statuses: list[Status]) -> str:
     if metric is not None:
         curves = [(label, points, colour) for (label, points), colour in zip(comparison.curves, colours)]
         parts.append(chart_svg(metric, comparison.axis, curves, CHART_WIDTH, CHART_HEIGHT, wrap_legend=True))
-    parts.append(table_html(comparison, statuses, colours))
+    parts.append(table_html(comparison, statuses, colours, asking))
     way = rules.direction(metric) if metric else None
     notes = [row.note for row in comparison.rows if row.note]
     if metric and way is None:
@@ -64,13 +66,15 @@ def comparison_html(comparison: Comparison, statuses: list[Status]) -> str:
     return "".join(parts)
 
 
-def table_html(comparison: Comparison, statuses: list[Status], colours: list[str]) -> str:
+def table_html(comparison: Comparison, statuses: list[Status], colours: list[str], asking: list[str] | None = None) -> str:
     way = rules.direction(comparison.metric) if comparison.metric else None
     best = f"best ({way})" if way else "best"
     head = "".join(f"<th>{html.escape(title)}</th>" for title in ("name", "status", "metric", "last", best, "points"))
     body = []
-    for row, status, colour in zip(comparison.rows, statuses, colours):
+    for row, status, colour, words in zip(comparison.rows, statuses, colours, asking or [""] * len(statuses)):
         badge = f'<span class="jt-status" style="background:{STATUS_COLOURS[status]}">{html.escape(row.status)}</span>'
+        if words:  # the status shown is the last known
+            badge += f' <span class="jt-asking">{html.escape(words)}</span>'
         body.append(
             "<tr>"
             f'<td><span class="jt-key" style="background:{colour}"></span>{html.escape(row.name)}</td>'
@@ -95,7 +99,8 @@ class CompareWidget(PolledView):
         self.by_time = by_time
         self.clock = clock
         self.errors: dict[int, str] = {}  # a run's last failure, by its place
-        self._checked = [float("-inf")] * len(runs)  # when each run's status was last asked
+        self._checked = [float("-inf")] * len(runs)  # when each run's status was last asked (or answered)
+        self._asking = [""] * len(runs)  # what the view says of each run's status check under way
         self._lock = threading.RLock()  # the poller's thread and the kernel's (the first push) both draw
         self.last_push = float("-inf")
         self._dirty = True
@@ -104,6 +109,12 @@ class CompareWidget(PolledView):
         self.box = widgets.VBox([self.style, self.body], layout={"padding": "6px", "width": "100%"})
         self.box.add_class("jupyter-trainer-job")  # the views' colours and theme variables
         self.box.add_class("jupyter-trainer-compare")
+        # the statuses as the backends say them now, if they answer within a moment
+        for index, run in enumerate(runs):
+            self._step(index, "cannot check its status", lambda run=run: run.ask_status() and False)
+        wait_for_answers(run.status_check for run in runs)
+        for index, run in enumerate(runs):
+            self._step(index, "cannot check its status", run.take_status)
         self._read(self.clock())  # what a bounded read gives now; the poller reads the rest
         self.push()
 
@@ -120,15 +131,27 @@ class CompareWidget(PolledView):
             return False
         with self._lock:
             for index, run in enumerate(self.runs):
+                # a slow backend's answer comes at a later poll: the next check is due an interval after it
+                self._step(index, "cannot check its status", lambda index=index, run=run: self._take_status(index, run, now))
                 if not run.record.status.is_final and now - self._checked[index] >= run.job.backend_impl().status_interval:
                     self._checked[index] = now
-                    self._step(index, "cannot check its status", run.refresh_status)
+                    self._step(index, "cannot check its status", lambda run=run: run.ask_status() and False)
+                    self._step(index, "cannot check its status", lambda index=index, run=run: self._take_status(index, run, now))
+                words = run.status_check.words()
+                self._dirty |= words != self._asking[index]
+                self._asking[index] = words
             self._read(self.clock())
             finished = self.finished
             if finished or (self._dirty and now - self.last_push >= PUSH_INTERVAL):
                 self.last_push = now
                 self._push()
             return not finished
+
+    def _take_status(self, index: int, run: ComparedRun, now: float) -> bool:
+        changed = run.take_status()
+        if changed is not None:
+            self._checked[index] = now
+        return bool(changed)
 
     def _read(self, now: float) -> None:
         for index, run in enumerate(self.runs):
@@ -151,7 +174,7 @@ class CompareWidget(PolledView):
 
     def _push(self) -> None:
         comparison = compare(self.runs, self.metric, self.by_time)
-        value = comparison_html(comparison, [run.record.status for run in self.runs])
+        value = comparison_html(comparison, [run.record.status for run in self.runs], self._asking)
         value += "".join(error_html(error) for error in self.errors.values())
         if value != self.body.value:
             self.body.value = value

@@ -9,7 +9,7 @@ import time
 from dataclasses import dataclass, field
 from itertools import repeat
 from pathlib import Path
-from typing import Iterator
+from typing import Callable, Iterator
 
 from . import backends as _backends
 from .backends.base import Backend, notification_check
@@ -312,11 +312,33 @@ class Job:
 
     def refresh(self) -> "Job":
         """Ask the backend what it sees now and record any change of status."""
+        question = self.status_question()
+        if question is not None:
+            self._record_answer(question())
+        return self
+
+    def status_question(self) -> Callable[[], Observation] | None:
+        """What asks the backend for the job's status, as the stored record says it now (read again
+        if it changed): a call that touches nothing of this handle, so that it may be made on
+        another thread (a view's, see status_checks) while this one goes on. None once the job has
+        ended: there is nothing to ask."""
+        self._reload_record()
+        if self.record.status.is_final:
+            self._record_notification()
+            return None
+        record, run_dir, backend = self.record, self.run_dir, self.backend_impl()
+        return lambda: _observe(backend, record, run_dir)
+
+    def take_answer(self, seen: Observation) -> "Job":
+        """Record what the backend saw (the answer to `status_question`'s call) as `refresh` does,
+        against the record as it is stored now: it may have changed while the question was out."""
         self._reload_record()
         if self.record.status.is_final:
             self._record_notification()
             return self
-        seen = self._observe()
+        return self._record_answer(seen)
+
+    def _record_answer(self, seen: Observation) -> "Job":
         outcome = resolve(self.record, seen)
         new_details = seen.details and any(self.record.runtime.get(k) != v for k, v in seen.details.items())
         starts = self.record.started_at is None and _has_started(seen)
@@ -429,22 +451,6 @@ class Job:
             self.record = record
             self._record_version = version
 
-    def _observe(self) -> Observation:
-        if not self.record.runtime:
-            # still being launched: pending while the submitting process lives
-            submitter = self.record.submitter
-            if submitter and not ProcessIdentity.from_dict(submitter).is_alive():
-                return Observation(alive=False, why_gone="the submission was interrupted before the job started")
-            return Observation(alive=True, started=False)
-        try:
-            return self.backend_impl().observe(self.record, self.run_dir)
-        except Unreachable as error:
-            # the host may be down or this machine offline: that says nothing of the job, which
-            # keeps its status and says since when its host could not be reached (see resolve)
-            return Observation(alive=None, why_gone=str(error), unreachable_host=error.host)
-        except BackendUnavailable as error:
-            return Observation(alive=None, why_gone=str(error))
-
     def backend_impl(self) -> Backend:
         """The backend object that runs this job (`backend` is its name)."""
         try:
@@ -465,6 +471,24 @@ def _start_time(record: JobRecord, reported: float | None) -> float:
     if reported is None:
         return now
     return min(max(reported, record.created_at), max(now, record.created_at))
+
+
+def _observe(backend: Backend, record: JobRecord, run_dir: Path) -> Observation:
+    """What `backend` sees of the job of `record` now."""
+    if not record.runtime:
+        # still being launched: pending while the submitting process lives
+        submitter = record.submitter
+        if submitter and not ProcessIdentity.from_dict(submitter).is_alive():
+            return Observation(alive=False, why_gone="the submission was interrupted before the job started")
+        return Observation(alive=True, started=False)
+    try:
+        return backend.observe(record, run_dir)
+    except Unreachable as error:
+        # the host may be down or this machine offline: that says nothing of the job, which
+        # keeps its status and says since when its host could not be reached (see resolve)
+        return Observation(alive=None, why_gone=str(error), unreachable_host=error.host)
+    except BackendUnavailable as error:
+        return Observation(alive=None, why_gone=str(error))
 
 
 def _end_time(record: JobRecord, reported: float | None) -> float:

@@ -21,6 +21,7 @@ from .errors import TrainerError
 from .job import Job, one_poll
 from .jobs import JobRecord, Status
 from .metrics import main_metric
+from .status_checks import StatusCheck, wait_for_answers
 from .store import JobStore
 from .summary import format_duration, run_label, status_text, where
 from .widget import STATUS_COLOURS, STYLE, PolledView, describe, error_html, stop_in_background
@@ -50,11 +51,13 @@ def _cell(text: str, title: str = "") -> str:
     return f'<div class="jt-cell"{hover}>{html.escape(text)}</div>'
 
 
-def status_cell(record: JobRecord, shown: str | None = None) -> str:
-    """The status (`shown`: as summary.status_text words it), its reason on hover."""
+def status_cell(record: JobRecord, shown: str | None = None, asking: str = "") -> str:
+    """The status (`shown`: as summary.status_text words it), its reason on hover; `asking`: what
+    a status check under way says (the status is then the last known)."""
     colour = STATUS_COLOURS[record.status]
     title = html.escape(readable(record.reason) or record.status.value)
-    return f'<span class="jt-status" style="background:{colour}" title="{title}">{html.escape(shown or record.status.value)}</span>'
+    badge = f'<span class="jt-status" style="background:{colour}" title="{title}">{html.escape(shown or record.status.value)}</span>'
+    return badge + (f' <span class="jt-asking">{html.escape(asking)}</span>' if asking else "")
 
 
 def metric_text(values: dict[str, float]) -> str:
@@ -77,6 +80,11 @@ class Row:
     metric: str = ""
     shown: tuple = field(default_factory=tuple)
     arranged_as: Status | None = None  # its status when the rows were last filtered
+    check: StatusCheck = field(init=False)  # its status checks (a slow backend's answer comes at a later poll)
+    asking: str = ""  # what its status cell says of a check under way
+
+    def __post_init__(self):
+        self.check = StatusCheck(self.job)
 
     @property
     def record(self) -> JobRecord:
@@ -128,6 +136,8 @@ class JobsTable(PolledView):
         self.box.add_class("jupyter-trainer-job")  # the view's colours and theme variables
         self.box.add_class("jupyter-trainer-jobs")
         self.scan(self.clock())
+        wait_for_answers(row.check for row in self.rows.values())  # a moment, for the statuses as they are now
+        self._take_answers(self.clock())
 
     def _repr_mimebundle_(self, **kwargs):
         return self.box._repr_mimebundle_(**kwargs)
@@ -140,6 +150,8 @@ class JobsTable(PolledView):
             return False
         if self.clock() - self.last_scan >= SCAN_INTERVAL:
             self.scan(self.clock())
+        else:
+            self._take_answers(self.clock())
         return True
 
     def scan(self, now: float) -> None:
@@ -177,20 +189,40 @@ class JobsTable(PolledView):
         else:
             self._show_counts()
 
-    def _refresh(self, row: Row, now: float) -> None:
-        """Bring a row up to date: a running job's status at its backend's pace; what a shown row
-        says (its metric read again only when the log grew)."""
+    def _refresh(self, row: Row, now: float, ask: bool = True) -> None:
+        """Bring a row up to date: a running job's status at its backend's pace (`ask`: a check may
+        be asked; a slow backend's answer is taken at a later poll, and the next check is due an
+        interval after it); what a shown row says (its metric read again only when the log grew)."""
         job = row.job
         try:
-            if not job.record.status.is_final and now - row.checked_at >= job.backend_impl().status_interval:
+            answered = row.check.take()  # a slow backend's answer, come since
+            if answered is not None:
                 row.checked_at = now
-                job.refresh()
-                if row.box is not None:
-                    self._read_metric(row)
+            if ask and not job.record.status.is_final and now - row.checked_at >= job.backend_impl().status_interval:
+                row.checked_at = now
+                row.check.ask()
+                answered = row.check.take()  # a check made at once answers now
+            if answered is not None and row.box is not None:
+                self._read_metric(row)
         except (OSError, TrainerError) as exc:
             self.problems.append(f"{job.name}: {describe(exc)}")
         if row.box is not None:
             self._draw(row)
+
+    def _take_answers(self, now: float) -> None:
+        """Between two scans: the answers of the status checks that came, and what the rows of the
+        checks still under way say of them."""
+        rearrange = changed = False
+        for row in self.rows.values():
+            if row.check.answered or (row.box is not None and row.check.words() != row.asking):
+                before = row.record.status
+                self._refresh(row, now, ask=False)
+                changed |= row.record.status != before
+                rearrange |= row.record.status != row.arranged_as and self.filter.value != "all"
+        if rearrange:
+            self._arrange()
+        elif changed:
+            self._show_counts()
 
     def _read_metric(self, row: Row) -> None:
         size = row.job.log_source().size()
@@ -230,7 +262,8 @@ class JobsTable(PolledView):
         record = row.record
         name = run_label(record)
         elapsed = format_duration(record.duration) if record.started_at else "-"
-        values = (_cell(name), status_cell(record, status_text(record, self.backends)), _cell(f"{record.backend} · {where(record, self.backends)}"), _cell(elapsed), _cell(row.metric or "-"))
+        row.asking = row.check.words()
+        values = (_cell(name), status_cell(record, status_text(record, self.backends), row.asking), _cell(f"{record.backend} · {where(record, self.backends)}"), _cell(elapsed), _cell(row.metric or "-"))
         if values != row.shown:
             for cell, value, before in zip(row.cells, values, row.shown or (None,) * 5):
                 if value != before:

@@ -292,9 +292,11 @@ class TrainerMagics(Magics):
         from .compare_runs import load_runs
         from .widget import poller, widgets_supported
 
-        runs = load_runs(args.names, args.metric, self._store(), self.backends)  # an unknown name: one line
+        widget = self.widget and not args.no_widget and widgets_supported(self.shell)
+        # an unknown name: one line; the view asks for the statuses itself, without waiting for a slow backend
+        runs = load_runs(args.names, args.metric, self._store(), self.backends, refresh=not widget)
         by_time = args.x == "time"
-        if self.widget and not args.no_widget and widgets_supported(self.shell):
+        if widget:
             from IPython.display import display
 
             from .compare_view import CompareWidget

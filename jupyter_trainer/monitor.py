@@ -27,6 +27,7 @@ from .store import CLOCK_FILE
 from .plot import MetricSeries
 from .resources import Usage, UsageHistory, format_bytes
 from .spec import Metric
+from .status_checks import StatusCheck
 from .summary import facts, status_text, where
 from .terminal import SCREEN_ROWS, Screen
 
@@ -70,6 +71,7 @@ class Snapshot:
     usage: Usage | None = None  # what it uses now, while it runs and where that can be seen
     usage_series: dict = field(default_factory=dict)  # recent readings of each quantity (see UsageHistory.series)
     status_text: str = ""  # the status as shown: "running (restart 1)" (summary.status_text)
+    asking: str = ""  # while a slow status check is under way, in its backend's words ("asking Slurm…"); the status is the last known
 
 
 @dataclass(frozen=True)
@@ -125,6 +127,7 @@ class JobMonitor:
         self.log_stream = None  # else the stream that brings it, when it tells of its news (a remote container's)
         self._said: RecordWords | None = None
         self._clock_file: Path | None = None  # the supervisor's samples of the log's size (see LogClock)
+        self.status_check = StatusCheck(job)  # the checks of a view, which may be slow to answer
 
     @property
     def record(self):
@@ -144,6 +147,16 @@ class JobMonitor:
         before = (record.status, record.exit_code, record.reason)
         self.job.refresh()
         return self.record is not record or before != (self.record.status, self.record.exit_code, self.record.reason)
+
+    def ask_status(self) -> bool:
+        """Ask for the job's status without waiting for a backend slow to answer (see
+        status_checks): `take_status` gives the answer. False while a check is still under way."""
+        return self.status_check.ask()
+
+    def take_status(self) -> bool | None:
+        """The answer of the last check, recorded now: whether anything of the record changed. None
+        while no answer came."""
+        return self.status_check.take()
 
     def status_news(self, names: set[str]) -> bool:
         """Whether a change of these files of the job's directory may be a change of its status:
@@ -385,6 +398,7 @@ class JobMonitor:
             where=said.where,
             status=record.status,
             status_text=said.status_text,
+            asking=self.status_check.words(),
             exit_code=record.exit_code,
             outcome=said.outcome,
             elapsed=self.elapsed(now),

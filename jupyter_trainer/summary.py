@@ -187,7 +187,8 @@ def status_json(record: JobRecord, backends: Backends, usage: Usage | None = Non
 
 def snapshot_text(snapshot) -> str:
     """A job's view (a monitor's Snapshot) as text, for frontends without widgets."""
-    header = [snapshot.name, snapshot.status_text or snapshot.status.value, f"{snapshot.backend} · {snapshot.where}", f"elapsed {format_duration(snapshot.elapsed)}"]
+    header = [snapshot.name, snapshot.status_text or snapshot.status.value, *([snapshot.asking] if snapshot.asking else []),
+              f"{snapshot.backend} · {snapshot.where}", f"elapsed {format_duration(snapshot.elapsed)}"]  # fmt: skip
     if snapshot.outcome:
         header.append(snapshot.outcome)
     if snapshot.progress:

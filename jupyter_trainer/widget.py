@@ -26,6 +26,7 @@ from .errors import JobReplaced, Unreachable
 from .job import Job
 from .jobs import Status
 from .monitor import JobMonitor, Snapshot
+from .status_checks import OPEN_WAIT, stop_waking, wake_on_answers
 from .metrics import AXIS_TITLES
 from .plot import MAX_CHARTS, chart_groups, charts_html, chosen_groups, sparkline_svg
 from .resources import describe as describe_usage
@@ -90,7 +91,7 @@ STYLE = """<style>
 .jupyter-trainer-job .jt-header { display: flex; flex-wrap: wrap; gap: 4px 12px; align-items: center; color: var(--jt-fg); }
 .jupyter-trainer-job .jt-name { font-size: 1.1em; font-weight: bold; }
 .jupyter-trainer-job .jt-status { color: #fff; border-radius: 4px; padding: 1px 8px; }
-.jupyter-trainer-job .jt-muted, .jupyter-trainer-job .jt-reading { color: var(--jt-muted); }
+.jupyter-trainer-job .jt-muted, .jupyter-trainer-job .jt-reading, .jupyter-trainer-job .jt-asking { color: var(--jt-muted); }
 .jupyter-trainer-job .jt-usage { color: var(--jt-muted); white-space: nowrap; }
 .jupyter-trainer-job .jt-spark { vertical-align: middle; }
 .jupyter-trainer-job .jt-reading { font-size: 11px; }
@@ -136,6 +137,10 @@ def header_html(snapshot: Snapshot) -> str:
     parts = [
         f'<span class="jt-name">{html.escape(snapshot.name)}</span>',
         f'<span class="jt-status" style="background:{colour}">{html.escape(snapshot.status_text or snapshot.status.value)}</span>',
+    ]
+    if snapshot.asking:  # the status shown is the last known
+        parts.append(f'<span class="jt-asking">{html.escape(snapshot.asking)}</span>')
+    parts += [
         f"<span>{html.escape(f'{snapshot.backend} · {snapshot.where}')}</span>",
         elapsed_html(snapshot.elapsed),
     ]
@@ -272,7 +277,7 @@ def saved_view_html(snapshot: Snapshot, view_id: str, saved_at: float) -> str:
     opened another day, the kernel gone), with how to bring it back. While the live view is on
     the page, its stylesheet hides this copy; when the live one cannot be drawn ("model not
     found"), this copy's stylesheet hides that message instead."""
-    shown = dataclasses.replace(snapshot, lines=snapshot.lines[-SAVED_LINES:], quiet_for=None, progress=None)
+    shown = dataclasses.replace(snapshot, lines=snapshot.lines[-SAVED_LINES:], quiet_for=None, progress=None, asking="")
     when = time.strftime("%Y-%m-%d %H:%M", time.localtime(saved_at))
     ended = snapshot.status.is_final
     how = (
@@ -382,8 +387,12 @@ class JobWidget(PolledView):
         self.last_log_read = float("-inf")
         self._watched_for: Path | None = None  # the log file whose directory is watched_directory
         self._watched_directory: str | None = None
-        self.monitor.refresh_status()
+        # the status as the backend says it now, if it answers within a moment (a slow one's
+        # answer is shown when it comes; meanwhile the view says it is asking)
+        self.monitor.ask_status()
         self.monitor.start()
+        self.monitor.status_check.wait(OPEN_WAIT)
+        self.monitor.take_status()
         self.style = widgets.HTML(layout={"display": "none"})
         self.header = widgets.HTML()
         # which chart is drawn first; shown only when the view keeps more charts than it draws
@@ -422,6 +431,8 @@ class JobWidget(PolledView):
         self._lock = threading.RLock()
         self.last_push = float("-inf")
         self.last_status_check = float("-inf")
+        self._status_news = False  # a change of its files told while a check was under way: ask again once it is answered
+        self._shown_asking = ""  # what the header says of a status check under way
         self._dirty = True
         self._header_stale = False  # only the header has news (a reading of what the job uses)
         self._shown_second = None
@@ -480,15 +491,21 @@ class JobWidget(PolledView):
     def _poll(self, now: float) -> bool:
         if self.removed:
             return False
-        checking = now - self.last_status_check >= (self.watched_status_interval if self.watched else self.status_interval)
         offset, caught_up = self.monitor.cursor.offset, self.monitor.caught_up
         step = "status"
+        checking, answered = False, None
         try:
+            answered = self._take_status(now)  # a slow backend's answer, come since the last poll
+            checking = now - self.last_status_check >= (self.watched_status_interval if self.watched else self.status_interval)
             if checking:
                 self.last_status_check = now
-                self._dirty |= self.monitor.refresh_status()
+                if self.monitor.ask_status():
+                    self._status_news = False
+                taken = self._take_status(now)  # a check made at once answers now
+                answered = taken if taken is not None else answered
+            self._header_stale |= self.monitor.status_check.words() != self._shown_asking
             step = "log"
-            if self._log_due(now, checking):
+            if self._log_due(now, checking or answered is not None):
                 self.last_log_read = now
                 self._dirty |= self.monitor.read_log(now=self.clock())
                 self._judge_the_watch(grew=caught_up and self.monitor.cursor.offset != offset)
@@ -506,7 +523,7 @@ class JobWidget(PolledView):
         else:
             # a failed status check stays shown until the next check succeeds, not only until the
             # next log read a moment later (it would flash for a quarter of a second)
-            if self._error_step != "status" or checking:
+            if self._error_step != "status" or answered is not None:
                 self._set_error(None, "")
         finished = self.monitor.finished
         ticking = int(self.clock()) != self._shown_second  # the elapsed time moves on
@@ -523,6 +540,16 @@ class JobWidget(PolledView):
                 self.charts_due = now + sent / CHARTS_BYTES_PER_SECOND
             self._keep_saved()
         return not finished
+
+    def _take_status(self, now: float) -> bool | None:
+        """The answer of the last status check, if it came: whether the record changed. The next
+        check is due an interval after it (a slow backend's comes at a later poll), or at once
+        if a change of the job's files was told while it was under way."""
+        answered = self.monitor.take_status()
+        if answered is not None:
+            self._dirty |= answered
+            self.last_status_check = float("-inf") if self._status_news else now
+        return answered
 
     @property
     def watched_directory(self) -> str | None:
@@ -570,14 +597,17 @@ class JobWidget(PolledView):
     @property
     def quiet(self) -> bool:
         """Whether the poller may leave this view until the quiet interval ends or its files change:
-        nothing read waits to be shown, and no history waits to be read."""
-        return self.watched_directory is not None and self.monitor.caught_up and not (self._dirty or self._charts_stale or self._header_stale)
+        nothing read waits to be shown, no history waits to be read, and no status check's answer
+        waits to be taken (one that comes from a place's thread wakes the poller, see Poller._run)."""
+        settled = not (self._dirty or self._charts_stale or self._header_stale or self.monitor.status_check.answered)
+        return self.watched_directory is not None and self.monitor.caught_up and settled
 
     def files_changed(self, names: set[str]) -> None:
         """Files of the job's directory changed (told by the poller): if that may be a change of
         status (see JobMonitor.status_news), the status check is due now."""
         if self.monitor.status_news(names):
             self.last_status_check = float("-inf")
+            self._status_news = True
         log_file = self.monitor.log_file
         self._log_reported |= (log_file is not None and log_file.name in names) or LOG_NEWS in names
 
@@ -628,6 +658,8 @@ class JobWidget(PolledView):
         self._shown_second = int(now)
         errors = [self.error] if self.error else []
         snapshot = _render(lambda: self.monitor.snapshot(now), "the view", errors)
+        if snapshot:
+            self._shown_asking = snapshot.asking
         header = _render(lambda: self.render_header(snapshot), "the header", errors) if snapshot else None
         clocks_only = header is not None and not snapshot.status.is_final
         quiet = quiet_html(snapshot.quiet_for) if snapshot and snapshot.quiet_for else None
@@ -743,6 +775,7 @@ class JobWidget(PolledView):
                 self.stop_button.description = "Stop"
             self.push()
         self.last_status_check = float("-inf")  # show the result at the next poll
+        self._status_news = True
         self._dirty = True
 
 
@@ -826,6 +859,7 @@ class Poller:
     def _run(self, waiter: ChangeWaiter) -> None:
         changed: dict[str, set[str]] = {}
         beat = float("-inf")  # when every view is polled next: the quiet ones move their clocks together
+        wake_on_answers(waiter.wake)  # a slow status check answered: its view takes the answer at once
         try:
             while True:
                 with self._lock:
@@ -844,6 +878,7 @@ class Poller:
                     changed = {}
                     time.sleep(self.interval)
         finally:
+            stop_waking(waiter.wake)
             self._stop_listening(waiter)
             waiter.close()
 

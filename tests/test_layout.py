@@ -10,7 +10,7 @@ LAYERS = [
     {"errors", "_fs", "proc", "jobs", "checks", "options", "spec", "surface", "naming", "resources", "ignore_patterns", "wording", "credentials", "in_place", "terminal", "interrupts", "_changes"},  # pure: names, records, status rules, options, words
     {"store", "logs", "metrics", "metric_runs", "metric_columns", "plot", "metrics_cache", "compare"},  # the store, reading logs and metrics, charts
     {"backends"},  # where jobs run (every module under backends/)
-    {"job", "submit", "summary"},  # jobs as users see them
+    {"job", "submit", "summary", "status_checks"},  # jobs as users see them (and their status asked off the views' thread)
     {"housekeeping"},  # removing finished runs
     {"monitor", "compare_runs"},  # a job's view (and several jobs' series), as plain state
     {"widget", "compare_view"},  # the views' renderers

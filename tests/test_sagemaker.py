@@ -364,7 +364,8 @@ def test_widget_follows_a_sagemaker_job(aws, shell, capsys, monkeypatch):
     view.poll(now=10.0)
     assert "epoch 4 loss: 0.200" in view.log.value and "<svg" in view.plot.value and "running" in view.header.value
     aws.set_status(job_name, "Failed", failure_reason="ClientError: out of capacity")
-    view.poll(now=20.0)
+    polls = iter(range(20, 10**6, 10))  # a check due at each; SageMaker is asked on a thread of its own, answered at a later poll
+    wait_for(lambda: view.poll(now=next(polls)) is False, timeout=30, what="the view to see the end")
     assert "failed" in view.header.value and "out of capacity" in view.header.value
 
 

@@ -82,6 +82,12 @@ class Backend(Protocol):
 
     def observe(self, record: JobRecord, run_dir: Path) -> Observation: ...
 
+    def asking(self, record: JobRecord) -> str:
+        """How a view says it waits for `observe`'s answer ("asking Slurm…"), where that may take
+        long (a cluster's command, a remote engine, a cloud API): a view then asks on a thread of
+        that place's own (status_checks) and goes on meanwhile. "" where it answers at once from
+        this machine's files and processes: asked in the view's own thread."""
+
     def log_source(self, record: JobRecord, run_dir: Path) -> LogSource: ...
 
     def stop(self, record: JobRecord, run_dir: Path, container: bool = False) -> None: ...

@@ -27,6 +27,7 @@ class FakeBackend:
         self.observations: dict[str, Observation] = {}
         self.fail_launch: Exception | None = None
         self.usages: dict[str, object] = {}  # a job's name: the Usage `usage` gives
+        self.asks = ""  # what `asking` says: a test sets words to have views ask it on a thread
 
     def preflight(self, spec: DetachedSpec, store) -> None:
         pass
@@ -39,6 +40,9 @@ class FakeBackend:
             raise self.fail_launch
         self.launched.append(record.name)
         return FakeRuntime()
+
+    def asking(self, record: JobRecord) -> str:
+        return self.asks
 
     def observe(self, record: JobRecord, run_dir: Path) -> Observation:
         return self.observations.get(record.name, Observation(alive=True, started=True))

@@ -170,6 +170,9 @@ class HostBackend:
         command = job_command(spec, str(run_dir))
         return start_supervised(run_dir, command, cwd=spec.workdir, env=job_environment(spec), given=notify_input(record, run_dir, spec.notify))
 
+    def asking(self, record: JobRecord) -> str:
+        return ""  # its supervisor's files and processes, on this machine
+
     def observe(self, record: JobRecord, run_dir: Path) -> Observation:
         return observe_supervised(run_dir, HostRuntime.of(record).supervisor)
 

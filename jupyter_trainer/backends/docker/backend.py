@@ -186,9 +186,14 @@ class DockerBackend:
 
     # -- following ---------------------------------------------------------
 
+    def asking(self, record: JobRecord) -> str:
+        """Every look is a call to an engine, which may be another machine's (over SSH), or a busy one."""
+        engine = Engine.of(record.runtime.get("engine")) or Engine.of(record.options.get("engine"))
+        return f"asking the Docker host {engine.label}…" if engine is not None and engine.remote else "asking the Docker engine…"
+
     def observe(self, record: JobRecord, run_dir: Path) -> Observation:
         """What the engine shows of the job. An engine that does not answer says nothing of the
-        job, which keeps its status (see Job._observe), with the words of errors.translate; nor
+        job, which keeps its status (see job._observe), with the words of errors.translate; nor
         does a container that keeps changing state under the look (stopping, restarting, paused:
         the engine refuses a look inside it that its inspect a moment before allowed)."""
         for _ in range(LOOKS_WHILE_CHANGING):

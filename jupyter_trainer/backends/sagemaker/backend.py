@@ -163,6 +163,10 @@ class SageMakerBackend:
 
     # -- following ---------------------------------------------------------
 
+    def asking(self, record: JobRecord) -> str:
+        # a local-mode job is its runner's files and processes, on this machine
+        return "" if record.runtime.get("mode") == "local" else "asking SageMaker…"
+
     def observe(self, record: JobRecord, run_dir: Path) -> Observation:
         runtime = SageMakerRuntime.of(record)
         if runtime.mode == "local":

@@ -195,6 +195,9 @@ class SlurmBackend:
             _cancel_submitted(output, identity)
             raise
 
+    def asking(self, record: JobRecord) -> str:
+        return "asking Slurm…"  # squeue, sacct, scontrol: an overloaded controller answers in its own time
+
     def observe(self, record: JobRecord, run_dir: Path) -> Observation:
         runtime = SlurmRuntime.of(record)
         identity = _identity(record, runtime, run_dir)

@@ -265,7 +265,13 @@ class Queue:
     def __init__(self, ttl: float = TTL, clock: Callable[[], float] = time.time):
         self.ttl = ttl
         self.clock = clock
-        self._lock = threading.Lock()
+        self._lock = threading.Lock()  # over what is known, never over a command: held for a moment only
+        # One command at a time: a question that comes while squeue (or sacct) runs waits for its
+        # answer, which serves it too. `one_poll`, `forget` and `reset` take only the other lock:
+        # the kernel's poller, which calls them, never waits for a command (its views' questions
+        # are asked on threads of their own, see status_checks).
+        self._asking = threading.Lock()
+        self._generation = 0  # moved on by forget and reset: an answer asked before then is not kept as fresh
         self._asked_at: float | None = None
         self._jobs: dict[str, SlurmJob] = {}
         self._named: dict[str, list[SlurmJob]] = {}  # the same entries, by name
@@ -296,6 +302,7 @@ class Queue:
     def reset(self) -> None:
         """As new: nothing known (another cluster, say)."""
         with self._lock:
+            self._generation += 1
             self._asked_at, self._jobs, self._named, self._error = None, {}, {}, None
             self._ended, self._accounting_asked_at, self._accounting_asked = {}, None, set()
             self.accounting = True
@@ -303,6 +310,7 @@ class Queue:
     def forget(self) -> None:
         """The next question asks squeue again (a poll just submitted or cancelled a job)."""
         with self._lock:
+            self._generation += 1
             self._asked_at = None
 
     def job(self, job_id: str, identity: JobIdentity) -> SlurmJob | None:
@@ -310,31 +318,34 @@ class Queue:
         that is the job's), or None when the controller's answer does not hold it. Raises
         Unreachable or UnusableAnswer (again, for `TTL` seconds) when the controller cannot be
         reached or its answer cannot be read."""
-        with self._lock:
-            now = self.clock()
-            asked = self._asked_at
-            stale = asked is None or asked < identity.submitted_at or (now - asked > self.ttl and not self._serves_the_poll(asked))
+        with self._asking:
+            with self._lock:
+                now, generation = self.clock(), self._generation
+                asked, jobs, named, error = self._asked_at, self._jobs, self._named, self._error
+                stale = asked is None or asked < identity.submitted_at or (now - asked > self.ttl and not self._serves_the_poll(asked))
             if stale:
                 try:
                     separator = new_separator()
                     output = run("squeue", "--me", "--states=all", "--noheader", "-O", squeue_format(separator))
-                    self._jobs = parse_squeue(output, separator, str(os.getuid()))
-                    self._named = {}
-                    for entry in self._jobs.values():
-                        self._named.setdefault(entry.name, []).append(entry)
-                    self._error = None
-                except Exception as error:  # kept: every job of this poll is told the same
-                    self._error = error
-                self._asked_at = now
-            if self._error is not None:
-                raise self._error
-            by_id = self._jobs.get(job_id)
-            by_identity = newest_of(self._named.get(identity.name, ()), identity)
-            if by_id is None or not by_id.is_the_job(identity):
-                return by_identity
-            # the record's id is where to look first; a newer submission of the run's wins (the
-            # record's id can be the earlier run's, written there by the job)
-            return by_identity if by_identity is not None and by_identity.submission_order > by_id.submission_order else by_id
+                    jobs, error = parse_squeue(output, separator, str(os.getuid())), None
+                except Exception as failure:  # kept: every job of this poll is told the same
+                    jobs, error = {}, failure
+                named = {}
+                for entry in jobs.values():
+                    named.setdefault(entry.name, []).append(entry)
+                with self._lock:
+                    self._jobs, self._named, self._error = jobs, named, error
+                    # asked before a forget: it answers this question, not the next one
+                    self._asked_at = now if generation == self._generation else None
+        if error is not None:
+            raise error
+        by_id = jobs.get(job_id)
+        by_identity = newest_of(named.get(identity.name, ()), identity)
+        if by_id is None or not by_id.is_the_job(identity):
+            return by_identity
+        # the record's id is where to look first; a newer submission of the run's wins (the
+        # record's id can be the earlier run's, written there by the job)
+        return by_identity if by_identity is not None and by_identity.submission_order > by_id.submission_order else by_id
 
     def confirm(self, job_id: str, identity: JobIdentity) -> SlurmJob | None:
         """The job as `scontrol show job ID` shows it: asked by its id, before a job that squeue
@@ -353,21 +364,23 @@ class Queue:
         disabled, or knows nothing of it). One sacct asks for it and for every other job of
         `followed()` ((job id, name, submitted at) of the store's unfinished Slurm jobs) that the
         controller no longer holds either."""
-        with self._lock:
-            if job_id in self._ended:
-                found = self._ended[job_id]
-                return found if found.is_the_job(identity) else None
-            if not self.accounting:
-                return None
-            now = self.clock()
-            fresh = self._accounting_asked_at is not None and (
-                now - self._accounting_asked_at <= self.ttl or self._serves_the_poll(self._accounting_asked_at)
-            )
-            if fresh and job_id in self._accounting_asked:
-                return None  # asked in this poll: accounting does not have it (yet)
+        with self._asking:
+            with self._lock:
+                if job_id in self._ended:
+                    found = self._ended[job_id]
+                    return found if found.is_the_job(identity) else None
+                if not self.accounting:
+                    return None
+                now = self.clock()
+                fresh = self._accounting_asked_at is not None and (
+                    now - self._accounting_asked_at <= self.ttl or self._serves_the_poll(self._accounting_asked_at)
+                )
+                if fresh and job_id in self._accounting_asked:
+                    return None  # asked in this poll: accounting does not have it (yet)
+                listed, ended = self._jobs, dict(self._ended)
             wanted = {job_id: identity.submitted_at}
             for other, _name, at in followed():
-                if other not in self._jobs and other not in self._ended:
+                if other not in listed and other not in ended:
                     wanted[other] = at
             start = time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(min(wanted.values()) - SUBMIT_SLACK))
             try:
@@ -378,14 +391,27 @@ class Queue:
             except SlurmCommandFailed as error:
                 said = error.said.lower()
                 if "accounting storage is disabled" in said or "slurmdbd" in said:
-                    self.accounting = "slurmdbd" in said  # a slurmdbd down now may answer later
+                    with self._lock:
+                        self.accounting = "slurmdbd" in said  # a slurmdbd down now may answer later
                 return None
-            self._accounting_asked_at, self._accounting_asked = now, set(wanted)
-            for other, found in parse_sacct(output).items():
-                if other in wanted and found.known and not found.active:
-                    self._ended[other] = found
-            found = self._ended.get(job_id)
+            with self._lock:
+                self._accounting_asked_at, self._accounting_asked = now, set(wanted)
+                for other, found in parse_sacct(output).items():
+                    if other in wanted and found.known and not found.active:
+                        self._ended[other] = found
+                found = self._ended.get(job_id)
         return found if found is not None and found.is_the_job(identity) else None
+
+
+def _found_by_identity(jobs: dict[str, SlurmJob], identity: JobIdentity) -> SlurmJob | None:
+    """The one entry of an answer that is the job of `identity` whatever its id (its name and log
+    are ours), if there is exactly one."""
+    if not identity.log:
+        return None
+    found = [
+        job for job in jobs.values() if OUR_JOB_ID.fullmatch(job.job_id) and job.name == identity.name and job.log == identity.log and job.is_the_job(identity)
+    ]  # fmt: skip
+    return found[0] if len(found) == 1 else None
 
 
 QUEUE = Queue()
