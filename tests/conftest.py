@@ -11,7 +11,7 @@ import pytest
 from jupyter_trainer.backends import Backends
 from jupyter_trainer.backends.fake import FakeBackend
 from jupyter_trainer.store import JobStore
-from file_times import FileTimes
+from file_times import FileTimes, slowest_first
 from leftovers import Leftovers, labelling_client
 from private_engine import PrivateEngine
 from private_engine import missing as private_engine_missing
@@ -27,6 +27,10 @@ def pytest_configure(config):
     # failure (gh-106905, "AST constructor recursion depth mismatch"); Python's own tracebacks do not
     if (3, 11) <= sys.version_info[:2] and sys.version_info < (3, 11, 5) and config.option.tbstyle == "auto":
         config.option.tbstyle = "native"
+
+
+def pytest_collection_modifyitems(config, items):
+    slowest_first(items)
 
 
 def pytest_sessionstart(session):

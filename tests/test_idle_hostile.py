@@ -58,6 +58,7 @@ def sysctl(name, value):
 # -- the watch --------------------------------------------------------------------------------
 
 
+@pytest.mark.machine_wide
 def test_changes_lost_to_a_full_queue_are_told_as_changes_of_everything_watched(tmp_path):
     """A job that writes many files of its directory fills the inotify queue: the kernel then drops
     events, among them the log's last line and the exit code's file."""
@@ -275,6 +276,7 @@ def watches_left(count):
             probe.close()
 
 
+@pytest.mark.machine_wide
 def test_a_view_whose_directory_cannot_be_watched_is_not_taken_for_watched(store, fake_backend, backends):
     """With the watches nearly spent, some views get their log's watch and not their directory's:
     their exit code's file is never told, so their status must be checked as often as an
