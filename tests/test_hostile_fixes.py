@@ -76,3 +76,84 @@ def test_a_job_that_rewrites_its_token_is_neither_lost_nor_hidden(slurm, workdir
         assert record.status is Status.RUNNING, (record.status, record.reason)
     finally:
         slurm.run("scancel", real)
+
+
+# -- a store on a small file system that fills up -----------------------------------------------
+
+
+@pytest.fixture
+def small_store(tmp_path, monkeypatch):
+    """$JUPYTER_TRAINER_HOME on a 2 MB tmpfs of its own (root only), unmounted afterwards."""
+    if os.geteuid() != 0:
+        pytest.skip("mounting a tmpfs needs root")
+    mount = tmp_path / "small"
+    mount.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(mount)], check=True)
+    monkeypatch.setenv("JUPYTER_TRAINER_HOME", str(mount / "home"))
+    try:
+        yield mount
+    finally:
+        _end_processes_under(mount)
+        subprocess.run(["umount", "-l", str(mount)], check=False)
+
+
+def _processes_under(path):
+    """Pids of the processes whose command line names `path` (the jobs this test started there)."""
+    found = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as handle:
+                words = handle.read().split(b"\0")
+        except OSError:
+            continue
+        if int(pid) != os.getpid() and any(os.fsencode(str(path)) in word for word in words):
+            found.append(int(pid))
+    return found
+
+
+def _end_processes_under(path):
+    import signal
+
+    for pid in _processes_under(path):
+        with __import__("contextlib").suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+
+
+def _fill_to(mount, free_kb):
+    """Leave about `free_kb` KB free on the mount."""
+    filler = mount / "filler"
+    filler.unlink(missing_ok=True)
+    stats = os.statvfs(mount)
+    available = stats.f_bavail * stats.f_frsize
+    with open(filler, "wb") as handle:
+        handle.write(b"\1" * max(0, available - free_kb * 1024))
+
+
+def test_a_submission_to_a_full_store_says_one_line_and_never_leaves_a_job_running_unrecorded(small_store, tmp_path):
+    """Whatever room is left, a submission that cannot write the store says so in one line, and
+    leaves either a job it follows (and can stop) or nothing: never a traceback, never a job
+    running that the store calls `lost` ("interrupted before the job started") and whose stop
+    does not reach it."""
+    workdir = tmp_path / "work"
+    workdir.mkdir()
+    (workdir / "long.py").write_text("import time\nwhile True:\n    time.sleep(1)\n")
+    home = small_store / "home"
+    problems = []
+    for free_kb in range(4, 132, 4):
+        name = f"f{free_kb}"
+        _fill_to(small_store, free_kb)
+        done = cli("submit", str(workdir / "long.py"), "--host", "--name", name, cwd=workdir)
+        (small_store / "filler").unlink()
+        running = _processes_under(home / "jobs" / name)
+        if done.returncode != 0:
+            if "Traceback" in done.stderr or len(done.stderr.strip().splitlines()) != 1:
+                problems.append((free_kb, "not one line", done.stderr.strip().splitlines()[-1:]))
+            if running:
+                listed = cli("list").stdout.strip().splitlines()[1:]
+                problems.append((free_kb, "failed submission left its job running", listed))
+        else:
+            stopped = cli("stop", name)
+            wait_for(lambda: not _processes_under(home / "jobs" / name), timeout=30, what="the job ended by its stop")
+            assert stopped.returncode == 0, stopped.stderr
+        _end_processes_under(home / "jobs" / name)
+    assert problems == [], "\n".join(map(repr, problems))
