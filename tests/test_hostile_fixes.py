@@ -157,3 +157,23 @@ def test_a_submission_to_a_full_store_says_one_line_and_never_leaves_a_job_runni
             assert stopped.returncode == 0, stopped.stderr
         _end_processes_under(home / "jobs" / name)
     assert problems == [], "\n".join(map(repr, problems))
+
+
+# -- words from the job's side: what `readable` leaves in ---------------------------------------
+
+
+def test_a_lone_surrogate_a_job_writes_into_its_record_never_breaks_status(home, workdir):
+    """A job can rewrite its record (see the Slurm tests above); JSON's "\\ud800" reads as a lone
+    surrogate, which `readable` keeps and which no UTF-8 terminal can be written: `status` ends in
+    a UnicodeEncodeError traceback where it should show the reason without it."""
+    (workdir / "bad.py").write_text("raise SystemExit(3)\n")
+    assert cli("submit", "bad.py", "--host", "--name", "surrogate", cwd=workdir).returncode == 0
+    job = Job.load("surrogate")
+    assert job.wait(timeout=60) is Status.FAILED
+    record_file = job.run_dir / "record.json"
+    data = json.loads(record_file.read_text())
+    data["reason"] = "it \ud800\u202edeliaf"
+    record_file.write_text(json.dumps(data))  # what the job can do: it writes into its run directory
+    shown = cli("status", "surrogate")
+    assert "Traceback" not in shown.stderr and shown.returncode == 0, shown.stderr
+    assert "\u202e" not in shown.stdout
