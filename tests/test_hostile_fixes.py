@@ -177,3 +177,24 @@ def test_a_lone_surrogate_a_job_writes_into_its_record_never_breaks_status(home,
     shown = cli("status", "surrogate")
     assert "Traceback" not in shown.stderr and shown.returncode == 0, shown.stderr
     assert "\u202e" not in shown.stdout
+
+
+# -- %train_compare / compare of a job removed while it is compared -----------------------------
+
+
+def test_a_job_removed_while_it_is_compared_is_not_said_to_have_no_values(home, workdir):
+    """`compare` (and %train_compare) loads the jobs, then reads their logs: a job removed in
+    between (`jupyter-trainer rm` from another terminal; seen with 500 jobs, rm landing within the
+    comparison's second) is shown as `completed ... 0 points` with the note "no value of loss in
+    its log", which its log, when it was there, had fifty of. It should say the job was removed."""
+    from jupyter_trainer.compare_runs import compare, load_runs
+
+    (workdir / "train.py").write_text("for step in range(50):\n    print(f'step {step} loss: {1 / (step + 1):.4f}')\n")
+    for name in ("kept", "removed"):
+        assert cli("submit", "train.py", "--host", "--name", name, cwd=workdir).returncode == 0
+        assert Job.load(name).wait(timeout=60) is Status.COMPLETED
+    runs = load_runs(["kept", "removed"])
+    assert cli("rm", "removed").returncode == 0  # from another terminal, while the comparison reads
+    rows = {row.name: row for row in compare([run.read_all() for run in runs]).rows}
+    assert rows["kept"].points == 50
+    assert "no value of loss in its log" not in rows["removed"].note and "removed" in rows["removed"].note, rows["removed"]
