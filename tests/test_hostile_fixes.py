@@ -78,6 +78,33 @@ def test_a_job_that_rewrites_its_token_is_neither_lost_nor_hidden(slurm, workdir
         slurm.run("scancel", real)
 
 
+
+@pytest.mark.slurm
+def test_a_running_job_that_writes_an_exit_code_while_the_controller_is_down_is_not_completed(slurm, workdir):
+    """While the controller cannot be reached, a job's outcome is taken from its supervisor's
+    exit_code file, which the job can write as the supervisor does: a job still running in Slurm is
+    recorded `completed` for good, and once the controller is back neither `list` nor a stop sees
+    it (it runs on, hidden)."""
+    job = slurm_cluster.submit(LONG, workdir, "forged-end")
+    wait_for(lambda: job.refresh().record.status is Status.RUNNING, timeout=60, what="running")
+    real = job.record.runtime["job_id"]
+    # what the supervisor writes when a script exits 0, written by the job itself
+    (job.run_dir / "exit_code").write_bytes(b"0 exited\n".ljust(64, b" "))
+    slurm.stop_controller()
+    try:
+        QUEUE.forget()
+        seen = Job.load("forged-end").refresh().record
+    finally:
+        slurm.start_controller()
+    QUEUE.forget()
+    try:
+        assert real in slurm.run("squeue", "--me", "-h", "-t", "R", "-o", "%i").stdout.split()  # it runs on
+        assert seen.status is Status.RUNNING, (seen.status, seen.reason)
+        assert Job.load("forged-end").refresh().record.status is Status.RUNNING
+    finally:
+        slurm.run("scancel", real)
+
+
 # -- a store on a small file system that fills up -----------------------------------------------
 
 
