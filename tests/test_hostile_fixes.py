@@ -225,3 +225,35 @@ def test_a_job_removed_while_it_is_compared_is_not_said_to_have_no_values(home, 
     rows = {row.name: row for row in compare([run.read_all() for run in runs]).rows}
     assert rows["kept"].points == 50
     assert "no value of loss in its log" not in rows["removed"].note and "removed" in rows["removed"].note, rows["removed"]
+
+
+# -- the metrics cache a job can write ---------------------------------------------------------
+
+
+@pytest.mark.parametrize("field", ["unread", "offset"])
+def test_a_metrics_cache_with_an_infinite_count_is_not_taken(home, workdir, field):
+    """The cache beside the record (which a job can write) is checked field by field, and one
+    that is not ours is read past; JSON's Infinity (or 1e400) as its `unread` (new in version 7)
+    or its `offset` is int()-ed into an OverflowError, which no check catches: the view of the
+    job (its widget, %train_logs) fails instead of reading the log."""
+    from jupyter_trainer import metrics_cache
+    from jupyter_trainer.monitor import JobMonitor
+
+    (workdir / "train.py").write_text("for step in range(1, 101):\n    print(f'step {step} loss: {1 / step}')\n")
+    assert cli("submit", "train.py", "--host", "--name", "cached", cwd=workdir).returncode == 0
+    job = Job.load("cached")
+    assert job.wait(timeout=60) is Status.COMPLETED
+    first = JobMonitor(job, read_budget=1 << 30)
+    first.start()
+    while not first.caught_up:
+        first.read_log()
+    metrics_cache.save(job.run_dir, first.metric_options, first.cursor.line_start, job.log_source(), first.metrics, first.reader)
+    cache = job.run_dir / "metrics.json"
+    data = json.loads(cache.read_text())
+    data[field] = float("inf")
+    cache.write_text(json.dumps(data))  # what the job can do: "unread": Infinity
+    again = JobMonitor(job, read_budget=1 << 30)
+    again.start()
+    while not again.caught_up:
+        again.read_log()
+    assert again.metrics.counts == {"loss": 100}
