@@ -257,3 +257,19 @@ def test_a_metrics_cache_with_an_infinite_count_is_not_taken(home, workdir, fiel
     while not again.caught_up:
         again.read_log()
     assert again.metrics.counts == {"loss": 100}
+
+
+# -- interpreter wrappers that run the launcher otherwise -------------------------------------
+
+
+def test_a_wrapper_that_execs_the_launchers_text_fails_with_a_launch_error(home, workdir):
+    """A wrapper that runs the launcher otherwise than as python3 runs a file fails the job with a
+    LaunchError as its reason; one that exec()s its text (no __file__) ends in a NameError of the
+    launcher's own instead, which says nothing of what to do."""
+    (workdir / "t.py").write_text("print('ran')\n")
+    wrapper = "sh -c 'exec python3 -c \"import sys; sys.argv.pop(0); exec(open(sys.argv[0]).read())\" \"$0\" \"$@\"'"
+    done = cli("submit", "t.py", "--host", "--name", "exec-wrapper", "--interpreter", wrapper, cwd=workdir)
+    assert done.returncode == 0, done.stderr
+    job = Job.load("exec-wrapper")
+    assert job.wait(timeout=60) is Status.FAILED
+    assert job.record.reason.startswith("LaunchError:"), job.record.reason
