@@ -105,6 +105,34 @@ def test_a_running_job_that_writes_an_exit_code_while_the_controller_is_down_is_
         slurm.run("scancel", real)
 
 
+
+@pytest.mark.slurm
+def test_a_job_that_submits_a_decoy_with_its_token_is_not_hidden_by_it(slurm, workdir, tmp_path):
+    """Nobody can change a job's batch command, but anyone can submit a job whose command holds
+    the token: a job sees its own (`scontrol show job $SLURM_JOB_ID`, or squeue's Command) and
+    submits a decoy of its name and log with it, which ends at once. The newest submission wins,
+    so the run follows the decoy: `completed`, while its own job runs on, out of sight of list and
+    stop."""
+    job = slurm_cluster.submit(LONG, workdir, "decoyed")
+    wait_for(lambda: job.refresh().record.status is Status.RUNNING, timeout=60, what="running")
+    real = job.record.runtime["job_id"]
+    command = slurm.run("squeue", "-h", "-j", real, "-O", "Command:500").stdout.split()
+    token = command[2]  # slurm_batch.sh RUN_DIR TOKEN ...: what the job can read of itself
+    decoy = tmp_path / "decoy.sh"
+    decoy.write_text("#!/bin/sh\nexit 0\n")
+    decoy.chmod(0o755)
+    submitted = slurm.run("sbatch", "--parsable", "--job-name=decoyed", f"--output={job.run_dir / 'output.log'}", str(decoy), token)
+    decoy_id = submitted.stdout.strip().split(";")[0]
+    wait_for(lambda: decoy_id in slurm.run("squeue", "--me", "-h", "-t", "CD", "-o", "%i").stdout.split(), timeout=60, what="the decoy done")
+    QUEUE.forget()
+    try:
+        record = Job.load("decoyed").refresh().record
+        assert real in slurm.run("squeue", "--me", "-h", "-t", "R", "-o", "%i").stdout.split()  # it runs on
+        assert record.status is Status.RUNNING, (record.status, record.reason, record.runtime.get("job_id"))
+    finally:
+        slurm.run("scancel", real)
+
+
 # -- a store on a small file system that fills up -----------------------------------------------
 
 
