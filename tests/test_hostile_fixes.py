@@ -301,3 +301,47 @@ def test_a_wrapper_that_execs_the_launchers_text_fails_with_a_launch_error(home,
     job = Job.load("exec-wrapper")
     assert job.wait(timeout=60) is Status.FAILED
     assert job.record.reason.startswith("LaunchError:"), job.record.reason
+
+
+# -- a log truncated while its view passes over a run of NULs -----------------------------------
+
+TRUNCATES_AFTER_NULS = """
+import os, sys, time
+print('step 0 loss: 9.0', flush=True)
+os.write(1, b'\\0' * (1 << 20))  # a MB of zeros written: no hole the file system can tell
+while not os.path.exists('go'):
+    time.sleep(0.05)
+os.ftruncate(1, 0)  # the log starts again, and grows past where the view was
+for step in range(1, 6):
+    print(f'step {step} loss: {step}.0 ' + 'x' * 300000, flush=True)
+open('done', 'w').close()
+time.sleep(300)
+"""
+
+
+def test_a_log_truncated_while_its_view_passes_over_nuls_is_said_and_read_from_its_new_start(home, workdir):
+    """The view checks the 64 bytes before its offset at each read, so a truncated log is said and
+    read again from its start, also when it grew past the old offset between two reads (a text
+    log before the truncation: held). After the view left a run of NULs unread (skip_to), it has no
+    bytes to check (LogCursor._check is emptied) and learns them from the log as it is at the next
+    read: the truncation goes unsaid and steps 1 to 4 are never in its metrics."""
+    from jupyter_trainer.monitor import JobMonitor
+
+    (workdir / "t.py").write_text(TRUNCATES_AFTER_NULS)
+    assert cli("submit", "t.py", "--host", "--name", "nul-cut", cwd=workdir).returncode == 0
+    job = Job.load("nul-cut")
+    try:
+        wait_for(lambda: job.log_source().size() > 1 << 20, timeout=30, what="the NULs written")
+        view = JobMonitor(job)
+        view.start()
+        for _ in range(5):
+            view.read_log()
+        assert view.cursor.offset > 1 << 20  # the view is past (or over) the NULs
+        (workdir / "go").touch()
+        wait_for(lambda: (workdir / "done").exists(), timeout=30, what="the log written again")
+        for _ in range(50):
+            view.read_log()
+        shown = "\n".join(view.snapshot(0).lines) if hasattr(view.snapshot(0), "lines") else "\n".join(view.lines)
+        assert view.metrics.counts == {"loss": 6} and "truncated" in shown, (view.metrics.counts, shown[-300:])
+    finally:
+        job.stop()
