@@ -345,3 +345,30 @@ def test_a_log_truncated_while_its_view_passes_over_nuls_is_said_and_read_from_i
         assert view.metrics.counts == {"loss": 6} and "truncated" in shown, (view.metrics.counts, shown[-300:])
     finally:
         job.stop()
+
+
+# -- what looks like a run being created, planted beside the runs --------------------------------
+
+
+def test_a_planted_creating_link_or_file_never_makes_rm_and_prune_fail_for_good(home, workdir, tmp_path):
+    """A job can write beside its run (its job's directory is its run's parent): a `.creating-RUN-TOKEN`
+    that is a link (to a directory of the user's) or a plain file is taken for what a killed
+    submission left, and its removal fails at every rm and prune, for good (exit 1), said as
+    "[Errno None] None: PosixPath(...)" (shutil.rmtree refuses a link) with advice about read-only
+    or full file systems. The link's target must stay untouched (it is), and rm and prune should
+    finish (before runs were made under hidden names, such entries were left alone)."""
+    (workdir / "t.py").write_text("print('ran')\n")
+    assert cli("submit", "t.py", "--host", "--name", "planted", cwd=workdir).returncode == 0
+    job = Job.load("planted")
+    assert job.wait(timeout=60) is Status.COMPLETED
+    kept = tmp_path / "users-data"
+    kept.mkdir()
+    (kept / "precious").write_text("keep me\n")
+    job_dir = job.run_dir.parent
+    (job_dir / ".creating-7-deadbeef").symlink_to(kept)  # what the job can do
+    (job_dir / ".creating-8-deadbeef").write_text("")
+    pruned = cli("prune", "--older-than", "1d")  # nothing old enough: nothing to say
+    removed = cli("rm", "planted")
+    assert (kept / "precious").read_text() == "keep me\n"
+    assert "[Errno None]" not in pruned.stderr + removed.stderr, pruned.stderr + removed.stderr
+    assert pruned.returncode == 0 and removed.returncode == 0, pruned.stderr + removed.stderr
