@@ -622,7 +622,8 @@ def test_a_remote_job_while_its_host_cannot_be_reached(lab, browser, docker_clie
                 _run_cell(page, 0)
                 _run_cell(page, 1)
                 widget = page.locator(".jupyter-trainer-job").first
-                widget.locator(".jt-status", has_text="running").wait_for(timeout=90_000)
+                # the cell makes the remote container over SSH first: slow on a busy machine
+                widget.locator(".jt-status", has_text="running").wait_for(timeout=180_000)
                 assert "on jt-remote-test" in widget.locator(".jt-header").first.inner_text()
                 widget.locator(".jt-log", has_text="step   3").wait_for(timeout=60_000)
                 remote.stop_sshd()

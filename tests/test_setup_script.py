@@ -32,7 +32,7 @@ def test_an_interrupted_install_does_not_run_on(tmp_path):
     time.sleep(0.5)
     os.killpg(process.pid, signal.SIGINT)  # Ctrl-C in the terminal
     assert process.wait(timeout=30) != 0 and "cleaned up" in process.stdout.read()
-    wait_for(lambda: not running(marker), timeout=10, what="the install to be stopped")
+    wait_for(lambda: not running(marker), timeout=30, what="the install to be stopped")
 
 
 def test_a_long_step_says_how_it_is_getting_on(tmp_path):
