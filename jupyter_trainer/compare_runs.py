@@ -16,11 +16,13 @@ per job and each job's curve. Nothing here renders or imports a widget library.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import time
 from dataclasses import dataclass
 
 from . import compare as rules
+from .errors import UnknownJob
 from .job import Job
 from .logs import LogCursor, MetricParser
 from .metrics import TIME, LogClock, MetricReader
@@ -59,6 +61,7 @@ class ComparedRun:
         self.caught_up = False
         self.version = 0  # moves on whenever what the comparison shows of this run may have changed
         self.status_check = StatusCheck(job)  # the checks of a view, which may be slow to answer
+        self.removed = ""  # what is said once the job was removed meanwhile (its log gone with it)
 
     @property
     def record(self):
@@ -74,8 +77,13 @@ class ComparedRun:
         return self.record.status.is_final and self.flushed
 
     def refresh_status(self) -> bool:
+        if self.removed:
+            return False
         before = (self.record.status, self.record.exit_code)
-        self.job.refresh()
+        try:
+            self.job.refresh()
+        except UnknownJob:
+            return self._gone()
         changed = before != (self.record.status, self.record.exit_code)
         self.version += changed
         return changed
@@ -88,9 +96,14 @@ class ComparedRun:
     def take_status(self) -> bool | None:
         """The answer of the last check, recorded now: whether the status changed. None while no
         answer came."""
+        if self.removed:
+            return False
         before = (self.record.status, self.record.exit_code)
-        if self.status_check.take() is None:
-            return None
+        try:
+            if self.status_check.take() is None:
+                return None
+        except UnknownJob:
+            return self._gone()
         changed = before != (self.record.status, self.record.exit_code)
         self.version += changed
         return changed
@@ -100,6 +113,9 @@ class ComparedRun:
     def read(self, now: float | None = None, seconds: float | None = None) -> bool:
         """Read what the log gained, for up to `seconds` (default the run's own budget; None-like
         math.inf: all of it); True if anything shown may have changed."""
+        if self.removed:
+            self.caught_up = True
+            return False
         self._now = time.time() if now is None else now
         budget = self.read_seconds if seconds is None else seconds
         source = self.job.log_source()
@@ -129,6 +145,8 @@ class ComparedRun:
             if time.perf_counter() >= deadline:
                 break
         self.caught_up = source.size() <= self.cursor.offset
+        if self.caught_up and not self._still_there():  # a log removed with its run reads as empty
+            return True
         if final and self.caught_up and not self.flushed:
             self.reader.flush()
             self.flushed = True
@@ -141,6 +159,22 @@ class ComparedRun:
             self.read(now, seconds=math.inf)
             if self.caught_up:
                 return self
+
+    def _still_there(self) -> bool:
+        """Whether the job's run is still in the store (one lstat while its record is unchanged)."""
+        try:
+            self.job.confirm_run()
+        except UnknownJob:  # removed, or removed and its name taken again (JobReplaced)
+            self._gone()
+            return False
+        return True
+
+    def _gone(self) -> bool:
+        """The job was removed meanwhile: said so, and its log no longer read."""
+        self.removed = f"{self.label}: removed while it was compared"
+        self.caught_up = self.flushed = True
+        self.version += 1
+        return True
 
     def _start_again(self) -> None:
         """The log was cut or replaced: its series start again from its new start."""
@@ -242,14 +276,19 @@ class Comparison:
 def compare(runs: list[ComparedRun], metric: str | None = None, by_time: bool = False) -> Comparison:
     metric = metric or rules.default_metric([run.names() for run in runs])
     if metric is None:
-        rows = tuple(rules.row(run.label, run.record.status.value, None, None) for run in runs)
+        rows = tuple(_said_removed(rules.row(run.label, run.record.status.value, None, None), run) for run in runs)
         return Comparison(None, TIME if by_time else "n", "", rows, tuple((run.label, []) for run in runs))
     axes = {run.label: run.axis_of(metric) for run in runs}
     axis = rules.shared_axis(axes.values(), by_time)
     timed = axis == TIME
-    rows = tuple(rules.row(run.label, run.record.status.value, metric, run.stats_of(metric), run.names()) for run in runs)
+    rows = tuple(_said_removed(rules.row(run.label, run.record.status.value, metric, run.stats_of(metric), run.names()), run) for run in runs)
     curves = tuple((run.label, run.curve(metric, timed)) for run in runs)
     return Comparison(metric, axis, rules.axis_note(axes, axis, by_time), rows, curves)
+
+
+def _said_removed(row: rules.Row, run: ComparedRun) -> rules.Row:
+    """A run removed meanwhile is said to be so, whatever its log gave before (or seemed to lack)."""
+    return dataclasses.replace(row, status="removed", note=run.removed) if run.removed else row
 
 
 def load_runs(names: list[str], metric: str | None = None, store=None, backends=None, refresh: bool = True) -> list[ComparedRun]:

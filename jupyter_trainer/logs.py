@@ -239,9 +239,17 @@ class LogCursor:
             return None
         return f"[jupyter_trainer: the log was truncated (it had {at} bytes); following it from its new start]"
 
-    def skip_to(self, offset: int) -> None:
-        """Go on from `offset`, nothing before it read: the unended line is let go."""
-        self.offset, self._partial, self._check, self.nul_run = offset, b"", b"", 0
+    def skip_to(self, source: LogSource, offset: int) -> None:
+        """Go on from `offset`, nothing before it read: the unended line is let go. As over a hole,
+        the bytes before the old offset are checked and those before `offset` kept (a log cut
+        before either look is said to be, once), so that a truncation before the next read, and
+        the log's growth past `offset` again, is seen: a cursor with no bytes to check would learn
+        them from the log as it is then."""
+        self._partial = b""
+        if self._pass_hole(source, offset):
+            self.skipped = 0
+            if len(self._check) < min(CHECK_BYTES, offset):  # cut between the two looks
+                self._restart()
 
     def read_bytes(self, source: LogSource, limit: int | None = None, until: int | None = None) -> bytearray:
         """Like `read`, undecoded: the complete new lines as they are in the log, each ending in a

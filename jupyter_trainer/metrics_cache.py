@@ -26,6 +26,7 @@ from .store import METRICS_FILE as CACHE_FILE
 VERSION = 7  # 7: the bytes left unread (a run of NULs); 6: values of lines of their own never taken for redraws; 5: key-value tables (stable-baselines3); 4: the values held at a bar's last x, and an endless line's window; 3: a bounded number of metrics, the others counted; 2: series by step or epoch, windows of lowest and highest values, the reader's place
 CHECK_BYTES = 64  # log bytes before the cached offset that must be unchanged
 MAX_BYTES = 4 << 20  # a cache larger than this is not one this wrote (1,000 points for each of a few metrics)
+MAX_OFFSET = 1 << 62  # bytes of a log: a larger place in it (or Infinity, 1e400, 2.5) was not written by this
 
 
 class Cached(NamedTuple):
@@ -64,7 +65,9 @@ def load(run_dir: Path, metrics: list[tuple[str, str]], source: LogSource, up_to
         if len(raw) > MAX_BYTES:
             return None
         data = json.loads(raw)
-        offset, unread = int(data["offset"]), int(data["unread"])
+        offset, unread = data["offset"], data["unread"]
+        if not (_place(offset) and _place(unread)):
+            return None
         if data["version"] != VERSION or not 0 <= unread <= offset or data["metrics"] != metrics or not 0 <= offset <= up_to:
             return None
         start = max(0, offset - CHECK_BYTES)
@@ -82,9 +85,15 @@ def load(run_dir: Path, metrics: list[tuple[str, str]], source: LogSource, up_to
         named = [*cached_series.updated, *cached_series.families, *(name for names in cached_series.families.values() for name in names or ())]
         if not all(name.isascii() and name.isprintable() for name in named):
             return None  # a reader's names are printable ASCII (the charts and tables show them): not ours
-    except (OSError, ValueError, KeyError, TypeError, AttributeError, MemoryError, RecursionError):
+    # (OverflowError: an Infinity int()-ed in a series' or a reader's state)
+    except (OSError, ValueError, KeyError, TypeError, AttributeError, OverflowError, MemoryError, RecursionError):
         return None
     series.restore(cached_series.state())
     reader.restore(cached_reader.state())
     reader.position = offset
     return Cached(offset, unread)
+
+
+def _place(value) -> bool:
+    """A place in the log as `save` writes it: a whole number of bytes, 0 or more, of a sane size."""
+    return type(value) is int and 0 <= value <= MAX_OFFSET

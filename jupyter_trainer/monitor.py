@@ -268,7 +268,7 @@ class JobMonitor:
         shown_to = max(start, self.history_end)  # the lines before it were shown (the history's tail)
         size = max(source.size(), start)
         self.unread += size - start
-        self.cursor.skip_to(size)
+        self.cursor.skip_to(source, size)
         self.reader.skip_hole(size)
         self.history_end = size
         self.in_nuls = True

@@ -35,7 +35,7 @@ def where(record: JobRecord, backends: Backends) -> str:
     try:
         return readable(backends.get(record.backend).describe_where(record))
     except (UnknownBackend, TrainerError):
-        return record.backend
+        return readable(record.backend)  # as the record has it, which a job can write
 
 
 def facts(record: JobRecord, backends: Backends) -> list[str]:
@@ -92,7 +92,7 @@ def record_row(record: JobRecord, backends: Backends) -> tuple[str, ...]:
     exit_code = "-" if record.exit_code is None else str(record.exit_code)
     return (
         name,
-        record.backend,
+        readable(record.backend),
         host_cell(record, backends),
         status_text(record, backends),
         format_time(record.started_at or record.created_at),

@@ -12,14 +12,17 @@ import re
 # CSI sequences, string sequences (OSC, DCS, SOS, PM, APC) up to their terminator or the line's
 # end, other escape sequences, 8-bit CSI, C0 controls but tab and newline, C1 controls, and
 # Unicode's direction controls (marks, embeddings, overrides, isolates), which reorder what
-# follows them: "\u202edeliaf" reads "failed".
+# follows them: "\u202edeliaf" reads "failed"; and lone surrogates (JSON's "\ud800" reads as one),
+# which no UTF-8 terminal or file can be written (in a str, a pair is one code point: any left is
+# alone).
 ESCAPE_SEQUENCES = (
     r"\x1b\[[0-?]*[ -/]*[@-~]"
     r"|\x1b[\]PX^_][^\x07\x1b\n]*(?:\x07|\x1b\\)?"
     r"|\x1b[ -/]*[0-~]"
 )
 DIRECTION_CONTROLS = "\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069"  # the inside of a regex's [...]
-NOT_SHOWN = re.compile(ESCAPE_SEQUENCES + r"|\x9b[0-?]*[ -/]*[@-~]|[\x00-\x08\x0b-\x1f\x7f-\x9f" + DIRECTION_CONTROLS + r"]|\x1b")
+LONE_SURROGATES = "\ud800-\udfff"  # likewise
+NOT_SHOWN = re.compile(ESCAPE_SEQUENCES + r"|\x9b[0-?]*[ -/]*[@-~]|[\x00-\x08\x0b-\x1f\x7f-\x9f" + DIRECTION_CONTROLS + LONE_SURROGATES + r"]|\x1b")
 
 
 def readable(text):
