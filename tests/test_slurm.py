@@ -465,6 +465,10 @@ from jupyter_trainer.spec import build_spec
 from jupyter_trainer.store import JobStore
 from jupyter_trainer.submit import submit_detached
 
+# Ctrl-C as a terminal's Python gets it: a run started in the background of a non-interactive
+# shell (a CI script's `pytest &`) inherits SIGINT ignored, and would never see the one sent here
+signal.signal(signal.SIGINT, signal.default_int_handler)
+
 def ctrl_c_then(function):  # one Ctrl-C, landing just as this first runs
     pressed = []
     def interrupted(*args, **kwargs):

@@ -1,6 +1,7 @@
 """The Slurm backend's pure logic, without a cluster: its option checks, the reading of squeue's and
 sacct's answers, what Slurm's states and the supervisor's files say together, torchrun's flags."""
 
+import dataclasses
 import importlib.util
 import os
 from pathlib import Path
@@ -12,7 +13,7 @@ from jupyter_trainer.backends.slurm import states
 from jupyter_trainer.backends.slurm import commands
 from jupyter_trainer.backends.slurm.backend import SlurmBackend
 from jupyter_trainer.backends.slurm.commands import SlurmCommandFailed, UnusableAnswer, query_environment, refused, sbatch_environment
-from jupyter_trainer.backends.slurm.queue import JobIdentity, SlurmJob, newest_of, parse_sacct, parse_scontrol, parse_squeue
+from jupyter_trainer.backends.slurm.queue import JobIdentity, SlurmJob, newest_of, the_runs, parse_sacct, parse_scontrol, parse_squeue
 from jupyter_trainer.backends.slurm.spec import parse_sbatch_args, parse_time
 from jupyter_trainer.errors import BackendUnavailable, InvalidOption, TrainerError
 from jupyter_trainer.store import JobStore
@@ -168,6 +169,21 @@ def test_a_run_submitted_again_is_told_from_the_earlier_ones_job_by_its_token():
     assert SlurmJob("7", "COMPLETED", name="again", submitted_at=1002.0, source="sacct").is_the_job(identity)
 
 
+def test_the_entry_with_the_records_id_and_token_is_the_runs_whatever_was_submitted_since():
+    earlier, ours = again("7", 1000.0, "a" * 32, "CANCELLED"), again("8", 1002.0, "b" * 32)
+    decoy = again("9", 1005.0, "b" * 32, "COMPLETED")  # submitted by the job, with its token
+    identity = JobIdentity("again", 1002.0, LOG, "b" * 32)
+    assert the_runs(ours, [earlier, ours, decoy], identity) is ours
+    # the record's id rewritten to the earlier run's: the newest holding the token
+    assert the_runs(earlier, [earlier, ours], identity) is ours
+    # the record's token rewritten: the entry with the record's id, of the run's name and log
+    forged = JobIdentity("again", 1002.0, LOG, "0" * 32)
+    assert the_runs(ours, [earlier, ours], forged) is ours
+    assert the_runs(SlurmJob("8", "RUNNING", name="again", submitted_at=1002.0, log="/other/output.log", command="x"), [], forged) is None
+    # a record of a version without tokens: the newest of its name and log
+    assert the_runs(earlier, [earlier, ours], JobIdentity("again", 1000.0, LOG)) is ours
+
+
 def test_scontrol_shows_the_token_in_the_command():
     identity = JobIdentity("again", 1000.0, LOG, "b" * 32)
     line = (
@@ -221,11 +237,14 @@ def test_states_and_the_supervisors_files_make_the_outcome():
 
 
 def test_while_slurm_cannot_be_asked_the_supervisors_exit_code_is_the_outcome_of_a_script_that_ended_on_its_own():
-    exited = SupervisorFacts(supervisor_pid=10, job_pid=11, exit_code=3, stopped=False)
+    exited = SupervisorFacts(supervisor_pid=10, job_pid=11, exit_code=3, stopped=False, clock_ended=True)
     assert states.ended_unseen(exited, stop_requested=False).exit_code == 3
-    assert states.ended_unseen(TERMED, stop_requested=True).stopped is True  # our stop
-    assert states.ended_unseen(TERMED, stop_requested=False) is None  # signalled from elsewhere: Slurm says why
-    killed = SupervisorFacts(supervisor_pid=10, job_pid=11, exit_code=137, stopped=False)
+    termed = dataclasses.replace(TERMED, clock_ended=True)
+    assert states.ended_unseen(termed, stop_requested=True).stopped is True  # our stop
+    assert states.ended_unseen(termed, stop_requested=False) is None  # signalled from elsewhere: Slurm says why
+    # an exit code the job wrote as the supervisor does, while the supervisor's clock goes on
+    assert states.ended_unseen(dataclasses.replace(exited, clock_ended=False), stop_requested=False) is None
+    killed = SupervisorFacts(supervisor_pid=10, job_pid=11, exit_code=137, stopped=False, clock_ended=True)
     assert states.ended_unseen(killed, stop_requested=False) is None  # by Slurm for its memory, perhaps
     assert states.ended_unseen(NEVER_STARTED, stop_requested=False) is None
     unreadable = SupervisorFacts(supervisor_pid=10, job_pid=11, exit_code=0, stopped=False, problem="its pid file cannot be read")

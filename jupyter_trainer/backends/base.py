@@ -165,6 +165,7 @@ class SupervisorFacts:
     ended_at: float | None = None  # when the exit code was written, where the file's time is known
     stopped: bool | None = None  # the supervisor signalled the job (None: a supervisor too old to say)
     problem: str = ""  # a run file that could not be read or holds what no supervisor writes
+    clock_ended: bool = False  # its clock file ends with the "end" it writes as it ends (read with an exit code only)
 
     @classmethod
     def parse(cls, pid_data: bytes, exit_code_data: bytes) -> "SupervisorFacts":
@@ -217,11 +218,23 @@ def read_supervisor_facts(run_dir: Path) -> SupervisorFacts:
         facts = dataclasses.replace(facts, problem="; ".join(filter(None, [*problems, facts.problem])))
     if facts.exit_code is None:
         return facts
+    facts = dataclasses.replace(facts, clock_ended=_clock_ended(run_dir))
     try:  # the job ended when its exit code was written, not when somebody looked
         ended_at = os.stat(run_dir / EXIT_CODE_FILE, follow_symlinks=False).st_mtime
     except FileNotFoundError:
         return facts
     return dataclasses.replace(facts, ended_at=ended_at)
+
+
+CLOCK_END = b"\nend\n"  # what the supervisor appends to its clock file as it ends (see supervise.sh)
+
+
+def _clock_ended(run_dir: Path) -> bool:
+    try:
+        size = _fs.regular_size(run_dir / CLOCK_FILE)
+        return _fs.read_range(run_dir / CLOCK_FILE, max(0, size - len(CLOCK_END)), len(CLOCK_END)) == CLOCK_END
+    except OSError:
+        return False
 
 
 @functools.lru_cache(maxsize=4)

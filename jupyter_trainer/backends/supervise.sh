@@ -120,7 +120,9 @@ fi
 [ -z "$killer" ] || { kill "$killer" 2>/dev/null; wait "$killer" 2>/dev/null; }
 kill "$sampler" 2>/dev/null
 wait "$sampler" 2>/dev/null
-printf '%s %s\n' "$(now)" "$(log_size)" >&5
+# the last sample, then "end": this supervisor has ended (while Slurm cannot be asked, what tells
+# its exit code from one the job wrote, see slurm/states.py)
+printf '%s %s\nend\n' "$(now)" "$(log_size)" >&5
 printf '%s %s\n' "$code" "$how" >&9
 exec 8<&- 9<&-
 

@@ -19,14 +19,17 @@ it was submitted with), and have been submitted no earlier than the record says 
 whose state was reset counts from 1 again). A run removed and submitted again has the same name
 and log: what tells its job from the earlier run's (a cancelled job stays listed for a while) is
 the token its submission put in the job's batch command, which nobody can change afterwards (not
-even the job, which can rename itself). An entry that is the job but has another id than the
-record says (the job can rewrite its record) is found by that identity; of several entries that
-are, the newest submission is the run's.
+even the job, which can rename itself). Which id and token to look for is read from the record,
+which the job can rewrite, and a job can submit a decoy whose command holds its token: the entry
+with the record's id that holds the token is the run's, whatever was submitted later; else the
+newest entry that holds it (the record's id was rewritten); else the entry with the record's id, if
+it has the run's name and log (the token was rewritten). See `the_runs`.
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 import re
 import secrets
@@ -259,6 +262,29 @@ def newest_of(jobs: Iterable[SlurmJob], identity: JobIdentity) -> SlurmJob | Non
     return max(found, key=lambda job: job.submission_order, default=None)
 
 
+def the_runs(by_id: SlurmJob | None, named: Iterable[SlurmJob], identity: JobIdentity) -> SlurmJob | None:
+    """Which entry of an answer is the run's job: `by_id`, the entry with the record's id, and
+    `named`, the entries of the run's name. The token and the id to look for are read from the
+    record, which the job can rewrite; what they are looked for in (a job's command) it cannot
+    change, but it can submit a decoy whose command holds its token. So: the entry with the
+    record's id that holds the token; else the newest that holds it (the id was rewritten); else
+    the entry with the record's id, if it has the run's name and log (the token was rewritten)."""
+    if not identity.token:  # submitted before there were tokens: the newest of its name and log
+        newest = newest_of(named, identity)
+        if by_id is None or not by_id.is_the_job(identity):
+            return newest
+        return newest if newest is not None and newest.submission_order > by_id.submission_order else by_id
+    if by_id is not None and by_id.command is not None and by_id.is_the_job(identity):
+        return by_id
+    newest = newest_of(named, identity)
+    if newest is not None:
+        return newest
+    untokened = dataclasses.replace(identity, token="")
+    if by_id is not None and identity.log and by_id.name == identity.name and by_id.log == identity.log and by_id.is_the_job(untokened):
+        return by_id
+    return None
+
+
 class Queue:
     """What squeue (and accounting) said lately, shared by every job of this process."""
 
@@ -314,8 +340,8 @@ class Queue:
             self._asked_at = None
 
     def job(self, job_id: str, identity: JobIdentity) -> SlurmJob | None:
-        """The job as squeue shows it now (by its id, or by its identity: the newest submission
-        that is the job's), or None when the controller's answer does not hold it. Raises
+        """The job as squeue shows it now (by its id and identity, see `the_runs`), or None when
+        the controller's answer does not hold it. Raises
         Unreachable or UnusableAnswer (again, for `TTL` seconds) when the controller cannot be
         reached or its answer cannot be read."""
         with self._asking:
@@ -339,13 +365,7 @@ class Queue:
                     self._asked_at = now if generation == self._generation else None
         if error is not None:
             raise error
-        by_id = jobs.get(job_id)
-        by_identity = newest_of(named.get(identity.name, ()), identity)
-        if by_id is None or not by_id.is_the_job(identity):
-            return by_identity
-        # the record's id is where to look first; a newer submission of the run's wins (the
-        # record's id can be the earlier run's, written there by the job)
-        return by_identity if by_identity is not None and by_identity.submission_order > by_id.submission_order else by_id
+        return the_runs(jobs.get(job_id), named.get(identity.name, ()), identity)
 
     def confirm(self, job_id: str, identity: JobIdentity) -> SlurmJob | None:
         """The job as `scontrol show job ID` shows it: asked by its id, before a job that squeue

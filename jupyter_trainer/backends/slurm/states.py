@@ -48,8 +48,9 @@ def ended_unseen(facts: SupervisorFacts, *, stop_requested: bool) -> Observation
     """What the supervisor's files alone say while Slurm cannot be asked: the outcome of a script
     that exited on its own, or ended by our stop. None while it has not ended, or when it was
     signalled or killed from elsewhere: only Slurm can say why (a time limit, its memory limit, a
-    preemption it may requeue the job after)."""
-    if facts.exit_code is None or facts.problem:
+    preemption it may requeue the job after). The job can write an exit code as the supervisor
+    does while it runs on: it counts only once the supervisor's clock says it has ended too."""
+    if facts.exit_code is None or facts.problem or not facts.clock_ended:
         return None
     if facts.stopped is True and stop_requested:
         return facts.ended()
