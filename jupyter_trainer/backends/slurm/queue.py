@@ -423,15 +423,4 @@ class Queue:
         return found if found is not None and found.is_the_job(identity) else None
 
 
-def _found_by_identity(jobs: dict[str, SlurmJob], identity: JobIdentity) -> SlurmJob | None:
-    """The one entry of an answer that is the job of `identity` whatever its id (its name and log
-    are ours), if there is exactly one."""
-    if not identity.log:
-        return None
-    found = [
-        job for job in jobs.values() if OUR_JOB_ID.fullmatch(job.job_id) and job.name == identity.name and job.log == identity.log and job.is_the_job(identity)
-    ]  # fmt: skip
-    return found[0] if len(found) == 1 else None
-
-
 QUEUE = Queue()
