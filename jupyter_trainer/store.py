@@ -21,6 +21,9 @@ Removing a run is two steps: one rename takes it out of every listing at once
 (its directory becomes a hidden `.removing-RUN-TOKEN` beside the runs), then its
 files are deleted. A run whose files could not all be deleted stays hidden, and
 is found again (`leftovers`) by the next `rm` or `prune`, which finish it.
+
+Only a real directory under those hidden names (or a run's number) is the store's: a job writes
+beside its run, and a link or a file it puts there is left alone, never followed nor removed.
 """
 
 from __future__ import annotations
@@ -35,6 +38,7 @@ import os
 import re
 import secrets
 import shutil
+import stat
 import time
 from pathlib import Path
 from typing import Callable, Iterator
@@ -186,13 +190,15 @@ class JobStore:
         found = []
         for entry in entries:
             making = CREATING.fullmatch(entry)
+            if not (making or entry.isdigit() and entry.isascii() and len(entry) <= 9) or not _is_real_dir(job_dir / entry):
+                continue  # a link or a file under such a name was put there by a job, not left by us: left alone
             if making and not _is_dir_locked(job_dir / entry):
                 found.append((int(making.group(1)), job_dir / entry))
-            elif entry.isdigit() and entry.isascii() and len(entry) <= 9 and not self.has_record(name, int(entry)):
+            elif not making and not self.has_record(name, int(entry)):
                 try:
                     age = now - os.lstat(job_dir / entry).st_mtime
                     left = os.listdir(job_dir / entry)
-                except OSError:  # removed meanwhile, or not a directory
+                except OSError:  # removed meanwhile
                     continue
                 if age > ABANDONED_AFTER and all(RECORD_WRITING.fullmatch(file) for file in left):
                     found.append((int(entry), job_dir / entry))
@@ -228,7 +234,9 @@ class JobStore:
             entries = os.listdir(self.job_dir(name))
         except (FileNotFoundError, NotADirectoryError):
             return []
-        found = [(int(match.group(1)), self.job_dir(name) / entry) for entry in entries if (match := LEFTOVER.fullmatch(entry))]
+        job_dir = self.job_dir(name)
+        # a link or a file under such a name was put there by a job, not left by us: left alone
+        found = [(int(match.group(1)), job_dir / entry) for entry in entries if (match := LEFTOVER.fullmatch(entry)) and _is_real_dir(job_dir / entry)]
         return sorted(found)
 
     @contextlib.contextmanager
@@ -395,6 +403,15 @@ def _dir_locked(path: Path) -> Iterator[None]:
         yield
     finally:
         os.close(fd)
+
+
+def _is_real_dir(path: Path) -> bool:
+    """Whether `path` is a directory itself, never a link to one: what the store makes in a job's
+    directory. A job writes beside its run, and may put anything there under any name."""
+    try:
+        return stat.S_ISDIR(os.lstat(path).st_mode)
+    except OSError:
+        return False
 
 
 def _is_dir_locked(path: Path) -> bool:

@@ -4,7 +4,8 @@ This is the one place that creates runs, so the re-run rules of the contract
 live here: a cell identical to the job of that name attaches to it; a different
 cell under a pending or running job's name is an error; under a finished job's
 name it needs `rerun`. A launch that fails removes the run it created, so the
-store is left as it was.
+store is left as it was; so does a launch whose record cannot be written (a full
+store), once it has stopped the job it started, which nothing would follow.
 """
 
 from __future__ import annotations
@@ -97,11 +98,27 @@ def submit_detached(
 
     with interrupts.held():  # it runs now: an interrupt must not leave it unrecorded
         runtime = launched_at.to_dict()
-        job = Job(store.update(name, run, launched), store, backends)
+        try:
+            job = Job(store.update(name, run, launched), store, backends)
+        except Exception:  # a full store, say: what runs unrecorded is stopped, and the run goes
+            _undo_launch(backend, dataclasses.replace(record, runtime=runtime), run_dir, store)
+            raise
     if job.record.stop_requested:  # stopped from elsewhere while it was being launched
         backend.stop(job.record, run_dir)
         job.record = store.update(name, run, mark_stop_sent)
     return Submission(job, attached=False, facts=tuple(backend.describe_facts(job.record)))
+
+
+def _undo_launch(backend, record: JobRecord, run_dir, store: JobStore) -> None:
+    """The launch of `record` (its runtime as the launch returned it) could not be recorded: nothing
+    would follow or stop its job, so it is stopped, and the run discarded. Were the stop to fail, the
+    run is kept as it is (recorded as interrupted before its job started): the store says no less
+    than it knows."""
+    try:
+        backend.stop(record, run_dir)
+    except Exception:
+        return
+    store.discard(record.name, record.run)
 
 
 def _named_before(store: JobStore, fingerprint: str) -> str | None:

@@ -301,7 +301,14 @@ def write_launch_target(run_dir: Path, spec, working_dir: str, job_name: str, sc
     else:
         place = ScriptPlace(posixpath.join(working_dir, cell_file_name(job_name)))
     target = os.fsencode(place.file) + b"\0" + os.fsencode(place.directory or "")
-    write_private_file(run_dir / LAUNCH_TARGET_FILE, target, durable=False)
+    write_run_file(run_dir, LAUNCH_TARGET_FILE, target)
+
+
+def write_run_file(run_dir: Path, name: str, data: bytes) -> None:
+    """Write one of the run's files at launch; a store that cannot take it (full, read-only) is a
+    StoreError, said in one line."""
+    with JobStore.of_run(run_dir).writing():
+        write_private_file(run_dir / name, data, durable=False)
 
 
 def cell_file_name(job_name: str) -> str:

@@ -24,9 +24,9 @@ script itself writes.
 
 An interpreter that runs this file otherwise than Python runs a file it is given (so that it is not
 `sys.argv[0]`, or the rest of `sys.argv` is not what follows it on the process's command line, as
-when runpy runs it from `-c`), or that runs a copy of it away from its run, leaves it unable to
-tell which words are the script's, or which script to run: the job fails, its last line the
-reason (a LaunchError), and the script never runs.
+when runpy runs it from `-c`, or it has no `__file__`, as when its text is exec()'d), or that runs
+a copy of it away from its run, leaves it unable to tell which words are the script's, or which
+script to run: the job fails, its last line the reason (a LaunchError), and the script never runs.
 """
 
 import io
@@ -39,10 +39,12 @@ import types
 from importlib.machinery import PathFinder
 
 # imported above while sys.path[0] is still the run's directory: never a module of the user's
-HERE = os.path.dirname(os.path.abspath(__file__))
-SCRIPT = os.path.join(HERE, "script.py")
-TARGET = os.path.join(HERE, "launch_target")  # FILE, NUL, FILE's real directory (or nothing)
-LAUNCHER = os.path.abspath(__file__)
+# This file, as Python names it when it runs it as a file; None when its text was run otherwise
+# (exec'd: no __file__), which main() says as the job's reason before anything else.
+LAUNCHER = os.path.abspath(__file__) if isinstance(globals().get("__file__"), str) else None
+HERE = os.path.dirname(LAUNCHER) if LAUNCHER else None
+SCRIPT = os.path.join(HERE, "script.py") if HERE else None
+TARGET = os.path.join(HERE, "launch_target") if HERE else None  # FILE, NUL, FILE's real directory (or nothing)
 # FILE, for a spawned child (runpy names this file in its sys.argv[0] while it runs it)
 AS_FILE_VARIABLE = "JUPYTER_TRAINER_SCRIPT_AS"
 
@@ -132,6 +134,8 @@ def _not_run_as_main_file():
     sys.argv[0] is this file, and where the process's own command line is known (sys.orig_argv,
     Python 3.10+, or /proc), the words after this file's path there are the rest of sys.argv (runpy
     run from `-c` puts this file in sys.argv[0], and leaves it in sys.argv[1] too)."""
+    if LAUNCHER is None:
+        return "its text was run, not its file: no __file__"
     if not sys.argv or not _same_file(sys.argv[0], LAUNCHER):
         return "sys.argv[0] is %s" % repr(sys.argv[0] if sys.argv else "")[:42]
     command_line = getattr(sys, "orig_argv", None) or _proc_command_line()

@@ -145,7 +145,8 @@ class DockerBackend:
         ]  # fmt: skip
         given = notify_input(record, run_dir, spec.notify)
         if restarts:  # what the container's keeper needs to start the job again as its exec does now
-            write_in_place(run_dir / RESTART_FILE, instructions(restarts, command, job_environment(spec), WORKSPACE, given))
+            with JobStore.of_run(run_dir).writing():  # a full store: one line
+                write_in_place(run_dir / RESTART_FILE, instructions(restarts, command, job_environment(spec), WORKSPACE, given))
         if shared_dir is None:
             containers.ship(container, run_dir, inner_run_dir)
         sync_facts = None

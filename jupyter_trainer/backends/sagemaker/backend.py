@@ -27,7 +27,7 @@ from .cloudwatch import (
     observe_training_job,
 )
 from ..._fs import write_private_file
-from ...store import CODE_DIR, FAILURE_FILE
+from ...store import CODE_DIR, FAILURE_FILE, JobStore
 from ...store import SAGEMAKER_SPEC_FILE as SPEC_FILE
 from ..base import LOG_FILE, SCRIPT_FILE, FileLogSource, malformed_runtime, notify_input, prepare_supervised_run, read_runtime, write_script
 from ...proc import ProcessIdentity
@@ -120,7 +120,8 @@ class SageMakerBackend:
         code_dir = None if spec.image_train else self._stage_code(run_dir, spec, job_name)
         if spec.local:
             job = {"job_name": job_name, **spec.public_options(), "image_uri": spec.image_uri}
-            write_private_file(run_dir / SPEC_FILE, json.dumps(job).encode())
+            with JobStore.of_run(run_dir).writing():  # a full store: one line
+                write_private_file(run_dir / SPEC_FILE, json.dumps(job).encode())
             command = [sys.executable, "-m", "jupyter_trainer.backends.sagemaker.local", str(run_dir)]
             # the job's environment values reach the runner's process only, never a file
             env = {"PYTHONUNBUFFERED": "1", JOB_ENV_VARIABLE: json.dumps(spec.env)}

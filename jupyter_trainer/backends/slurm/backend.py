@@ -31,7 +31,7 @@ from ...jobs import JobRecord, Observation
 from ...resources import Usage
 from ...spec import DetachedSpec
 from ...store import LOG_FILE, PID_FILE, JobStore
-from ..base import STOP_GRACE_SECONDS, FileLogSource, ScriptPlace, job_command, job_environment, notify_input, prepare_supervised_run, read_runtime, read_supervisor_facts, write_launch_target
+from ..base import STOP_GRACE_SECONDS, FileLogSource, ScriptPlace, job_command, job_environment, notify_input, prepare_supervised_run, read_runtime, read_supervisor_facts, write_launch_target, write_run_file
 from ..host import _inherited_environment
 from . import states
 from .commands import SlurmCommandFailed, refused, require, run, sbatch_environment
@@ -149,7 +149,7 @@ class SlurmBackend:
         requeue = bool(options.get("requeue"))
         given = notify_input(record, run_dir, spec.notify)
         if given:
-            write_private_file(run_dir / NOTIFY_INPUT_FILE, given, durable=False)
+            write_run_file(run_dir, NOTIFY_INPUT_FILE, given)
         # a script run in place is the file as named (the nodes see this machine's paths, and follow its links)
         write_launch_target(run_dir, spec, spec.workdir, record.name, ScriptPlace(spec.script_path) if spec.script_path else None)
         command = job_command(spec, str(run_dir))
