@@ -245,9 +245,10 @@ def shown_time(seconds: float | None) -> str:
     return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(seconds)) if seconds is not None else "an unknown time"
 
 
-def _container_events(client, container, since: str) -> list[tuple[str, float]]:
+def _container_events(client, container, since: str) -> list[tuple[str, float, str]]:
     """What the engine did to the container since its start `since` (the engine's time), in order,
-    and when; [] when it cannot tell (an engine that restarted has forgotten)."""
+    when, and with which signal (a kill's, else ""); [] when it cannot tell (an engine that
+    restarted has forgotten)."""
     started = engine_time(since)
     if started is None:
         return []
@@ -255,12 +256,20 @@ def _container_events(client, container, since: str) -> list[tuple[str, float]]:
         events = client.api.events(
             since=f"{started:.3f}", until=f"{time.time():.3f}", filters={"container": container.id, "type": "container"}, decode=True
         )
-        return [(str(event.get("Action") or event.get("status") or ""), int(event.get("timeNano") or 0) / 1e9) for event in events]
+        return [
+            (str(event.get("Action") or event.get("status") or ""), int(event.get("timeNano") or 0) / 1e9, _signal_of(event))
+            for event in events
+        ]
     return []
 
 
+def _signal_of(event) -> str:
+    attributes = (event.get("Actor") or {}).get("Attributes") or {}
+    return str(attributes.get("signal") or "") if isinstance(attributes, dict) else ""
+
+
 def _container_actions(client, container, since: str) -> list[str]:
-    return [action for action, _ in _container_events(client, container, since)]
+    return [action for action, _, _ in _container_events(client, container, since)]
 
 
 # The engine's events that change whether a container runs (not its execs, nor our own reads and
@@ -272,7 +281,7 @@ def kept_down(client, container, since: str) -> bool:
     """Whether the container first stopped after its start `since` longer ago than a keeper takes
     to start its jobs again: a container that its restart policy starts again and again, its main
     process ending at once (a job can break the keeper from inside), never runs them again."""
-    first = next((when for action, when in _container_events(client, container, since) if action == "die"), None)
+    first = next((when for action, when, _ in _container_events(client, container, since) if action == "die"), None)
     return first is not None and time.time() - first >= KEEPER_GRACE_SECONDS
 
 
@@ -288,8 +297,21 @@ def may_be_started_again(client, container, since: str) -> bool:
     finished = engine_time(state.get("FinishedAt"))
     if state.get("Running") or finished is None or time.time() - finished >= RESTART_GAP_SECONDS:
         return False
-    lifecycle = [action for action in _container_actions(client, container, since) if action in LIFECYCLE]
-    return bool(lifecycle) and lifecycle[-1] == "stop"
+    lifecycle = [(action, signal) for action, _, signal in _container_events(client, container, since) if action in LIFECYCLE]
+    return bool(lifecycle) and _stopping_or_started_again(lifecycle)
+
+
+def _stopping_or_started_again(lifecycle: list[tuple[str, str]]) -> bool:
+    """Whether the engine's last words on a container its look found down say that it was stopped
+    (not killed), is being stopped, or has been started again since. The events are read after the
+    container's state: by then `docker restart` may have started it again (a `start` or `restart`
+    after a `die`); and `docker stop` says `stop` only once it has seen the container die of its
+    TERM (a `kill` with signal 15, then `die`)."""
+    actions = [action for action, _ in lifecycle]
+    if actions[-1] == "stop" or (actions[-1] in ("start", "restart") and "die" in actions):
+        return True
+    killed = lifecycle[-2] if actions[-2:] == ["kill", "die"] else lifecycle[-1]
+    return killed[0] == "kill" and killed[1] in ("15", "SIGTERM", "TERM")
 
 
 def why_it_restarted(client, container, since: str, keeper_said: str | None = None, started_again: bool = True) -> str:
