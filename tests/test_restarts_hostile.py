@@ -60,13 +60,16 @@ def test_status_looks_during_docker_restarts_never_lose_the_job_nor_fail(private
     engine = private_docker
     job = submit(STEPS, workdir, "looked", args=("30",), restarts=10)
     wait_for_step(job, 2)
-    failures, statuses = [], set()
+    failures, statuses, reasons = [], set(), []
     done = threading.Event()
 
     def look():
         while not done.is_set():
             try:
-                statuses.add(get_job("looked").status)
+                seen = get_job("looked")
+                statuses.add(seen.status)
+                if seen.status is not Status.RUNNING:
+                    reasons.append(seen.reason)
             except Exception as exc:  # what `status` would print as an error
                 failures.append(repr(exc))
 
@@ -82,7 +85,7 @@ def test_status_looks_during_docker_restarts_never_lose_the_job_nor_fail(private
         for looker in lookers:
             looker.join()
     assert not failures, failures[:3]
-    assert statuses == {Status.RUNNING}, statuses
+    assert statuses == {Status.RUNNING}, (statuses, reasons[:3])
     assert job.wait(timeout=90) is Status.COMPLETED, job.reason
     assert_every_step_once(job, workdir, 30)
     assert status_json("looked")["restarts"] == 5
