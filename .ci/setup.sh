@@ -67,16 +67,18 @@ ensure_python() {
     apt_install python3 python3-venv
 }
 
-# A virtual environment at $1 with `pip install $2...` in it (pip's output in pip.log).
+# A virtual environment at $1 with `pip install $2...` in it (pip's output in pip-NAME.log, NAME the
+# venv's folder without its dot: two venvs may be made at once).
 venv_install() {
     local venv=$1
     shift
-    log "installing jupyter_trainer into $venv ($*; log: $setup_work/pip.log)"
+    local pip_log="$setup_work/pip-$(basename "$venv" | sed 's/^\.//').log"
+    log "installing jupyter_trainer into $venv ($*; log: $pip_log)"
     python3 -m venv "$venv"
-    with_progress "pip install $*" "$setup_work/pip.log" "$venv/bin/python" -m pip install --upgrade pip ||
-        { tail -30 "$setup_work/pip.log"; return 1; }
-    with_progress "pip install $*" "$setup_work/pip.log" "$venv/bin/python" -m pip install --progress-bar off -e "$@" ||
-        { tail -30 "$setup_work/pip.log"; return 1; }
+    with_progress "pip install $*" "$pip_log" "$venv/bin/python" -m pip install --upgrade pip ||
+        { tail -30 "$pip_log"; return 1; }
+    with_progress "pip install $*" "$pip_log" "$venv/bin/python" -m pip install --progress-bar off -e "$@" ||
+        { tail -30 "$pip_log"; return 1; }
 }
 
 # Phases, timed: `phase NAME` ends the phase running (if any) and starts NAME; `timed NAME CMD...`
