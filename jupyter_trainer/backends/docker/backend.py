@@ -190,7 +190,12 @@ class DockerBackend:
     def asking(self, record: JobRecord) -> str:
         """Every look is a call to an engine, which may be another machine's (over SSH), or a busy one."""
         engine = Engine.of(record.runtime.get("engine")) or Engine.of(record.options.get("engine"))
-        return f"asking the Docker host {engine.label}…" if engine is not None and engine.remote else "asking the Docker engine…"
+        if engine is not None and engine.remote:
+            # asked on the poller's thread: a remote engine's calls share one SSH connection, whose
+            # sessions (sshd's MaxSessions) the poller's other calls to it already take; each call
+            # is bounded by REMOTE_CALL_SECONDS and a host that did not answer rests (clients.py)
+            return ""
+        return "asking the Docker engine…"
 
     def observe(self, record: JobRecord, run_dir: Path) -> Observation:
         """What the engine shows of the job. An engine that does not answer says nothing of the
