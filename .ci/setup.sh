@@ -85,8 +85,10 @@ venv_install() {
 # runs one step of the current phase (steps may run side by side in background lanes: each writes
 # its own line); `phase_report [BUDGET-FILE]` ends the last phase and prints every phase's time, its
 # steps under it, and the total against the budget in BUDGET-FILE.
+# (started empty by `phase_start_report`, never on sourcing: run_demo.sh, which a test runs during the
+# suite, sources this file too)
 phase_file="$setup_work/phases.tsv"
-: >"$phase_file"
+phase_start_report() { : >"$phase_file"; }
 phase_name=
 phase_started=
 phase_end() {
