@@ -145,3 +145,26 @@ def test_another_refusal_of_a_look_is_said():
 
     refusal = docker.errors.APIError("refused", response=type("Answer", (), {"status_code": 500, "reason": "", "url": ""})(), explanation="no space left on device")
     assert not _changed_under_the_look(refusal) and not _changed_under_the_look(None)
+
+
+def test_a_container_restarted_between_an_execs_creation_and_start_is_looked_at_again(docker_client, docker_image):
+    """The engine forgets a container's execs when it restarts: a look's exec made just before a
+    `docker restart` is refused with 404 'No such exec instance', which is the container changing
+    under the look, not a failure to show (a status look said "Docker refused to answer")."""
+    from jupyter_trainer.backends.docker.backend import _changed_under_the_look
+
+    container = docker_client.containers.run(docker_image, ["sleep", "60"], detach=True)
+    try:
+        exec_id = docker_client.api.exec_create(container.id, ["true"])["Id"]
+        container.restart(timeout=0)
+        forgotten = []
+        for call in (docker_client.api.exec_start, docker_client.api.exec_inspect):
+            with pytest.raises(docker.errors.APIError) as refused:
+                call(exec_id)
+            forgotten.append(refused.value)
+        assert all(_changed_under_the_look(error) for error in forgotten), [str(error) for error in forgotten]
+        # an exec of a container that is not there is no such change
+        gone = docker.errors.NotFound("404", response=type("Answer", (), {"status_code": 404, "reason": "", "url": ""})(), explanation="No such container: abc")
+        assert not _changed_under_the_look(gone)
+    finally:
+        container.remove(force=True)

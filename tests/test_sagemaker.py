@@ -361,10 +361,12 @@ def test_widget_follows_a_sagemaker_job(aws, shell, capsys, monkeypatch):
     now = int(time.time() * 1000)
     put_events(job_name, "algo-1-1", [(now + i, f"epoch {i} loss: {1 / (i + 1):.3f}") for i in range(5)])
     view = JobWidget(Job.load("watched"))
-    view.poll(now=10.0)
-    assert "epoch 4 loss: 0.200" in view.log.value and "<svg" in view.plot.value and "running" in view.header.value
+    # a check due at each poll; SageMaker is asked on a thread of its own, and a view being opened
+    # waits a moment for its answer, which a loaded machine's may outlast: it comes at a later poll
+    polls = iter(range(10, 10**6, 10))
+    wait_for(lambda: view.poll(now=next(polls)) and "running" in view.header.value, timeout=30, what="the view to see it run")
+    assert "epoch 4 loss: 0.200" in view.log.value and "<svg" in view.plot.value
     aws.set_status(job_name, "Failed", failure_reason="ClientError: out of capacity")
-    polls = iter(range(20, 10**6, 10))  # a check due at each; SageMaker is asked on a thread of its own, answered at a later poll
     wait_for(lambda: view.poll(now=next(polls)) is False, timeout=30, what="the view to see the end")
     assert "failed" in view.header.value and "out of capacity" in view.header.value
 

@@ -573,13 +573,18 @@ def _cause_said(word: str) -> str:
 # The engine's words for a container no longer in the state a look found it in: 409 when an exec is
 # created in it, and 500 with the same words when it stopped between an exec's creation and start.
 _NOT_AS_IT_WAS = re.compile(r"\bis (not running|restarting|paused)\b")
+# A container restarted between an exec's creation and its start (or its inspection) has forgotten
+# the exec: 404 with these words.
+_EXEC_FORGOTTEN = re.compile(r"^No such exec instance\b")
 
 
 def _changed_under_the_look(exc: BaseException | None) -> bool:
     """Whether the engine refused a look inside a container for the state it is in now (not
-    running, restarting, paused), which differs from the one it had just said."""
+    running, restarting, paused, or restarted since the look's exec was made), which differs from
+    the one it had just said."""
     import docker
 
     if not isinstance(exc, docker.errors.APIError):
         return False
-    return exc.status_code == 409 or bool(_NOT_AS_IT_WAS.search(str(exc.explanation or "")))
+    words = str(exc.explanation or "")
+    return exc.status_code == 409 or bool(_NOT_AS_IT_WAS.search(words) or (exc.status_code == 404 and _EXEC_FORGOTTEN.match(words)))
