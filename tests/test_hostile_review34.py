@@ -2,15 +2,22 @@
 
 import contextlib
 import os
+import re
+import shutil
 import signal
+import socket
 import subprocess
 import sys
+import tempfile
+import threading
 
 import pytest
 from conftest import wait_for
 
 from jupyter_trainer.job import Job
 from jupyter_trainer.jobs import Status
+
+LONG = "import time\nprint('up', flush=True)\ntime.sleep(300)\n"
 
 
 def cli(*args, timeout=60, **options):
@@ -81,3 +88,82 @@ def test_a_stop_on_a_full_store_still_stops_the_job(small_store, tmp_path):
     shown = cli("status", "long")
     assert "stopped" in shown.stdout.split("reason")[0], shown.stdout
     assert Job.load("long").record.status is Status.STOPPED  # recorded once there is room again
+
+
+# -- a Docker engine whose answer to the start is lost ---------------------------------------------
+
+
+class DroppingProxy:
+    """A unix socket in front of an engine that relays every call, but drops the connection where
+    the engine answers the first exec's start: the engine started the job, the caller never hears so (an
+    SSH connection or a network that broke then, a call that timed out on a busy engine)."""
+
+    START = re.compile(rb"POST /[^ ]*exec/[0-9a-f]+/start ")
+
+    def __init__(self, target: str):
+        self.root = tempfile.mkdtemp(prefix="jt-proxy-")  # unix socket paths are short
+        self.path = os.path.join(self.root, "docker.sock")
+        self.target = target
+        self.dropped = 0
+        self.server = socket.socket(socket.AF_UNIX)
+        self.server.bind(self.path)
+        self.server.listen(16)
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self):
+        while True:
+            try:
+                client, _ = self.server.accept()
+            except OSError:  # closed
+                return
+            engine = socket.socket(socket.AF_UNIX)
+            engine.connect(self.target)
+            threading.Thread(target=self._relay, args=(client, engine), daemon=True).start()
+
+    def _relay(self, client, engine):
+        starting = threading.Event()
+
+        def up():
+            with contextlib.suppress(OSError):
+                while data := client.recv(65536):
+                    if self.START.search(data) and not self.dropped:  # the job's start: later execs (a stop's) go through
+                        starting.set()
+                    engine.sendall(data)
+
+        threading.Thread(target=up, daemon=True).start()
+        with contextlib.suppress(OSError):
+            while data := engine.recv(65536):
+                if starting.is_set():
+                    self.dropped += 1
+                    break
+                client.sendall(data)
+        for end in (client, engine):
+            with contextlib.suppress(OSError):
+                end.shutdown(socket.SHUT_RDWR)
+            end.close()
+
+    def close(self):
+        self.server.close()
+        shutil.rmtree(self.root, ignore_errors=True)
+
+
+def test_a_job_whose_start_the_engine_answered_on_a_dropped_connection_is_recorded(docker_image, workdir, home, monkeypatch):
+    """The engine started the job's exec, and the connection dropped before its answer: the
+    submission said "no Docker engine reachable ... while trying to start the job" and discarded
+    the run, while the job ran on in its container with no record (nothing follows or stops it, and
+    a second submission of the name started a second copy). The engine, asked again, says it runs."""
+    from jupyter_trainer.spec import build_spec
+    from jupyter_trainer.submit import submit_detached
+
+    proxy = DroppingProxy("/var/run/docker.sock")
+    try:
+        monkeypatch.setenv("DOCKER_HOST", f"unix://{proxy.path}")
+        spec = build_spec(LONG, host=False, image=docker_image, container=None, workdir=str(workdir), gpus=None)
+        job = submit_detached(spec, name="dropped").job
+        assert proxy.dropped == 1
+        wait_for(lambda: "up" in job.logs(), what="the job to run")
+        assert Job.load("dropped").status is Status.RUNNING
+        assert Job.load("dropped").stop().status is Status.STOPPED
+    finally:
+        monkeypatch.delenv("DOCKER_HOST")
+        proxy.close()
