@@ -9,6 +9,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import time
 import threading
 
 import pytest
@@ -167,3 +168,52 @@ def test_a_job_whose_start_the_engine_answered_on_a_dropped_connection_is_record
     finally:
         monkeypatch.delenv("DOCKER_HOST")
         proxy.close()
+
+
+# -- %train_compare of hundreds of jobs ----------------------------------------------------------
+
+
+def test_a_comparison_of_hundreds_of_long_logs_opens_at_once(store, backends, quiet_comm):
+    """%train_compare of 500 jobs of 3000 lines each held the cell 80 s: the view read every log
+    whole before it showed (each run's read had a budget, but of 20 ms a run, and was checked only
+    after a chunk of up to 1 MB), and each poll then held the kernel's poller as long. The view now
+    opens on what a bounded read gives and the poller reads the rest, a bounded time per poll."""
+    from jupyter_trainer.compare_runs import load_runs
+    from jupyter_trainer.compare_view import CompareWidget
+    from jupyter_trainer.spec import DetachedSpec
+    from jupyter_trainer.submit import submit_detached
+
+    names = [f"sweep-{index}" for index in range(300)]
+    lines = "".join(f"step {step} loss {1 / (step + 1):.5f}\n" for step in range(1500))
+    for name in names:
+        job = submit_detached(DetachedSpec(script="x", backend="fake", workdir=os.getcwd()), name=name, store=store, backends=backends).job
+        (job.run_dir / "output.log").write_text(lines)
+    runs = load_runs(names, None, store, backends, refresh=False)
+    began = time.process_time()
+    view = CompareWidget(runs)
+    assert time.process_time() - began < 2.0
+    assert "loss of 300 jobs" in view.body.value
+    began = time.process_time()
+    view.poll(time.time())
+    assert time.process_time() - began < 2.0  # a poll, whatever is left to read
+    assert not all(run.caught_up for run in runs)  # the rest comes at later polls
+
+
+def test_a_chart_of_hundreds_of_curves_stays_small_and_keeps_their_spikes():
+    """The chart of 500 jobs drew every point each kept (up to a thousand a job): 4 MB of SVG sent
+    at every update of a live view, and a second of the poller's time to make."""
+    from jupyter_trainer import compare as rules
+    from jupyter_trainer.compare_runs import Comparison
+    from jupyter_trainer.compare_view import comparison_html
+
+    curves = []
+    for index in range(500):
+        points = [(float(step), 1 / (step + 1) + index / 1000) for step in range(1000)]
+        if index == 7:
+            points[500] = (500.0, 50.0)  # one job's spike
+        curves.append((f"job-{index}", points))
+    rows = tuple(rules.row(label, "running", "loss", None, ["loss"]) for label, _ in curves)
+    shown = comparison_html(Comparison("loss", "step", "x: step", rows, tuple(curves)), [Status.RUNNING] * 500)
+    assert len(shown) < 1_000_000
+    ticks = re.findall(r'<text class="jt-tick"[^>]*>([^<]*)</text>', shown)
+    assert ticks[:2] == ["50", "0.001"] and ticks[-1] == "999"  # the spike, the lowest value and the last step are still drawn
