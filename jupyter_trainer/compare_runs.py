@@ -53,7 +53,7 @@ class ComparedRun:
         self.parser = MetricParser(Metric(name, regex) for name, regex in options)
         self.clock = LogClock(job.record.started_at)
         self.reader = MetricReader(self._take, self.parser.finders(), self.clock)
-        self.cursor = LogCursor(chunk_size=1 << 20)
+        self.cursor = LogCursor(chunk_size=MAX_PIECE)  # a read's budget is looked at between chunks
         self._size = 0  # the log's size at the last read, and when
         self._now = time.time()
         self._settled = False

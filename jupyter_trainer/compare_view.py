@@ -12,6 +12,7 @@ last and best value and how many values it has.
 from __future__ import annotations
 
 import html
+import math
 import threading
 import time
 from typing import Callable
@@ -24,7 +25,12 @@ from .status_checks import wait_for_answers
 from .widget import STATUS_COLOURS, STYLE, PolledView, describe, error_html
 
 PUSH_INTERVAL = 0.5  # seconds between two updates of the view
+READ_SECONDS = 0.2  # of reading the jobs' logs per poll, in all (what is left is read at the next)
 CHART_WIDTH, CHART_HEIGHT = 640, 260
+# points drawn in all: 500 jobs' curves of a thousand points each made 4 MB of chart, sent to the
+# browser at every update and drawn in about a second (a few pixels of width per point at most)
+CHART_POINTS = 8000
+MIN_CURVE_POINTS = 32
 
 COMPARE_STYLE = """<style>
 .jupyter-trainer-compare .widget-html-content { line-height: 1.4; }
@@ -53,7 +59,8 @@ def comparison_html(comparison: Comparison, statuses: list[Status], asking: list
     if comparison.note:
         parts.append(f'<div class="jt-compare-note">{html.escape(comparison.note)}</div>')
     if metric is not None:
-        curves = [(label, points, colour) for (label, points), colour in zip(comparison.curves, colours)]
+        most = max(MIN_CURVE_POINTS, CHART_POINTS // max(1, len(comparison.curves)))
+        curves = [(label, thinned(points, most), colour) for (label, points), colour in zip(comparison.curves, colours)]
         parts.append(chart_svg(metric, comparison.axis, curves, CHART_WIDTH, CHART_HEIGHT, wrap_legend=True))
     parts.append(table_html(comparison, statuses, colours, asking))
     way = rules.direction(metric) if metric else None
@@ -64,6 +71,22 @@ def comparison_html(comparison: Comparison, statuses: list[Status], asking: list
         notes.append(f"more jobs than colours: every {len(RUN_PALETTE)}th job has the same colour (the table's order is the legend's)")
     parts += [f'<div class="jt-compare-note">{html.escape(note)}</div>' for note in notes]
     return "".join(parts)
+
+
+def thinned(points: list[tuple[float, float]], most: int) -> list[tuple[float, float]]:
+    """At most about `most` of the points, in order: each bucket's lowest and highest value (a
+    spike or a dip stays) and the last point (the legend's latest value)."""
+    if len(points) <= most:
+        return points
+    size = math.ceil(len(points) / max(1, most // 2))
+    kept = []
+    for start in range(0, len(points), size):
+        bucket = points[start : start + size]
+        low, high = min(bucket, key=lambda point: point[1]), max(bucket, key=lambda point: point[1])
+        kept += sorted({low, high}, key=bucket.index)
+    if kept[-1] != points[-1]:
+        kept.append(points[-1])
+    return kept
 
 
 def table_html(comparison: Comparison, statuses: list[Status], colours: list[str], asking: list[str] | None = None) -> str:
@@ -101,6 +124,7 @@ class CompareWidget(PolledView):
         self.errors: dict[int, str] = {}  # a run's last failure, by its place
         self._checked = [float("-inf")] * len(runs)  # when each run's status was last asked (or answered)
         self._asking = [""] * len(runs)  # what the view says of each run's status check under way
+        self._next_read = 0  # the run whose log is read first at the next poll
         self._lock = threading.RLock()  # the poller's thread and the kernel's (the first push) both draw
         self.last_push = float("-inf")
         self._dirty = True
@@ -154,8 +178,18 @@ class CompareWidget(PolledView):
         return bool(changed)
 
     def _read(self, now: float) -> None:
-        for index, run in enumerate(self.runs):
+        """Read the runs' logs for READ_SECONDS at most in all, from the run after the last one read
+        before: opening a comparison of hundreds of jobs with long logs read every log whole first
+        (minutes, the kernel's cell held), and each poll then held the kernel's one poller as long."""
+        deadline = time.perf_counter() + READ_SECONDS
+        count = len(self.runs)
+        for turn in range(count):
+            index = (self._next_read + turn) % count
+            run = self.runs[index]
             self._step(index, "cannot read its log", lambda: run.read(now))
+            if time.perf_counter() >= deadline:
+                self._next_read = (index + 1) % count
+                return
 
     def _step(self, index: int, what: str, step: Callable[[], bool]) -> None:
         try:

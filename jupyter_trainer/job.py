@@ -287,15 +287,15 @@ class Job:
                 record.stop_requested = True
                 record.stop_sent = record.stop_sent is True  # until the backend has it (below)
 
-            self.record = self._update(mark)
+            self.record = self._update_or_hold(mark)
         if self.record.runtime:
             try:
                 backend.stop(self.record, self.run_dir, container=container)
             except TrainerError:
                 # not stopped: a later end by someone else must not read as this user's stop
-                self.record = self._update(_unmark_stop(was_requested))
+                self.record = self._update_or_hold(_unmark_stop(was_requested))
                 raise
-            self.record = self._update(mark_stop_sent)
+            self.record = self._update_or_hold(mark_stop_sent)
         self.wait(STOP_WAIT_SECONDS if wait is None else wait, interval=1.0)
         return self
 
@@ -439,6 +439,19 @@ class Job:
             change(record)
 
         return self.store.update(self.name, self.run, change_ours)
+
+    def _update_or_hold(self, change) -> JobRecord:
+        """`_update`, or where the store cannot be written (full, read-only) the change made to this
+        handle's record alone, as `_record_answer` does: a stop must reach the job even then (the
+        job filling the disk is the one the user stops), and its supervisor's exit code says it
+        was stopped once the store has room to record it."""
+        try:
+            return self._update(change)
+        except StoreError:
+            held = copy.deepcopy(self.record)
+            change(held)
+            self._record_version = None  # read again next time
+            return held
 
     def _reload_record(self) -> None:
         """The record as stored, read again only once its file has changed: a status check of a

@@ -37,7 +37,7 @@ from ..base import (
 )
 from . import containers
 from .clients import Clients, remember_engine, used_engines
-from .errors import LIST, LOOK, REACH, REMOVE, START, STOP, engine_errors
+from .errors import LIST, LOOK, REACH, REMOVE, START, STOP, engine_errors, refused
 from .hosts import LOCAL_SOCKET, Engine, resolve
 from .in_container import EXEC_SECONDS, STOP_GROUPS, container_file, give_stdin, job_processes, read_container_file, run_in, runs_supervisor
 from .links import link_run, unlink_run
@@ -154,6 +154,7 @@ class DockerBackend:
             sync_facts = sync_directory(container, spec.sync, working_dir, jobs_dir.parent)
         if sent_alone(spec, engine):
             sync_facts = [*(sync_facts or []), sent_alone_fact(spec, engine)]
+        exec_id = None
         try:
             exec_id = client.api.exec_create(
                 container.id,
@@ -168,10 +169,11 @@ class DockerBackend:
                 give_stdin(client.api.exec_start(exec_id, socket=True), given)
             else:
                 client.api.exec_start(exec_id, detach=True)
-        except BaseException:
-            if shared_dir is not None:
-                unlink_run(shared_dir, record.name, record.run, RUN_FILES)  # the store discards the run
-            raise
+        except BaseException as exc:
+            if given or not _began_after_all(client, exec_id, exc):
+                if shared_dir is not None:
+                    unlink_run(shared_dir, record.name, record.run, RUN_FILES)  # the store discards the run
+                raise
         return DockerRuntime(
             container_id=container.id,
             container_name=container.name,
@@ -576,6 +578,20 @@ _NOT_AS_IT_WAS = re.compile(r"\bis (not running|restarting|paused)\b")
 # A container restarted between an exec's creation and its start (or its inspection) has forgotten
 # the exec: 404 with these words.
 _EXEC_FORGOTTEN = re.compile(r"^No such exec instance\b")
+
+
+def _began_after_all(client, exec_id: str | None, exc: BaseException) -> bool:
+    """Whether the exec whose start failed on the way back (the connection dropped, or timed out,
+    after the engine had the request) started all the same: then its job runs, and must be
+    recorded, not discarded. Asked on a new connection; an engine that does not answer it either
+    leaves it unknown (said as not started: the error is raised, as before)."""
+    if exec_id is None or refused(exc) or not isinstance(exc, engine_errors()):
+        return False
+    try:
+        seen = client.api.exec_inspect(exec_id)
+    except engine_errors():
+        return False
+    return bool(seen.get("Running") or seen.get("Pid") or seen.get("ExitCode") is not None)
 
 
 def _changed_under_the_look(exc: BaseException | None) -> bool:
