@@ -40,6 +40,7 @@ EXPECTED_S: dict[str, float] = {
     "tests/test_reliability.py": 345,
     "tests/test_remote_jobs.py": 314,
     "tests/test_browser.py": 283,
+    "tests/test_remote_status.py": 150,
     "tests/test_real_outputs.py": 204,
     "tests/test_hostile.py": 166,
     "tests/test_restarts_hostile.py": 152,

@@ -2,6 +2,9 @@
 way every call reaches an engine (Clients.calling): one wording per failure, the cause told to a
 submission only, a lost engine's clients dropped, a remote one left to rest."""
 
+import threading
+import time
+
 import docker
 import paramiko
 import pytest
@@ -58,7 +61,7 @@ def test_a_remote_host_gone_names_it():
 def test_a_remote_host_that_failed_rests_and_a_local_engine_is_asked_again(monkeypatch):
     attempts = []
 
-    def connect(engine):
+    def connect(engine, sessions=None):
         attempts.append(engine.url)
         raise ConnectionRefusedError(111, "Connection refused")
 
@@ -88,7 +91,7 @@ def test_a_lost_engine_drops_its_clients_and_a_refusal_keeps_them(monkeypatch):
         def close(self):
             self.closed = True
 
-    def connect(engine):
+    def connect(engine, sessions=None):
         made.append(Client())
         return made[-1]
 
@@ -109,6 +112,49 @@ def test_a_lost_engine_drops_its_clients_and_a_refusal_keeps_them(monkeypatch):
     with pytest.raises(TrainerError, match="^mine$"):
         with clients.calling(LOCAL, LOOK):
             raise TrainerError("mine")
+
+
+def test_threads_that_need_a_client_being_made_wait_for_that_one_handshake(monkeypatch):
+    """A view's status check (its thread) and the poller's log read both need the host's first
+    client: one handshake, whose outcome both take; a failed one leaves the host resting for both."""
+    handshakes = []
+    answer = threading.Event()
+
+    class Client:
+        def close(self):
+            pass
+
+    def connect(engine, sessions=None):
+        handshakes.append(engine.url)
+        answer.wait(5)
+        if fail:
+            raise TimeoutError("no answer within 10 s")
+        return Client()
+
+    def call(clients, got):
+        try:
+            with clients.calling(REMOTE, LOOK) as client:
+                got.append(client)
+        except Unreachable as error:
+            got.append(error)
+
+    monkeypatch.setattr(clients_module, "connect", connect)
+    for fail in (False, True):
+        clients, got = Clients(), []
+        handshakes.clear()
+        answer.clear()
+        callers = [threading.Thread(target=call, args=(clients, got)) for _ in range(2)]
+        for caller in callers:
+            caller.start()
+        time.sleep(0.2)
+        answer.set()
+        for caller in callers:
+            caller.join(10)
+        assert handshakes == [REMOTE.url]
+        if fail:
+            assert all(isinstance(outcome, Unreachable) for outcome in got) and len(got) == 2
+        else:
+            assert len(got) == 2 and got[0] is got[1]
 
 
 @pytest.mark.parametrize(

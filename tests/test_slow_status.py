@@ -361,8 +361,8 @@ def test_each_backend_says_whether_its_check_may_take_long_and_how_a_view_words_
     assert words("slurm", {"job_id": "1"}) == "asking Slurm…"
     assert words("sagemaker", {"mode": "remote"}) == "asking SageMaker…"
     assert words("sagemaker", {"mode": "local"}) == ""  # the local runner's files and processes
-    # a remote engine: asked in the poller's thread, its calls bounded (they share one SSH connection)
-    assert words("docker", {"engine": {"url": "ssh://me@gpu1"}}) == ""
-    assert words("docker", {"engine": {"url": "ssh://me@10.0.0.7", "name": "lab"}}) == ""
+    # a remote engine: asked on the thread of its host (within the SSH sessions its sshd allows)
+    assert words("docker", {"engine": {"url": "ssh://me@gpu1"}}) == "asking the Docker engine on gpu1…"
+    assert words("docker", {"engine": {"url": "ssh://me@10.0.0.7", "name": "lab"}}) == "asking the Docker engine on lab…"
     assert words("docker", {"engine": {"url": "unix:///var/run/docker.sock"}}) == "asking the Docker engine…"
-    assert words("docker", {}, {"engine": {"url": "tcp://build:2376"}}) == ""  # not launched yet
+    assert words("docker", {}, {"engine": {"url": "tcp://build:2376"}}) == "asking the Docker engine on build…"  # not launched yet

@@ -193,10 +193,9 @@ class DockerBackend:
         """Every look is a call to an engine, which may be another machine's (over SSH), or a busy one."""
         engine = Engine.of(record.runtime.get("engine")) or Engine.of(record.options.get("engine"))
         if engine is not None and engine.remote:
-            # asked on the poller's thread: a remote engine's calls share one SSH connection, whose
-            # sessions (sshd's MaxSessions) the poller's other calls to it already take; each call
-            # is bounded by REMOTE_CALL_SECONDS and a host that did not answer rests (clients.py)
-            return ""
+            # its thread shares the host's SSH sessions with the poller's calls and the log streams,
+            # within what its sshd allows (clients.py, sessions.py)
+            return f"asking the Docker engine on {engine.label}…"
         return "asking the Docker engine…"
 
     def observe(self, record: JobRecord, run_dir: Path) -> Observation:

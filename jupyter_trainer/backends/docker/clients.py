@@ -1,7 +1,8 @@
 """A client of a Docker engine (see hosts for which one), made with the care a remote
-engine needs: a short timeout on every call, a bounded wait for the handshake, and a rest after a
-failure so that a host that is down costs the pollers nothing; and the remote engines a store's
-jobs have used, for prune."""
+engine needs: a short timeout on every call, a bounded wait for the handshake, a rest after a
+failure so that a host that is down costs the pollers nothing, and over SSH no more sessions at
+once than the host's sshd allows (sessions.py); and the remote engines a store's jobs have used,
+for prune."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ from ..._fs import make_private_dir, write_private_file
 from ...errors import TrainerError
 from .errors import Doing, busy, engine_errors, refused, translate
 from .hosts import Engine
+from .sessions import HostSessions, Sessions, count_sessions
 
 # A remote engine is asked with a short timeout: a laptop that lost its network must learn it in
 # seconds, not in the minute a TCP connection takes to give up.
@@ -26,17 +28,20 @@ LOCAL_CALL_SECONDS = 60
 CONNECT_SECONDS = 10  # making a client of a remote engine (SSH's handshake and login included)
 ENGINES_DIR = "engines"  # in the store's home: one file per remote engine its jobs have used
 RETRY_AFTER_SECONDS = 20.0  # an engine that could not be reached is not asked again sooner (> CONNECT_SECONDS)
-# Over SSH every connection to the engine is a channel of one SSH connection, and sshd allows 10
-# (MaxSessions): at most this many pooled connections, and STREAMS_PER_HOST log streams (see
-# DockerBackend._streamed), leave room for the execs that come and go.
 MINIMUM_API_VERSION = "1.41"  # device requests (--gpus) and cgroup namespaces: Docker 20.10
+# Over SSH every connection to the engine is a session of one SSH connection, and sshd allows 10
+# (MaxSessions): a client keeps at most this many idle, and opens no more than the host allows
+# (sessions.py). Log streams have an SSH connection of their own (purpose "streams"), where
+# STREAMS_PER_HOST of them leave room for the calls that start another.
 REMOTE_POOL_SIZE = 3
 STREAMS_PER_HOST = 4
+SESSION_WAIT_SECONDS = 5.0  # a call waits this long for a session, at most, while the others are taken
 
 
-def connect(engine: Engine):
+def connect(engine: Engine, sessions: Sessions | None = None):
     """A new docker-py client of this engine. A remote engine that does not answer the SSH or
     TLS handshake within CONNECT_SECONDS is unreachable (docker-py itself would wait minutes).
+    Over SSH its sessions are opened through `sessions` (a bound of their own by default).
     It raises what docker-py and paramiko raise: `Clients.calling` words it."""
     import docker
 
@@ -52,7 +57,10 @@ def connect(engine: Engine):
     if not engine.remote:
         return docker.DockerClient(**kwargs)
     _quiet_paramiko()
-    return _within(CONNECT_SECONDS, lambda: _tls_client(kwargs) if engine.tls_dir else docker.DockerClient(**kwargs), engine)
+    client = _within(CONNECT_SECONDS, lambda: _tls_client(kwargs) if engine.tls_dir else docker.DockerClient(**kwargs), engine)
+    if urlsplit(engine.url).scheme == "ssh":
+        count_sessions(client, sessions or Sessions(HostSessions(), SESSION_WAIT_SECONDS, REMOTE_CALL_SECONDS))
+    return client
 
 
 def _with_configured_port(url: str) -> str:
@@ -156,14 +164,29 @@ class Clients:
     docker-py or paramiko raises in there leaves as our error (errors.translate); a lost engine's
     clients are dropped (an SSH connection that died stays dead: the next call makes a new one).
     A remote engine that failed a moment ago is not asked again before RETRY_AFTER_SECONDS, so a
-    host that is down costs every poll nothing. Log streams have clients of their own
-    (`purpose="streams"`): over SSH a connection of their own, whose sessions (sshd allows 10 per
-    connection) the calls of the views and pollers do not share."""
+    host that is down costs every poll nothing; threads that need a client being made wait for
+    that one handshake. Log streams have clients of their own (`purpose="streams"`): over SSH a
+    connection of their own, whose sessions the calls of the views and pollers do not share, and
+    where a stream is started at once or not at all (the log is then read through the engine).
+    Over SSH every thread's calls (status checks, the poller's, a stream's start, a stop) share
+    the host's sessions: a call waits for one, up to SESSION_WAIT_SECONDS (see sessions.py)."""
 
     def __init__(self):
         self._clients: dict[str, object] = {}  # by purpose and engine URL: each job names its engine
         self._lock = threading.Lock()
+        self._making: dict[str, threading.Lock] = {}  # by the same key: one handshake at a time
+        self._hosts: dict[str, HostSessions] = {}  # by engine URL: what its sshd allows
         self._reach = Reachability()
+
+    def host_sessions(self, engine: Engine) -> HostSessions:
+        """What the engine's host allows of this process's SSH connections, as learned so far."""
+        with self._lock:
+            return self._hosts.setdefault(engine.url, HostSessions())
+
+    def streams_allowed(self, engine: Engine) -> int:
+        """How many logs may be streamed from `engine` at once: each holds a session of the streams'
+        connection, where one more is left for the calls that start a stream."""
+        return max(0, min(STREAMS_PER_HOST, self.host_sessions(engine).limit - 1))
 
     @contextlib.contextmanager
     def calling(self, engine: Engine, doing: Doing, purpose: str = "calls"):
@@ -181,13 +204,26 @@ class Clients:
         key = f"{purpose} {engine.url}"
         with self._lock:
             client = self._clients.get(key)
+            making = self._making.setdefault(key, threading.Lock())
         if client is not None:
             return client
-        if engine.remote and self._reach.resting(engine):  # a local engine is asked again at once: Docker may just have started
-            raise _Resting()
-        client = connect(engine)
-        with self._lock:
-            return self._clients.setdefault(key, client)
+        with making:  # another thread making it: its outcome is this one's (a client, or a rest)
+            with self._lock:
+                client = self._clients.get(key)
+            if client is not None:
+                return client
+            if engine.remote and self._reach.resting(engine):  # a local engine is asked again at once: Docker may just have started
+                raise _Resting()
+            patience = 0.0 if purpose == "streams" else SESSION_WAIT_SECONDS
+            try:
+                client = connect(engine, Sessions(self.host_sessions(engine), patience, REMOTE_CALL_SECONDS))
+            except engine_errors() as exc:
+                if engine.remote and not refused(exc) and not busy(exc):
+                    self._reach.failed(engine)  # before the next thread takes its turn
+                raise
+            with self._lock:
+                self._clients[key] = client
+            return client
 
     def _lost(self, engine: Engine) -> None:
         self._reach.failed(engine)

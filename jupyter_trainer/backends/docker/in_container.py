@@ -113,7 +113,7 @@ def run_in(
         limit += len(END_MARK)
     exec_id = api.exec_create(container.id, command, stdout=True, stderr=False)["Id"]
     stream = api.exec_start(exec_id, socket=True)
-    frames = bytearray()
+    frames = bytearray(already_read(stream))
     seconds = EXEC_SECONDS if seconds is None else seconds
     deadline = time.monotonic() + seconds
     try:
@@ -144,6 +144,20 @@ def run_in(
         f"container {container.name} gave no whole answer",
         f"a job may have replaced its tools; stop the container with {surface.command('stop_container')}",
     )
+
+
+def already_read(stream) -> bytes:
+    """What of an attached exec's output the HTTP client read with the engine's answer to its
+    start. Over SSH the first frames may come in the same packet as that answer: they are then in
+    the buffer of paramiko's file, which read the answer's head, not in the channel that docker-py
+    hands out (a short answer, all of it). Taken from there once, so that reading the channel goes on after them."""
+    response = getattr(stream, "_response", None)  # docker-py keeps it on the socket it hands out
+    file = getattr(getattr(getattr(response, "raw", None), "_fp", None), "fp", None)
+    buffered = getattr(file, "_rbuffer", None)  # paramiko's BufferedFile; not there on other transports
+    if not isinstance(buffered, (bytes, bytearray)) or not buffered:
+        return b""
+    file._rbuffer = type(buffered)()
+    return bytes(buffered)
 
 
 def stdout_of(frames: bytes) -> bytes:

@@ -7,10 +7,10 @@ from __future__ import annotations
 import contextlib
 import threading
 
-from ...errors import RunFileError, TrainerError
+from ...errors import BackendUnavailable, RunFileError, TrainerError
 from ..base import LOG_FILE
-from .clients import STREAMS_PER_HOST, Clients
-from .errors import READ_LOG
+from .clients import Clients
+from .errors import READ_LOG, busy
 from .hosts import Engine
 from .in_container import container_file_size, read_container_file, run_in
 from .streamed_log import FOLLOW_LOG, HEARTBEAT_SECONDS, StreamedLog
@@ -55,7 +55,16 @@ class ContainerLogSource:
 
     def open_stream(self, first_byte: int):
         """An attached exec that streams the log from `first_byte` (1-based) as it grows, with a
-        heartbeat on stderr (see streamed_log); None when the container does not run."""
+        heartbeat on stderr (see streamed_log); None when the container does not run, or the host
+        has no SSH session to spare for it now (the log is read through the engine meanwhile)."""
+        try:
+            return self._open_stream(first_byte)
+        except BackendUnavailable as error:
+            if busy(error.__cause__):
+                return None
+            raise
+
+    def _open_stream(self, first_byte: int):
         with self._container("streams") as container:
             if container.status != "running":
                 return None
@@ -67,8 +76,9 @@ class ContainerLogSource:
 
 
 class SharedStreams:
-    """The streamed remote logs of this process, one per log whoever views it; past
-    STREAMS_PER_HOST followed logs on one host, the others are polled through the engine."""
+    """The streamed remote logs of this process, one per log whoever views it; past the streams
+    a host allows (Clients.streams_allowed: STREAMS_PER_HOST, fewer where its sshd allows fewer
+    sessions), the others are polled through the engine."""
 
     def __init__(self):
         self._streams: dict[tuple[str, str, str, float], StreamedLog] = {}
@@ -85,7 +95,7 @@ class SharedStreams:
                     streamed.close()
                     del self._streams[other]
             if key not in self._streams:
-                if sum(other[0] == key[0] for other in self._streams) >= STREAMS_PER_HOST:
+                if sum(other[0] == key[0] for other in self._streams) >= source.clients.streams_allowed(source.engine):
                     return source
                 self._streams[key] = StreamedLog(source, source.open_stream)
             return self._streams[key]

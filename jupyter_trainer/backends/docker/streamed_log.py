@@ -21,6 +21,8 @@ import socket
 import threading
 import time
 
+from .in_container import already_read
+
 # $1 the first byte (1-based), $2 the heartbeat's period; the run's directory (JT_RUN_DIR) and the
 # log's name in it (JT_LOG, from the store) come in the environment, and tail is given the bare
 # name: no command line here names a run's files, which the supervisor takes for another job still
@@ -193,23 +195,26 @@ class StreamedLog:
         from docker.utils.socket import read
 
         started_at = heard_at = time.monotonic()
+        chunk = already_read(stream)  # frames read with the engine's answer, if any
         pending = bytearray()
         said = 0  # bytes the follower wrote on stderr besides its heartbeats
         cut = False
         try:
             while not cut and said <= STDERR_LIMIT and not self.idle:
-                with self._lock:
-                    if self._stream is not stream:
-                        return  # closed
-                if not select.select([stream], [], [], 1.0)[0]:
-                    if time.monotonic() - heard_at > SILENT_SECONDS:
-                        return  # the connection is gone without a word
-                    continue
-                chunk = read(stream, 65536)
                 if not chunk:
-                    return  # the follower ended: the container stopped, say
-                heard_at = time.monotonic()
+                    with self._lock:
+                        if self._stream is not stream:
+                            return  # closed
+                    if not select.select([stream], [], [], 1.0)[0]:
+                        if time.monotonic() - heard_at > SILENT_SECONDS:
+                            return  # the connection is gone without a word
+                        continue
+                    chunk = read(stream, 65536)
+                    if not chunk:
+                        return  # the follower ended: the container stopped, say
+                    heard_at = time.monotonic()
                 pending += chunk
+                chunk = b""
                 while len(pending) >= 8 and len(pending) >= 8 + int.from_bytes(pending[4:8], "big"):
                     kind, size = pending[0], int.from_bytes(pending[4:8], "big")
                     payload = bytes(pending[8 : 8 + size])
