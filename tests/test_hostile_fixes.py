@@ -9,6 +9,8 @@ import sys
 
 import pytest
 
+from small_store import end_processes_under, processes_under
+from small_store import small_store as mounted_small_store
 from conftest import wait_for
 
 from jupyter_trainer.backends.slurm.queue import QUEUE
@@ -150,39 +152,8 @@ def test_a_job_that_submits_a_decoy_with_its_token_is_not_hidden_by_it(slurm, wo
 @pytest.fixture
 def small_store(tmp_path, monkeypatch):
     """$JUPYTER_TRAINER_HOME on a 2 MB tmpfs of its own (root only), unmounted afterwards."""
-    if os.geteuid() != 0:
-        pytest.skip("mounting a tmpfs needs root")
-    mount = tmp_path / "small"
-    mount.mkdir()
-    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(mount)], check=True)
-    monkeypatch.setenv("JUPYTER_TRAINER_HOME", str(mount / "home"))
-    try:
+    with mounted_small_store(tmp_path, monkeypatch, "2m") as mount:
         yield mount
-    finally:
-        _end_processes_under(mount)
-        subprocess.run(["umount", "-l", str(mount)], check=False)
-
-
-def _processes_under(path):
-    """Pids of the processes whose command line names `path` (the jobs this test started there)."""
-    found = []
-    for pid in filter(str.isdigit, os.listdir("/proc")):
-        try:
-            with open(f"/proc/{pid}/cmdline", "rb") as handle:
-                words = handle.read().split(b"\0")
-        except OSError:
-            continue
-        if int(pid) != os.getpid() and any(os.fsencode(str(path)) in word for word in words):
-            found.append(int(pid))
-    return found
-
-
-def _end_processes_under(path):
-    import signal
-
-    for pid in _processes_under(path):
-        with __import__("contextlib").suppress(ProcessLookupError):
-            os.kill(pid, signal.SIGKILL)
 
 
 def _fill_to(mount, free_kb):
@@ -210,7 +181,7 @@ def test_a_submission_to_a_full_store_says_one_line_and_never_leaves_a_job_runni
         _fill_to(small_store, free_kb)
         done = cli("submit", str(workdir / "long.py"), "--host", "--name", name, cwd=workdir)
         (small_store / "filler").unlink()
-        running = _processes_under(home / "jobs" / name)
+        running = processes_under(home / "jobs" / name)
         if done.returncode != 0:
             if "Traceback" in done.stderr or len(done.stderr.strip().splitlines()) != 1:
                 problems.append((free_kb, "not one line", done.stderr.strip().splitlines()[-1:]))
@@ -219,9 +190,9 @@ def test_a_submission_to_a_full_store_says_one_line_and_never_leaves_a_job_runni
                 problems.append((free_kb, "failed submission left its job running", listed))
         else:
             stopped = cli("stop", name)
-            wait_for(lambda: not _processes_under(home / "jobs" / name), timeout=30, what="the job ended by its stop")
+            wait_for(lambda: not processes_under(home / "jobs" / name), timeout=30, what="the job ended by its stop")
             assert stopped.returncode == 0, stopped.stderr
-        _end_processes_under(home / "jobs" / name)
+        end_processes_under(home / "jobs" / name)
     assert problems == [], "\n".join(map(repr, problems))
 
 

@@ -4,7 +4,6 @@ import contextlib
 import os
 import re
 import shutil
-import signal
 import socket
 import subprocess
 import sys
@@ -14,6 +13,8 @@ import threading
 
 import pytest
 from conftest import wait_for
+from small_store import processes_under
+from small_store import small_store as mounted_small_store
 
 from jupyter_trainer.job import Job
 from jupyter_trainer.jobs import Status
@@ -31,33 +32,8 @@ def cli(*args, timeout=60, **options):
 @pytest.fixture
 def small_store(tmp_path, monkeypatch):
     """$JUPYTER_TRAINER_HOME on a 1 MB tmpfs of its own (root only), unmounted afterwards."""
-    if os.geteuid() != 0:
-        pytest.skip("mounting a tmpfs needs root")
-    mount = tmp_path / "small"
-    mount.mkdir()
-    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(mount)], check=True)
-    monkeypatch.setenv("JUPYTER_TRAINER_HOME", str(mount / "home"))
-    try:
+    with mounted_small_store(tmp_path, monkeypatch, "1m") as mount:
         yield mount
-    finally:
-        for pid in _processes_under(mount):
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGKILL)
-        subprocess.run(["umount", "-l", str(mount)], check=False)
-
-
-def _processes_under(path):
-    """Pids of the processes whose command line names `path` (the jobs this test started there)."""
-    found = []
-    for pid in filter(str.isdigit, os.listdir("/proc")):
-        try:
-            with open(f"/proc/{pid}/cmdline", "rb") as handle:
-                words = handle.read().split(b"\0")
-        except OSError:
-            continue
-        if int(pid) != os.getpid() and any(os.fsencode(str(path)) in word for word in words):
-            found.append(int(pid))
-    return found
 
 
 def _fill(mount):
@@ -84,7 +60,7 @@ def test_a_stop_on_a_full_store_still_stops_the_job(small_store, tmp_path):
     _fill(small_store)
     stopped = cli("stop", "long")
     assert stopped.returncode == 0 and "stopped" in stopped.stdout, stopped.stderr
-    assert _processes_under(run_dir) == []
+    assert processes_under(run_dir) == []
     (small_store / "filler").unlink()
     shown = cli("status", "long")
     assert "stopped" in shown.stdout.split("reason")[0], shown.stdout
