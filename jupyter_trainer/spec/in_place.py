@@ -14,7 +14,7 @@ import hashlib
 import os
 import stat
 
-from .errors import InvalidOption
+from ..errors import InvalidOption
 
 MAX_SCRIPT_BYTES = 16 << 20  # a training script is code: larger is a data file given by mistake
 
@@ -29,7 +29,7 @@ def script_path(given: str, workdir: str | None) -> str:
 def detached_in_place(given: str, flags: dict, config: dict, args, hosts):
     """The spec of `%train_detached SCRIPT` and `jupyter-trainer submit SCRIPT`: the options of
     the cell form, and the file's text as its script."""
-    from .spec import detached_spec
+    from .job_spec import detached_spec
 
     path = script_path(given, flags.get("workdir") or config.get("workdir"))
     try:

@@ -9,16 +9,31 @@ import sys
 from pathlib import Path
 from typing import Iterator
 
-from . import surface
-from .backends import DEFAULT, Backends, UnknownBackend
-from .errors import TrainerError
-from .job import Job, refreshed_records
-from .jobs import JobRecord
-from .options import (
-    ALL_RUNS, AS_JSON, COMPARED_METRIC, DETACHED, FOLLOW, JOB, JOB_NAME, JOB_NAMES, LINES, ONE_RUN, SCRIPT, WITH_CONTAINER, X_AXIS,
-    add_options, argument, configurable, split_script_arguments,
+from .. import surface
+from ..backends import DEFAULT, Backends, UnknownBackend
+from ..core.record import JobRecord
+from ..core.store import JobStore
+from ..errors import TrainerError
+from ..jobs.job import Job, refreshed_records
+from ..spec.options import (
+    ALL_RUNS,
+    AS_JSON,
+    COMPARED_METRIC,
+    DETACHED,
+    FOLLOW,
+    JOB,
+    JOB_NAME,
+    JOB_NAMES,
+    LINES,
+    ONE_RUN,
+    SCRIPT,
+    WITH_CONTAINER,
+    X_AXIS,
+    add_options,
+    argument,
+    configurable,
+    split_script_arguments,
 )  # fmt: skip
-from .store import JobStore
 
 # The modules of a few commands alone (summary, housekeeping, submit) are imported by those
 # commands: `metrics` and `logs` start sooner.
@@ -69,7 +84,7 @@ def build_parser() -> argparse.ArgumentParser:
 def _status_json(record: JobRecord, backends: Backends, usage=None) -> dict:
     """`status --json`'s object, with what the job's backend adds of its own (a backend's
     optional `status_fields`: a Slurm job's `slurm_job_id` and `restarts`)."""
-    from . import summary
+    from ..view import summary
 
     shown = summary.status_json(record, backends, usage)
     try:
@@ -90,9 +105,9 @@ def run(argv: list[str] | None = None, store: JobStore | None = None, backends: 
     if args.command == "submit":
         return submit(args, script_args, store, backends)
     if args.command in ("list", "status", "stop"):
-        from . import summary
+        from ..view import summary
     if args.command in ("prune", "rm"):
-        from . import housekeeping
+        from ..jobs import housekeeping
     if args.command == "list":
         items = refreshed_records(store, all_runs=args.all, backends=backends)
         if args.json:
@@ -233,8 +248,8 @@ def _whole(xs: list) -> bool:
 
 def print_comparison(args, store: JobStore, backends: Backends) -> None:
     """The jobs' table of one metric (as %train_compare prints it); as JSON, one object per job."""
-    from .compare import rows_json, table_text
-    from .compare_runs import compare, load_runs
+    from ..metrics.comparison import rows_json, table_text
+    from ..view.compare_runs import compare, load_runs
 
     runs = [run.read_all() for run in load_runs(args.names, args.metric, store, backends)]
     comparison = compare(runs, args.metric, args.x == "time")
@@ -248,9 +263,9 @@ def print_comparison(args, store: JobStore, backends: Backends) -> None:
 
 
 def submit(args, script_args: list[str], store: JobStore, backends: Backends) -> int:
-    from . import summary
-    from .in_place import detached_in_place
-    from .submit import submit_detached
+    from ..jobs.submit import submit_detached
+    from ..spec.in_place import detached_in_place
+    from ..view import summary
 
     defaults = configured_defaults()
     hosts = defaults.pop("docker_hosts", {})

@@ -43,10 +43,11 @@ import time
 from pathlib import Path
 from typing import Callable, Iterator
 
-from . import _fs, surface
-from ._fs import create_private_file, flocked, make_private_dir, write_private_file
-from .errors import CorruptRecord, StoreError, UnknownJob
-from .jobs import NAME_PATTERN, JobRecord, validate_name
+from .. import surface
+from ..errors import CorruptRecord, StoreError, UnknownJob
+from . import files as _fs
+from .files import create_private_file, flocked, make_private_dir, write_private_file
+from .record import NAME_PATTERN, JobRecord, validate_name
 
 # Every file of a run, named here and nowhere else. The supervisor (backends/supervise.sh) writes
 # LOG_FILE, PID_FILE and EXIT_CODE_FILE under these names; tests/test_store.py checks that it does.

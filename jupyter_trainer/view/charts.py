@@ -27,7 +27,7 @@ import html
 import math
 import re
 
-from .metrics import AXIS_TITLES, twin_key
+from ..metrics.reader import AXIS_TITLES, twin_key
 
 # Colours that read on a light and on a dark background alike (and tell a metric from its twin).
 PALETTE = ("#3b82f6", "#ef4444", "#22a06b", "#f59e0b", "#a855f7", "#ec4899")

@@ -13,17 +13,34 @@ from IPython.core.magic import Magics, line_cell_magic, line_magic, magics_class
 from IPython.core.magic_arguments import MagicArgumentParser
 from traitlets import Bool, Dict, Int, List, Unicode
 
-from .errors import InvalidOption, TrainerError
-from .magic_help import describe
-from .options import (
-    ALL_RUNS, COMPARED_METRIC, DETACHED, ENTRY_SCRIPT, FOLLOW, JOB, JOB_NAME, JOB_NAMES, LINES, NO_WIDGET_TABLE, ONE_RUN, SAGEMAKER, SCRIPT,
-    WITH_CONTAINER, X_AXIS, Argument, add_options, configurable, split_script_arguments,
+from ..errors import InvalidOption, TrainerError
+from ..spec.options import (
+    ALL_RUNS,
+    COMPARED_METRIC,
+    DETACHED,
+    ENTRY_SCRIPT,
+    FOLLOW,
+    JOB,
+    JOB_NAME,
+    JOB_NAMES,
+    LINES,
+    NO_WIDGET_TABLE,
+    ONE_RUN,
+    SAGEMAKER,
+    SCRIPT,
+    WITH_CONTAINER,
+    X_AXIS,
+    Argument,
+    add_options,
+    configurable,
+    split_script_arguments,
 )  # fmt: skip
+from .magic_help import describe
 
 if TYPE_CHECKING:
-    from .backends import Backends
-    from .job import Job
-    from .store import JobStore
+    from ..backends import Backends
+    from ..core.store import JobStore
+    from ..jobs.job import Job
 
 # Registering the magics needs only their option declarations: the job model, the backends, the
 # views and the SDKs are imported when a magic first runs, so %load_ext stays light.
@@ -140,13 +157,13 @@ class TrainerMagics(Magics):
         self._given_store, self._given_backends = store, backends
 
     def _store(self) -> JobStore:
-        from .store import JobStore
+        from ..core.store import JobStore
 
         return self._given_store or JobStore()
 
     @property
     def backends(self) -> Backends:
-        from .backends import DEFAULT
+        from ..backends import DEFAULT
 
         return self._given_backends or DEFAULT
 
@@ -161,14 +178,14 @@ class TrainerMagics(Magics):
     def train_detached(self, line, cell=None):
         words, script_args = options_and_arguments(line)
         if cell is None:  # %train_detached SCRIPT [options] [-- ARGS]: an existing file, in place
-            from .in_place import detached_in_place
+            from ..spec.in_place import detached_in_place
 
             args = DETACHED_LINE_PARSER.parse_args(words)
             spec = detached_in_place(args.script, vars(args), self._config(DETACHED), script_args, self.docker_hosts)
             self._submit(spec, args, label=os.path.splitext(os.path.basename(args.script))[0])
             return
         args = DETACHED_PARSER.parse_args(words)
-        from .spec import detached_spec
+        from ..spec.job_spec import detached_spec
 
         self._submit(detached_spec(cell, vars(args), self._config(DETACHED), script_args, self.docker_hosts), args)
 
@@ -176,8 +193,8 @@ class TrainerMagics(Magics):
     @documented("sagemaker_fit", SAGEMAKER_PARSER)
     @user_errors
     def sagemaker_fit(self, line, cell=None):
-        from .backends.sagemaker.sdk import notebook_default_output, notebook_instance_role
-        from .backends.sagemaker.spec import sagemaker_spec
+        from ..backends.sagemaker.sdk import notebook_default_output, notebook_instance_role
+        from ..backends.sagemaker.spec import sagemaker_spec
 
         words, script_args = options_and_arguments(line)
         args = (SAGEMAKER_PARSER if cell is not None else SAGEMAKER_LINE_PARSER).parse_args(words)
@@ -186,7 +203,7 @@ class TrainerMagics(Magics):
         if cell is not None:
             spec = sagemaker_spec(cell, given, config, **fallbacks)
         elif args.script:  # %sagemaker_fit SCRIPT: an existing file, relative to --source-dir as the SDK's entry_point
-            from .in_place import in_place, inside, read_script, script_path
+            from ..spec.in_place import in_place, inside, read_script, script_path
 
             source_dir = given.get("source_dir") or config.get("source_dir")
             path = script_path(args.script, source_dir)
@@ -212,19 +229,19 @@ class TrainerMagics(Magics):
     @user_errors
     def train_jobs(self, line):
         args = parse_line(self.train_jobs, line)
-        from .widget import poller, widgets_supported
+        from ..view.job_widget import poller, widgets_supported
 
         if self.widget and not args.no_widget and widgets_supported(self.shell):
             from IPython.display import display
 
-            from .jobs_view import JobsTable
+            from ..view.jobs_table import JobsTable
 
             table = JobsTable(self._store(), all_runs=args.all, log_lines=self.log_lines, backends=self.backends)
             display(table)
             poller().watch(table)
             return
-        from . import summary
-        from .job import refreshed_records
+        from ..jobs.job import refreshed_records
+        from ..view import summary
 
         print(summary.jobs_table(refreshed_records(self._store(), all_runs=args.all, backends=self.backends), self.backends))
 
@@ -234,7 +251,7 @@ class TrainerMagics(Magics):
     @user_errors
     def train_attach(self, line):
         args = parse_line(self.train_attach, line)
-        from .job import Job
+        from ..jobs.job import Job
 
         self._show(Job.load(args.name, self._store(), self.backends), widget=self.widget, detailed=True)
 
@@ -246,8 +263,8 @@ class TrainerMagics(Magics):
         args = parse_line(self.train_logs, line)
         if args.lines is not None and args.lines < 0:
             raise UsageError("-n expects a number of lines, 0 or more")
-        from . import summary
-        from .job import Job
+        from ..jobs.job import Job
+        from ..view import summary
 
         job = Job.load(args.name, self._store(), self.backends)
         if args.follow:
@@ -266,7 +283,7 @@ class TrainerMagics(Magics):
     @line_magic
     @user_errors
     def train_rm(self, line):
-        from .housekeeping import describe_removed, remove_runs
+        from ..jobs.housekeeping import describe_removed, remove_runs
 
         args = parse_line(self.train_rm, line)
         print(describe_removed(remove_runs(args.name, args.run, self._store(), self.backends)))
@@ -277,8 +294,8 @@ class TrainerMagics(Magics):
     @user_errors
     def train_stop(self, line):
         args = parse_line(self.train_stop, line)
-        from . import summary
-        from .job import Job
+        from ..jobs.job import Job
+        from ..view import summary
 
         job = Job.load(args.name, self._store(), self.backends).stop(container=args.container)
         print(summary.stop_line(job.record, self.backends))
@@ -289,8 +306,8 @@ class TrainerMagics(Magics):
     @user_errors
     def train_compare(self, line):
         args = parse_line(self.train_compare, line)
-        from .compare_runs import load_runs
-        from .widget import poller, widgets_supported
+        from ..view.compare_runs import load_runs
+        from ..view.job_widget import poller, widgets_supported
 
         widget = self.widget and not args.no_widget and widgets_supported(self.shell)
         # an unknown name: one line; the view asks for the statuses itself, without waiting for a slow backend
@@ -299,7 +316,7 @@ class TrainerMagics(Magics):
         if widget:
             from IPython.display import display
 
-            from .compare_view import CompareWidget
+            from ..view.compare_view import CompareWidget
 
             view = CompareWidget(runs, args.metric, by_time)
             display(view)
@@ -310,8 +327,8 @@ class TrainerMagics(Magics):
 
     def _submit(self, spec, args, label: str | None = None) -> None:
         """Submit (or attach to) the job of a cell (or a script: `label`, its name), then show it."""
-        from .naming import notebook_label
-        from .submit import submit_detached
+        from ..core.naming import notebook_label
+        from ..jobs.submit import submit_detached
 
         label = label or notebook_label(self.shell.user_ns if self.shell else None)
         submission = submit_detached(spec, name=args.name, rerun=bool(args.rerun), store=self._store(), backends=self.backends, label=label)
@@ -324,8 +341,9 @@ class TrainerMagics(Magics):
     def _show(self, job: Job, widget: bool, detailed: bool = False, fresh: bool = False) -> None:
         """The widget where a frontend can show it; else text (one line, or the widget's content).
         `fresh`: the job was launched a moment ago, so its record is already current."""
-        from . import summary, surface
-        from .widget import JobWidget, poller, widgets_supported
+        from .. import surface
+        from ..view import summary
+        from ..view.job_widget import JobWidget, poller, widgets_supported
 
         if widget and widgets_supported(self.shell):
             view = JobWidget(job, log_lines=self.log_lines)  # it asks for the status itself
@@ -336,7 +354,7 @@ class TrainerMagics(Magics):
         if not fresh:
             job.refresh()
         if detailed:
-            from .monitor import JobMonitor
+            from ..view.monitor import JobMonitor
 
             monitor = JobMonitor(job, log_lines=self.log_lines)
             monitor.start()
@@ -350,8 +368,8 @@ class TrainerMagics(Magics):
 
 def compare_text(runs, metric: str | None, by_time: bool) -> str:
     """The comparison as text, every log read whole (a terminal, --no-widget)."""
-    from .compare import table_text
-    from .compare_runs import compare
+    from ..metrics.comparison import table_text
+    from ..view.compare_runs import compare
 
     for run in runs:
         run.read_all()

@@ -19,7 +19,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from .errors import InvalidName
+from ..errors import InvalidName
 from .wording import describe_exit_code, format_duration, readable  # noqa: F401  (said here for every reader)
 
 NAME_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,62}")

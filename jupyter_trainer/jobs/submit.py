@@ -14,14 +14,16 @@ import dataclasses
 import time
 from dataclasses import dataclass
 
-from . import backends as _backends, interrupts, surface
-from .errors import NameInUse, TrainerError
+from .. import backends as _backends
+from .. import surface
+from ..core import interrupts
+from ..core.naming import HASH_CHARS, default_name, legacy_name
+from ..core.processes import ProcessIdentity
+from ..core.record import JobRecord, validate_name
+from ..core.store import JobStore
+from ..errors import NameInUse, TrainerError
+from ..spec.job_spec import DetachedSpec
 from .job import Job, mark_stop_sent
-from .jobs import JobRecord, validate_name
-from .naming import HASH_CHARS, default_name, legacy_name
-from .proc import ProcessIdentity
-from .spec import DetachedSpec
-from .store import JobStore
 
 
 @dataclass

@@ -21,15 +21,15 @@ import math
 import time
 from dataclasses import dataclass
 
-from . import compare as rules
-from .errors import UnknownJob
-from .job import Job
-from .logs import LogCursor, MetricParser
-from .metrics import TIME, LogClock, MetricReader
-from .plot import MetricSeries
-from .spec import Metric
-from .status_checks import StatusCheck
-from .store import CLOCK_FILE
+from ..core.store import CLOCK_FILE
+from ..errors import UnknownJob
+from ..jobs.job import Job
+from ..jobs.status_checks import StatusCheck
+from ..logs.reading import LogCursor, MetricParser
+from ..metrics import comparison as rules
+from ..metrics.reader import TIME, LogClock, MetricReader
+from ..spec.job_spec import Metric
+from .charts import MetricSeries
 from .summary import run_label
 
 READ_SECONDS = 0.02  # of reading per run and poll (a backlog is read over several polls)

@@ -16,8 +16,8 @@ import json
 from dataclasses import MISSING, dataclass, field, fields
 from typing import Any, Iterable, Mapping
 
+from ..errors import InvalidOption
 from .checks import Metric, parse_metrics, shown_url
-from .errors import InvalidOption
 from .options import DETACHED, DETACHED_BACKENDS, DetachedBackend, settle
 
 __all__ = [

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import re
 
-from .wording import DIRECTION_CONTROLS
+from ..core.wording import DIRECTION_CONTROLS
 
 SCREEN_ROWS = 24  # as many rows as a terminal: how far up a redraw can reach
 MAX_LINE = 64 * 1024  # characters (or bytes) of one log line replayed: a longer one by its last redraws

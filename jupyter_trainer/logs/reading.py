@@ -13,11 +13,10 @@ from functools import partial
 from pathlib import Path
 from typing import Callable, Iterable, Iterator, Protocol
 
-
-from . import _fs
-from .spec import Metric
+from ..core import files as _fs
+from ..core.wording import ESCAPE_SEQUENCES, readable
+from ..spec.job_spec import Metric
 from .terminal import MAX_SHOWN_LINE, SCREEN_ROWS, Screen, bounded_line
-from .wording import ESCAPE_SEQUENCES, readable
 
 # A shown line is `readable` (wording.py): without what a terminal would act on (move the cursor,
 # retitle the window, switch character sets, reset itself) or what reorders the text around it.

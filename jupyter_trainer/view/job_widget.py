@@ -21,17 +21,17 @@ import time
 from pathlib import Path
 from typing import Callable
 
-from ._changes import LOG_NEWS, LOST, ChangeWaiter
-from .errors import JobReplaced, Unreachable
-from .job import Job
-from .jobs import Status
+from ..core.record import Status
+from ..core.resources import describe as describe_usage
+from ..core.store import RECORD_FILE
+from ..errors import JobReplaced, Unreachable
+from ..jobs.job import Job
+from ..jobs.status_checks import OPEN_WAIT, stop_waking, wake_on_answers
+from ..logs.watch import LOG_NEWS, LOST, ChangeWaiter
+from ..metrics.reader import AXIS_TITLES
+from .charts import MAX_CHARTS, chart_groups, charts_html, chosen_groups, sparkline_svg
 from .monitor import JobMonitor, Snapshot
-from .status_checks import OPEN_WAIT, stop_waking, wake_on_answers
-from .metrics import AXIS_TITLES
-from .plot import MAX_CHARTS, chart_groups, charts_html, chosen_groups, sparkline_svg
-from .resources import describe as describe_usage
 from .summary import format_duration
-from .store import RECORD_FILE
 
 PUSH_INTERVAL = 0.25  # seconds between two updates of one widget: at most 4 a second
 # The charts are the largest part of an update: they are sent again only once the bytes they took

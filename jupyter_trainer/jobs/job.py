@@ -11,20 +11,19 @@ from itertools import repeat
 from pathlib import Path
 from typing import Callable, Iterator
 
-from . import backends as _backends
-from .backends.base import Backend, notification_check
-from .errors import BackendUnavailable, InvalidOption, JobReplaced, StoreError, TrainerError, Unreachable
-from . import _fs
-from .jobs import JobRecord, Observation, Status, describe_exit_code, parse_notification, resolve
-from .logs import LogCursor, LogSource, MetricParser, local_file_of, read_all_lines, tail_lines, tail_screen, written_span
-from .terminal import SettledLines
-from .backends.notify import PYTHON_RAISED, exception_line
-from .metrics import LogClock, MetricReader
-from .spec import Metric
-from .proc import ProcessIdentity
-from .resources import Usage, cpu_between
-from .store import CLOCK_FILE, NOTIFIED_FILE, RECORD_FILE, JobStore
-
+from .. import backends as _backends
+from ..backends.base import Backend, notification_check
+from ..backends.notify import PYTHON_RAISED, exception_line
+from ..core import files as _fs
+from ..core.processes import ProcessIdentity
+from ..core.record import JobRecord, Observation, Status, describe_exit_code, parse_notification, resolve
+from ..core.resources import Usage, cpu_between
+from ..core.store import CLOCK_FILE, NOTIFIED_FILE, RECORD_FILE, JobStore
+from ..errors import BackendUnavailable, InvalidOption, JobReplaced, StoreError, TrainerError, Unreachable
+from ..logs.reading import LogCursor, LogSource, MetricParser, local_file_of, read_all_lines, tail_lines, tail_screen, written_span
+from ..logs.terminal import SettledLines
+from ..metrics.reader import LogClock, MetricReader
+from ..spec.job_spec import Metric
 
 EXCEPTION_LINES = 200  # of a failed job's log, read for the exception it ended with
 CLOCK_BYTES = 16 << 20  # of the log's clock read for its metrics' times

@@ -9,15 +9,15 @@ from __future__ import annotations
 import time
 from typing import Iterable
 
-from . import surface
-from .backends import Backends, UnknownBackend
-from .errors import TrainerError
-from .jobs import JobRecord, Status, describe_outcome, format_duration
-from .logs import clean_line
-from .wording import readable, text_table
-from .resources import Usage
-from .resources import describe as describe_usage
-from .resources import as_json as resources_json
+from .. import surface
+from ..backends import Backends, UnknownBackend
+from ..core.record import JobRecord, Status, describe_outcome, format_duration
+from ..core.resources import Usage
+from ..core.resources import as_json as resources_json
+from ..core.resources import describe as describe_usage
+from ..core.wording import readable, text_table
+from ..errors import TrainerError
+from ..logs.reading import clean_line
 
 COLUMNS = ("name", "backend", "host", "status", "started", "duration", "exit code")
 

@@ -13,8 +13,8 @@ import shlex
 from dataclasses import dataclass
 from typing import Iterable
 
-from .errors import InvalidOption
-from .jobs import validate_name
+from ..core.record import validate_name
+from ..errors import InvalidOption
 
 ENV_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 GPU_IDS = re.compile(r"\d+(,\d+)*")

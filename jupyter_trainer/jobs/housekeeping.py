@@ -28,11 +28,12 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import backends as _backends, surface
-from .errors import StoreError, TrainerError, UnknownJob
+from .. import backends as _backends
+from .. import surface
+from ..core.record import JobRecord
+from ..core.store import JobStore
+from ..errors import StoreError, TrainerError, UnknownJob
 from .job import Job
-from .jobs import JobRecord
-from .store import JobStore
 
 DURATION = re.compile(r"(\d+(?:\.\d+)?)\s*([smhdw])")
 SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}

@@ -22,7 +22,7 @@ from typing import Any, Callable, Iterable, Mapping
 
 # The checks are named, not imported: the magics declare their options at %load_ext, and a value is
 # checked only when a job is asked for.
-_CHECK = "jupyter_trainer.checks:"
+_CHECK = "jupyter_trainer.spec.checks:"
 
 
 @dataclass(frozen=True)

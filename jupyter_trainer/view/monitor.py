@@ -17,19 +17,19 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import metrics_cache
-from ._changes import LOG_NEWS
-from .job import Job
-from .jobs import Status, describe_outcome
-from .logs import LogCursor, MetricParser, last_lines, local_file_of, tail_screen
-from .metrics import LogClock, MetricReader, Progress, progress_of
-from .store import CLOCK_FILE
-from .plot import MetricSeries
-from .resources import Usage, UsageHistory, format_bytes
-from .spec import Metric
-from .status_checks import StatusCheck
+from ..core.record import Status, describe_outcome
+from ..core.resources import Usage, UsageHistory, format_bytes
+from ..core.store import CLOCK_FILE
+from ..jobs.job import Job
+from ..jobs.status_checks import StatusCheck
+from ..logs.reading import LogCursor, MetricParser, last_lines, local_file_of, tail_screen
+from ..logs.terminal import SCREEN_ROWS, Screen
+from ..logs.watch import LOG_NEWS
+from ..metrics import cache as metrics_cache
+from ..metrics.reader import LogClock, MetricReader, Progress, progress_of
+from ..spec.job_spec import Metric
+from .charts import MetricSeries
 from .summary import facts, status_text, where
-from .terminal import SCREEN_ROWS, Screen
 
 # A poll reads until either budget is spent, so that a backlog never holds the kernel for long:
 # on a 2-core machine a log full of metric lines is read at about 8 MB a poll, one with a few at 50.

@@ -16,16 +16,16 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable
 
-from . import backends as _backends
-from .errors import TrainerError
-from .job import Job, one_poll
-from .jobs import JobRecord, Status
-from .metrics import main_metric
-from .status_checks import StatusCheck, wait_for_answers
-from .store import JobStore
+from .. import backends as _backends
+from ..core.record import JobRecord, Status
+from ..core.store import JobStore
+from ..core.wording import readable
+from ..errors import TrainerError
+from ..jobs.job import Job, one_poll
+from ..jobs.status_checks import StatusCheck, wait_for_answers
+from ..metrics.reader import main_metric
+from .job_widget import STATUS_COLOURS, STYLE, PolledView, describe, error_html, stop_in_background
 from .summary import format_duration, run_label, status_text, where
-from .widget import STATUS_COLOURS, STYLE, PolledView, describe, error_html, stop_in_background
-from .wording import readable
 
 SCAN_INTERVAL = 2.0  # seconds between two looks at the store (new jobs, records changed elsewhere)
 MAX_ROWS = 100  # the newest shown; the table says how many more there are
@@ -313,7 +313,7 @@ class JobsTable(PolledView):
     # -- actions ---------------------------------------------------------------------------
 
     def _attach(self, row: Row) -> None:
-        from .widget import JobWidget, poller
+        from .job_widget import JobWidget, poller
 
         self.detail.clear_output()
         try:
@@ -349,7 +349,7 @@ class JobsTable(PolledView):
         idle: this returns at once (the poller reads the logs)."""
         from .compare_runs import ComparedRun
         from .compare_view import CompareWidget
-        from .widget import poller
+        from .job_widget import poller
 
         self.detail.clear_output()
         runs = []

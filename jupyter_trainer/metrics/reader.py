@@ -29,9 +29,9 @@ import re
 from dataclasses import dataclass
 from typing import Callable, Iterable
 
-from ._fs import read_range
-from .logs import ANSI_ESCAPE_BYTES
-from .metric_columns import MAX_COLUMNS, column_tokens
+from ..core.files import read_range
+from ..logs.reading import ANSI_ESCAPE_BYTES
+from .columns import MAX_COLUMNS, column_tokens
 
 # The words a metric's name is made of: a base, maybe a split before it and a reduction after it.
 BASES = (
@@ -1005,4 +1005,4 @@ def main_metric(names) -> str | None:
     return next((name for name in names if "loss" in name), names[0] if names else None)
 
 
-from .metric_runs import read_in_runs  # noqa: E402  (it builds on this module's names)
+from .line_runs import read_in_runs  # noqa: E402  (it builds on this module's names)

@@ -28,8 +28,8 @@ from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Callable, Iterable
 
+from ..core.record import JobRecord, Observation
 from .job import Job, one_poll
-from .jobs import JobRecord, Observation
 
 # Seconds a check may be out before it is given up: longer than the backends' own time limits (a
 # Slurm command's is 60 s), so that a command that times out still tells that its place cannot

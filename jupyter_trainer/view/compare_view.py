@@ -16,12 +16,12 @@ import threading
 import time
 from typing import Callable
 
-from . import compare as rules
-from .compare_runs import Comparison, ComparedRun, compare
-from .jobs import Status
-from .plot import RUN_PALETTE, chart_svg
-from .status_checks import wait_for_answers
-from .widget import STATUS_COLOURS, STYLE, PolledView, describe, error_html
+from ..core.record import Status
+from ..jobs.status_checks import wait_for_answers
+from ..metrics import comparison as rules
+from .charts import RUN_PALETTE, chart_svg
+from .compare_runs import ComparedRun, Comparison, compare
+from .job_widget import STATUS_COLOURS, STYLE, PolledView, describe, error_html
 
 PUSH_INTERVAL = 0.5  # seconds between two updates of the view
 CHART_WIDTH, CHART_HEIGHT = 640, 260
