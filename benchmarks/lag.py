@@ -94,7 +94,8 @@ def measure_lag(spec, name: str, lines: int, follow=None) -> tuple[HeldLines, He
     """Run the lag job from `spec` (a DetachedSpec of LAG_JOB), followed by a view and by tail
     (`follow(job, held)`: another tail than the local `tail -F` of the store's log)."""
     from jupyter_trainer.jobs.submit import submit_detached
-    from jupyter_trainer.view.job_widget import JobWidget, Poller
+    from jupyter_trainer.view.job_widget import JobWidget
+    from jupyter_trainer.view.poller import Poller
 
     job = submit_detached(spec, name=name).job
     ours, theirs = HeldLines(), HeldLines()

@@ -235,7 +235,8 @@ def start_watching(count: int, script: str, interval: float | None = None):
 
     from jupyter_trainer.spec.job_spec import build_spec
     from jupyter_trainer.jobs.submit import submit_detached
-    from jupyter_trainer.view.job_widget import JobWidget, Poller
+    from jupyter_trainer.view.job_widget import JobWidget
+    from jupyter_trainer.view.poller import Poller
 
     comm.create_comm = lambda *a, **k: comm.DummyComm(*a, **k)
     poller = Poller()
@@ -591,14 +592,14 @@ time.sleep(600)
 # poller), and to say how far it has read the log
 TIME_A_DRAWING = """
 import contextlib, time
-from jupyter_trainer.view.job_widget import poller
+from jupyter_trainer.view.poller import poller
 _view = poller().widgets[0]
 with getattr(_view, "_lock", contextlib.nullcontext()):
     _start = time.perf_counter()
     _view.render_plot(_view.monitor.snapshot(time.time()))
     print(time.perf_counter() - _start, _view.monitor.cursor.offset / max(1, _view.monitor.history_end))
 """
-WATCHED = "from jupyter_trainer.view.job_widget import poller; print(len(poller().widgets))"
+WATCHED = "from jupyter_trainer.view.poller import poller; print(len(poller().widgets))"
 
 
 def log_ends_with(path: Path, end: bytes) -> bool:

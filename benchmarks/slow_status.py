@@ -50,7 +50,8 @@ from jupyter_trainer.core.record import JobRecord, Status
 from jupyter_trainer.spec.job_spec import build_spec
 from jupyter_trainer.core.store import JobStore
 from jupyter_trainer.jobs.submit import submit_detached
-from jupyter_trainer.view.job_widget import JobWidget, Poller
+from jupyter_trainer.view.job_widget import JobWidget
+from jupyter_trainer.view.poller import Poller
 
 store = JobStore()
 store.create(JobRecord(name="on-slurm", backend="slurm"))

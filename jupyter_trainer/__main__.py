@@ -1,5 +1,7 @@
 """`python -m jupyter_trainer ...` is the `jupyter-trainer` command."""
 
+import sys
+
 from .surfaces.cli import main
 
-main()
+sys.exit(main())

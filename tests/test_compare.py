@@ -223,14 +223,14 @@ def test_the_view_draws_one_curve_per_job_with_its_colour_legend_and_row(store, 
 def test_views_share_the_one_poller_thread(store, fake_backend, backends, view_of, monkeypatch):
     import threading
 
-    from jupyter_trainer.view import job_widget as widget
+    from jupyter_trainer.view import poller as poller_module
 
-    monkeypatch.setattr(widget, "_poller", None)
+    monkeypatch.setattr(poller_module, "_poller", None)
     a, b = fake_job(store, backends, "p1"), fake_job(store, backends, "p2")
     before = threading.active_count()
     first, second = view_of([ComparedRun(a), ComparedRun(b)]), view_of([ComparedRun(b), ComparedRun(a)])
     assert threading.active_count() == before  # a view starts no thread of its own
-    poller = widget.poller()
+    poller = poller_module.poller()
     poller.watch(first)
     poller.watch(second)
     assert poller.widgets == [first, second] and poller.running

@@ -287,7 +287,7 @@ def test_a_kernel_keeps_answering_while_its_widget_reads_a_hostile_log(workdir, 
         assert reply["content"]["status"] == "ok", reply
         wait_for(lambda: get_job("hostile-log").logs(tail=1).endswith("nothing\n"), what="the job to print")
         # the poller thread reads the log meanwhile; a match never holds the GIL for long
-        probe = "from jupyter_trainer.view.job_widget import poller; print(sum(w.monitor.cursor.offset for w in poller().widgets))"
+        probe = "from jupyter_trainer.view.poller import poller; print(sum(w.monitor.cursor.offset for w in poller().widgets))"
         read = 0
         for _ in range(40):
             output = []

@@ -281,7 +281,7 @@ def test_a_view_whose_directory_cannot_be_watched_is_not_taken_for_watched(store
     """With the watches nearly spent, some views get their log's watch and not their directory's:
     their exit code's file is never told, so their status must be checked as often as an
     unwatched view's, not every watched_status_interval."""
-    from jupyter_trainer.view.job_widget import Poller
+    from jupyter_trainer.view.poller import Poller
 
     views = [JobWidget(fake_job(store, backends, name=f"v{index}"), clock=Clock()) for index in range(20)]
     for view in views:
@@ -318,7 +318,7 @@ sys.exit(3)
 def test_a_quiet_watched_job_that_ends_is_shown_ended_at_once(home, workdir, how):
     """A watched view's status is checked every watched_status_interval (10 s on the host), and at
     once when a run file that may be a status changes: a quiet job's end is shown in a second."""
-    from jupyter_trainer.view.job_widget import Poller
+    from jupyter_trainer.view.poller import Poller
 
     job = host_job("quiet-end", QUIET_THEN_ENDS, workdir)
     try:
@@ -467,7 +467,7 @@ def test_a_comparison_and_the_jobs_table_beside_a_job_view_on_one_poller(home, w
     from jupyter_trainer.view.compare_runs import load_runs
     from jupyter_trainer.view.compare_view import CompareWidget
     from jupyter_trainer.view.jobs_table import JobsTable
-    from jupyter_trainer.view.job_widget import Poller
+    from jupyter_trainer.view.poller import Poller
 
     jobs = [host_job(name, TWO_STEPS, workdir) for name in ("cmp-a", "cmp-b")]
     poller = Poller()

@@ -7,7 +7,7 @@ backends, the views, the checks and what they import are paid by the first magic
 from conftest import run_python
 
 # the package's modules that registering the magics needs
-REGISTERING = {"jupyter_trainer", "jupyter_trainer.errors", "jupyter_trainer.surfaces.magics", "jupyter_trainer.spec.options", "jupyter_trainer.surfaces.magic_help"}
+REGISTERING = {"jupyter_trainer", "jupyter_trainer.errors", "jupyter_trainer.surfaces.magics", "jupyter_trainer.spec", "jupyter_trainer.surfaces", "jupyter_trainer.spec.options", "jupyter_trainer.surfaces.magic_help"}
 # outside the package: IPython's %load_ext itself, the magics' argument parsers (and what
 # argparse's translated words look up)
 OTHERS_ALLOWED = {"IPython.core.magics.extension", "IPython.core.magic_arguments", "locale", "_locale"}

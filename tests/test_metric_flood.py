@@ -10,10 +10,11 @@ import sys
 import pytest
 
 from jupyter_trainer.view.monitor import JobMonitor
-from jupyter_trainer.view.charts import MetricSeries
+from jupyter_trainer.metrics.series import MetricSeries
 from jupyter_trainer.spec.job_spec import DetachedSpec, build_spec
 from jupyter_trainer.jobs.submit import submit_detached
-from jupyter_trainer.view.job_widget import JobWidget, plot_html, saved_view_html
+from jupyter_trainer.view.job_html import plot_html, saved_view_html
+from jupyter_trainer.view.job_widget import JobWidget
 
 CLASSES = 5_000
 # what "bounded" means here, whatever the log: a few charts drawn, a few dozen metrics kept
@@ -181,7 +182,7 @@ def test_job_metrics_and_the_cli_still_give_every_name(home, workdir):
 
 
 def test_a_count_of_names_is_exact_up_to_a_thousand_then_close():
-    from jupyter_trainer.view.charts import NameCount
+    from jupyter_trainer.metrics.series import NameCount
 
     count = NameCount()
     for index in range(NameCount.EXACT):
@@ -198,7 +199,7 @@ def test_a_count_of_names_is_exact_up_to_a_thousand_then_close():
 
 @pytest.mark.parametrize("state", [{"names": [str(i) for i in range(5000)]}, {"registers": "00"}, {"registers": "ff" * 4096}, {}])
 def test_a_count_written_by_someone_else_is_refused(state):
-    from jupyter_trainer.view.charts import NameCount
+    from jupyter_trainer.metrics.series import NameCount
 
     with pytest.raises((ValueError, KeyError)):
         NameCount().restore(state)

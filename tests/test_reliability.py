@@ -20,7 +20,7 @@ from jupyter_trainer.core.record import Status
 from jupyter_trainer.core.processes import session_id
 from jupyter_trainer.spec.job_spec import build_spec
 from jupyter_trainer.jobs.submit import submit_detached
-from jupyter_trainer.view.job_widget import header_html, log_html
+from jupyter_trainer.view.job_html import header_html, log_html
 
 SLEEPER = "import time\nprint('up', flush=True)\ntime.sleep(600)\n"
 

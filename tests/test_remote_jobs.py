@@ -561,7 +561,8 @@ def test_a_quiet_remote_view_sleeps_until_its_stream_brings_a_line(laptop, tmp_p
     is told by it of each line, so a quiet view is polled with the others once a second, not four
     times, and a line wakes it at once. The job's end is still seen by its status checks."""
     from jupyter_trainer.jobs.job import get_job
-    from jupyter_trainer.view.job_widget import JobWidget, Poller
+    from jupyter_trainer.view.job_widget import JobWidget
+    from jupyter_trainer.view.poller import Poller
 
     script = _script(tmp_path, "import time\nfor i in range(600):\n    print('tick', i, flush=True)\n    time.sleep(2)\n")
     assert cli("submit", str(script), "--name", "told", "--docker-host", laptop.alias_url, "--image", TEST_IMAGE).returncode == 0

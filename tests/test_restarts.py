@@ -22,7 +22,7 @@ from jupyter_trainer.backends.docker.in_container import job_processes
 from jupyter_trainer.errors import InvalidOption
 from jupyter_trainer.jobs.job import Job, get_job
 from jupyter_trainer.view.monitor import JobMonitor
-from jupyter_trainer.view.job_widget import header_html
+from jupyter_trainer.view.job_html import header_html
 from jupyter_trainer.core.record import Status
 from jupyter_trainer.spec.job_spec import build_spec
 from jupyter_trainer.core.store import JobStore
@@ -171,7 +171,7 @@ def test_killed_container_started_again_resumes_the_job(private_docker, workdir,
 # of a view once its job has ended: the kernel keeps it to be looked at).
 ATTACH = """
 %train_attach watched
-from jupyter_trainer.view.job_widget import poller
+from jupyter_trainer.view.poller import poller
 view, = poller().widgets
 """
 VIEW_PROBE = """

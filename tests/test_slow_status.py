@@ -23,7 +23,8 @@ from jupyter_trainer.jobs.job import Job
 from jupyter_trainer.core.record import JobRecord, Status
 from jupyter_trainer.spec.job_spec import build_spec
 from jupyter_trainer.jobs.submit import submit_detached
-from jupyter_trainer.view.job_widget import JobWidget, Poller
+from jupyter_trainer.view.job_widget import JobWidget
+from jupyter_trainer.view.poller import Poller
 
 # The stand-in squeue: it notes each call, waits until the test lets it go (never past HANG_LIMIT,
 # so that code that waits for it still ends) and for `delay` seconds if that file says so, then

@@ -14,7 +14,8 @@ from jupyter_trainer.metrics.reader import MetricReader
 from jupyter_trainer.view.monitor import JobMonitor
 from jupyter_trainer.spec.job_spec import DetachedSpec
 from jupyter_trainer.jobs.submit import submit_detached
-from jupyter_trainer.view.job_widget import JobWidget, Poller
+from jupyter_trainer.view.job_widget import JobWidget
+from jupyter_trainer.view.poller import Poller
 
 GiB = 1 << 30
 TAIL_READ = 64 << 10  # what a view may read to show a log's last lines

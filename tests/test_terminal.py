@@ -134,7 +134,7 @@ def test_a_log_of_one_endless_bar_costs_what_a_tail_costs(tmp_path):
 def test_the_widget_log_pane_and_saved_copy_show_the_terminal_view(long_nested_log, store, fake_backend, backends):
     from test_widget import fake_job, shown_text
     from jupyter_trainer.view.monitor import JobMonitor
-    from jupyter_trainer.view.job_widget import log_html, saved_view_html
+    from jupyter_trainer.view.job_html import log_html, saved_view_html
 
     _, data = long_nested_log
     expected = terminal_view(data)

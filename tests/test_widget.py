@@ -14,11 +14,13 @@ from comm.base_comm import BaseComm
 from conftest import wait_for
 from jupyter_trainer.logs.terminal import SCREEN_ROWS
 
-from jupyter_trainer.view.charts import MetricSeries
+from jupyter_trainer.metrics.series import MetricSeries
 from jupyter_trainer.spec.job_spec import DetachedSpec
 from jupyter_trainer.jobs.submit import submit_detached
 from jupyter_trainer.view.summary import snapshot_text
-from jupyter_trainer.view.job_widget import WATCH_CHECK_SECONDS, JobWidget, Poller, header_html, log_html, plot_html
+from jupyter_trainer.view.job_html import header_html, log_html, plot_html
+from jupyter_trainer.view.job_widget import WATCH_CHECK_SECONDS, JobWidget
+from jupyter_trainer.view.poller import Poller
 
 
 class RecordingComm(BaseComm):
@@ -671,7 +673,7 @@ def test_a_sagemaker_view_says_what_sagemaker_says(store, backends):
 
 
 def test_colours_come_from_the_theme_with_both_text_and_background_from_one_family(store, fake_backend, backends):
-    from jupyter_trainer.view.job_widget import STYLE
+    from jupyter_trainer.view.job_html import STYLE
 
     view = JobWidget(fake_job(store, backends), clock=Clock())
     assert view.style.value.startswith(STYLE) and "jupyter-trainer-job" in view.box._dom_classes

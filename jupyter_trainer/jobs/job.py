@@ -22,7 +22,8 @@ from ..core.store import CLOCK_FILE, NOTIFIED_FILE, RECORD_FILE, JobStore
 from ..errors import BackendUnavailable, InvalidOption, JobReplaced, StoreError, TrainerError, Unreachable
 from ..logs.reading import LogCursor, LogSource, MetricParser, local_file_of, read_all_lines, tail_lines, tail_screen, written_span
 from ..logs.terminal import SettledLines
-from ..metrics.reader import LogClock, MetricReader
+from ..metrics.clock import LogClock
+from ..metrics.reader import MetricReader
 from ..spec.job_spec import Metric
 
 EXCEPTION_LINES = 200  # of a failed job's log, read for the exception it ended with

@@ -20,8 +20,8 @@ from typing import NamedTuple
 from ..core.files import read_small, write_private_file
 from ..core.store import METRICS_FILE as CACHE_FILE
 from ..logs.reading import LogSource
-from ..view.charts import MetricSeries
 from .reader import MetricReader
+from .series import MetricSeries
 
 VERSION = 7  # 7: the bytes left unread (a run of NULs); 6: values of lines of their own never taken for redraws; 5: key-value tables (stable-baselines3); 4: the values held at a bar's last x, and an endless line's window; 3: a bounded number of metrics, the others counted; 2: series by step or epoch, windows of lowest and highest values, the reader's place
 CHECK_BYTES = 64  # log bytes before the cached offset that must be unchanged

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from typing import Iterable, Sequence
 
 from ..core.wording import text_table
-from .reader import AXIS_TITLES, TIME, main_metric, twin_key
+from .names import AXIS_TITLES, TIME, main_metric, twin_key
 
 # The words of a metric's name that say which way is better.
 LOWER_IS_BETTER = frozenset({"loss", "ppl", "perplexity", "mae", "mse", "rmse", "wer", "cer", "error", "err", "nll"})

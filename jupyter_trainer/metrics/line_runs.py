@@ -22,7 +22,8 @@ import operator
 import re
 from itertools import groupby, islice
 
-from .reader import EPOCH, NTH, STEP, STEP_HEADING, VALUE, line_split, twin_key
+from .line_parts import line_split
+from .names import EPOCH, NTH, STEP, STEP_HEADING, VALUE, twin_key
 
 MIN_RUN = 4  # lines of one shape worth a template
 MAX_LINE = 4096  # longer lines are read one by one (a printed setting is looked for within this)

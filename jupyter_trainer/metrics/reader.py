@@ -23,163 +23,56 @@ byte of the log).
 
 from __future__ import annotations
 
-import bisect
 import math
-import re
-from dataclasses import dataclass
 from typing import Callable, Iterable
 
-from ..core.files import read_range
-from ..logs.reading import ANSI_ESCAPE_BYTES
+from .clock import LogClock
 from .columns import MAX_COLUMNS, column_tokens
-
-# The words a metric's name is made of: a base, maybe a split before it and a reduction after it.
-BASES = (
-    "loss", "acc", "accuracy", "f1", "f1_score", "precision", "recall", "auc", "roc_auc", "lr",
-    "learning_rate", "grad_norm", "perplexity", "ppl", "mae", "mse", "rmse", "r2", "iou", "miou",
-    "map", "bleu", "rouge", "wer", "cer", "dice", "top1", "top5", "top_1", "top_5", "top1_acc", "top5_acc",
-    "reward", "score", "logloss", "mlogloss", "binary_logloss", "multi_logloss",
-)  # fmt: skip
-SPLIT_ONLY = frozenset({"error", "merror"})  # a metric only with a split before it: "train-error", not "Error: 404"
-# a one-word name ending or starting so is a metric too: total_loss, kl_loss, loss_cls, mean_reward
-GENERIC_ENDS = ("_loss", "_acc", "_accuracy", "_reward", "_return")
-NOT_METRICS = frozenset({"loss_scale", "loss_scaler"})  # mixed precision's scale: a setting
-SPLITS = ("train", "training", "val", "valid", "validation", "eval", "test", "dev")
-REDUCTIONS = ("step", "epoch", "avg", "mean", "macro", "micro", "weighted")  # scikit-learn's f1_macro, recall_weighted
-EPOCH, STEP, TIME, NTH = "epoch", "step", "time", "n"
-VALUE, BAR, RICH_BAR, EPOCH_HEADING, STEP_HEADING = "value", "bar", "rich bar", "epoch heading", "step heading"
-TABLE_ROW, TABLE_EDGE, COLUMNS = "table row", "table edge", "columns"
-STEP_WORDS = ("step", "global_step", "iteration", "iter", "it")
-AXIS_TITLES = {EPOCH: "epoch", STEP: "step", TIME: "seconds since start", NTH: "value number"}
-
-# what a terminal does not show, cut out before reading: escapes, and runs of NULs
-_UNSEEN = re.compile(ANSI_ESCAPE_BYTES.pattern + rb"|\x00+")
-_NUMBER = rb"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?|nan|[-+]?inf"
-# a separator and the value after it; the name before it is read backwards (see _NAME_BEFORE)
-_VALUE_AFTER = re.compile(rb"[:=][ \t]*(?:['\"]|\[(?=[-+.\d][^,\]\r\n]{0,32}\]))?(" + _NUMBER + rb")(?:/(\d+))?(?![\w.])")
-# a name, reversed: read from just before a separator towards the start of the line
-# (each word starts with a letter: "step 123 loss" is "loss", and the same name is the same key)
-# (a word before the last may be a possessive: LightGBM's "training's auc", "valid_1's auc")
-_NAME_BEFORE = re.compile(rb"[ \t]*['\"]?([a-z0-9_/.@-]{0,63}[a-z](?: (?:s')?[a-z0-9_/-]{0,63}[a-z]){0,2})")
-# a value with no separator before it, as a loop's print may say it: "loss 0.25", "lr 0.1 ppl 12";
-# the name before the blanks is read backwards, and must be a metric's (from the run's first blank
-# only, and possessive: endless blanks cost one pass)
-_BARE_VALUE = re.compile(rb"(?<![ \t])[ \t]++(" + _NUMBER + rb")(?![\w.:/%])")
-# a report's fields between pipes, as PyTorch's examples, fairseq and Megatron print them: the
-# words before the value are its name ("| valid loss  5.50 |" is valid_loss, "| lm loss: 1.1E+01 |"
-# lm_loss); found from the pipes, which the regex engine finds fast
-_PIPE_FIELD = re.compile(
-    rb"\|[ \t]*+([a-z][a-z0-9_/-]{0,63}+(?:[ \t]++[a-z][a-z0-9_/-]{0,63}+){0,3})[ \t]*+[:=]?[ \t]*+['\"]?(" + _NUMBER + rb")['\"]?[ \t]*+(?=\||\r|\n|\Z)"
+from .line_parts import (
+    _ASSIGNMENT,
+    _BARE_VALUE,
+    _BARS,
+    _DIGITS_BEFORE,
+    _EPOCH_BAR,
+    _HEADINGS,
+    _MM_EPOCH,
+    _MM_ITER,
+    _NAME_BEFORE,
+    _PIPE_FIELD,
+    _ROUND,
+    _SPLIT_WORDS,
+    _TABLE_EDGE,
+    _TABLE_ROW,
+    _TIMM_EPOCH,
+    _VALUE_AFTER,
+    _YAML_SETTING,
+    TABLE_STEPS,
+    _among_word_settings,
+    _field_name,
+    _follows,
+    _inside_call,
+    _is_setting,
+    _name_of,
+    _segment,
+    _shifted,
+    _split_of_a_metric,
+    _unshifted,
+    _without_unseen,
+    line_split,
 )
-# a field that says which split a report line is on: "| valid on 'valid' subset |"
-_SPLIT_FIELD = re.compile(rb"\|[ \t]*(test|testing|val|valid|validation|eval|evaluation|dev)\b[^|0-9\r\n]*\|")
-_BLANKS = re.compile(r"[ \t]+")
-# a line that is an assignment, as a printed config file has it ("learning_rate = 1e-3 # ..."): a
-# setting, not a value training reached
-_ASSIGNMENT = re.compile(rb"[ \t]*(?:[a-z]+:[ \t]+)?[a-z_][a-z0-9_.]*[ \t]+=[ \t]+[^ \t\r\n#]+[ \t]*(?:#[^\r\n]*)?(?:[\r\n]|\Z)")
-# markers without a separator: "Epoch 3/10", "Epoch [1/10]", "epoch 3", "Step 5", "step [100/600]"
-# ("| epoch 3 |" counts from 1, as "Epoch 3/10" does: its batches come before its end)
-_HEADINGS = tuple(
-    (kind, re.compile(word + rb"(?<![a-z0-9_]" + word + rb")[ \t]*\[?[ \t]*(\d+)(?:[ \t]*/[ \t]*(\d+))?(?![\w.])([ \t]*\|)?"))
-    for kind, word in ((EPOCH_HEADING, b"epoch"), (STEP_HEADING, b"step"), (STEP_HEADING, b"iter"), (STEP_HEADING, b"iteration"))
-)
-# MMEngine's loggers (MMDetection, MMSegmentation, MMPretrain): "Epoch(train)  [1][  50/1833]" is
-# epoch 1 (counted from 1) and 50 of its 1833 iterations, "Iter(train) [  50/80000]" iteration 50;
-# "(val)" and "(test)" say the line's split
-_MM_EPOCH = re.compile(rb"epoch\((?:train|val|test)\)[ \t]*\[(\d+)\]\[[ \t]*(\d+)/(\d+)\]")
-_MM_ITER = re.compile(rb"iter\((?:train|val|test)\)[ \t]*\[[ \t]*(\d+)/(\d+)\]")
-_MM_SPLIT = re.compile(rb"(?:epoch|iter)\((val|test)\)")
-# a printed config: "    LOSS_WEIGHT: 1.0" (detectron2's YAML) on a line of its own, or a value inside
-# "dict(...)" (MMEngine's Python config)
-_YAML_SETTING = re.compile(rb"[ \t]*[A-Z][A-Z0-9_]*:[ \t]*[^ \t\r\n]+[ \t]*(?:[\r\n]|\Z)")
-# a key-value table, as stable-baselines3 prints one per rollout: "| rollout/    |      |" starts a
-# section, "|    ep_rew_mean | -1.2e+03 |" is its rollout/ep_rew_mean, a line of dashes ends the table
-# (and its time/total_timesteps is the step of all its values)
-_TABLE_ROW = re.compile(rb"^\|[ \t]+([a-z_][a-z0-9_./-]{0,127})[ \t]*\|[ \t]*(?:(" + _NUMBER + rb")[ \t]*)?\|[ \t]*$", re.M)
-_TABLE_EDGE = re.compile(rb"^-{8,}[ \t]*$", re.M)
-TABLE_STEPS = ("total_timesteps", "timesteps", "global_step", "step")
-# an epochs loop's own tqdm bar, "Epochs:  33%|###3      | 1/3 [...]": 1 epoch done (the bars
-# nested in it, each its batches, move through the next)
-_EPOCH_BAR = re.compile(rb"(?<![a-z])epochs?:[ \t]*\d{1,3}%\|[^|\r\n]{0,200}\|[ \t]*(\d+)/(\d+)")
-# timm's training lines: "Train: 3 [ 100/1251 (  8%)]" is epoch 3 (counted from 0) and its bar
-_TIMM_EPOCH = re.compile(rb"(?<![a-z])train: (\d+) \[")
-# a line that starts with "[N]" is at step N, as XGBoost and LightGBM print their rounds
-_ROUND = re.compile(rb"\[(\d+)(?:/\d+)?\][ \t]")  # and scikit-learn's "[3/100]"
-_ULTRALYTICS_BAR = re.compile(rb"/(\d+) (?:[\d.]+[kmg]?[a-z]*/s)? \d+(?:\.\d+s|:\d\d)")
-# a progress bar's "n/total": tqdm's "| 45/100 [", Keras's " 45/100 [===" and Keras 3's "45/100 ━━"
-# (pattern, what n must follow (one of them; none: anything), whether an "Epoch E/T" on the bar's own line counts from 0)
-_BARS = (
-    (re.compile(rb"/(\d+)(?: ?\[| ?\xe2\x94\x81)"), (), False),
-    # PyTorch's examples' "[640/60000 (1%)]", timm's "[ 100/1251 (  8%)]"
-    (re.compile(rb"/(\d+)[ \t]*\([ \t]*\d+%\)\]"), (b"[",), False),
-    # a report's counter: "|   200/ 2983 batches |", "20/100 iterations"
-    (re.compile(rb"/[ \t]*(\d+)[ \t]+(?:batches|batch|iterations|iters|steps)\b"), (), False),
-    # Rich's bar, as Lightning draws it: "Epoch 1/1 ━━━━ 4/4 0:00:00 • ..." (its epoch counts from 0)
-    (re.compile(rb"/(\d+) \d+:\d\d:\d\d"), (b"\xe2\x94\x81 ",), True),
-    # ultralytics' own bar: "100% ━━━━━━━━──── 8/12 3.2it/s 2.5s<1.2s" (its bar ends in "━" or "─",
-    # then n/total, the rate if known, the time so far)
-    (_ULTRALYTICS_BAR, (b"\xe2\x94\x81 ", b"\xe2\x94\x80 "), False),
-)
-_DIGITS_BEFORE = re.compile(rb"\d+(?![a-z0-9])")  # reversed: the digits, and no word before them
-# a line that starts with one of these reports on that split: "Test set: Average loss: 0.03" is test_loss
-_EVALUATION_LINE = re.compile(rb"[ \t]*(test|testing|val|valid|validation|eval|evaluation|dev)\b")
-_SPACES = re.compile(r"[\s\-]+")
+from .line_runs import read_in_runs
+from .names import BAR, COLUMNS, EPOCH, EPOCH_HEADING, NTH, RICH_BAR, STEP, STEP_HEADING, TABLE_EDGE, TABLE_ROW, TIME, VALUE, Point, metric_name, twin_key
 
+# An endless line with no redraw in it is read in windows of WINDOW bytes, each with the
+# WINDOW_CONTEXT bytes before it (a name before its value may start there) and the WINDOW_AHEAD
+# after it (a value that starts in it ends there).
+WINDOW = 64 << 10
+BULK_BYTES = 8192  # complete lines worth looking for runs of one shape in
+WINDOW_CONTEXT = 512
+WINDOW_AHEAD = 512
+MAX_NAMES_SEEN = 4096  # words before a separator a reader remembers the meaning of (a log may print endless ones)
+MAX_HELD = 1024  # values held at one x (a bar that never moves on is given out in groups of these)
 
-# A point is (name, axis, x, y): axis "step", "epoch", "time" (seconds since the start) or "n"
-# (the value's number in its series).
-Point = tuple
-
-
-def metric_name(words: str, generic: bool | None = None) -> str | None:
-    """The series a printed name belongs to, or None if it is not a metric's: `Val Loss` and
-    `val-loss` are `val_loss`; `train/loss` keeps its slash. A one-word name (`generic`, by
-    default when there is no blank in it) may also be any `..._loss` or `loss_...`: not so
-    "Average loss", whose metric is the loss."""
-    if generic is None:
-        generic = " " not in words.strip()
-    name = _SPACES.sub("_", words.strip().lower())
-    if name in NOT_METRICS:
-        return None
-    if _is_metric(name) or (generic and (name.endswith(GENERIC_ENDS) or name.startswith("loss_")) and name[0].isalpha()):
-        return name
-    if "@" in name:  # "Acc@1", "recall@10", "mAP@0.5": at a cut-off
-        base, _, cut = name.partition("@")
-        return name if cut.replace(".", "", 1).isdigit() and _is_metric(base) else None
-    if generic and "/" in name and _MAP_WORDS & set(name.rpartition("/")[2].split("_")):  # "coco/bbox_mAP_50"
-        return name if name[0].isalpha() else None
-    if generic and "." in name.strip("."):  # a head's own: mmseg's "decode.loss_ce" and "aux.loss_ce" are two
-        return name if metric_name(name.rpartition(".")[2], generic=True) and name[0].isalpha() else None
-    return None
-
-
-def _is_metric(name: str) -> bool:
-    rest = _without_split(name)
-    if rest in _BASE_SET or (rest in SPLIT_ONLY and rest != name):
-        return True
-    base, _, reduction = rest.rpartition("_")
-    return reduction in REDUCTIONS and base in _BASE_SET
-
-
-_BASE_SET = frozenset(BASES)
-_MAP_WORDS = frozenset({"map", "ap", "ar"})  # detection's scores, as evaluators tag them
-
-
-def twin_key(name: str) -> str:
-    """What a metric's chart is named by: `loss`, `train_loss`, `val_loss` and `eval_loss` share one."""
-    rest = _without_split(name)
-    base, _, reduction = rest.rpartition("_")
-    return base if reduction in REDUCTIONS and base else rest
-
-
-def _without_split(name: str) -> str:
-    """`val_loss` without its split: `loss` (and `valid_1_auc`, `validation_0_logloss`: the
-    numbered evaluation sets of LightGBM and XGBoost)."""
-    split = _SPLIT_PREFIX.match(name)
-    return name[split.end() :] if split and split.end() < len(name) else name
-
-
-_SPLIT_PREFIX = re.compile("(?:" + "|".join(sorted(SPLITS, key=len, reverse=True)) + r")(?:_\d+)?[_/]")
 
 
 class MetricReader:
@@ -705,304 +598,3 @@ class MetricReader:
         self.table = [str(section), number(step), [(str(n), float(v), int(w)) for n, v, w in values][:MAX_HELD]]
         columns = state.get("columns")
         self.columns = None if columns is None else tuple((kind and str(kind), name and str(name)) for kind, name in columns[:MAX_COLUMNS])
-
-
-# An endless line with no redraw in it is read in windows of WINDOW bytes, each with the
-# WINDOW_CONTEXT bytes before it (a name before its value may start there) and the WINDOW_AHEAD
-# after it (a value that starts in it ends there).
-WINDOW = 64 << 10
-BULK_BYTES = 8192  # complete lines worth looking for runs of one shape in
-WINDOW_CONTEXT = 512
-WINDOW_AHEAD = 512
-MAX_NAMES_SEEN = 4096
-MAX_HELD = 1024  # values held at one x (a bar that never moves on is given out in groups of these)  # words before a separator a reader remembers the meaning of (a log may print endless ones)
-
-
-def _name_of(words: str) -> tuple[str | None, str | None]:
-    """(a marker's kind, or None; a metric's name, or None) for the words before a separator.
-    The name is the longest run of the last words that is a known one: in "Test set: Average
-    loss" only "loss" is; in "Test loss" and "val_loss" the split belongs to it."""
-    words = words.replace("'s ", " ")  # "training's auc": the training set's
-    parts = words.split(" ")
-    for start in range(len(parts)):
-        candidate = "_".join(parts[start:])
-        if candidate in ("epoch", "train_epoch"):
-            return EPOCH, None
-        if candidate in STEP_WORDS:
-            return STEP, None
-        name = metric_name(candidate, generic=start == len(parts) - 1)
-        if name is not None:
-            return VALUE, name
-    return None, None
-
-
-_SPLIT_WORDS = frozenset(split.encode()[::-1] for split in SPLITS)  # reversed, as _NAME_BEFORE reads them
-# reversed: what is before a split's own value inside a metric's parentheses, from the split back to
-# the metric's name, as scikit-learn's search prints scores: "score=(train=0.950, test=0.930)"
-_PARENTHESIS_BEFORE = re.compile(rb"[ \t]*(?:,[^(),\r\n]{0,64}){0,3}\([ \t]*[=:][ \t]*")
-
-
-def _split_of_a_metric(reversed_low: bytes, at: int, split: str) -> tuple[str | None, str | None]:
-    """A split's value inside a metric's parentheses: "score=(train=0.95, test=0.93)" gives
-    train_score and test_score; anything else named by a split alone is no metric."""
-    inside = _PARENTHESIS_BEFORE.match(reversed_low, at)
-    if inside is not None:
-        outer = _NAME_BEFORE.match(reversed_low, inside.end())
-        if outer is not None:
-            kind, name = _name_of(outer.group(1)[::-1].decode("ascii"))
-            if kind == VALUE and _without_split(name) == name:
-                return VALUE, metric_name(f"{split}_{name}")
-    return None, None
-
-
-def _follows(low: bytes, position: int, openings: tuple[bytes, ...]) -> bool:
-    """Whether the bytes just before `position` are one of `openings`."""
-    return any(low[position - len(opening) : position] == opening for opening in openings)
-
-
-def _without_unseen(data: bytes) -> tuple[bytes, list[tuple[int, int]]]:
-    """`data` without what a terminal does not show, terminal escapes and NULs, and where they were:
-    (position in what is left, bytes removed up to there), so that a position can be found in the
-    log again. A run of NULs (a sparse file's hole, read) leaves a line end in its place: it ends
-    the line it is on, as a hole that is passed over unread does (MetricReader.skip_hole), and
-    costs nothing to look through."""
-    parts, shifts, kept, removed = [], [], 0, 0
-    for match in _UNSEEN.finditer(data):
-        begin, finish = match.span()
-        parts.append(data[kept:begin])
-        at = begin - removed  # where it was, in what is left
-        if data[begin] == 0:
-            parts.append(b"\n")
-            at += 1
-            removed -= 1
-        removed += finish - begin
-        shifts.append((at, removed))
-        kept = finish
-    parts.append(data[kept:])
-    return b"".join(parts), shifts
-
-
-def _shifted(position: int, shifts: list[tuple[int, int]]) -> int:
-    """A position in the log's bytes as it is in them without escapes and NULs (one inside what
-    was cut out: where what follows it is)."""
-    removed = 0
-    for at, total in shifts:
-        if at + total > position:
-            return min(position - removed, at)
-        removed = total
-    return position - removed
-
-
-def _unshifted(position: int, shifts: list[tuple[int, int]] | None) -> int:
-    """A position in the bytes without escapes as it is in the log's."""
-    if not shifts:
-        return position
-    index = bisect.bisect_right(shifts, (position, float("inf"))) - 1
-    return position + (shifts[index][1] if index >= 0 else 0)
-
-
-SETTING_BYTES = 4096  # a config line is shorter: one whose start is further back is no setting
-
-
-def _is_setting(pattern, data: bytes, position: int) -> bool:
-    """Whether the line `position` is on is a printed setting (`pattern` matches it from its start)."""
-    floor = max(0, position - SETTING_BYTES)
-    start = max(data.rfind(b"\n", floor, position), data.rfind(b"\r", floor, position)) + 1
-    return (start > 0 or floor == 0) and pattern.match(data, start) is not None
-
-
-MAX_CALLS_LOOKED_AT = 8  # of a line's opened parentheses before a value (a line of endless ones costs no more)
-
-
-def _line_start(low: bytes, position: int) -> int:
-    floor = max(0, position - SETTING_BYTES)
-    return max(low.rfind(b"\n", floor, position), low.rfind(b"\r", floor, position)) + 1 or floor
-
-
-def _inside_call(low: bytes, position: int) -> bool:
-    """Whether `position` lies inside an unclosed call of its line, "dict(", "AdamW(",
-    "Namespace(": a printed config's keyword arguments, not values training reached."""
-    line_start = _line_start(low, position)
-    opened = position
-    for _ in range(MAX_CALLS_LOOKED_AT):
-        opened = low.rfind(b"(", line_start, opened)
-        if opened <= line_start:
-            return False
-        if (low[opened - 1 : opened].isalnum() or low[opened - 1 : opened] == b"_") and low.count(b"(", opened, position) > low.count(b")", opened, position):
-            return True
-    return False
-
-
-_WORD_VALUE = re.compile(rb"[a-z_]=['\"]?[a-z/]")
-WORD_SETTINGS = 3  # values that are words on a line of "name=value" pairs that make it a list of settings
-
-
-def _among_word_settings(low: bytes, position: int, seen: dict[int, bool]) -> bool:
-    """Whether `position` is on a line that prints settings as "name=value" pairs, several of
-    them words ("task=detect, mode=train, ..., iou=0.7", as YOLO prints its arguments)."""
-    start = _line_start(low, position)
-    if start == position - SETTING_BYTES:
-        return False  # a line longer than a printed config's: none (and no look along it for each value)
-    known = seen.get(start)
-    if known is None:
-        found = _LINE_END.search(low, position, position + SETTING_BYTES)
-        end = found.start() if found else min(len(low), position + SETTING_BYTES)
-        known = seen[start] = len(_WORD_VALUE.findall(low, start, end)) >= WORD_SETTINGS
-    return known
-
-
-def line_split(low: bytes, start: int, end: int) -> str:
-    """The split a line reports on ("val", "test", ...; "" for none): "Test set: ...", a pipe
-    field "| valid on 'valid' subset |", MMEngine's "Epoch(val)"."""
-    found = _EVALUATION_LINE.match(low, start)
-    if found is None and low.find(b"|", start, end) >= 0:
-        found = _SPLIT_FIELD.search(low, start, end)
-    if found is None and low.find(b")", start, end) >= 0:
-        found = _MM_SPLIT.search(low, start, end)
-    return _SPLIT_NAMES[found.group(1)] if found else ""
-
-
-def _field_name(words: bytes) -> tuple[str | None, str | None]:
-    """A pipe field's words as a name: all of them, when the last ones make a metric's name."""
-    text = _BLANKS.sub(" ", words.decode("ascii").strip())
-    kind, name = _name_of(text)
-    if kind != VALUE:
-        return kind, name
-    whole = metric_name(text, generic=True) or text.replace(" ", "_")
-    return VALUE, whole if whole.endswith(name) else name
-
-
-_LINE_END = re.compile(rb"[\r\n]")
-
-
-def _segment(data: bytes, position: int, length: int, floor: int = 0) -> tuple[int, int]:
-    """Where the line or redraw that `position` is on starts and ends; it starts at `floor` or
-    later. Each search goes no further than that line or redraw: a line of a million redraws
-    costs one pass, not one per redraw."""
-    start = max(data.rfind(b"\n", floor, position), data.rfind(b"\r", floor, position), floor - 1) + 1
-    found = _LINE_END.search(data, position)  # the nearest end, whichever it is: never past it
-    return start, found.start() if found else length
-
-
-_SPLIT_NAMES = {b"test": "test", b"testing": "test", b"val": "val", b"valid": "val", b"validation": "val", b"eval": "eval", b"evaluation": "eval", b"dev": "dev"}
-
-
-# -- the header's progress: "45%", "ETA 00:12" from the bar being drawn --------------------
-
-# each starts only where a number starts, and no part can match what the next one does: linear on
-# any line (a run of 20,000 digits costs one pass, not one per digit)
-_TQDM = re.compile(r"(?<!\d)(\d{1,3})%\|[^|]*\|\s*\d++/\d++\s*\[[^<\]]*+<([^,\]]+)")
-_KERAS = re.compile(r"(?<!\d)(\d++)/(\d++)\s*+(?:\[[=>.]*+\]|━++)\s*+(?:-\s*+)?(?:ETA:\s*+(\S++))?")
-PROGRESS_CHARS = 2048  # of a line's end, where a bar's latest state is
-
-
-@dataclass(frozen=True)
-class Progress:
-    percent: int
-    eta: str  # as the bar says it ("00:12", "3s"), "" when it does not
-
-
-def progress_of(line: str) -> Progress | None:
-    """What the progress bar on `line` says: how far, and how long to go."""
-    line = line[-PROGRESS_CHARS:]
-    match = _TQDM.search(line)
-    if match:
-        eta = match.group(2).strip()
-        return Progress(min(100, int(match.group(1))), "" if eta in ("?", "") else eta)
-    match = _KERAS.search(line)
-    if match and int(match.group(2)) > 0:
-        done, total = int(match.group(1)), int(match.group(2))
-        return Progress(min(100, done * 100 // total), match.group(3) or "")
-    return None
-
-
-# -- the log's clock: when it had how many bytes ------------------------------------------------
-
-MAX_CLOCK_SAMPLES = 100_000  # past this, every other sample is let go
-MAX_JOB_SECONDS = 366 * 86400  # a sample later than this after the start is not the supervisor's
-
-
-CLOCK_READ = 1 << 20  # bytes of the log's clock file taken in at most a look
-
-
-class LogClock:
-    """When the log had how many bytes: the supervisor's samples ("SECONDS BYTES" lines, see
-    supervise.sh), added as they are appended. A byte's time lies between the samples around it;
-    past the last one, between it and the log's end `now` (`until`)."""
-
-    def __init__(self, started_at: float | None):
-        self.started_at = started_at
-        self.sizes: list[int] = []
-        self.times: list[float] = []
-        self._partial = b""
-        self._end: tuple[int, float] | None = None  # the log's size, and when it had it
-        self._file_read = 0  # bytes of the clock file taken in (see `read_more`)
-
-    def read_more(self, path, limit: int = CLOCK_READ) -> bool:
-        """Take in what the clock file at `path` (the supervisor's samples) gained since the last
-        look, at most `limit` bytes; False when it cannot be read."""
-        try:
-            added = read_range(path, self._file_read, limit)
-        except OSError:
-            return False
-        self._file_read += len(added)
-        self.add(added)
-        return True
-
-    @property
-    def known(self) -> bool:
-        return self.started_at is not None and bool(self.sizes)
-
-    def add(self, data: bytes) -> None:
-        """Samples the supervisor appended (the job can write them too: what does not fit is left out)."""
-        lines = (self._partial + data).split(b"\n")
-        self._partial = lines.pop()[-64:]
-        for line in lines:
-            try:
-                seconds, size = line.split()
-                when, size = float(seconds), int(size)
-            except ValueError:
-                continue
-            if not (math.isfinite(when) and abs(when) < 1e12) or size < 0 or (self.sizes and (size < self.sizes[-1] or when < self.times[-1])):
-                continue  # the log was cut, or the line is not the supervisor's: keep the run that grows
-            if self.started_at is not None and when > self.started_at + MAX_JOB_SECONDS:
-                continue  # a time no job reaches
-            self.sizes.append(size)
-            self.times.append(when)
-        if len(self.sizes) > MAX_CLOCK_SAMPLES:
-            del self.sizes[1::2], self.times[1::2]
-
-    def until(self, size: int, when: float) -> None:
-        """The log had `size` bytes at `when` (now): bytes after the last sample are placed before it."""
-        self._end = (size, when)
-
-    def seconds_at(self, offset: int) -> float | None:
-        if not self.known:
-            return None
-        index = bisect.bisect_left(self.sizes, offset + 1)  # the first sample that includes the byte
-        if index == len(self.sizes):
-            if self._end is None or self._end[0] <= self.sizes[-1]:
-                return max(0.0, self.times[-1] - self.started_at)
-            low, high = (self.sizes[-1], self.times[-1]), self._end
-        elif index == 0:
-            low, high = (0, min(self.started_at, self.times[0])), (self.sizes[0], self.times[0])
-        else:
-            low, high = (self.sizes[index - 1], self.times[index - 1]), (self.sizes[index], self.times[index])
-        span = high[0] - low[0]
-        when = low[1] + (high[1] - low[1]) * ((offset - low[0]) / span if span > 0 else 1.0)
-        seconds = when - self.started_at
-        return max(0.0, seconds) if math.isfinite(seconds) else None
-
-
-def main_metric(names) -> str | None:
-    """The metric a one-line view shows: `loss` if there is one, else the first training loss
-    (`train_loss`), else any loss, else the first name."""
-    names = list(names)
-    for wanted in (lambda n: n == "loss", lambda n: n in ("train_loss", "training_loss"), lambda n: "loss" in n and not n.startswith(("val", "eval", "test"))):
-        found = next((name for name in names if wanted(name)), None)
-        if found:
-            return found
-    return next((name for name in names if "loss" in name), names[0] if names else None)
-
-
-from .line_runs import read_in_runs  # noqa: E402  (it builds on this module's names)

@@ -229,7 +229,7 @@ class TrainerMagics(Magics):
     @user_errors
     def train_jobs(self, line):
         args = parse_line(self.train_jobs, line)
-        from ..view.job_widget import poller, widgets_supported
+        from ..view.poller import poller, widgets_supported
 
         if self.widget and not args.no_widget and widgets_supported(self.shell):
             from IPython.display import display
@@ -307,7 +307,7 @@ class TrainerMagics(Magics):
     def train_compare(self, line):
         args = parse_line(self.train_compare, line)
         from ..view.compare_runs import load_runs
-        from ..view.job_widget import poller, widgets_supported
+        from ..view.poller import poller, widgets_supported
 
         widget = self.widget and not args.no_widget and widgets_supported(self.shell)
         # an unknown name: one line; the view asks for the statuses itself, without waiting for a slow backend
@@ -343,7 +343,8 @@ class TrainerMagics(Magics):
         `fresh`: the job was launched a moment ago, so its record is already current."""
         from .. import surface
         from ..view import summary
-        from ..view.job_widget import JobWidget, poller, widgets_supported
+        from ..view.job_widget import JobWidget
+        from ..view.poller import poller, widgets_supported
 
         if widget and widgets_supported(self.shell):
             view = JobWidget(job, log_lines=self.log_lines)  # it asks for the status itself

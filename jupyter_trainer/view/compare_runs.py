@@ -27,9 +27,11 @@ from ..jobs.job import Job
 from ..jobs.status_checks import StatusCheck
 from ..logs.reading import LogCursor, MetricParser
 from ..metrics import comparison as rules
-from ..metrics.reader import TIME, LogClock, MetricReader
+from ..metrics.clock import LogClock
+from ..metrics.names import TIME
+from ..metrics.reader import MetricReader
+from ..metrics.series import MetricSeries
 from ..spec.job_spec import Metric
-from .charts import MetricSeries
 from .summary import run_label
 
 READ_SECONDS = 0.02  # of reading per run and poll (a backlog is read over several polls)

@@ -21,7 +21,8 @@ from ..jobs.status_checks import wait_for_answers
 from ..metrics import comparison as rules
 from .charts import RUN_PALETTE, chart_svg
 from .compare_runs import ComparedRun, Comparison, compare
-from .job_widget import STATUS_COLOURS, STYLE, PolledView, describe, error_html
+from .job_html import STATUS_COLOURS, STYLE, describe, error_html
+from .poller import PolledView
 
 PUSH_INTERVAL = 0.5  # seconds between two updates of the view
 CHART_WIDTH, CHART_HEIGHT = 640, 260

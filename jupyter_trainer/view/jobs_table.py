@@ -23,8 +23,10 @@ from ..core.wording import readable
 from ..errors import TrainerError
 from ..jobs.job import Job, one_poll
 from ..jobs.status_checks import StatusCheck, wait_for_answers
-from ..metrics.reader import main_metric
-from .job_widget import STATUS_COLOURS, STYLE, PolledView, describe, error_html, stop_in_background
+from ..metrics.names import main_metric
+from .job_html import STATUS_COLOURS, STYLE, describe, error_html
+from .job_widget import stop_in_background
+from .poller import PolledView
 from .summary import format_duration, run_label, status_text, where
 
 SCAN_INTERVAL = 2.0  # seconds between two looks at the store (new jobs, records changed elsewhere)
@@ -313,7 +315,8 @@ class JobsTable(PolledView):
     # -- actions ---------------------------------------------------------------------------
 
     def _attach(self, row: Row) -> None:
-        from .job_widget import JobWidget, poller
+        from .job_widget import JobWidget
+        from .poller import poller
 
         self.detail.clear_output()
         try:
@@ -349,7 +352,7 @@ class JobsTable(PolledView):
         idle: this returns at once (the poller reads the logs)."""
         from .compare_runs import ComparedRun
         from .compare_view import CompareWidget
-        from .job_widget import poller
+        from .poller import poller
 
         self.detail.clear_output()
         runs = []

@@ -26,9 +26,11 @@ from ..logs.reading import LogCursor, MetricParser, last_lines, local_file_of, t
 from ..logs.terminal import SCREEN_ROWS, Screen
 from ..logs.watch import LOG_NEWS
 from ..metrics import cache as metrics_cache
-from ..metrics.reader import LogClock, MetricReader, Progress, progress_of
+from ..metrics.clock import LogClock
+from ..metrics.progress import Progress, progress_of
+from ..metrics.reader import MetricReader
+from ..metrics.series import MetricSeries
 from ..spec.job_spec import Metric
-from .charts import MetricSeries
 from .summary import facts, status_text, where
 
 # A poll reads until either budget is spent, so that a backlog never holds the kernel for long:
