@@ -166,3 +166,24 @@ def test_every_known_backend_follows_the_protocol():
             assert list(own.parameters) == list(signature.parameters), (name, method, own, signature)
         assert isinstance(backend.describe_where(JobRecord(name="x", backend=name)), str)  # not launched yet
         assert backend.describe_host(JobRecord(name="x", backend=name)) in (None, "local")
+
+
+def test_every_module_is_named_in_the_map_of_the_package():
+    """docs/how-it-works.md's map names each module under its folder: a module added or moved
+    without it fails here."""
+    text = (PACKAGE.parent / "docs" / "how-it-works.md").read_text()
+    block = text.split("## The layout", 1)[1].split("```", 2)[1]
+    named, folders = set(), []
+    for line in block.splitlines():
+        if not line.strip():
+            continue
+        depth = (len(line) - len(line.lstrip())) // 2
+        entry = line.split()[0]
+        folders[depth:] = []
+        if entry.endswith("/"):
+            folders.append(entry)
+        else:
+            named.add("".join(folders) + entry)
+    on_disk = {str(path.relative_to(PACKAGE)) for path in PACKAGE.rglob("*.py")}
+    unnamed_packages = {name for name in on_disk if name.endswith("__init__.py") and name.count("/") == 1}  # a wing's doc is its own
+    assert sorted(on_disk - named - unnamed_packages) == [] and sorted(named - on_disk) == []
