@@ -93,8 +93,9 @@ class RemoteTail:
 def measure_lag(spec, name: str, lines: int, follow=None) -> tuple[HeldLines, HeldLines]:
     """Run the lag job from `spec` (a DetachedSpec of LAG_JOB), followed by a view and by tail
     (`follow(job, held)`: another tail than the local `tail -F` of the store's log)."""
-    from jupyter_trainer.submit import submit_detached
-    from jupyter_trainer.widget import JobWidget, Poller
+    from jupyter_trainer.jobs.submit import submit_detached
+    from jupyter_trainer.view.job_widget import JobWidget
+    from jupyter_trainer.view.poller import Poller
 
     job = submit_detached(spec, name=name).job
     ours, theirs = HeldLines(), HeldLines()
@@ -132,7 +133,7 @@ def bench_lag(lines: int, image: str, docker: bool = True) -> list[Comparison]:
     store); a remote engine's: bench_remote_lag."""
     import comm
 
-    from jupyter_trainer.spec import build_spec
+    from jupyter_trainer.spec.job_spec import build_spec
 
     comm.create_comm = lambda *a, **k: comm.DummyComm(*a, **k)
     script = LAG_JOB.format(settle=2, lines=lines, pause_min=0.1, pause_max=0.6)
@@ -159,7 +160,7 @@ def bench_remote_lag(lines: int, image: str) -> list[Comparison]:
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
     from remote_host import RemoteHost
 
-    from jupyter_trainer.spec import build_spec
+    from jupyter_trainer.spec.job_spec import build_spec
 
     comm.create_comm = lambda *a, **k: comm.DummyComm(*a, **k)
     script = LAG_JOB.format(settle=8, lines=lines, pause_min=0.1, pause_max=0.6)  # the view's stream opens first

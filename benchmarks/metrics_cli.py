@@ -44,8 +44,8 @@ for start in range(0, {lines}, 10000):
 def finished_job(home: Path, lines: int) -> Path:
     """A host job that printed `lines` lines, run to its end; its log's path."""
     os.environ["JUPYTER_TRAINER_HOME"] = str(home)
-    from jupyter_trainer.spec import build_spec
-    from jupyter_trainer.submit import submit_detached
+    from jupyter_trainer.spec.job_spec import build_spec
+    from jupyter_trainer.jobs.submit import submit_detached
 
     workdir = home / "work"
     workdir.mkdir()
@@ -60,7 +60,7 @@ def command(checkout: Path, output: Path) -> tuple[list[str], Path, dict]:
     """How a user runs `jupyter-trainer metrics` from this environment, with `checkout`'s package
     (its arguments for run_to)."""
     script = Path(sys.executable).parent / "jupyter-trainer"
-    runner = [str(script)] if script.exists() else [sys.executable, "-m", "jupyter_trainer.cli"]
+    runner = [str(script)] if script.exists() else [sys.executable, "-m", "jupyter_trainer"]
     return runner + ["metrics", "printed", "--json"], output, {**os.environ, "PYTHONPATH": str(checkout)}
 
 

@@ -117,10 +117,10 @@ def write_log(path: Path, size: int, lines: bytes | None = None, make=dense) -> 
 def fake_job(home: Path, name: str, log_size: int, make=dense):
     from jupyter_trainer.backends import Backends
     from jupyter_trainer.backends.fake import FakeBackend
-    from jupyter_trainer.job import Job
-    from jupyter_trainer.spec import DetachedSpec
-    from jupyter_trainer.store import JobStore
-    from jupyter_trainer.submit import submit_detached
+    from jupyter_trainer.jobs.job import Job
+    from jupyter_trainer.spec.job_spec import DetachedSpec
+    from jupyter_trainer.core.store import JobStore
+    from jupyter_trainer.jobs.submit import submit_detached
 
     backends = Backends(fake=FakeBackend())
     store = JobStore(home)
@@ -130,7 +130,7 @@ def fake_job(home: Path, name: str, log_size: int, make=dense):
 
 
 def bench_logs(rounds: int, big: int) -> list[Comparison]:
-    from jupyter_trainer.monitor import JobMonitor
+    from jupyter_trainer.view.monitor import JobMonitor
 
     home = fresh_home()
     # the small log holds more lines than a tail shows and replays (20, and 24 before them for the
@@ -233,9 +233,10 @@ QUIET_JOB = "import time\nfor i in range(100000):\n    print('step', i, 'loss:',
 def start_watching(count: int, script: str, interval: float | None = None):
     import comm
 
-    from jupyter_trainer.spec import build_spec
-    from jupyter_trainer.submit import submit_detached
-    from jupyter_trainer.widget import JobWidget, Poller
+    from jupyter_trainer.spec.job_spec import build_spec
+    from jupyter_trainer.jobs.submit import submit_detached
+    from jupyter_trainer.view.job_widget import JobWidget
+    from jupyter_trainer.view.poller import Poller
 
     comm.create_comm = lambda *a, **k: comm.DummyComm(*a, **k)
     poller = Poller()
@@ -332,11 +333,11 @@ def bench_sagemaker_follow(seconds: float) -> list[Comparison]:
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
     from moto_sagemaker import REGION, MotoSageMaker
 
-    from jupyter_trainer.job import Job
-    from jupyter_trainer.jobs import JobRecord, Status
+    from jupyter_trainer.jobs.job import Job
+    from jupyter_trainer.core.record import JobRecord, Status
     from jupyter_trainer.backends.sagemaker.sdk import TELEMETRY_OFF, quiet_sdk
-    from jupyter_trainer.store import JobStore
-    from jupyter_trainer.widget import JobWidget
+    from jupyter_trainer.core.store import JobStore
+    from jupyter_trainer.view.job_widget import JobWidget
 
     home = fresh_home()
     server = MotoSageMaker()
@@ -453,8 +454,8 @@ def bench_remote_follow(seconds: float) -> list[Comparison]:
     from remote_host import RemoteHost
     from tcp_meter import TcpMeter
 
-    from jupyter_trainer.job import Job
-    from jupyter_trainer.widget import JobWidget
+    from jupyter_trainer.jobs.job import Job
+    from jupyter_trainer.view.job_widget import JobWidget
 
     comm.create_comm = lambda *a, **k: comm.DummyComm(*a, **k)
     fresh_home()
@@ -533,12 +534,12 @@ def bench_table(rounds: int, jobs: int = 200) -> Comparison:
 
     from jupyter_trainer.backends import Backends
     from jupyter_trainer.backends.fake import FakeBackend
-    from jupyter_trainer.job import refreshed_records
-    from jupyter_trainer.jobs import Observation
-    from jupyter_trainer.jobs_view import JobsTable
-    from jupyter_trainer.spec import DetachedSpec
-    from jupyter_trainer.store import JobStore
-    from jupyter_trainer.submit import submit_detached
+    from jupyter_trainer.jobs.job import refreshed_records
+    from jupyter_trainer.core.record import Observation
+    from jupyter_trainer.view.jobs_table import JobsTable
+    from jupyter_trainer.spec.job_spec import DetachedSpec
+    from jupyter_trainer.core.store import JobStore
+    from jupyter_trainer.jobs.submit import submit_detached
 
     class Quiet(BaseComm):
         def publish_msg(self, *args, **kwargs):
@@ -591,14 +592,14 @@ time.sleep(600)
 # poller), and to say how far it has read the log
 TIME_A_DRAWING = """
 import contextlib, time
-from jupyter_trainer.widget import poller
+from jupyter_trainer.view.poller import poller
 _view = poller().widgets[0]
 with getattr(_view, "_lock", contextlib.nullcontext()):
     _start = time.perf_counter()
     _view.render_plot(_view.monitor.snapshot(time.time()))
     print(time.perf_counter() - _start, _view.monitor.cursor.offset / max(1, _view.monitor.history_end))
 """
-WATCHED = "from jupyter_trainer.widget import poller; print(len(poller().widgets))"
+WATCHED = "from jupyter_trainer.view.poller import poller; print(len(poller().widgets))"
 
 
 def log_ends_with(path: Path, end: bytes) -> bool:
@@ -614,9 +615,9 @@ def watch_a_metric_flood(names: int, seconds: float, finish: float, metric: str 
     whole log (waiting `finish` seconds at most), and the kernel's peak memory."""
     from kernel_meter import KernelMeter, displayed_html
 
-    from jupyter_trainer.job import Job
-    from jupyter_trainer.spec import build_spec
-    from jupyter_trainer.submit import submit_detached
+    from jupyter_trainer.jobs.job import Job
+    from jupyter_trainer.spec.job_spec import build_spec
+    from jupyter_trainer.jobs.submit import submit_detached
 
     fresh_home()
     work = tempfile.mkdtemp(prefix="jt-bench-work-")
@@ -701,7 +702,7 @@ def bench_metric_flood(seconds: float, counts: list[int], finish: float) -> list
 def previous_tail_lines(source, count: int) -> list[str]:
     """The tail before it was replayed on a terminal's screen: the last lines, each by its last \r
     redraw, escapes removed (the baseline of bench_terminal_tail)."""
-    from jupyter_trainer.logs import _last_raw_lines, clean_line
+    from jupyter_trainer.logs.reading import _last_raw_lines, clean_line
 
     lines, _, _, _ = _last_raw_lines(source, count, 4096, 1 << 20)
     text = b"\n".join(lines).decode("utf-8", errors="replace")
@@ -713,7 +714,7 @@ def bench_terminal_tail(rounds: int, size: int) -> list[Comparison]:
     (\r redraws, never a newline) and on a log of nested bars (an inner bar that steps down with
     \n and back up with ESC[A at every stroke)."""
     from jupyter_trainer.backends.base import FileLogSource
-    from jupyter_trainer.logs import tail_lines
+    from jupyter_trainer.logs.reading import tail_lines
 
     home = fresh_home()
     one_line = home / "one-line.log"

@@ -45,12 +45,13 @@ os.environ["PATH"] = f"{stand_in}:{os.environ['PATH']}"
 import jupyter_trainer
 assert jupyter_trainer.__file__.startswith(checkout), jupyter_trainer.__file__
 from jupyter_trainer.backends.slurm.backend import output_option
-from jupyter_trainer.job import Job
-from jupyter_trainer.jobs import JobRecord, Status
-from jupyter_trainer.spec import build_spec
-from jupyter_trainer.store import JobStore
-from jupyter_trainer.submit import submit_detached
-from jupyter_trainer.widget import JobWidget, Poller
+from jupyter_trainer.jobs.job import Job
+from jupyter_trainer.core.record import JobRecord, Status
+from jupyter_trainer.spec.job_spec import build_spec
+from jupyter_trainer.core.store import JobStore
+from jupyter_trainer.jobs.submit import submit_detached
+from jupyter_trainer.view.job_widget import JobWidget
+from jupyter_trainer.view.poller import Poller
 
 store = JobStore()
 store.create(JobRecord(name="on-slurm", backend="slurm"))

@@ -9,7 +9,7 @@ __all__ = ["Job", "Status", "TrainerError", "get_job", "list_jobs", "load_ipytho
 __version__ = "0.1.0"
 
 # The job model is imported at first use: `%load_ext` needs only the magics' declarations.
-_LAZY = {"Job": "job", "get_job": "job", "list_jobs": "job", "Status": "jobs"}
+_LAZY = {"Job": "jobs.job", "get_job": "jobs.job", "list_jobs": "jobs.job", "Status": "core.record"}
 
 
 def __getattr__(name):
@@ -21,6 +21,6 @@ def __getattr__(name):
 
 
 def load_ipython_extension(ipython):
-    from .magics import TrainerMagics
+    from .surfaces.magics import TrainerMagics
 
     ipython.register_magics(TrainerMagics)

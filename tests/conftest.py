@@ -10,7 +10,7 @@ import pytest
 
 from jupyter_trainer.backends import Backends
 from jupyter_trainer.backends.fake import FakeBackend
-from jupyter_trainer.store import JobStore
+from jupyter_trainer.core.store import JobStore
 from file_times import FileTimes, slowest_first
 from leftovers import Leftovers, labelling_client
 from private_engine import PrivateEngine

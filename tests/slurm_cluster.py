@@ -359,8 +359,8 @@ def submit(script, workdir, name, **options):
     """A cell (dedented) submitted with --slurm and `options`, as job `name`."""
     import textwrap
 
-    from jupyter_trainer.spec import build_spec
-    from jupyter_trainer.submit import submit_detached
+    from jupyter_trainer.spec.job_spec import build_spec
+    from jupyter_trainer.jobs.submit import submit_detached
 
     spec = build_spec(textwrap.dedent(script), workdir=str(workdir), slurm=True, **options)
     return submit_detached(spec, name=name).job

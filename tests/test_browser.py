@@ -127,7 +127,7 @@ def lab(tmp_path_factory):
     home = root / "trainer-home"
     with _jupyter_server("jupyterlab", "--LabApp.expose_app_in_browser=True", root=root, home=home) as (base, token):
         yield {"base": base, "token": token, "root": root, "home": home}
-    subprocess.run([sys.executable, "-m", "jupyter_trainer.cli", "stop", "browser-job"], env={**os.environ, "JUPYTER_TRAINER_HOME": str(home)}, capture_output=True)
+    subprocess.run([sys.executable, "-m", "jupyter_trainer", "stop", "browser-job"], env={**os.environ, "JUPYTER_TRAINER_HOME": str(home)}, capture_output=True)
 
 
 @pytest.fixture
@@ -500,7 +500,7 @@ def test_after_a_kernel_restart_the_old_view_says_it_is_disconnected(lab, browse
         assert float(button.evaluate("b => getComputedStyle(b).opacity")) < 0.5
         widget.screenshot(path=str(ARTIFACTS / "widget-disconnected.png"))
     finally:
-        subprocess.run([sys.executable, "-m", "jupyter_trainer.cli", "stop", "long-job"], env=env, capture_output=True)
+        subprocess.run([sys.executable, "-m", "jupyter_trainer", "stop", "long-job"], env=env, capture_output=True)
         page.close()
 
 
@@ -650,7 +650,7 @@ def test_a_remote_job_while_its_host_cannot_be_reached(lab, browser, docker_clie
             finally:
                 page.close()
                 subprocess.run(
-                    [sys.executable, "-m", "jupyter_trainer.cli", "stop", "remote-view"],
+                    [sys.executable, "-m", "jupyter_trainer", "stop", "remote-view"],
                     env={**os.environ, **remote.environ(), "JUPYTER_TRAINER_HOME": str(home)}, capture_output=True, timeout=120,
                 )  # fmt: skip
     finally:

@@ -8,13 +8,13 @@ import sys
 
 import pytest
 
-from jupyter_trainer.spec import build_spec
-from jupyter_trainer.submit import submit_detached
+from jupyter_trainer.spec.job_spec import build_spec
+from jupyter_trainer.jobs.submit import submit_detached
 
 
 def cli(*args, timeout=60):
     return subprocess.run(
-        [sys.executable, "-m", "jupyter_trainer.cli", *args], capture_output=True, text=True, timeout=timeout
+        [sys.executable, "-m", "jupyter_trainer", *args], capture_output=True, text=True, timeout=timeout
     )
 
 
@@ -117,7 +117,7 @@ def test_submit_runs_a_script_with_the_magics_options_and_arguments(home, workdi
     done = cli("submit", str(script), "--host", "--name", "from-terminal", "--env", "SEED=7", "--", "--epochs", "3")
     assert done.returncode == 0, done.stderr
     assert "from-terminal" in done.stdout and "jupyter-trainer logs from-terminal -f" in done.stdout
-    from jupyter_trainer.job import get_job
+    from jupyter_trainer.jobs.job import get_job
 
     assert get_job("from-terminal").wait(timeout=30).value == "completed"
     assert get_job("from-terminal").logs() == "args ['--epochs', '3'] 7\n"
@@ -137,7 +137,7 @@ def test_submit_takes_its_defaults_from_the_ipython_profile_and_a_flag_wins(home
     script.write_text("import os\nprint(os.getcwd())\n")
     done = cli("submit", str(script), "--name", "configured")
     assert done.returncode == 0, done.stderr
-    from jupyter_trainer.job import get_job
+    from jupyter_trainer.jobs.job import get_job
 
     job = get_job("configured")
     assert job.backend == "host" and job.wait(timeout=30).value == "completed" and job.logs() == f"{workdir}\n"
@@ -195,7 +195,7 @@ def test_a_submitted_files_traceback_counts_the_files_lines(home, workdir, tmp_p
     script = tmp_path / "train.py"
     script.write_text("batch = {}\nbatch['images']\n")
     assert cli("submit", "--host", "--name", "filed", "--workdir", str(workdir), str(script)).returncode == 0
-    from jupyter_trainer.job import Job
+    from jupyter_trainer.jobs.job import Job
 
     job = Job.load("filed")
     assert job.wait(timeout=30).value == "failed" and ", line 2, in <module>" in job.logs()
@@ -249,8 +249,8 @@ def test_a_finished_job_leaves_no_process_behind_not_even_its_clocks_sleep(home,
 
 
 def test_a_reason_with_escapes_in_an_old_record_reaches_the_terminal_as_text(home, store, fake_backend, backends):
-    from jupyter_trainer import summary
-    from jupyter_trainer.jobs import JobRecord, Status
+    from jupyter_trainer.view import summary
+    from jupyter_trainer.core.record import JobRecord, Status
 
     record = JobRecord(name="old", backend="host", status=Status.FAILED, reason="boom\x1b]0;pwned\x07 \x1b[2J\nsecond line")
     for text in (summary.one_line(record, backends), summary.status_block(record, backends)):
@@ -266,11 +266,11 @@ def test_the_command_line_and_the_magics_use_the_registry_they_are_given(home, s
     from IPython.core.interactiveshell import InteractiveShell
 
     from jupyter_trainer.backends import DEFAULT, KNOWN, UnknownBackend
-    from jupyter_trainer.cli import run
-    from jupyter_trainer.jobs import Observation
-    from jupyter_trainer.magics import TrainerMagics
-    from jupyter_trainer.spec import DetachedSpec
-    from jupyter_trainer.submit import submit_detached
+    from jupyter_trainer.surfaces.cli import run
+    from jupyter_trainer.core.record import Observation
+    from jupyter_trainer.surfaces.magics import TrainerMagics
+    from jupyter_trainer.spec.job_spec import DetachedSpec
+    from jupyter_trainer.jobs.submit import submit_detached
 
     assert "fake" not in KNOWN  # the tests' own backend is registered by them
     submit_detached(DetachedSpec(script="print(1)", backend="fake", workdir=os.getcwd()), name="faked", store=store, backends=backends)
@@ -292,8 +292,8 @@ def test_the_metrics_json_is_json_dumps_own_text(monkeypatch):
     import math
     import random
 
-    from jupyter_trainer import cli
-    from jupyter_trainer.job import MetricColumn
+    from jupyter_trainer.surfaces import cli
+    from jupyter_trainer.jobs.job import MetricColumn
 
     monkeypatch.setattr(cli, "JSON_BLOCK", 7)  # blocks of every kind, and their joins
     odd = [0.0, -0.0, 1e16, -1e16, 9999999999999998.0, 1e15 + 0.5, 5e-324, 1e308, math.nan, math.inf, -math.inf, 0.1, 3.0]

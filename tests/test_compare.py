@@ -10,13 +10,13 @@ import sys
 import pytest
 from conftest import wait_for
 
-from jupyter_trainer import compare as rules
-from jupyter_trainer.compare_runs import ComparedRun, compare, load_runs
+from jupyter_trainer.metrics import comparison as rules
+from jupyter_trainer.view.compare_runs import ComparedRun, compare, load_runs
 from jupyter_trainer.errors import TrainerError
-from jupyter_trainer.jobs import Observation
-from jupyter_trainer.spec import DetachedSpec, build_spec
-from jupyter_trainer.store import CLOCK_FILE
-from jupyter_trainer.submit import submit_detached
+from jupyter_trainer.core.record import Observation
+from jupyter_trainer.spec.job_spec import DetachedSpec, build_spec
+from jupyter_trainer.core.store import CLOCK_FILE
+from jupyter_trainer.jobs.submit import submit_detached
 
 
 def fake_job(store, backends, name, started_at=None):
@@ -187,13 +187,13 @@ def test_an_unknown_job_is_one_clear_error(store, backends):
 
 @pytest.fixture
 def view_of(quiet_comm):
-    from jupyter_trainer.compare_view import CompareWidget
+    from jupyter_trainer.view.compare_view import CompareWidget
 
     return CompareWidget
 
 
 def test_the_view_draws_one_curve_per_job_with_its_colour_legend_and_row(store, fake_backend, backends, view_of):
-    from jupyter_trainer.plot import RUN_PALETTE
+    from jupyter_trainer.view.charts import RUN_PALETTE
 
     a, b, c = (fake_job(store, backends, name) for name in ("lr-0.1", "lr-0.01", "empty"))
     append(a, "".join(f"step {s} loss: {1 / (s + 1):.3f}\n" for s in range(20)))
@@ -223,14 +223,14 @@ def test_the_view_draws_one_curve_per_job_with_its_colour_legend_and_row(store, 
 def test_views_share_the_one_poller_thread(store, fake_backend, backends, view_of, monkeypatch):
     import threading
 
-    from jupyter_trainer import widget
+    from jupyter_trainer.view import poller as poller_module
 
-    monkeypatch.setattr(widget, "_poller", None)
+    monkeypatch.setattr(poller_module, "_poller", None)
     a, b = fake_job(store, backends, "p1"), fake_job(store, backends, "p2")
     before = threading.active_count()
     first, second = view_of([ComparedRun(a), ComparedRun(b)]), view_of([ComparedRun(b), ComparedRun(a)])
     assert threading.active_count() == before  # a view starts no thread of its own
-    poller = widget.poller()
+    poller = poller_module.poller()
     poller.watch(first)
     poller.watch(second)
     assert poller.widgets == [first, second] and poller.running
@@ -259,7 +259,7 @@ def test_a_failing_job_is_said_in_the_view_and_the_others_go_on(store, fake_back
 
 
 def test_a_wrapped_legend_makes_room_for_every_job():
-    from jupyter_trainer.plot import chart_svg
+    from jupyter_trainer.view.charts import chart_svg
 
     curves = [(f"a-rather-long-job-name-{index}", [(0, 1.0), (1, 0.5)], "#3b82f6") for index in range(6)]
     svg = chart_svg("loss", "step", curves, 640, 260, wrap_legend=True)
@@ -280,7 +280,7 @@ def host_job(name, script, workdir):
 
 
 def cli(*args):
-    return subprocess.run([sys.executable, "-m", "jupyter_trainer.cli", *args], capture_output=True, text=True, timeout=60)
+    return subprocess.run([sys.executable, "-m", "jupyter_trainer", *args], capture_output=True, text=True, timeout=60)
 
 
 def test_the_command_line_compares_as_text_and_json(home, workdir):
@@ -336,8 +336,8 @@ def test_the_magic_prints_the_table_in_a_terminal_and_says_an_unknown_job_in_one
 
 
 def test_ticked_rows_of_the_jobs_table_are_compared_below_it(store, fake_backend, backends, quiet_comm):
-    from jupyter_trainer.compare_view import CompareWidget
-    from jupyter_trainer.jobs_view import JobsTable
+    from jupyter_trainer.view.compare_view import CompareWidget
+    from jupyter_trainer.view.jobs_table import JobsTable
 
     jobs = [fake_job(store, backends, name) for name in ("t1", "t2", "t3")]
     for index, job in enumerate(jobs):

@@ -18,11 +18,11 @@ from conftest import TEST_IMAGE
 
 from jupyter_trainer.backends import Backends
 from jupyter_trainer.backends.sagemaker.reasons import kept_text, reason_from_file
-from jupyter_trainer.jobs import JobRecord, Observation, Status, resolve
-from jupyter_trainer.logs import clean_line
-from jupyter_trainer.spec import build_spec
-from jupyter_trainer.submit import submit_detached
-from jupyter_trainer.terminal import terminal_lines
+from jupyter_trainer.core.record import JobRecord, Observation, Status, resolve
+from jupyter_trainer.logs.reading import clean_line
+from jupyter_trainer.spec.job_spec import build_spec
+from jupyter_trainer.jobs.submit import submit_detached
+from jupyter_trainer.logs.terminal import terminal_lines
 
 DIRECTION_CONTROLS = "\u200e\u200f\u061c\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069"
 REVERSED = "status: \u202edeliaf\u202c ok"  # "status: failed ok", where it is shown as written
@@ -35,14 +35,14 @@ def directed(text: str) -> list[str]:
 
 
 def cli(*words, timeout=60):
-    return subprocess.run([sys.executable, "-m", "jupyter_trainer.cli", *words], capture_output=True, text=True, timeout=timeout)
+    return subprocess.run([sys.executable, "-m", "jupyter_trainer", *words], capture_output=True, text=True, timeout=timeout)
 
 
 def widget_of(job, monkeypatch):
     import comm
 
     monkeypatch.setattr(comm, "create_comm", lambda *a, **k: comm.DummyComm(*a, **k))
-    from jupyter_trainer.widget import JobWidget
+    from jupyter_trainer.view.job_widget import JobWidget
 
     view = JobWidget(job)
     view.poll(now=time.time())
@@ -57,14 +57,14 @@ def test_each_direction_control_is_dropped_as_a_terminal_escape_is(control, tmp_
     assert kept_text(written) == "loss 0.5 done"  # a runtime's failure reason
     (tmp_path / "failure").write_text(written)
     assert reason_from_file(tmp_path / "failure") == "loss 0.5 done"  # local mode's failure file
-    from jupyter_trainer.wording import readable  # the one place that says what is not shown
+    from jupyter_trainer.core.wording import readable  # the one place that says what is not shown
 
     assert readable(written) == "loss 0.5 done"
 
 
 def test_right_to_left_text_itself_and_what_a_terminal_keeps_are_kept():
     """Only the controls go: Hebrew and Arabic letters, tabs, newlines and joiners are text."""
-    from jupyter_trainer.wording import readable
+    from jupyter_trainer.core.wording import readable
 
     text = "שלום\tمرحبا\nline two\u200d"
     assert readable(text) == text
@@ -101,10 +101,10 @@ def test_a_log_that_reverses_its_words_is_shown_in_their_order(home, workdir, mo
 def test_a_runtime_reason_that_reverses_its_words_is_recorded_and_shown_readable(store, fake_backend, backends, monkeypatch, capsys):
     """A failure reason from the job's side (SageMaker's failure file, a runtime's words) in the
     record, `status`, `status --json`, `list`, the widget's header and the jobs table."""
-    from jupyter_trainer import cli as command_line
-    from jupyter_trainer.job import Job
-    from jupyter_trainer.jobs_view import status_cell
-    from jupyter_trainer.spec import DetachedSpec
+    from jupyter_trainer.surfaces import cli as command_line
+    from jupyter_trainer.jobs.job import Job
+    from jupyter_trainer.view.jobs_table import status_cell
+    from jupyter_trainer.spec.job_spec import DetachedSpec
 
     spec = DetachedSpec(script="x", backend="fake", workdir=os.getcwd())
     job = submit_detached(spec, name="said", store=store, backends=backends).job
@@ -144,7 +144,7 @@ def test_what_slurm_says_of_a_job_is_kept_and_shown_readable():
     from jupyter_trainer.backends.base import SupervisorFacts
     from jupyter_trainer.backends.slurm import states
     from jupyter_trainer.backends.slurm.queue import SlurmJob
-    from jupyter_trainer.summary import where
+    from jupyter_trainer.view.summary import where
 
     waiting = SlurmJob("7", "PENDING", "\u202eytiroirP", partition="gpu\u2066s", submitted_at=time.time())
     seen = states.observe(waiting, SupervisorFacts(), stop_requested=False, job_id="7")
@@ -184,7 +184,7 @@ def test_a_failure_file_that_reverses_its_words_in_local_mode_is_shown_readable(
     from conftest import IN_CI
 
     __import__("sagemaker") if IN_CI else pytest.importorskip("sagemaker")
-    from jupyter_trainer.job import Job
+    from jupyter_trainer.jobs.job import Job
 
     monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
     output = tmp_path / "output"
@@ -213,9 +213,9 @@ def test_a_failure_file_that_reverses_its_words_in_local_mode_is_shown_readable(
 def test_metric_names_a_job_forged_into_the_metrics_cache_are_never_shown(store, fake_backend, backends):
     """The charts and tables show metric names: the reader's are printable ASCII, and the cache
     beside the record (which a job can write) is not taken when it names others."""
-    from jupyter_trainer import metrics_cache
-    from jupyter_trainer.monitor import JobMonitor
-    from jupyter_trainer.spec import DetachedSpec
+    from jupyter_trainer.metrics import cache as metrics_cache
+    from jupyter_trainer.view.monitor import JobMonitor
+    from jupyter_trainer.spec.job_spec import DetachedSpec
 
     job = submit_detached(DetachedSpec(script="x", backend="fake", workdir=os.getcwd()), name="forged", store=store, backends=backends).job
     with open(job.run_dir / "output.log", "a") as log:

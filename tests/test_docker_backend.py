@@ -12,10 +12,10 @@ from jupyter_trainer.errors import (
     InvalidOption,
     TrainerError,
 )
-from jupyter_trainer.job import Job, get_job
-from jupyter_trainer.jobs import Status
-from jupyter_trainer.spec import build_spec
-from jupyter_trainer.submit import submit_detached
+from jupyter_trainer.jobs.job import Job, get_job
+from jupyter_trainer.core.record import Status
+from jupyter_trainer.spec.job_spec import build_spec
+from jupyter_trainer.jobs.submit import submit_detached
 
 pytestmark = pytest.mark.docker
 
@@ -42,7 +42,7 @@ def test_container_is_created_once_persistent_and_labelled(docker_client, docker
 
 
 def test_a_job_sees_its_containers_jobs_only_and_its_files_are_the_stores(docker_image, workdir, home, tmp_path):
-    from jupyter_trainer.spec import build_spec as spec_of
+    from jupyter_trainer.spec.job_spec import build_spec as spec_of
 
     host_job = submit_detached(
         spec_of("print('host secret')\n", host=True, image=None, container=None, workdir=str(workdir), gpus=None), name="elsewhere"
@@ -139,7 +139,7 @@ def test_stop_container_when_done_is_refused_where_the_container_cannot_stop_its
 
 
 def test_stop_container_when_done_waits_for_other_stores_jobs(docker_client, docker_image, workdir, home, tmp_path):
-    from jupyter_trainer.store import JobStore
+    from jupyter_trainer.core.store import JobStore
 
     long = submit_detached(docker_spec("import time\ntime.sleep(6)\n", workdir, docker_image), name="long").job
     wait_for(lambda: long.status is Status.RUNNING, what="the long job to run")

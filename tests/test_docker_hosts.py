@@ -8,7 +8,7 @@ from conftest import IN_CI
 
 from jupyter_trainer.backends.docker.hosts import LOCAL_SOCKET, Engine, resolve
 from jupyter_trainer.errors import InvalidOption
-from jupyter_trainer.spec import build_spec
+from jupyter_trainer.spec.job_spec import build_spec
 
 
 def docker_cli(config_dir, *words):

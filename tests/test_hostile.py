@@ -18,11 +18,11 @@ from test_logs import CountingSource
 
 from jupyter_trainer.backends.base import FileLogSource
 from jupyter_trainer.errors import TrainerError
-from jupyter_trainer.job import get_job
-from jupyter_trainer.jobs import Status
-from jupyter_trainer.logs import MetricParser, tail_lines
-from jupyter_trainer.spec import Metric, build_spec
-from jupyter_trainer.submit import submit_detached
+from jupyter_trainer.jobs.job import get_job
+from jupyter_trainer.core.record import Status
+from jupyter_trainer.logs.reading import MetricParser, tail_lines
+from jupyter_trainer.spec.job_spec import Metric, build_spec
+from jupyter_trainer.jobs.submit import submit_detached
 
 
 def submit(script, where, workdir, name, **options):
@@ -36,8 +36,8 @@ SUBMITTER = r"""
 import json, os, sys, time
 from jupyter_trainer.backends.base import FileLogSource
 from jupyter_trainer.errors import TrainerError
-from jupyter_trainer.spec import build_spec
-from jupyter_trainer.submit import submit_detached
+from jupyter_trainer.spec.job_spec import build_spec
+from jupyter_trainer.jobs.submit import submit_detached
 
 name, script, go, workdir = sys.argv[1:5]
 spec = build_spec(script, host=True, image=None, container=None, workdir=workdir, gpus=None)
@@ -87,7 +87,7 @@ time.sleep(600)
 
 
 def cli(*words):
-    return subprocess.run([sys.executable, "-m", "jupyter_trainer.cli", *words], capture_output=True, text=True, timeout=120)
+    return subprocess.run([sys.executable, "-m", "jupyter_trainer", *words], capture_output=True, text=True, timeout=120)
 
 
 @pytest.mark.parametrize(
@@ -255,7 +255,7 @@ def test_a_forged_record_never_gets_an_unrelated_process_signalled(workdir, home
 
 
 def test_the_default_metrics_are_linear_and_any_pattern_is_bounded(tmp_path):
-    from jupyter_trainer.metrics import MetricReader
+    from jupyter_trainer.metrics.reader import MetricReader
 
     hostile = b"epoch 1 loss" + b" " * 20_000 + b"\n"
     fair = b"epoch 2 step 0 loss" + b" " * 300 + b"0.25\nstep 1 loss: 0.5\nstep 2 loss=0.75\n"
@@ -287,7 +287,7 @@ def test_a_kernel_keeps_answering_while_its_widget_reads_a_hostile_log(workdir, 
         assert reply["content"]["status"] == "ok", reply
         wait_for(lambda: get_job("hostile-log").logs(tail=1).endswith("nothing\n"), what="the job to print")
         # the poller thread reads the log meanwhile; a match never holds the GIL for long
-        probe = "from jupyter_trainer.widget import poller; print(sum(w.monitor.cursor.offset for w in poller().widgets))"
+        probe = "from jupyter_trainer.view.poller import poller; print(sum(w.monitor.cursor.offset for w in poller().widgets))"
         read = 0
         for _ in range(40):
             output = []
@@ -326,8 +326,8 @@ def test_a_truncated_log_is_followed_from_its_new_start(how, workdir, home, tmp_
     go = tmp_path / "go"
     truncate = TRUNCATIONS[how].format(rotated=str(tmp_path / "rotated.log"))
     job = submit(TRUNCATOR.format(go=str(go), truncate=truncate), {"host": True, "image": None}, workdir, "truncated")
-    follower = subprocess.Popen([sys.executable, "-m", "jupyter_trainer.cli", "logs", "truncated", "-f"], stdout=subprocess.PIPE, text=True)
-    from jupyter_trainer.monitor import JobMonitor
+    follower = subprocess.Popen([sys.executable, "-m", "jupyter_trainer", "logs", "truncated", "-f"], stdout=subprocess.PIPE, text=True)
+    from jupyter_trainer.view.monitor import JobMonitor
 
     monitor = JobMonitor(get_job("truncated"))
     monitor.start()
@@ -375,7 +375,7 @@ for i in range(2000):
 print()
 """
     job = submit(script, {"host": True, "image": None}, workdir, "redraws")
-    from jupyter_trainer.monitor import JobMonitor
+    from jupyter_trainer.view.monitor import JobMonitor
 
     monitor = JobMonitor(get_job("redraws"), read_budget=4096)  # small reads: redraws cut anywhere
     monitor.start()
@@ -573,7 +573,7 @@ def test_printing_a_huge_log_whole_never_holds_it_in_memory(workdir, home):
     measured = (
         "import runpy, sys\n"
         "sys.argv = ['jupyter-trainer', 'logs', 'huge']\n"
-        "try:\n    runpy.run_module('jupyter_trainer.cli', run_name='__main__')\n"
+        "try:\n    runpy.run_module('jupyter_trainer.surfaces.cli', run_name='__main__')\n"
         "except SystemExit as exit:\n    assert not exit.code\n"
         # VmHWM, not ru_maxrss: the latter keeps the forking parent's peak across exec
         "print(next(l.split()[1] for l in open('/proc/self/status') if l.startswith('VmHWM')), file=sys.stderr)\n"
@@ -706,7 +706,7 @@ def test_a_relative_store_path_is_made_absolute(tmp_path, monkeypatch, workdir):
     job = submit("print(1)\n", {"host": True, "image": None}, workdir, "anchored")
     assert job.store.home == tmp_path / "relative-store"
     elsewhere = subprocess.run(
-        [sys.executable, "-m", "jupyter_trainer.cli", "list"], capture_output=True, text=True, cwd=tmp_path, timeout=60
+        [sys.executable, "-m", "jupyter_trainer", "list"], capture_output=True, text=True, cwd=tmp_path, timeout=60
     )
     assert "anchored" in elsewhere.stdout
 
@@ -738,7 +738,7 @@ def test_a_job_that_replaces_its_exit_code_file_keeps_its_outcome(where, workdir
 
 STOPPER_KILLED_BEFORE_SIGNALLING = """
 import os, signal
-from jupyter_trainer.job import get_job
+from jupyter_trainer.jobs.job import get_job
 job = get_job("interrupted")
 job.backend_impl().stop = lambda *args, **kwargs: os.kill(os.getpid(), signal.SIGKILL)
 job.stop()

@@ -14,9 +14,9 @@ from small_store import small_store as mounted_small_store
 from conftest import wait_for
 
 from jupyter_trainer.backends.slurm.queue import QUEUE
-from jupyter_trainer.housekeeping import remove_runs
-from jupyter_trainer.job import Job
-from jupyter_trainer.jobs import Status
+from jupyter_trainer.jobs.housekeeping import remove_runs
+from jupyter_trainer.jobs.job import Job
+from jupyter_trainer.core.record import Status
 
 import slurm_cluster
 
@@ -24,7 +24,7 @@ LONG = "import time\nprint('up', flush=True)\ntime.sleep(300)\n"
 
 
 def cli(*args, timeout=60, **options):
-    return subprocess.run([sys.executable, "-m", "jupyter_trainer.cli", *args], capture_output=True, text=True, timeout=timeout, **options)
+    return subprocess.run([sys.executable, "-m", "jupyter_trainer", *args], capture_output=True, text=True, timeout=timeout, **options)
 
 
 # -- Slurm: the token is only as good as the record that names it -------------------------------
@@ -224,7 +224,7 @@ def test_a_job_removed_while_it_is_compared_is_not_said_to_have_no_values(home, 
     between (`jupyter-trainer rm` from another terminal; seen with 500 jobs, rm landing within the
     comparison's second) is shown as `completed ... 0 points` with the note "no value of loss in
     its log", which its log, when it was there, had fifty of. It should say the job was removed."""
-    from jupyter_trainer.compare_runs import compare, load_runs
+    from jupyter_trainer.view.compare_runs import compare, load_runs
 
     (workdir / "train.py").write_text("for step in range(50):\n    print(f'step {step} loss: {1 / (step + 1):.4f}')\n")
     for name in ("kept", "removed"):
@@ -246,8 +246,8 @@ def test_a_metrics_cache_with_an_infinite_count_is_not_taken(home, workdir, fiel
     that is not ours is read past; JSON's Infinity (or 1e400) as its `unread` (new in version 7)
     or its `offset` is int()-ed into an OverflowError, which no check catches: the view of the
     job (its widget, %train_logs) fails instead of reading the log."""
-    from jupyter_trainer import metrics_cache
-    from jupyter_trainer.monitor import JobMonitor
+    from jupyter_trainer.metrics import cache as metrics_cache
+    from jupyter_trainer.view.monitor import JobMonitor
 
     (workdir / "train.py").write_text("for step in range(1, 101):\n    print(f'step {step} loss: {1 / step}')\n")
     assert cli("submit", "train.py", "--host", "--name", "cached", cwd=workdir).returncode == 0
@@ -307,7 +307,7 @@ def test_a_log_truncated_while_its_view_passes_over_nuls_is_said_and_read_from_i
     log before the truncation: held). After the view left a run of NULs unread (skip_to), it has no
     bytes to check (LogCursor._check is emptied) and learns them from the log as it is at the next
     read: the truncation goes unsaid and steps 1 to 4 are never in its metrics."""
-    from jupyter_trainer.monitor import JobMonitor
+    from jupyter_trainer.view.monitor import JobMonitor
 
     (workdir / "t.py").write_text(TRUNCATES_AFTER_NULS)
     assert cli("submit", "t.py", "--host", "--name", "nul-cut", cwd=workdir).returncode == 0

@@ -14,15 +14,15 @@ import pytest
 from conftest import IN_CI, TEST_IMAGE, wait_for
 
 from jupyter_trainer.errors import UnknownJob
-from jupyter_trainer.job import Job, get_job
-from jupyter_trainer.jobs import JobRecord, Status
-from jupyter_trainer.proc import ProcessIdentity
-from jupyter_trainer.spec import build_spec
-from jupyter_trainer.submit import submit_detached
+from jupyter_trainer.jobs.job import Job, get_job
+from jupyter_trainer.core.record import JobRecord, Status
+from jupyter_trainer.core.processes import ProcessIdentity
+from jupyter_trainer.spec.job_spec import build_spec
+from jupyter_trainer.jobs.submit import submit_detached
 
 
 def cli(*args):
-    return subprocess.run([sys.executable, "-m", "jupyter_trainer.cli", *args], capture_output=True, text=True, timeout=120)
+    return subprocess.run([sys.executable, "-m", "jupyter_trainer", *args], capture_output=True, text=True, timeout=120)
 
 
 def host_job(name, script, workdir, rerun=False):
@@ -265,7 +265,7 @@ def test_rm_and_stop_of_one_name_at_once_each_say_the_truth(home, workdir):
         # a job that ends by itself around the time both arrive, and one that needs the stop
         job = host_job(name, f"import time\ntime.sleep({0.3 * attempt})\n", workdir)
         wait_for(lambda: job.refresh().status is not Status.PENDING, what="the job to start")
-        command = [sys.executable, "-m", "jupyter_trainer.cli"]
+        command = [sys.executable, "-m", "jupyter_trainer"]
         stopping = subprocess.Popen([*command, "stop", name], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         removing = subprocess.Popen([*command, "rm", name], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         (stop_out, stop_err), (rm_out, rm_err) = stopping.communicate(timeout=120), removing.communicate(timeout=120)
@@ -290,7 +290,7 @@ def test_rm_and_stop_of_one_name_at_once_each_say_the_truth(home, workdir):
 
 # -- prune --containers and the containers that submissions are starting --------------------------
 
-PRUNE_CONTAINERS = [sys.executable, "-m", "jupyter_trainer.cli", "prune", "--older-than", "7d", "--containers"]
+PRUNE_CONTAINERS = [sys.executable, "-m", "jupyter_trainer", "prune", "--older-than", "7d", "--containers"]
 PRUNE_WAIT = 10  # seconds: far longer than a prune that does not wait takes
 
 
@@ -348,7 +348,8 @@ def test_prune_containers_that_read_the_records_first_leaves_a_container_being_c
     slow_prune = textwrap.dedent(
         f"""
         import pathlib, sys, time
-        from jupyter_trainer import cli, store
+        from jupyter_trainer.surfaces import cli
+        from jupyter_trainer.core import store
 
         records = store.JobStore.records
 

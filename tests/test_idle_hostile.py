@@ -11,12 +11,12 @@ from comm.base_comm import BaseComm
 from conftest import wait_for
 from test_widget import Clock, fake_job
 
-from jupyter_trainer._changes import LOST, ChangeWaiter
-from jupyter_trainer.job import get_job
-from jupyter_trainer.proc import SHARED_SCAN_SECONDS
-from jupyter_trainer.spec import build_spec
-from jupyter_trainer.submit import submit_detached
-from jupyter_trainer.widget import WATCH_CHECK_SECONDS, JobWidget
+from jupyter_trainer.logs.watch import LOST, ChangeWaiter
+from jupyter_trainer.jobs.job import get_job
+from jupyter_trainer.core.processes import SHARED_SCAN_SECONDS
+from jupyter_trainer.spec.job_spec import build_spec
+from jupyter_trainer.jobs.submit import submit_detached
+from jupyter_trainer.view.job_widget import WATCH_CHECK_SECONDS, JobWidget
 
 MIB = 1 << 20
 
@@ -190,8 +190,8 @@ def test_a_new_kernel_sees_every_value_whichever_save_it_starts_from(store, fake
     of the log gives. The log is written in pieces cut anywhere (a line split across two reads)."""
     import random
 
-    from jupyter_trainer import monitor as monitor_module
-    from jupyter_trainer.monitor import JobMonitor
+    from jupyter_trainer.view import monitor as monitor_module
+    from jupyter_trainer.view.monitor import JobMonitor
 
     monkeypatch.setattr(monitor_module, "SAVE_SECONDS", 0.0)  # a save at every read that caught up
     rng = random.Random(7)
@@ -281,7 +281,7 @@ def test_a_view_whose_directory_cannot_be_watched_is_not_taken_for_watched(store
     """With the watches nearly spent, some views get their log's watch and not their directory's:
     their exit code's file is never told, so their status must be checked as often as an
     unwatched view's, not every watched_status_interval."""
-    from jupyter_trainer.widget import Poller
+    from jupyter_trainer.view.poller import Poller
 
     views = [JobWidget(fake_job(store, backends, name=f"v{index}"), clock=Clock()) for index in range(20)]
     for view in views:
@@ -318,7 +318,7 @@ sys.exit(3)
 def test_a_quiet_watched_job_that_ends_is_shown_ended_at_once(home, workdir, how):
     """A watched view's status is checked every watched_status_interval (10 s on the host), and at
     once when a run file that may be a status changes: a quiet job's end is shown in a second."""
-    from jupyter_trainer.widget import Poller
+    from jupyter_trainer.view.poller import Poller
 
     job = host_job("quiet-end", QUIET_THEN_ENDS, workdir)
     try:
@@ -345,7 +345,7 @@ def test_the_notebooks_copy_of_the_view_is_kept_up_after_the_wall_clock_jumps_ba
     laptop's suspend) must not leave the notebook an hour behind the view."""
     import IPython.display
 
-    from jupyter_trainer.widget import SAVE_INTERVAL
+    from jupyter_trainer.view.job_widget import SAVE_INTERVAL
 
     updates = []
 
@@ -412,7 +412,7 @@ def test_a_view_of_a_removed_run_whose_name_is_taken_again_does_not_follow_the_n
     says its job was removed and shows nothing of the new one; a handle on the old run refuses to
     answer for the new one, in one line."""
     from jupyter_trainer.errors import UnknownJob
-    from jupyter_trainer.housekeeping import remove_runs
+    from jupyter_trainer.jobs.housekeeping import remove_runs
 
     old = host_job("same", QUIET_THEN_ENDS, workdir)
     view = JobWidget(old)
@@ -464,10 +464,10 @@ def test_a_comparison_and_the_jobs_table_beside_a_job_view_on_one_poller(home, w
     """The poller serves job views, comparisons and the live jobs table alike: none of them may
     break its wait (then no view sleeps, and each comparison says "cannot refresh"), and the job
     view is still watched beside them."""
-    from jupyter_trainer.compare_runs import load_runs
-    from jupyter_trainer.compare_view import CompareWidget
-    from jupyter_trainer.jobs_view import JobsTable
-    from jupyter_trainer.widget import Poller
+    from jupyter_trainer.view.compare_runs import load_runs
+    from jupyter_trainer.view.compare_view import CompareWidget
+    from jupyter_trainer.view.jobs_table import JobsTable
+    from jupyter_trainer.view.poller import Poller
 
     jobs = [host_job(name, TWO_STEPS, workdir) for name in ("cmp-a", "cmp-b")]
     poller = Poller()
@@ -508,7 +508,7 @@ def test_a_status_check_that_waited_for_the_record_while_its_run_was_replaced_wr
     import threading
 
     from jupyter_trainer.errors import JobReplaced
-    from jupyter_trainer.store import JobStore
+    from jupyter_trainer.core.store import JobStore
 
     store = JobStore()
     old = host_job("same", ENDS_AT_ONCE, workdir)
@@ -562,7 +562,7 @@ def test_following_a_log_whose_run_is_removed_and_replaced_never_yields_the_new_
     growing: a run removed and replaced between two reads has a new log at the same path, which
     grows all the time. What follows the old run must stop there, not follow the new job."""
     from jupyter_trainer.errors import JobReplaced
-    from jupyter_trainer.housekeeping import remove_runs
+    from jupyter_trainer.jobs.housekeeping import remove_runs
 
     old = host_job("same", QUIET_THEN_ENDS, workdir)
     lines = old.follow(tail=0, interval=0.05)

@@ -14,9 +14,9 @@ import textwrap
 import pytest
 from conftest import wait_for
 
-from jupyter_trainer.job import get_job
-from jupyter_trainer.jobs import Status
-from jupyter_trainer.store import SCRIPT_FILE, JobStore
+from jupyter_trainer.jobs.job import get_job
+from jupyter_trainer.core.record import Status
+from jupyter_trainer.core.store import SCRIPT_FILE, JobStore
 
 # a clone-shaped folder: train.py beside the modules it imports, a package, data and a .gitignore
 TRAIN = textwrap.dedent(
@@ -166,7 +166,7 @@ def test_a_changed_script_does_not_replace_its_running_job(repo, home, shell, ca
 
 
 def test_submit_runs_the_script_in_place_from_the_terminals_directory(where, repo, home):
-    command = [sys.executable, "-m", "jupyter_trainer.cli", "submit", "train.py", "--name", "terminal", "--", "--epochs", "1"]
+    command = [sys.executable, "-m", "jupyter_trainer", "submit", "train.py", "--name", "terminal", "--", "--epochs", "1"]
     if where["host"]:
         command[5:5] = ["--host"]
     else:
@@ -260,7 +260,7 @@ def test_status_json_names_the_script_run_in_place(repo, home, shell, capsys):
     result, out = run(shell, capsys, "%train_detached train.py --host --name shown --no-widget")
     assert result.success, out
     finished("shown")
-    shown = json.loads(subprocess.run([sys.executable, "-m", "jupyter_trainer.cli", "status", "shown", "--json"], capture_output=True, text=True, check=True).stdout)
+    shown = json.loads(subprocess.run([sys.executable, "-m", "jupyter_trainer", "status", "shown", "--json"], capture_output=True, text=True, check=True).stdout)
     assert shown["options"]["script_path"] == str(repo / "train.py")
 
 
@@ -333,7 +333,7 @@ def test_a_linked_script_runs_under_the_links_name_as_python_does(where, repo, h
     (repo / "absolute.py").symlink_to(repo / "real" / "impl.py")
     seen = folder_seen(where, repo)
     for link in ("relative", "absolute"):
-        command = [sys.executable, "-m", "jupyter_trainer.cli", "submit", f"{link}.py", *placement(where).split(), "--name", link]
+        command = [sys.executable, "-m", "jupyter_trainer", "submit", f"{link}.py", *placement(where).split(), "--name", link]
         result = subprocess.run(command, capture_output=True, text=True, cwd=repo, timeout=120)
         assert result.returncode == 0, result.stderr
         shown = facts(finished(link).logs())
@@ -341,7 +341,7 @@ def test_a_linked_script_runs_under_the_links_name_as_python_does(where, repo, h
     if not where["host"]:  # a link to a file the container cannot see is refused, as that file is
         (tmp_path / "elsewhere.py").write_text("print(1)\n")
         (repo / "away.py").symlink_to(tmp_path / "elsewhere.py")
-        result = subprocess.run([sys.executable, "-m", "jupyter_trainer.cli", "submit", "away.py", *placement(where).split()], capture_output=True, text=True, cwd=repo, timeout=120)
+        result = subprocess.run([sys.executable, "-m", "jupyter_trainer", "submit", "away.py", *placement(where).split()], capture_output=True, text=True, cwd=repo, timeout=120)
         assert result.returncode == 1 and f"{repo}/away.py is not inside --workdir {repo}" in result.stderr and result.stderr.count("\n") == 1, result.stderr
 
 
@@ -349,7 +349,7 @@ def test_a_script_is_named_inside_its_folder_as_it_was_given(tmp_path):
     """The name a job gives the script, relative to the folder it sees: a link keeps its own name,
     whichever name of the folder the path was given under; one that only its target places in the
     folder (the link itself outside) is named by its target; a target outside is not inside."""
-    from jupyter_trainer.in_place import inside, named_inside
+    from jupyter_trainer.spec.in_place import inside, named_inside
 
     folder, outside = tmp_path / "clone", tmp_path / "outside"
     (folder / "real").mkdir(parents=True)
@@ -371,7 +371,7 @@ def test_a_script_is_named_inside_its_folder_as_it_was_given(tmp_path):
 def test_a_fifo_or_a_proc_file_as_the_script_is_one_line_not_a_hang(repo, home):
     os.mkfifo(repo / "fifo.py")
     for script in ("fifo.py", "/proc/self/environ"):
-        result = subprocess.run([sys.executable, "-m", "jupyter_trainer.cli", "submit", script, "--host"], capture_output=True, text=True, cwd=repo, timeout=60)
+        result = subprocess.run([sys.executable, "-m", "jupyter_trainer", "submit", script, "--host"], capture_output=True, text=True, cwd=repo, timeout=60)
         assert result.returncode == 1 and "it is not a regular file" in result.stderr and result.stderr.count("\n") == 1, result.stderr
 
 
@@ -396,7 +396,7 @@ def test_a_remote_jobs_missing_script_says_where_on_its_host_it_is_looked_for(ho
     }
     said = {}
     for case, given in words.items():
-        result = subprocess.run([sys.executable, "-m", "jupyter_trainer.cli", "submit", *given], capture_output=True, text=True, cwd=tmp_path, timeout=60)
+        result = subprocess.run([sys.executable, "-m", "jupyter_trainer", "submit", *given], capture_output=True, text=True, cwd=tmp_path, timeout=60)
         assert result.returncode != 0 and len(result.stderr.strip().splitlines()) == 1, result.stderr
         said[case] = result.stderr
     assert "a script on gpu-server.invalid is looked for only in --workdir there" in said["no workdir"], said

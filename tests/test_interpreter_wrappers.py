@@ -10,8 +10,8 @@ import textwrap
 
 import pytest
 
-from jupyter_trainer.job import get_job
-from jupyter_trainer.jobs import Status, describe_outcome
+from jupyter_trainer.jobs.job import get_job
+from jupyter_trainer.core.record import Status, describe_outcome
 
 # what the script shows of how it was started, in one line
 SHOWS = textwrap.dedent(
@@ -45,7 +45,7 @@ def folder(tmp_path, monkeypatch):
 
 def submit(where, name, interpreter, args=()):
     placement = ["--host"] if where["host"] else ["--image", where["image"]]
-    command = [sys.executable, "-m", "jupyter_trainer.cli", "submit", "train.py", *placement, "--name", name, "--interpreter", interpreter]
+    command = [sys.executable, "-m", "jupyter_trainer", "submit", "train.py", *placement, "--name", name, "--interpreter", interpreter]
     result = subprocess.run([*command, "--", *args] if args else command, capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr
     job = get_job(name)

@@ -19,7 +19,7 @@ import pytest
 # written, or once it is, before the submission goes on
 KILLED_SUBMIT = r"""
 import os, signal, sys
-from jupyter_trainer.store import JobStore
+from jupyter_trainer.core.store import JobStore
 
 write = JobStore._write
 
@@ -31,7 +31,7 @@ def killed_there(self, run_dir, record):
 
 
 JobStore._write = killed_there
-from jupyter_trainer.cli import main
+from jupyter_trainer.surfaces.cli import main
 
 sys.exit(main(sys.argv[2:]))
 """
@@ -39,7 +39,7 @@ MOMENTS = ["before-the-record", "after-the-record"]
 
 
 def cli(*words, cwd=None):
-    return subprocess.run([sys.executable, "-m", "jupyter_trainer.cli", *words], capture_output=True, text=True, timeout=120, cwd=cwd)
+    return subprocess.run([sys.executable, "-m", "jupyter_trainer", *words], capture_output=True, text=True, timeout=120, cwd=cwd)
 
 
 def killed_submit(moment, workdir, *words):
@@ -49,7 +49,7 @@ def killed_submit(moment, workdir, *words):
 
 def submitted(workdir, *words):
     """A real submission: the job's name and run, once it has completed."""
-    from jupyter_trainer.job import Job
+    from jupyter_trainer.jobs.job import Job
 
     done = cli("submit", *words, cwd=workdir)
     assert done.returncode == 0, done.stderr
@@ -97,7 +97,7 @@ def test_rm_and_prune_leave_nothing_of_a_killed_submission(moment, home, scripts
 def test_an_empty_run_an_earlier_version_left_is_removed_once_no_submission_can_be_making_it(home, scripts, store):
     """What an earlier version's killed submission left: a run directory with no record. Younger
     than ABANDONED_AFTER it may be such a submission at work, and is left alone."""
-    from jupyter_trainer.store import ABANDONED_AFTER
+    from jupyter_trainer.core.store import ABANDONED_AFTER
 
     young = home / "jobs" / "old" / "1"
     young.mkdir(parents=True)

@@ -3,7 +3,7 @@ import time
 import pytest
 
 from jupyter_trainer.errors import InvalidName
-from jupyter_trainer.jobs import (
+from jupyter_trainer.core.record import (
     JobRecord,
     Observation,
     Status,
@@ -75,7 +75,7 @@ def test_record_round_trip():
 
 
 def test_a_reported_end_time_is_kept_between_the_start_and_now():
-    from jupyter_trainer.job import _end_time
+    from jupyter_trainer.jobs.job import _end_time
 
     record = JobRecord(name="t", backend="host", started_at=1000.5)
     assert _end_time(record, 1003.0) == 1003.0
@@ -89,7 +89,7 @@ def test_a_reported_end_time_is_kept_between_the_start_and_now():
 
 
 def test_a_failure_says_what_went_wrong_in_one_line():
-    from jupyter_trainer.jobs import Status, describe_outcome
+    from jupyter_trainer.core.record import Status, describe_outcome
 
     sagemaker = 'AlgorithmError: ExecuteUserScriptError:\nExitCode 1\nErrorMessage "ValueError: lr too high\nFile "train.py", line 3"\nCommand "python3 train.py"'
     assert describe_outcome(Status.FAILED, 1, sagemaker) == "exit code 1: the script raised an error · ValueError: lr too high"
@@ -116,7 +116,7 @@ def test_a_stop_that_never_reached_the_job_does_not_make_it_stopped():
 
 
 def test_an_unreachable_host_is_kept_as_typed_state_since_the_first_failed_look():
-    from jupyter_trainer import summary
+    from jupyter_trainer.view import summary
     from jupyter_trainer.backends import Backends
 
     running = JobRecord(name="j", backend="docker", status=Status.RUNNING, reason="cannot reach the Docker engine at unix:///x")
@@ -136,9 +136,9 @@ def test_an_unreachable_host_is_kept_as_typed_state_since_the_first_failed_look(
 
 
 def test_a_refresh_reads_the_record_again_only_once_it_has_changed(store, fake_backend, backends, monkeypatch):
-    from jupyter_trainer.job import Job
-    from jupyter_trainer.spec import DetachedSpec
-    from jupyter_trainer.submit import submit_detached
+    from jupyter_trainer.jobs.job import Job
+    from jupyter_trainer.spec.job_spec import DetachedSpec
+    from jupyter_trainer.jobs.submit import submit_detached
 
     spec = DetachedSpec(script="x", backend="fake", workdir="/")
     job = submit_detached(spec, name="r", store=store, backends=backends).job

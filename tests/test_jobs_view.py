@@ -5,11 +5,11 @@ import re
 import pytest
 from conftest import wait_for
 
-from jupyter_trainer.job import get_job
-from jupyter_trainer.jobs import Status
-from jupyter_trainer.jobs_view import JobsTable
-from jupyter_trainer.spec import build_spec
-from jupyter_trainer.submit import submit_detached
+from jupyter_trainer.jobs.job import get_job
+from jupyter_trainer.core.record import Status
+from jupyter_trainer.view.jobs_table import JobsTable
+from jupyter_trainer.spec.job_spec import build_spec
+from jupyter_trainer.jobs.submit import submit_detached
 
 
 pytestmark = pytest.mark.usefixtures("quiet_comm")  # see conftest
@@ -84,7 +84,7 @@ def test_new_removed_and_unreadable_jobs_show_at_the_next_scan(home, workdir, ca
     # the log of a row, below the table
     table.rows[("later", 1)].buttons[1].click()
     assert "hello from later" in capsys.readouterr().out + "".join(o.get("text", "") for o in table.detail.outputs)
-    from jupyter_trainer.housekeeping import remove_runs
+    from jupyter_trainer.jobs.housekeeping import remove_runs
 
     remove_runs("later")
     rescan(table)
@@ -101,9 +101,9 @@ def test_a_closed_table_is_no_longer_polled(home):
 def test_only_the_rows_shown_have_widgets(store, fake_backend, backends):
     import os
 
-    from jupyter_trainer.jobs import Observation
-    from jupyter_trainer.jobs_view import MAX_ROWS
-    from jupyter_trainer.spec import DetachedSpec
+    from jupyter_trainer.core.record import Observation
+    from jupyter_trainer.view.jobs_table import MAX_ROWS
+    from jupyter_trainer.spec.job_spec import DetachedSpec
 
     for index in range(MAX_ROWS + 20):
         submit_detached(DetachedSpec(script=f"print({index})", backend="fake", workdir=os.getcwd()), name=f"many-{index}", store=store, backends=backends)
@@ -119,7 +119,7 @@ def test_only_the_rows_shown_have_widgets(store, fake_backend, backends):
 def test_every_button_of_an_earlier_runs_row_acts_on_that_run(home, workdir, capsys):
     """With --all, an earlier run has a row of its own: its Attach opens that run's view (whose
     Stop cannot reach the newest run), its Log shows that run's log."""
-    from jupyter_trainer.spec import build_spec
+    from jupyter_trainer.spec.job_spec import build_spec
 
     host_job("twice", "print('the first run')\n", workdir).wait(timeout=30)
     spec = build_spec("print('the second run')\nimport time\ntime.sleep(600)\n", host=True, image=None, container=None, workdir=str(workdir), gpus=None)

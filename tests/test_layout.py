@@ -1,22 +1,28 @@
-"""The package's layout holds: runtime libraries stay in their backend, imports only run down the layers."""
+"""The package's layout holds: its folders are its architecture (wings), imports run one way
+between them and never in a circle, no module grows too long to read, and runtime libraries stay in
+their backend."""
 
 import ast
 from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parent.parent / "jupyter_trainer"
 
-# Lower layers never import higher ones. A module not listed is in the layer of its package.
-LAYERS = [
-    {"errors", "_fs", "proc", "jobs", "checks", "options", "spec", "surface", "naming", "resources", "ignore_patterns", "wording", "credentials", "in_place", "terminal", "interrupts", "_changes"},  # pure: names, records, status rules, options, words
-    {"store", "logs", "metrics", "metric_runs", "metric_columns", "plot", "metrics_cache", "compare"},  # the store, reading logs and metrics, charts
-    {"backends"},  # where jobs run (every module under backends/)
-    {"job", "submit", "summary", "status_checks"},  # jobs as users see them (and their status asked off the views' thread)
-    {"housekeeping"},  # removing finished runs
-    {"monitor", "compare_runs"},  # a job's view (and several jobs' series), as plain state
-    {"widget", "compare_view"},  # the views' renderers
-    {"jobs_view"},  # the live jobs table
-    {"magics", "magic_help", "cli", "__init__"},  # the surfaces
+# The wings, lowest first: a wing imports only from the wings before it (and from itself). A module
+# directly in jupyter_trainer/ is named by itself; any other by the folder it is in.
+WINGS = [
+    {"errors", "surface"},  # the error tree, and the one setting of which surface (magics or CLI) speaks
+    {"core"},  # the job record and its statuses, the store, file primitives, processes, words
+    {"spec"},  # what a cell or a line asks for: options, checks, the spec
+    {"logs"},  # reading a log, its terminal screen, the watch of its directory
+    {"metrics"},  # the metric reader, runs of lines, columns, the cache, comparison rules
+    {"backends"},  # where jobs run: the protocols, the registry, host, docker, sagemaker, slurm
+    {"jobs"},  # a job as users handle it: submit, look, stop, remove
+    {"view"},  # snapshots, live views and their poller, charts, tables, text
+    {"surfaces"},  # magics, their help, the command line
+    {"__init__", "__main__"},  # the public names, and `python -m jupyter_trainer`
 ]
+TOP_LEVEL_MODULES = 6  # at most this many modules directly in jupyter_trainer/ (the rest live in wings)
+MODULE_LINES = 600  # no module longer
 RUNTIME_LIBRARIES = {"sagemaker", "boto3", "botocore"}
 
 
@@ -43,32 +49,68 @@ def imports_of(path: Path) -> set[str]:
     return found
 
 
-def layer_of(module: str) -> int | None:
+def wing_of(module: str) -> int | None:
     parts = module.split(".")
     if parts[0] != "jupyter_trainer":
         return None
     top = parts[1] if len(parts) > 1 else "__init__"
-    return next((index for index, layer in enumerate(LAYERS) if top in layer), None)
+    return next((index for index, wing in enumerate(WINGS) if top in wing), None)
 
 
-def modules():
+def modules() -> dict[str, Path]:
     return {module_name(path): path for path in PACKAGE.rglob("*.py")}
 
 
-def test_every_module_has_a_layer():
-    assert [name for name in modules() if layer_of(name) is None] == []
-
-
-def test_imports_only_run_down_the_layers():
+def import_graph() -> dict[str, set[str]]:
+    """Each module of the package, and the modules of the package it imports."""
     known = modules()
-    upward = []
+    graph = {}
     for name, path in known.items():
+        targets = set()
         for imported in imports_of(path):
-            if imported in known or imported.rsplit(".", 1)[0] in known:
-                target = imported if imported in known else imported.rsplit(".", 1)[0]
-                if layer_of(target) > layer_of(name):
-                    upward.append(f"{name} -> {target}")
+            target = imported if imported in known else imported.rsplit(".", 1)[0]
+            if target in known and target != name:
+                targets.add(target)
+        graph[name] = targets
+    return graph
+
+
+def test_every_module_is_in_a_wing():
+    assert [name for name in modules() if wing_of(name) is None] == []
+
+
+def test_few_modules_live_directly_in_the_package():
+    top = sorted(path.name for path in PACKAGE.glob("*.py"))
+    assert len(top) <= TOP_LEVEL_MODULES, top
+
+
+def test_no_module_is_too_long_to_read():
+    long = {name: lines for name, path in modules().items() if (lines := len(path.read_text().splitlines())) > MODULE_LINES}
+    assert long == {}
+
+
+def test_imports_run_one_way_between_wings():
+    upward = [f"{name} -> {target}" for name, targets in import_graph().items() for target in targets if wing_of(target) > wing_of(name)]
     assert upward == []
+
+
+def test_no_modules_import_each_other_in_a_circle():
+    graph = import_graph()
+    circles, done = [], set()
+
+    def visit(module, path):  # depth first: a module met again on the path closes a circle
+        if module in path:
+            circles.append(path[path.index(module):] + [module])
+            return
+        if module in done:
+            return
+        for target in sorted(graph[module]):
+            visit(target, path + [module])
+        done.add(module)
+
+    for module in sorted(graph):
+        visit(module, [])
+    assert circles == []
 
 
 def test_only_the_sagemaker_backend_imports_the_aws_libraries():
@@ -104,7 +146,7 @@ def test_every_known_backend_follows_the_protocol():
     from jupyter_trainer.backends import KNOWN
     from jupyter_trainer.backends.base import Backend
     from jupyter_trainer.backends.fake import FakeBackend
-    from jupyter_trainer.jobs import JobRecord
+    from jupyter_trainer.core.record import JobRecord
 
     members = {name for name in vars(Backend) if not name.startswith("_")} | set(Backend.__annotations__)
     methods = {name: inspect.signature(member) for name, member in vars(Backend).items() if callable(member) and not name.startswith("_")}
@@ -124,3 +166,24 @@ def test_every_known_backend_follows_the_protocol():
             assert list(own.parameters) == list(signature.parameters), (name, method, own, signature)
         assert isinstance(backend.describe_where(JobRecord(name="x", backend=name)), str)  # not launched yet
         assert backend.describe_host(JobRecord(name="x", backend=name)) in (None, "local")
+
+
+def test_every_module_is_named_in_the_map_of_the_package():
+    """docs/how-it-works.md's map names each module under its folder: a module added or moved
+    without it fails here."""
+    text = (PACKAGE.parent / "docs" / "how-it-works.md").read_text()
+    block = text.split("## The layout", 1)[1].split("```", 2)[1]
+    named, folders = set(), []
+    for line in block.splitlines():
+        if not line.strip():
+            continue
+        depth = (len(line) - len(line.lstrip())) // 2
+        entry = line.split()[0]
+        folders[depth:] = []
+        if entry.endswith("/"):
+            folders.append(entry)
+        else:
+            named.add("".join(folders) + entry)
+    on_disk = {str(path.relative_to(PACKAGE)) for path in PACKAGE.rglob("*.py")}
+    unnamed_packages = {name for name in on_disk if name.endswith("__init__.py") and name.count("/") == 1}  # a wing's doc is its own
+    assert sorted(on_disk - named - unnamed_packages) == [] and sorted(named - on_disk) == []

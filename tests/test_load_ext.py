@@ -7,7 +7,7 @@ backends, the views, the checks and what they import are paid by the first magic
 from conftest import run_python
 
 # the package's modules that registering the magics needs
-REGISTERING = {"jupyter_trainer", "jupyter_trainer.errors", "jupyter_trainer.magics", "jupyter_trainer.options", "jupyter_trainer.magic_help"}
+REGISTERING = {"jupyter_trainer", "jupyter_trainer.errors", "jupyter_trainer.surfaces.magics", "jupyter_trainer.spec", "jupyter_trainer.surfaces", "jupyter_trainer.spec.options", "jupyter_trainer.surfaces.magic_help"}
 # outside the package: IPython's %load_ext itself, the magics' argument parsers (and what
 # argparse's translated words look up)
 OTHERS_ALLOWED = {"IPython.core.magics.extension", "IPython.core.magic_arguments", "locale", "_locale"}
@@ -37,7 +37,7 @@ def test_loading_imports_only_the_magics_declarations():
 def test_every_declared_check_names_a_function():
     """The checks are named ("module:function") so that declaring the options imports none of
     them: each name must still lead to its function."""
-    from jupyter_trainer.options import DETACHED, JOB, SAGEMAKER, declared_function
+    from jupyter_trainer.spec.options import DETACHED, JOB, SAGEMAKER, declared_function
 
     named = [option for option in (*JOB, *DETACHED, *SAGEMAKER) if isinstance(option.parse, str)]
     assert len(named) >= 10

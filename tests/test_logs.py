@@ -3,14 +3,14 @@ import re
 import pytest
 
 from jupyter_trainer.backends.base import FileLogSource
-from jupyter_trainer.logs import (
+from jupyter_trainer.logs.reading import (
     LogCursor,
     MetricParser,
     clean_line,
     literal_first,
     tail_lines,
 )
-from jupyter_trainer.spec import Metric
+from jupyter_trainer.spec.job_spec import Metric
 
 
 class CountingSource(FileLogSource):

@@ -9,11 +9,12 @@ import sys
 
 import pytest
 
-from jupyter_trainer.monitor import JobMonitor
-from jupyter_trainer.plot import MetricSeries
-from jupyter_trainer.spec import DetachedSpec, build_spec
-from jupyter_trainer.submit import submit_detached
-from jupyter_trainer.widget import JobWidget, plot_html, saved_view_html
+from jupyter_trainer.view.monitor import JobMonitor
+from jupyter_trainer.metrics.series import MetricSeries
+from jupyter_trainer.spec.job_spec import DetachedSpec, build_spec
+from jupyter_trainer.jobs.submit import submit_detached
+from jupyter_trainer.view.job_html import plot_html, saved_view_html
+from jupyter_trainer.view.job_widget import JobWidget
 
 CLASSES = 5_000
 # what "bounded" means here, whatever the log: a few charts drawn, a few dozen metrics kept
@@ -176,12 +177,12 @@ def test_job_metrics_and_the_cli_still_give_every_name(home, workdir):
     assert set(found) == names and found["class_4999_acc"] == [(10.0, 0.99), (20.0, 0.99)]
     monitor = read_through(JobMonitor(job))
     assert len(monitor.metrics.updated) <= MAX_SERIES  # while the view keeps only a few
-    shell = subprocess.run([sys.executable, "-m", "jupyter_trainer.cli", "metrics", "everything", "--json"], capture_output=True, text=True, timeout=120)
+    shell = subprocess.run([sys.executable, "-m", "jupyter_trainer", "metrics", "everything", "--json"], capture_output=True, text=True, timeout=120)
     assert shell.returncode == 0 and set(json.loads(shell.stdout)) == names
 
 
 def test_a_count_of_names_is_exact_up_to_a_thousand_then_close():
-    from jupyter_trainer.plot import NameCount
+    from jupyter_trainer.metrics.series import NameCount
 
     count = NameCount()
     for index in range(NameCount.EXACT):
@@ -198,7 +199,7 @@ def test_a_count_of_names_is_exact_up_to_a_thousand_then_close():
 
 @pytest.mark.parametrize("state", [{"names": [str(i) for i in range(5000)]}, {"registers": "00"}, {"registers": "ff" * 4096}, {}])
 def test_a_count_written_by_someone_else_is_refused(state):
-    from jupyter_trainer.plot import NameCount
+    from jupyter_trainer.metrics.series import NameCount
 
     with pytest.raises((ValueError, KeyError)):
         NameCount().restore(state)

@@ -11,8 +11,8 @@ import random
 
 import pytest
 
-from jupyter_trainer import metrics
-from jupyter_trainer.metrics import MetricReader
+from jupyter_trainer.metrics import reader as metrics
+from jupyter_trainer.metrics.reader import MetricReader
 from test_one_series import difference, points_read_in_pieces
 
 
@@ -140,7 +140,7 @@ def test_a_long_run_is_read_in_bulk(monkeypatch):
 def test_a_series_takes_a_batch_as_it_takes_its_values_one_by_one(seed):
     """MetricSeries.add_many keeps the windows (and so the drawn points) `add` keeps, through the
     stride doubling and with ties, gaps and a series too full to take a newcomer."""
-    from jupyter_trainer.plot import MetricSeries
+    from jupyter_trainer.metrics.series import MetricSeries
 
     rng = random.Random(seed)
     one_by_one, in_batches = MetricSeries(max_points=rng.choice((4, 10, 64)), max_names=3), None

@@ -5,10 +5,12 @@ import random
 
 import pytest
 
-from jupyter_trainer.logs import MetricParser
 from jupyter_trainer.backends.notify import exception_line
-from jupyter_trainer.metrics import MetricReader, metric_name, progress_of, twin_key
-from jupyter_trainer.spec import Metric
+from jupyter_trainer.logs.reading import MetricParser
+from jupyter_trainer.metrics.names import metric_name, twin_key
+from jupyter_trainer.metrics.progress import progress_of
+from jupyter_trainer.metrics.reader import MetricReader
+from jupyter_trainer.spec.job_spec import Metric
 
 
 def read(*chunks, metrics=()):
@@ -491,7 +493,7 @@ def test_a_syntax_error_and_a_long_exception_line():
 
 
 def test_the_logs_clock_places_a_byte_between_the_samples_around_it():
-    from jupyter_trainer.metrics import LogClock
+    from jupyter_trainer.metrics.clock import LogClock
 
     clock = LogClock(started_at=1000.0)
     clock.add(b"1000 0\n1010 100\n10")
@@ -504,7 +506,7 @@ def test_the_logs_clock_places_a_byte_between_the_samples_around_it():
 
 
 def test_values_with_no_step_or_epoch_are_placed_in_time():
-    from jupyter_trainer.metrics import LogClock
+    from jupyter_trainer.metrics.clock import LogClock
 
     clock = LogClock(started_at=0.0)
     clock.add(b"0 0\n10 20\n20 40\n")

@@ -15,8 +15,8 @@ from conftest import wait_for
 from jupyter_trainer import get_job
 from jupyter_trainer.backends import notify as notifier
 from jupyter_trainer.errors import InvalidOption
-from jupyter_trainer.spec import build_spec
-from jupyter_trainer.submit import submit_detached
+from jupyter_trainer.spec.job_spec import build_spec
+from jupyter_trainer.jobs.submit import submit_detached
 
 TOKEN = "T0KEN-b7f3a9c1e5d2"  # where a webhook keeps its secret: in its path
 
@@ -169,7 +169,7 @@ def test_notify_can_be_configured_and_a_flag_wins(home, workdir, receiver):
 
 
 def cli(*args):
-    return subprocess.run([sys.executable, "-m", "jupyter_trainer.cli", *args], capture_output=True, text=True, timeout=60)
+    return subprocess.run([sys.executable, "-m", "jupyter_trainer", *args], capture_output=True, text=True, timeout=60)
 
 
 # -- from inside a container ----------------------------------------------------------------
@@ -337,7 +337,7 @@ def test_the_message_says_exit_codes_and_durations_as_the_views_do():
     """One wording for all: the notifier runs alone on the job's python3 with wording.py's code put
     before its own, and says a day-long run and an exit code 137 as the views and the CLI do."""
     from jupyter_trainer.backends.base import notifier_source
-    from jupyter_trainer.jobs import describe_exit_code, format_duration
+    from jupyter_trainer.core.record import describe_exit_code, format_duration
 
     namespace = {"__name__": "notifier"}
     exec(compile(notifier_source(), "notify", "exec"), namespace)  # as `python3 -c` runs it: no package

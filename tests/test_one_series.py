@@ -11,7 +11,7 @@ import random
 
 import pytest
 
-from jupyter_trainer.metrics import WINDOW, MetricReader
+from jupyter_trainer.metrics.reader import WINDOW, MetricReader
 
 
 def points_of(data: bytes) -> list[tuple]:

@@ -31,8 +31,8 @@ from pathlib import Path
 import pytest
 
 from conftest import IN_CI
-from jupyter_trainer.job import get_job
-from jupyter_trainer.metrics import MetricReader
+from jupyter_trainer.jobs.job import get_job
+from jupyter_trainer.metrics.reader import MetricReader
 
 SCRIPTS = Path(__file__).resolve().parent / "real_loggers"
 
@@ -238,7 +238,7 @@ def jobs_home(tmp_path_factory):
 def submit(name, script, *args, interpreter=None, workdir):
     """`jupyter-trainer submit --host` from a shell, as a user would."""
     cli = Path(sys.executable).with_name("jupyter-trainer")
-    command = [str(cli)] if cli.exists() else [sys.executable, "-m", "jupyter_trainer.cli"]
+    command = [str(cli)] if cli.exists() else [sys.executable, "-m", "jupyter_trainer"]
     command += ["submit", str(SCRIPTS / script), "--host", "--name", name, "--workdir", str(workdir)]
     if interpreter:
         command += ["--interpreter", interpreter]

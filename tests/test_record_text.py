@@ -5,12 +5,12 @@ import json
 import subprocess
 import sys
 
-from jupyter_trainer.job import Job
-from jupyter_trainer.jobs import Status
+from jupyter_trainer.jobs.job import Job
+from jupyter_trainer.core.record import Status
 
 
 def cli(*args, **options):
-    return subprocess.run([sys.executable, "-m", "jupyter_trainer.cli", *args], capture_output=True, text=True, timeout=60, **options)
+    return subprocess.run([sys.executable, "-m", "jupyter_trainer", *args], capture_output=True, text=True, timeout=60, **options)
 
 
 def test_a_lone_surrogate_in_a_records_backend_never_breaks_list(home, workdir):

@@ -15,12 +15,12 @@ import time
 import pytest
 from conftest import IN_CI, TEST_IMAGE, ipython_submitting, placement_flags, run_python, wait_for
 
-from jupyter_trainer.job import Job, get_job, list_jobs
-from jupyter_trainer.jobs import Status
-from jupyter_trainer.proc import session_id
-from jupyter_trainer.spec import build_spec
-from jupyter_trainer.submit import submit_detached
-from jupyter_trainer.widget import header_html, log_html
+from jupyter_trainer.jobs.job import Job, get_job, list_jobs
+from jupyter_trainer.core.record import Status
+from jupyter_trainer.core.processes import session_id
+from jupyter_trainer.spec.job_spec import build_spec
+from jupyter_trainer.jobs.submit import submit_detached
+from jupyter_trainer.view.job_html import header_html, log_html
 
 SLEEPER = "import time\nprint('up', flush=True)\ntime.sleep(600)\n"
 
@@ -198,8 +198,8 @@ def test_full_disk_under_the_log(where, workdir, small_disk, request):
 
 WRITER = """
 import os, sys, time
-from jupyter_trainer.spec import build_spec
-from jupyter_trainer.submit import submit_detached
+from jupyter_trainer.spec.job_spec import build_spec
+from jupyter_trainer.jobs.submit import submit_detached
 prefix, go, host, image, workdir = sys.argv[1:6]
 while not os.path.exists(go):
     time.sleep(0.005)
@@ -210,8 +210,8 @@ for k in range(25):
 
 READER = """
 import json, os, sys, time
-from jupyter_trainer.store import JobStore
-from jupyter_trainer.jobs import JobRecord
+from jupyter_trainer.core.store import JobStore
+from jupyter_trainer.core.record import JobRecord
 go, stop = sys.argv[1:3]
 store, reads, torn = JobStore(), 0, []
 while not os.path.exists(go):
@@ -259,9 +259,9 @@ def test_secrets_never_leave_the_job(where, workdir, home, monkeypatch, capsys):
     assert job.logs() == "token ok\n"  # the job had it
     shown = []
     for args in (["list"], ["list", "--json"], ["status", "secretive"], ["status", "secretive", "--json"]):
-        shown.append(subprocess.run([sys.executable, "-m", "jupyter_trainer.cli", *args], capture_output=True, text=True).stdout)
-    from jupyter_trainer.monitor import JobMonitor
-    from jupyter_trainer.summary import one_line
+        shown.append(subprocess.run([sys.executable, "-m", "jupyter_trainer", *args], capture_output=True, text=True).stdout)
+    from jupyter_trainer.view.monitor import JobMonitor
+    from jupyter_trainer.view.summary import one_line
 
     monitor = JobMonitor(Job.load("secretive"))
     monitor.start()
@@ -385,7 +385,7 @@ def test_bad_input_is_one_line_and_changes_nothing(kind, source, words, needs_do
     try:
         before = store_snapshot(home)
         if kind == "cli":
-            result = subprocess.run([sys.executable, "-m", "jupyter_trainer.cli", *source.split()], capture_output=True, text=True)
+            result = subprocess.run([sys.executable, "-m", "jupyter_trainer", *source.split()], capture_output=True, text=True)
             assert result.returncode == 1
             out = result.stderr
         else:
@@ -403,8 +403,8 @@ def test_bad_input_is_one_line_and_changes_nothing(kind, source, words, needs_do
 
 def test_bad_input_table_is_broad():
     """Every magic and every command of the CLI has bad input of its own in the table."""
-    from jupyter_trainer.cli import build_parser
-    from jupyter_trainer.magics import TrainerMagics
+    from jupyter_trainer.surfaces.cli import build_parser
+    from jupyter_trainer.surfaces.magics import TrainerMagics
 
     sources = [source for _, source, _, _ in BAD_INPUTS]
     magics = {*TrainerMagics.magics["line"], *TrainerMagics.magics["cell"]}

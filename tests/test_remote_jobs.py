@@ -32,7 +32,7 @@ COUNTER = textwrap.dedent(
 
 
 def cli(*words, timeout=120):
-    result = subprocess.run([sys.executable, "-m", "jupyter_trainer.cli", *words], capture_output=True, text=True, timeout=timeout)
+    result = subprocess.run([sys.executable, "-m", "jupyter_trainer", *words], capture_output=True, text=True, timeout=timeout)
     return result
 
 
@@ -85,7 +85,7 @@ def test_a_remote_job_outlives_its_kernel_and_the_laptop_going_offline(laptop, h
     assert {mount["Type"] for mount in container.attrs["Mounts"]} == {"volume"}
 
     follower = subprocess.Popen(
-        [sys.executable, "-m", "jupyter_trainer.cli", "logs", "far", "-f"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        [sys.executable, "-m", "jupyter_trainer", "logs", "far", "-f"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
     )
     try:
         wait_for(lambda: "line 3 of" in cli("logs", "far").stdout, timeout=60, what="the first lines")
@@ -158,7 +158,7 @@ def test_named_hosts_stop_and_freeing_the_remote_gpus(laptop, tmp_path):
     script.write_text("import time\nprint('training', flush=True)\ntime.sleep(600)\n")
 
     def run(*words):
-        return subprocess.run([sys.executable, "-m", "jupyter_trainer.cli", *words], capture_output=True, text=True, timeout=120, env=env)
+        return subprocess.run([sys.executable, "-m", "jupyter_trainer", *words], capture_output=True, text=True, timeout=120, env=env)
 
     submitted = run("submit", str(script), "--name", "named", "--docker-host", "gpu1", "--image", TEST_IMAGE, "--stop-container-when-done")
     assert submitted.returncode == 0, submitted.stderr
@@ -183,9 +183,9 @@ def test_a_reader_with_another_docker_host_follows_each_job_on_its_own_engine(la
     assert submitted.returncode == 0, submitted.stderr
     wait_for(lambda: status("here")["status"] == "running", timeout=60, what="the local job to run")
     elsewhere = {**os.environ, "DOCKER_HOST": remote.alias_url}
-    seen = json.loads(subprocess.run([sys.executable, "-m", "jupyter_trainer.cli", "status", "here", "--json"], env=elsewhere, capture_output=True, text=True, timeout=60).stdout)
+    seen = json.loads(subprocess.run([sys.executable, "-m", "jupyter_trainer", "status", "here", "--json"], env=elsewhere, capture_output=True, text=True, timeout=60).stdout)
     assert seen["status"] == "running" and seen["host"] == "local", seen
-    stopped = subprocess.run([sys.executable, "-m", "jupyter_trainer.cli", "stop", "here"], env=elsewhere, capture_output=True, text=True, timeout=120)
+    stopped = subprocess.run([sys.executable, "-m", "jupyter_trainer", "stop", "here"], env=elsewhere, capture_output=True, text=True, timeout=120)
     assert "stopped" in stopped.stdout, stopped.stdout + stopped.stderr
     assert status("here")["status"] == "stopped"
 
@@ -321,7 +321,7 @@ def test_a_followed_log_leaves_no_follower_behind(laptop, tmp_path):
     script = _script(tmp_path, "import time\nfor i in range(600):\n    print('tick', i, flush=True)\n    time.sleep(0.5)\n")
     assert cli("submit", str(script), "--name", "watched", "--docker-host", remote.alias_url, "--image", TEST_IMAGE).returncode == 0
     wait_for(lambda: "tick 2" in cli("logs", "watched", "-n", "3").stdout, timeout=60, what="the job to print")
-    follower = subprocess.Popen([sys.executable, "-m", "jupyter_trainer.cli", "logs", "watched", "-f"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    follower = subprocess.Popen([sys.executable, "-m", "jupyter_trainer", "logs", "watched", "-f"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     time.sleep(3)
     follower.kill()
     follower.wait()
@@ -349,7 +349,7 @@ def test_a_log_cut_and_written_again_while_the_host_is_unreachable_is_read_from_
     assert cli("submit", str(_script(tmp_path, TRUNCATING)), "--name", "cutter", "--docker-host", remote.alias_url, "--image", TEST_IMAGE).returncode == 0
     log = tmp_path / "followed.txt"
     with open(log, "w") as out:
-        follower = subprocess.Popen([sys.executable, "-m", "jupyter_trainer.cli", "logs", "cutter", "-f"], stdout=out, stderr=subprocess.STDOUT)
+        follower = subprocess.Popen([sys.executable, "-m", "jupyter_trainer", "logs", "cutter", "-f"], stdout=out, stderr=subprocess.STDOUT)
     try:
         wait_for(lambda: "A 1999" in log.read_text(), timeout=90, what="the first part")
         remote.block_ssh()
@@ -515,7 +515,7 @@ def test_a_script_on_the_remote_host_is_never_guessed_at_and_its_reads_leave_not
     # as this store's, it is removed by a prune
     scratch = "docker ps -aq --filter label=jupyter_trainer=1 --filter status=created"
     remote._container.exec_run(["sh", "-c", f"until {scratch} | grep -q .; do sleep 0.02; done; pkill -STOP -x sshd; pkill -STOP -f 'sshd: '"], detach=True)
-    reading = subprocess.Popen([sys.executable, "-m", "jupyter_trainer.cli", "submit", "big.py", *where], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    reading = subprocess.Popen([sys.executable, "-m", "jupyter_trainer", "submit", "big.py", *where], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     try:
         wait_for(lambda: remote.exec(scratch).output.strip(), timeout=60, what="the scratch container")
         time.sleep(1)
@@ -560,8 +560,9 @@ def test_a_quiet_remote_view_sleeps_until_its_stream_brings_a_line(laptop, tmp_p
     """A remote log comes to this machine through one stream (a `tail -f` in the container): the view
     is told by it of each line, so a quiet view is polled with the others once a second, not four
     times, and a line wakes it at once. The job's end is still seen by its status checks."""
-    from jupyter_trainer.job import get_job
-    from jupyter_trainer.widget import JobWidget, Poller
+    from jupyter_trainer.jobs.job import get_job
+    from jupyter_trainer.view.job_widget import JobWidget
+    from jupyter_trainer.view.poller import Poller
 
     script = _script(tmp_path, "import time\nfor i in range(600):\n    print('tick', i, flush=True)\n    time.sleep(4)\n")
     assert cli("submit", str(script), "--name", "told", "--docker-host", laptop.alias_url, "--image", TEST_IMAGE).returncode == 0
@@ -597,8 +598,8 @@ def test_a_new_job_in_a_removed_runs_place_on_the_host_is_not_shown_the_old_runs
     old one was. This kernel still streams the old log (a view of it read it a moment ago), its tail
     following the old file: a view of the new job must show the new job's lines, at once, and none
     of the old one's."""
-    from jupyter_trainer.job import get_job
-    from jupyter_trainer.widget import JobWidget
+    from jupyter_trainer.jobs.job import get_job
+    from jupyter_trainer.view.job_widget import JobWidget
 
     host = ["--docker-host", laptop.alias_url, "--image", TEST_IMAGE]
     first = _script(tmp_path, "print('the removed job speaks', flush=True)\n")

@@ -8,10 +8,10 @@ import sys
 import pytest
 from conftest import IN_CI, wait_for
 
-from jupyter_trainer.job import get_job
-from jupyter_trainer.resources import UsageHistory, Usage, parse_nvidia_smi
-from jupyter_trainer.spec import build_spec
-from jupyter_trainer.submit import submit_detached
+from jupyter_trainer.jobs.job import get_job
+from jupyter_trainer.core.resources import UsageHistory, Usage, parse_nvidia_smi
+from jupyter_trainer.spec.job_spec import build_spec
+from jupyter_trainer.jobs.submit import submit_detached
 
 MIB = 1 << 20
 
@@ -34,7 +34,7 @@ printf '0, 87, 10240, 24576\\n1, [N/A], 512, 24576\\n'
 
 
 def cli(*args):
-    return subprocess.run([sys.executable, "-m", "jupyter_trainer.cli", *args], capture_output=True, text=True, timeout=60)
+    return subprocess.run([sys.executable, "-m", "jupyter_trainer", *args], capture_output=True, text=True, timeout=60)
 
 
 def test_a_container_jobs_memory_against_its_limit_its_cpu_and_its_gpus(docker_client, docker_image, workdir, home):
@@ -85,9 +85,9 @@ def test_the_view_shows_usage_with_sparklines(store, fake_backend, backends, mon
     import comm
     from comm.base_comm import BaseComm
 
-    from jupyter_trainer import monitor
-    from jupyter_trainer.spec import DetachedSpec
-    from jupyter_trainer.widget import JobWidget
+    from jupyter_trainer.view import monitor
+    from jupyter_trainer.spec.job_spec import DetachedSpec
+    from jupyter_trainer.view.job_widget import JobWidget
 
     class Quiet(BaseComm):
         def publish_msg(self, *args, **kwargs):
@@ -96,7 +96,7 @@ def test_the_view_shows_usage_with_sparklines(store, fake_backend, backends, mon
     monkeypatch.setattr(comm, "create_comm", lambda *a, **k: Quiet(*a, **k))
     monkeypatch.setattr(monitor, "USAGE_INTERVAL", 0)
     job = submit_detached(DetachedSpec(script="x", backend="fake", workdir=os.getcwd()), name="u", store=store, backends=backends).job
-    fake_backend.observations["u"] = __import__("jupyter_trainer.jobs", fromlist=["Observation"]).Observation(alive=True, started=True)
+    fake_backend.observations["u"] = __import__("jupyter_trainer.core.record", fromlist=["Observation"]).Observation(alive=True, started=True)
     view = JobWidget(job)
     for second, (cpu, memory) in enumerate([(0.0, 100), (1.0, 200), (2.5, 300)]):
         fake_backend.usages["u"] = Usage("container", taken_at=float(second), cpu_seconds=cpu, memory_bytes=memory * MIB, memory_limit_bytes=1 << 30)
@@ -144,7 +144,7 @@ def test_a_jobs_own_nvidia_smi_can_neither_hang_nor_flood_us(docker_client, dock
         )  # fmt: skip
         job = submit_detached(spec, name="planted").job
         wait_for(lambda: "planted" in job.logs(), timeout=60, what="the job to plant its nvidia-smi")
-        status = subprocess.run([sys.executable, "-m", "jupyter_trainer.cli", "status", "planted", "--json"], capture_output=True, text=True, timeout=25)
+        status = subprocess.run([sys.executable, "-m", "jupyter_trainer", "status", "planted", "--json"], capture_output=True, text=True, timeout=25)
         assert status.returncode == 0 and "Traceback" not in status.stderr, status.stderr
         gpus = json.loads(status.stdout)["resources"]["gpus"]
         if program is HANGING_NVIDIA_SMI:
@@ -166,10 +166,10 @@ def test_a_slow_look_at_usage_never_holds_up_the_views(store, fake_backend, back
     import comm
     from comm.base_comm import BaseComm
 
-    from jupyter_trainer import monitor
-    from jupyter_trainer.jobs import Observation
-    from jupyter_trainer.spec import DetachedSpec
-    from jupyter_trainer.widget import JobWidget
+    from jupyter_trainer.view import monitor
+    from jupyter_trainer.core.record import Observation
+    from jupyter_trainer.spec.job_spec import DetachedSpec
+    from jupyter_trainer.view.job_widget import JobWidget
 
     class Quiet(BaseComm):
         def publish_msg(self, *args, **kwargs):
@@ -197,7 +197,7 @@ def test_a_limit_set_above_the_jobs_own_cgroup_is_its_limit(tmp_path):
     import os
     import pathlib
 
-    from jupyter_trainer.proc import memory_limit
+    from jupyter_trainer.core.processes import memory_limit
 
     v1 = pathlib.Path("/sys/fs/cgroup/memory")
     parent = (v1 if v1.is_dir() else pathlib.Path("/sys/fs/cgroup")) / f"jt-test-{os.getpid()}"
@@ -246,7 +246,7 @@ def test_memory_forked_workers_share_is_counted_once(home, workdir):
 def test_proportional_memory_is_read_now_and_then_and_moves_with_the_resident_set(monkeypatch):
     """Reading a process's PSS makes the kernel walk its memory: it is read every PSS_SECONDS, and
     in between what the process gained (its resident set, from the stat already read) is added."""
-    from jupyter_trainer import proc
+    from jupyter_trainer.core import processes as proc
 
     reads = []
     monkeypatch.setattr(proc, "_read_pss", lambda pid: reads.append(pid) or 10 << 20)

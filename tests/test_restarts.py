@@ -20,13 +20,13 @@ from conftest import TEST_IMAGE, wait_for
 
 from jupyter_trainer.backends.docker.in_container import job_processes
 from jupyter_trainer.errors import InvalidOption
-from jupyter_trainer.job import Job, get_job
-from jupyter_trainer.monitor import JobMonitor
-from jupyter_trainer.widget import header_html
-from jupyter_trainer.jobs import Status
-from jupyter_trainer.spec import build_spec
-from jupyter_trainer.store import JobStore
-from jupyter_trainer.submit import submit_detached
+from jupyter_trainer.jobs.job import Job, get_job
+from jupyter_trainer.view.monitor import JobMonitor
+from jupyter_trainer.view.job_html import header_html
+from jupyter_trainer.core.record import Status
+from jupyter_trainer.spec.job_spec import build_spec
+from jupyter_trainer.core.store import JobStore
+from jupyter_trainer.jobs.submit import submit_detached
 
 PLACEMENT = {"host": False, "image": TEST_IMAGE}
 
@@ -54,13 +54,13 @@ def submit(script, workdir, name, args=(), **options):
 
 
 def status_json(name):
-    shown = subprocess.run([sys.executable, "-m", "jupyter_trainer.cli", "status", name, "--json"], capture_output=True, text=True)
+    shown = subprocess.run([sys.executable, "-m", "jupyter_trainer", "status", name, "--json"], capture_output=True, text=True)
     assert shown.returncode == 0, shown.stderr
     return json.loads(shown.stdout)
 
 
 def listed(name):
-    shown = subprocess.run([sys.executable, "-m", "jupyter_trainer.cli", "list"], capture_output=True, text=True)
+    shown = subprocess.run([sys.executable, "-m", "jupyter_trainer", "list"], capture_output=True, text=True)
     return next(line for line in shown.stdout.splitlines() if line.startswith(name + " "))
 
 
@@ -171,7 +171,7 @@ def test_killed_container_started_again_resumes_the_job(private_docker, workdir,
 # of a view once its job has ended: the kernel keeps it to be looked at).
 ATTACH = """
 %train_attach watched
-from jupyter_trainer.widget import poller
+from jupyter_trainer.view.poller import poller
 view, = poller().widgets
 """
 VIEW_PROBE = """

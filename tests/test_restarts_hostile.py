@@ -22,8 +22,8 @@ from jupyter_trainer.backends.docker import restarts as keeper_side
 from jupyter_trainer.backends.docker.in_container import job_processes
 from jupyter_trainer.backends.docker.runtime import DockerRuntime
 from jupyter_trainer.errors import BackendUnavailable, TrainerError
-from jupyter_trainer.job import get_job
-from jupyter_trainer.jobs import Status
+from jupyter_trainer.jobs.job import get_job
+from jupyter_trainer.core.record import Status
 
 # -- a look while the container is down for a moment ---------------------------------------
 

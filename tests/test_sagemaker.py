@@ -18,8 +18,8 @@ from moto_sagemaker import REGION, MotoSageMaker  # noqa: E402
 
 import jupyter_trainer.backends.sagemaker.launcher  # noqa: E402
 from jupyter_trainer.backends import DEFAULT  # noqa: E402
-from jupyter_trainer.job import Job, get_job  # noqa: E402
-from jupyter_trainer.jobs import Status  # noqa: E402
+from jupyter_trainer.jobs.job import Job, get_job  # noqa: E402
+from jupyter_trainer.core.record import Status  # noqa: E402
 
 ROLE = "arn:aws:iam::123456789012:role/SageMakerRole"
 BUCKET = "trainer-bucket"
@@ -262,14 +262,14 @@ def test_an_unknown_framework_version_is_one_line_before_anything_is_created(aws
 
 
 def test_status_transitions(aws, shell, capsys, monkeypatch):
-    monkeypatch.setattr("jupyter_trainer.job.STOP_WAIT_SECONDS", 2)
+    monkeypatch.setattr("jupyter_trainer.jobs.job.STOP_WAIT_SECONDS", 2)
     for name in ("done", "broken", "halted"):
         result, out = fit(shell, capsys, remote(name))
         assert result.success, out
     names = {get_job(n).record.runtime["training_job_name"]: n for n in ("done", "broken", "halted")}
     by_name = {n: j for j, n in names.items()}
     assert get_job("done").status is Status.PENDING  # Starting: not training yet
-    from jupyter_trainer.summary import status_json
+    from jupyter_trainer.view.summary import status_json
 
     resources = status_json(get_job("done").record, DEFAULT, get_job("done").usage())["resources"]
     assert resources["scope"] == "instances" and (resources["instance_type"], resources["instance_count"]) == ("ml.g5.xlarge", 1)
@@ -327,7 +327,7 @@ def test_logs_of_every_stream_merge_and_resume_across_processes(aws, shell, caps
     now = int(time.time() * 1000)
     put_events(job_name, "algo-1-1700000000", [(now + 0, "host1 line 0"), (now + 20, "host1 line 2"), (now + 40, "host1 line 4")])
     put_events(job_name, "algo-2-1700000000", [(now + 10, "host2 line 1"), (now + 30, "host2 line 3")])
-    first = subprocess.run([sys.executable, "-m", "jupyter_trainer.cli", "logs", "chatty"], capture_output=True, text=True)
+    first = subprocess.run([sys.executable, "-m", "jupyter_trainer", "logs", "chatty"], capture_output=True, text=True)
     assert first.returncode == 0, first.stderr
     # two hosts: each line says its host, as local mode's log does
     assert first.stdout.splitlines() == [f"[algo-{1 + i % 2}] host{1 + i % 2} line {i}" for i in range(5)]
@@ -345,7 +345,7 @@ def test_logs_of_every_stream_merge_and_resume_across_processes(aws, shell, caps
     assert third.stdout.splitlines() == [f"[algo-{1 + i % 2}] host{1 + i % 2} line {i}" for i in range(8)], third.stderr
     # and the status comes from DescribeTrainingJob, as anywhere else
     aws.set_status(job_name, "Completed")
-    status = json.loads(subprocess.run([sys.executable, "-m", "jupyter_trainer.cli", "status", "chatty", "--json"], capture_output=True, text=True).stdout)
+    status = json.loads(subprocess.run([sys.executable, "-m", "jupyter_trainer", "status", "chatty", "--json"], capture_output=True, text=True).stdout)
     assert (status["backend"], status["status"], status["exit_code"]) == ("sagemaker", "completed", 0)
 
 
@@ -353,7 +353,7 @@ def test_widget_follows_a_sagemaker_job(aws, shell, capsys, monkeypatch):
     import comm
 
     monkeypatch.setattr(comm, "create_comm", lambda *a, **k: comm.DummyComm(*a, **k))
-    from jupyter_trainer.widget import JobWidget
+    from jupyter_trainer.view.job_widget import JobWidget
 
     fit(shell, capsys, remote("watched", "--metric 'loss=loss: ([0-9.]+)'"))
     job_name = get_job("watched").record.runtime["training_job_name"]
@@ -483,7 +483,7 @@ def test_local_mode_end_to_end_outlives_the_kernel(docker_client, docker_image, 
 
 def test_local_mode_failure_and_stop(docker_client, docker_image, home, tmp_path, monkeypatch):
     from jupyter_trainer.backends.sagemaker.spec import build_sagemaker_spec
-    from jupyter_trainer.submit import submit_detached
+    from jupyter_trainer.jobs.submit import submit_detached
 
     monkeypatch.setenv("AWS_DEFAULT_REGION", REGION)
     output = tmp_path / "output"
@@ -545,7 +545,7 @@ if host != "127.0.0.1":
     subprocess.run(["ip", "addr", "add", host + "/32", "dev", "lo"], check=True)
 from moto_sagemaker import FakeCredentialServer
 from jupyter_trainer.backends.sagemaker.spec import build_sagemaker_spec
-from jupyter_trainer.submit import submit_detached
+from jupyter_trainer.jobs.submit import submit_detached
 
 server = FakeCredentialServer(secret, host, int(port))
 for name, value in list(os.environ.items()):
@@ -709,7 +709,7 @@ def test_local_session_has_credentials_only_when_something_is_on_s3(tmp_path):
 
 def test_local_mode_with_local_data_does_not_log_in_to_ecr(docker_client, home, tmp_path, monkeypatch):
     from jupyter_trainer.backends.sagemaker.spec import build_sagemaker_spec
-    from jupyter_trainer.submit import submit_detached
+    from jupyter_trainer.jobs.submit import submit_detached
 
     monkeypatch.setenv("AWS_DEFAULT_REGION", REGION)
     monkeypatch.setenv("AWS_ACCESS_KEY_ID", "AKIACANARY")  # there, but not for this job
@@ -837,10 +837,10 @@ def test_local_mode_failure_reason_requirements_and_env(docker_client, docker_im
     log = job.logs()
     assert "answer 42 token of 7 characters" in log, log
     assert job.record.reason.startswith('AlgorithmError: ExecuteUserScriptError:\nExitCode 1\nErrorMessage "ValueError: learning rate 0.5 is too high')
-    status = subprocess.run([sys.executable, "-m", "jupyter_trainer.cli", "status", "sm-fails"], capture_output=True, text=True)
+    status = subprocess.run([sys.executable, "-m", "jupyter_trainer", "status", "sm-fails"], capture_output=True, text=True)
     assert "ValueError: learning rate 0.5 is too high" in status.stdout, status.stdout
-    from jupyter_trainer import summary
-    from jupyter_trainer.monitor import JobMonitor
+    from jupyter_trainer.view import summary
+    from jupyter_trainer.view.monitor import JobMonitor
 
     assert summary.one_line(job.record, DEFAULT).endswith("exit code 1: the script raised an error · ValueError: learning rate 0.5 is too high")
     assert JobMonitor(job).snapshot(now=time.time()).outcome == "exit code 1: the script raised an error · ValueError: learning rate 0.5 is too high"
@@ -849,7 +849,7 @@ def test_local_mode_failure_reason_requirements_and_env(docker_client, docker_im
 
 def test_two_hosts_in_local_mode_each_get_their_own_host_and_say_so(docker_client, docker_image, home, tmp_path, monkeypatch):
     from jupyter_trainer.backends.sagemaker.spec import build_sagemaker_spec
-    from jupyter_trainer.submit import submit_detached
+    from jupyter_trainer.jobs.submit import submit_detached
 
     monkeypatch.setenv("AWS_DEFAULT_REGION", REGION)
     output = tmp_path / "output"
@@ -868,7 +868,7 @@ def test_two_hosts_in_local_mode_each_get_their_own_host_and_say_so(docker_clien
 
 def test_stop_ends_every_host_in_local_mode(docker_client, docker_image, home, tmp_path, monkeypatch):
     from jupyter_trainer.backends.sagemaker.spec import build_sagemaker_spec
-    from jupyter_trainer.submit import submit_detached
+    from jupyter_trainer.jobs.submit import submit_detached
 
     monkeypatch.setenv("AWS_DEFAULT_REGION", REGION)
     output = tmp_path / "output"
@@ -913,7 +913,7 @@ dist.barrier()
 
 def test_pytorch_ddp_across_two_hosts_in_local_mode(docker_client, torch_image, home, tmp_path, monkeypatch):
     from jupyter_trainer.backends.sagemaker.spec import build_sagemaker_spec
-    from jupyter_trainer.submit import submit_detached
+    from jupyter_trainer.jobs.submit import submit_detached
 
     monkeypatch.setenv("AWS_DEFAULT_REGION", REGION)
     output = tmp_path / "output"

@@ -22,8 +22,8 @@ for module in ("sagemaker", "moto"):
 from test_sagemaker import aws, fit, moto_server, remote, shell  # noqa: E402, F401  (fixtures shared)
 
 from jupyter_trainer.backends.sagemaker.spec import build_sagemaker_spec  # noqa: E402
-from jupyter_trainer.job import get_job  # noqa: E402
-from jupyter_trainer.spec import build_spec, cell_fingerprint  # noqa: E402
+from jupyter_trainer.jobs.job import get_job  # noqa: E402
+from jupyter_trainer.spec.job_spec import build_spec, cell_fingerprint  # noqa: E402
 
 KEY = b"k" * 32
 ROLE = "arn:aws:iam::123456789012:role/SageMakerRole"
@@ -122,8 +122,8 @@ def secret_env(values: dict, token: str) -> str:
 def run_hostile_local_job(tmp_path, monkeypatch, name):
     """A local-mode job given every hostile value: what its script saw, and the canaries."""
     from jupyter_trainer.backends.sagemaker.spec import sagemaker_spec
-    from jupyter_trainer.jobs import Status
-    from jupyter_trainer.submit import submit_detached
+    from jupyter_trainer.core.record import Status
+    from jupyter_trainer.jobs.submit import submit_detached
 
     monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
     token = os.urandom(4).hex()
@@ -190,8 +190,8 @@ def test_a_local_path_docker_compose_would_rewrite_is_one_line_not_another_direc
 
 
 def test_a_store_whose_path_docker_compose_would_rewrite_fails_the_job_in_one_line(tmp_path, monkeypatch):
-    from jupyter_trainer.jobs import Status
-    from jupyter_trainer.submit import submit_detached
+    from jupyter_trainer.core.record import Status
+    from jupyter_trainer.jobs.submit import submit_detached
 
     monkeypatch.setenv("JUPYTER_TRAINER_HOME", str(tmp_path / "store$HOME"))
     spec = sagemaker(image_uri=TEST_IMAGE, instance_type="local", output_path=f"file://{tmp_path}")
@@ -220,7 +220,7 @@ def refuses_nothing(name: str) -> dict:
     """`status`, `status --json` and `list` of the job, each one exit 0 with bounded, printable output."""
     said = {}
     for command in (["status", name], ["status", name, "--json"], ["list", "--all"]):
-        result = subprocess.run([sys.executable, "-m", "jupyter_trainer.cli", *command], capture_output=True, text=True, timeout=120)
+        result = subprocess.run([sys.executable, "-m", "jupyter_trainer", *command], capture_output=True, text=True, timeout=120)
         assert result.returncode == 0 and "Traceback" not in result.stderr, result.stderr
         assert len(result.stdout) < 16_000 and "\x1b" not in result.stdout and "\x00" not in result.stdout, result.stdout[:300]
         said[" ".join(command)] = result.stdout
@@ -231,8 +231,8 @@ def widget_of(name: str, monkeypatch):
     import comm
 
     monkeypatch.setattr(comm, "create_comm", lambda *a, **k: comm.DummyComm(*a, **k))
-    from jupyter_trainer.job import Job
-    from jupyter_trainer.widget import JobWidget
+    from jupyter_trainer.jobs.job import Job
+    from jupyter_trainer.view.job_widget import JobWidget
 
     view = JobWidget(Job.load(name))
     view.poll(now=time.time())
@@ -241,7 +241,7 @@ def widget_of(name: str, monkeypatch):
 
 @pytest.mark.parametrize("size", [len(HOSTILE_REASON), 50 * 1024 * 1024], ids=["short", "50MB"])
 def test_a_hostile_failure_reason_from_the_api_is_kept_bounded_and_printable(size, aws, shell, capsys, home, monkeypatch):
-    from jupyter_trainer.jobs import Status
+    from jupyter_trainer.core.record import Status
 
     name = f"reason-{size}"
     result, out = fit(shell, capsys, remote(name))
@@ -277,8 +277,8 @@ raise ValueError("\x1b[2Jcleared \x00\x9b31m " + "y" * 10000)
 
 def test_a_huge_binary_failure_in_local_mode_is_a_bounded_printable_reason(docker_client, docker_image, home, tmp_path, monkeypatch):
     from jupyter_trainer.backends.sagemaker.sdk import sdk_major
-    from jupyter_trainer.jobs import Status
-    from jupyter_trainer.submit import submit_detached
+    from jupyter_trainer.core.record import Status
+    from jupyter_trainer.jobs.submit import submit_detached
 
     monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
     output = tmp_path / "output"
@@ -365,8 +365,8 @@ sys.exit(3)
 
 def test_a_script_that_writes_its_own_failure_and_exits_has_that_reason_in_local_mode(docker_client, docker_image, home, tmp_path, monkeypatch):
     from jupyter_trainer.backends.sagemaker.sdk import sdk_major
-    from jupyter_trainer.jobs import Status
-    from jupyter_trainer.submit import submit_detached
+    from jupyter_trainer.core.record import Status
+    from jupyter_trainer.jobs.submit import submit_detached
 
     monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
     output = tmp_path / "output"

@@ -16,14 +16,15 @@ import pytest
 from comm.base_comm import BaseComm
 from conftest import wait_for
 
-from jupyter_trainer import status_checks
+from jupyter_trainer.jobs import status_checks
 from jupyter_trainer.backends.slurm.backend import output_option
 from jupyter_trainer.backends.slurm.queue import QUEUE
-from jupyter_trainer.job import Job
-from jupyter_trainer.jobs import JobRecord, Status
-from jupyter_trainer.spec import build_spec
-from jupyter_trainer.submit import submit_detached
-from jupyter_trainer.widget import JobWidget, Poller
+from jupyter_trainer.jobs.job import Job
+from jupyter_trainer.core.record import JobRecord, Status
+from jupyter_trainer.spec.job_spec import build_spec
+from jupyter_trainer.jobs.submit import submit_detached
+from jupyter_trainer.view.job_widget import JobWidget
+from jupyter_trainer.view.poller import Poller
 
 # The stand-in squeue: it notes each call, waits until the test lets it go (never past HANG_LIMIT,
 # so that code that waits for it still ends) and for `delay` seconds if that file says so, then
@@ -186,9 +187,9 @@ def test_a_hung_squeue_holds_neither_the_host_jobs_view_nor_the_slurm_view(store
 
 
 def test_opening_the_views_of_a_slurm_job_whose_squeue_hangs_does_not_wait_for_it(store, squeue, workdir):
-    from jupyter_trainer.compare_runs import load_runs
-    from jupyter_trainer.compare_view import CompareWidget
-    from jupyter_trainer.jobs_view import JobsTable
+    from jupyter_trainer.view.compare_runs import load_runs
+    from jupyter_trainer.view.compare_view import CompareWidget
+    from jupyter_trainer.view.jobs_table import JobsTable
 
     job = slurm_job(store, squeue)
     squeue.hold()
@@ -241,7 +242,7 @@ def test_a_check_past_its_deadline_is_given_up_its_answer_dropped_and_asked_agai
 
 
 def test_an_answer_that_comes_after_its_run_was_replaced_writes_nothing_of_it(store, squeue):
-    from jupyter_trainer.housekeeping import remove_runs
+    from jupyter_trainer.jobs.housekeeping import remove_runs
 
     job = slurm_job(store, squeue)
     view = JobWidget(job)

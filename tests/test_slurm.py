@@ -17,12 +17,12 @@ from jupyter_trainer.backends import DEFAULT
 from jupyter_trainer.backends.slurm import backend as slurm_backend, commands
 from jupyter_trainer.backends.slurm.queue import QUEUE
 from jupyter_trainer.errors import BackendUnavailable, InvalidOption, TrainerError, Unreachable
-from jupyter_trainer.housekeeping import remove_runs
-from jupyter_trainer.job import Job, get_job, refreshed_records
-from jupyter_trainer.jobs import Status
-from jupyter_trainer.spec import build_spec
-from jupyter_trainer.store import JobStore
-from jupyter_trainer.submit import submit_detached
+from jupyter_trainer.jobs.housekeeping import remove_runs
+from jupyter_trainer.jobs.job import Job, get_job, refreshed_records
+from jupyter_trainer.core.record import Status
+from jupyter_trainer.spec.job_spec import build_spec
+from jupyter_trainer.core.store import JobStore
+from jupyter_trainer.jobs.submit import submit_detached
 
 import slurm_cluster
 from slurm_cluster import submit
@@ -48,7 +48,7 @@ def slurm(cluster, monkeypatch, home):
 def timed_out(cluster, tmp_path_factory):
     """A job past its one-minute --time, submitted as the module's first test starts (Slurm ends
     it a minute or more later; the test that checks it runs last)."""
-    from jupyter_trainer.store import JobStore
+    from jupyter_trainer.core.store import JobStore
 
     os.environ["SLURM_CONF"] = str(cluster.conf)
     workdir = tmp_path_factory.mktemp("timeout-work")
@@ -64,7 +64,7 @@ def slurm_id(job):
 
 
 def cli(*args, timeout=60):
-    return subprocess.run([sys.executable, "-m", "jupyter_trainer.cli", *args], capture_output=True, text=True, timeout=timeout)
+    return subprocess.run([sys.executable, "-m", "jupyter_trainer", *args], capture_output=True, text=True, timeout=timeout)
 
 
 def test_a_cell_runs_as_a_file_of_its_workdir_with_its_secret_environment(slurm, workdir, home, timed_out):
@@ -131,7 +131,7 @@ def test_a_held_job_is_pending_with_slurms_reason_then_runs(slurm, workdir):
     assert job.record.status is Status.PENDING and job.record.started_at is None  # waiting is not running
     where = DEFAULT.get("slurm").describe_where(job.record)
     assert f"Slurm job {slurm_id(job)}" in where and "partition second" in where and "pending: JobHeldUser" in where
-    from jupyter_trainer.widget import JobWidget
+    from jupyter_trainer.view.job_widget import JobWidget
 
     view = JobWidget(job)  # the view's header says it, as a notebook shows it
     view.poll(time.time())
@@ -461,9 +461,9 @@ def test_a_job_whose_sbatch_timed_out_is_cancelled_though_an_earlier_runs_job_ha
 SUBMIT_INTERRUPTED = """
 import os, signal, sys
 from jupyter_trainer.backends.slurm import backend
-from jupyter_trainer.spec import build_spec
-from jupyter_trainer.store import JobStore
-from jupyter_trainer.submit import submit_detached
+from jupyter_trainer.spec.job_spec import build_spec
+from jupyter_trainer.core.store import JobStore
+from jupyter_trainer.jobs.submit import submit_detached
 
 # Ctrl-C as a terminal's Python gets it: a run started in the background of a non-interactive
 # shell (a CI script's `pytest &`) inherits SIGINT ignored, and would never see the one sent here

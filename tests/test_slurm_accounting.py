@@ -14,8 +14,8 @@ from conftest import wait_for
 from jupyter_trainer.backends.base import read_supervisor_facts
 from jupyter_trainer.backends.slurm import commands
 from jupyter_trainer.backends.slurm.queue import QUEUE
-from jupyter_trainer.job import refreshed_records
-from jupyter_trainer.jobs import Status
+from jupyter_trainer.jobs.job import refreshed_records
+from jupyter_trainer.core.record import Status
 
 import slurm_cluster
 from slurm_cluster import submit
@@ -105,7 +105,7 @@ def test_a_requeued_job_counts_a_restart_and_resumes_from_its_checkpoint(slurm, 
     resumed = log.split("Slurm restarted the job")[1]
     assert "resumed from 0" not in resumed and "resumed from" in resumed and log.rstrip().endswith("done")
     shown = json.loads(
-        subprocess.run([sys.executable, "-m", "jupyter_trainer.cli", "status", "requeued", "--json"], capture_output=True, text=True, timeout=60).stdout
+        subprocess.run([sys.executable, "-m", "jupyter_trainer", "status", "requeued", "--json"], capture_output=True, text=True, timeout=60).stdout
     )
     assert shown["restarts"] == 1 and shown["slurm_job_id"] == slurm_id(job)
 

@@ -16,9 +16,9 @@ from jupyter_trainer.backends.slurm.commands import SlurmCommandFailed, Unusable
 from jupyter_trainer.backends.slurm.queue import JobIdentity, SlurmJob, newest_of, the_runs, parse_sacct, parse_scontrol, parse_squeue
 from jupyter_trainer.backends.slurm.spec import parse_sbatch_args, parse_time
 from jupyter_trainer.errors import BackendUnavailable, InvalidOption, TrainerError
-from jupyter_trainer.store import JobStore
-from jupyter_trainer.jobs import Status
-from jupyter_trainer.spec import build_spec
+from jupyter_trainer.core.store import JobStore
+from jupyter_trainer.core.record import Status
+from jupyter_trainer.spec.job_spec import build_spec
 
 ENDED = SupervisorFacts(supervisor_pid=10, job_pid=11, exit_code=0, stopped=False)
 TERMED = SupervisorFacts(supervisor_pid=10, job_pid=11, exit_code=143, stopped=True)
@@ -300,7 +300,7 @@ def test_an_squeue_answer_with_digits_int_cannot_read_is_unusable():
 def test_a_record_with_a_submit_time_no_job_had_is_one_line_and_never_followed(submitted_at, tmp_path):
     from jupyter_trainer.backends.slurm.backend import SlurmRuntime, _followed
     from jupyter_trainer.errors import TrainerError
-    from jupyter_trainer.store import JobStore
+    from jupyter_trainer.core.store import JobStore
 
     store = JobStore(tmp_path)
     record = make_slurm_record(store, {"job_id": "12", "submitted_at": submitted_at})
@@ -319,7 +319,7 @@ def test_a_record_whose_token_no_submission_made_is_one_line(tmp_path):
 
 def make_slurm_record(store, runtime):
     """A running Slurm job's record whose runtime says `runtime`, as a job could rewrite it."""
-    from jupyter_trainer.jobs import JobRecord
+    from jupyter_trainer.core.record import JobRecord
 
     record = JobRecord(name="forged", backend="slurm")
     store.create(record)

@@ -6,15 +6,16 @@ import os
 
 import pytest
 
-from jupyter_trainer import metrics_cache
+from jupyter_trainer.metrics import cache as metrics_cache
 from jupyter_trainer.backends.base import FileLogSource
-from jupyter_trainer.compare_runs import ComparedRun
-from jupyter_trainer.logs import tail_lines
-from jupyter_trainer.metrics import MetricReader
-from jupyter_trainer.monitor import JobMonitor
-from jupyter_trainer.spec import DetachedSpec
-from jupyter_trainer.submit import submit_detached
-from jupyter_trainer.widget import JobWidget, Poller
+from jupyter_trainer.view.compare_runs import ComparedRun
+from jupyter_trainer.logs.reading import tail_lines
+from jupyter_trainer.metrics.reader import MetricReader
+from jupyter_trainer.view.monitor import JobMonitor
+from jupyter_trainer.spec.job_spec import DetachedSpec
+from jupyter_trainer.jobs.submit import submit_detached
+from jupyter_trainer.view.job_widget import JobWidget
+from jupyter_trainer.view.poller import Poller
 
 GiB = 1 << 30
 TAIL_READ = 64 << 10  # what a view may read to show a log's last lines
@@ -145,7 +146,7 @@ def test_a_log_read_through_a_runtime_leaves_a_run_of_nuls_unread_and_says_so(st
     """Where the holes cannot be told apart, a view reads at most a poll's budget of NULs: it goes
     on from the log's end, its last lines shown, and its metrics say what they leave out; a view
     opened later from the saved series says it too."""
-    from jupyter_trainer.monitor import NUL_LOOK
+    from jupyter_trainer.view.monitor import NUL_LOOK
 
     job = sparse_job(store, backends)
     write(job, lines_of(1, 5))
@@ -248,7 +249,7 @@ def test_the_saved_series_carry_what_was_left_unread(store, fake_backend, backen
 def test_a_short_tail_shows_its_lines_and_no_blank_rows_however_often_it_is_asked():
     """A tail that finds a few lines after a hole starts at the screen's bottom (what came before
     is not known): the rows above stay unshown once its lines scrolled up."""
-    from jupyter_trainer.terminal import Screen
+    from jupyter_trainer.logs.terminal import Screen
 
     screen = Screen(at_bottom=True)
     screen.feed("a\nb\n")

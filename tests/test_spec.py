@@ -3,8 +3,8 @@ import dataclasses
 import pytest
 
 from jupyter_trainer.errors import InvalidOption
-from jupyter_trainer.checks import parse_env, parse_gpus, parse_interpreter, parse_metrics
-from jupyter_trainer.spec import build_spec
+from jupyter_trainer.spec.checks import parse_env, parse_gpus, parse_interpreter, parse_metrics
+from jupyter_trainer.spec.job_spec import build_spec
 
 KEY = b"k" * 32
 
@@ -95,7 +95,7 @@ def test_workdir_must_exist(tmp_path):
 
 
 def test_public_options_derive_from_the_fields_and_keep_secrets_out():
-    from jupyter_trainer.spec import build_spec
+    from jupyter_trainer.spec.job_spec import build_spec
 
     spec = build_spec(
         "print(1)\n", host=False, image="img:1", container=None, workdir="/tmp", gpus="all",
@@ -114,8 +114,8 @@ def test_public_options_derive_from_the_fields_and_keep_secrets_out():
 def test_every_detached_option_is_a_spec_field_or_a_backend_switch():
     from dataclasses import fields
 
-    from jupyter_trainer.options import DETACHED, DETACHED_BACKENDS
-    from jupyter_trainer.spec import DetachedSpec
+    from jupyter_trainer.spec.options import DETACHED, DETACHED_BACKENDS
+    from jupyter_trainer.spec.job_spec import DetachedSpec
 
     held = {spec_field.name for spec_field in fields(DetachedSpec)}
     switches = {backend.switch for backend in DETACHED_BACKENDS if backend.switch}
@@ -135,8 +135,8 @@ def test_every_detached_option_is_a_spec_field_or_a_backend_switch():
 def test_a_backend_declared_in_the_options_alone_is_chosen_checked_and_configured(monkeypatch):
     """A third detached backend: its switch, the options it takes and its needs are declarations;
     choosing it, refusing what it does not take and the config rule follow from them."""
-    from jupyter_trainer import spec as spec_module
-    from jupyter_trainer.options import CONTAINER, DETACHED, DETACHED_BACKENDS, DetachedBackend, Option
+    from jupyter_trainer.spec import job_spec as spec_module
+    from jupyter_trainer.spec.options import CONTAINER, DETACHED, DETACHED_BACKENDS, DetachedBackend, Option
 
     remote = Option("remote", "--remote", "run on the cluster", kind="switch", config=True, default=False)
     options = tuple(
@@ -169,8 +169,8 @@ def test_a_backend_declared_in_the_options_alone_is_chosen_checked_and_configure
 def test_an_option_of_a_switched_backend_given_without_its_switch_is_one_line(monkeypatch):
     """--queue belongs to --remote alone: without --remote (the default backend chosen) it is one
     line naming the switch, never a crash; with another switch, a 0 is a value and refused too."""
-    from jupyter_trainer import spec as spec_module
-    from jupyter_trainer.options import DETACHED, DETACHED_BACKENDS, DetachedBackend, Option
+    from jupyter_trainer.spec import job_spec as spec_module
+    from jupyter_trainer.spec.options import DETACHED, DETACHED_BACKENDS, DetachedBackend, Option
 
     options = DETACHED + (Option("remote", "--remote", "run on the cluster", kind="switch"),
                           Option("queue", "--queue", "the cluster's queue", "N", "int", backends=("remote",)))  # fmt: skip
@@ -192,7 +192,7 @@ def test_an_option_of_a_switched_backend_given_without_its_switch_is_one_line(mo
 def test_a_configured_host_is_overridden_only_by_what_a_container_needs(flags):
     """--gpus or --stop-container-when-done alone do not turn a configured --host job into a container
     job: they are refused, as --host takes neither; --image or --container do choose a container."""
-    from jupyter_trainer.spec import detached_spec
+    from jupyter_trainer.spec.job_spec import detached_spec
 
     for config in ({"host": True}, {"host": True, "image": "cfg:1"}):
         with pytest.raises(InvalidOption, match="--host runs without a container"):
@@ -201,7 +201,7 @@ def test_a_configured_host_is_overridden_only_by_what_a_container_needs(flags):
 
 
 def test_a_switch_flagged_off_leaves_config_out():
-    from jupyter_trainer.spec import detached_spec
+    from jupyter_trainer.spec.job_spec import detached_spec
 
     assert detached_spec("print(1)", {"host": False}, {"host": True, "image": "cfg:1"}).backend == "docker"
 
@@ -209,8 +209,9 @@ def test_a_switch_flagged_off_leaves_config_out():
 def test_an_option_a_backend_declares_that_no_spec_field_holds_reaches_its_spec(monkeypatch):
     import dataclasses
 
-    from jupyter_trainer import options, spec
-    from jupyter_trainer.options import Option
+    from jupyter_trainer.spec import options
+    from jupyter_trainer.spec import job_spec as spec
+    from jupyter_trainer.spec.options import Option
 
     extra = Option("queue", "--queue", "a queue", "Q", backends=("host",))
     monkeypatch.setattr(options, "DETACHED", options.DETACHED + (extra,))
@@ -231,8 +232,8 @@ def _tenfold(value):
 def test_an_options_check_may_live_in_its_backends_own_package():
     """`parse="module:function"`: a new backend keeps the check of its option in its own package,
     imported only when a value is checked (checks.py holds the shared ones)."""
-    from jupyter_trainer.options import Option
-    from jupyter_trainer.spec import parse_declared
+    from jupyter_trainer.spec.options import Option
+    from jupyter_trainer.spec.job_spec import parse_declared
 
     option = Option("toy_nice", "--toy-nice", "how nice", kind="int", parse=f"{__name__}:_tenfold", backends=("toy",))
     assert parse_declared([option], {"toy_nice": 3, "other": "x"}) == {"toy_nice": 30, "other": "x"}
@@ -243,7 +244,8 @@ def test_another_backends_check_is_not_imported(monkeypatch):
     backend is chosen: a --host cell never imports it."""
     import sys
 
-    from jupyter_trainer import options, spec
+    from jupyter_trainer.spec import options
+    from jupyter_trainer.spec import job_spec as spec
 
     own = options.Option("toy_nice", "--toy-nice", "how nice", kind="int", parse="jupyter_trainer_no_such_module:check", backends=("toy",))
     monkeypatch.setattr(spec, "DETACHED", (*options.DETACHED, own))

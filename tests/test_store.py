@@ -5,8 +5,8 @@ import stat
 import pytest
 
 from jupyter_trainer.errors import CorruptRecord, UnknownJob
-from jupyter_trainer.jobs import JobRecord, Status
-from jupyter_trainer.store import JobStore
+from jupyter_trainer.core.record import JobRecord, Status
+from jupyter_trainer.core.store import JobStore
 
 
 def mode(path):
@@ -97,7 +97,7 @@ def test_the_supervisor_writes_the_run_files_the_store_names():
     import re
     from importlib import resources
 
-    from jupyter_trainer import store
+    from jupyter_trainer.core import store
 
     source = resources.files("jupyter_trainer.backends").joinpath(store.SUPERVISOR_FILE).read_text()
     written = set(re.findall(r'"\$run_dir/([^"]+)"', source))

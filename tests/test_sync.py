@@ -8,9 +8,9 @@ import tarfile
 import pytest
 
 from jupyter_trainer.backends.docker.sync import IGNORE_FILE, sync_directory
-from jupyter_trainer.checks import parse_sync
+from jupyter_trainer.spec.checks import parse_sync
 from jupyter_trainer.errors import InvalidOption
-from jupyter_trainer.ignore_patterns import IgnoreRules, parse
+from jupyter_trainer.spec.ignore_patterns import IgnoreRules, parse
 
 
 class ArchiveTaker:
@@ -166,7 +166,7 @@ def test_case_variants_keys_env_files_and_hard_links_to_secrets_are_left_out(tmp
 
 
 def test_an_ignore_file_too_long_to_be_written_by_hand_is_refused_not_cut(tmp_path):
-    from jupyter_trainer.ignore_patterns import MAX_PATTERNS
+    from jupyter_trainer.spec.ignore_patterns import MAX_PATTERNS
 
     project = tmp_path / "project"
     write(project, "train.py", "secret.txt")

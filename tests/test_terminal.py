@@ -13,8 +13,8 @@ import pytest
 from conftest import wait_for
 from terminal_oracle import terminal_view
 from jupyter_trainer.backends.base import FileLogSource
-from jupyter_trainer.logs import TAIL_MIN_BYTES, read_all_lines, tail_lines
-from jupyter_trainer.terminal import SettledLines, terminal_lines
+from jupyter_trainer.logs.reading import TAIL_MIN_BYTES, read_all_lines, tail_lines
+from jupyter_trainer.logs.terminal import SettledLines, terminal_lines
 
 SCRIPTS = Path(__file__).resolve().parent / "real_loggers"
 MESSAGE = re.compile(r"epoch (\d+) loss=")
@@ -133,8 +133,8 @@ def test_a_log_of_one_endless_bar_costs_what_a_tail_costs(tmp_path):
 
 def test_the_widget_log_pane_and_saved_copy_show_the_terminal_view(long_nested_log, store, fake_backend, backends):
     from test_widget import fake_job, shown_text
-    from jupyter_trainer.monitor import JobMonitor
-    from jupyter_trainer.widget import log_html, saved_view_html
+    from jupyter_trainer.view.monitor import JobMonitor
+    from jupyter_trainer.view.job_html import log_html, saved_view_html
 
     _, data = long_nested_log
     expected = terminal_view(data)
@@ -163,8 +163,8 @@ def test_the_widget_log_pane_and_saved_copy_show_the_terminal_view(long_nested_l
 
 
 def host_job(name, script_args, workdir):
-    from jupyter_trainer.spec import build_spec
-    from jupyter_trainer.submit import submit_detached
+    from jupyter_trainer.spec.job_spec import build_spec
+    from jupyter_trainer.jobs.submit import submit_detached
 
     script = (SCRIPTS / "tqdm_nested.py").read_text()
     prologue = f"import sys\nsys.argv[1:] = {script_args!r}\n"

@@ -12,13 +12,15 @@ import comm
 import pytest
 from comm.base_comm import BaseComm
 from conftest import wait_for
-from jupyter_trainer.terminal import SCREEN_ROWS
+from jupyter_trainer.logs.terminal import SCREEN_ROWS
 
-from jupyter_trainer.plot import MetricSeries
-from jupyter_trainer.spec import DetachedSpec
-from jupyter_trainer.submit import submit_detached
-from jupyter_trainer.summary import snapshot_text
-from jupyter_trainer.widget import WATCH_CHECK_SECONDS, JobWidget, Poller, header_html, log_html, plot_html
+from jupyter_trainer.metrics.series import MetricSeries
+from jupyter_trainer.spec.job_spec import DetachedSpec
+from jupyter_trainer.jobs.submit import submit_detached
+from jupyter_trainer.view.summary import snapshot_text
+from jupyter_trainer.view.job_html import header_html, log_html, plot_html
+from jupyter_trainer.view.job_widget import WATCH_CHECK_SECONDS, JobWidget
+from jupyter_trainer.view.poller import Poller
 
 
 class RecordingComm(BaseComm):
@@ -58,7 +60,7 @@ def updates_of(sent, widget):
 
 
 def test_widget_follows_log_metrics_and_final_status(store, fake_backend, backends):
-    from jupyter_trainer.spec import Metric
+    from jupyter_trainer.spec.job_spec import Metric
 
     job = fake_job(store, backends, metrics=[Metric("acc", r"acc=([0-9.]+)")])
     clock = Clock()
@@ -115,8 +117,8 @@ def test_memory_stays_bounded(store, fake_backend, backends):
 
 
 def test_catching_up_on_a_backlog_misses_no_rare_metric_and_numbers_every_match(store, fake_backend, backends):
-    from jupyter_trainer.monitor import JobMonitor
-    from jupyter_trainer.spec import Metric
+    from jupyter_trainer.view.monitor import JobMonitor
+    from jupyter_trainer.spec.job_spec import Metric
 
     metrics = [Metric("loss", r"\bloss\b\s*[:=]?\s*([-+]?\d*\.?\d+)"), Metric("val_loss", r"val_loss=([\d.]+)")]
     job = fake_job(store, backends, metrics=metrics)
@@ -140,7 +142,7 @@ def test_catching_up_on_a_backlog_misses_no_rare_metric_and_numbers_every_match(
 
 
 def test_one_poll_over_many_reads_shows_exactly_the_last_lines(store, fake_backend, backends):
-    from jupyter_trainer.monitor import JobMonitor
+    from jupyter_trainer.view.monitor import JobMonitor
 
     job = fake_job(store, backends)
     monitor = JobMonitor(job, log_lines=50, read_seconds=60)
@@ -152,7 +154,7 @@ def test_one_poll_over_many_reads_shows_exactly_the_last_lines(store, fake_backe
 
 
 def test_a_poll_that_only_grows_the_unended_line_reports_a_change(store, fake_backend, backends):
-    from jupyter_trainer.monitor import JobMonitor
+    from jupyter_trainer.view.monitor import JobMonitor
 
     job = fake_job(store, backends)
     append(job, "epoch 1\n10%")
@@ -174,8 +176,8 @@ def test_a_poll_that_only_grows_the_unended_line_reports_a_change(store, fake_ba
 
 
 def test_metrics_in_lines_with_other_characters_match_as_in_text(store, fake_backend, backends):
-    from jupyter_trainer.monitor import JobMonitor
-    from jupyter_trainer.spec import Metric
+    from jupyter_trainer.view.monitor import JobMonitor
+    from jupyter_trainer.spec.job_spec import Metric
 
     job = fake_job(store, backends, metrics=[Metric("loss", r"\bloss\b\s*[:=]?\s*([-+]?\d*\.?\d+)"), Metric("acc", r"acc=(\d+)")])
     append(job, "训练loss: 9\nÉloss=9\nloss:\xa00.5 █\nacc=１２\nloss=0.25\n")
@@ -212,7 +214,7 @@ def test_opening_a_big_log_shows_its_tail_at_once(store, fake_backend, backends)
 
 
 def test_a_long_history_says_how_far_its_metrics_are_read(store, fake_backend, backends, monkeypatch):
-    from jupyter_trainer import monitor
+    from jupyter_trainer.view import monitor
 
     monkeypatch.setattr(monitor, "NOTE_HISTORY_FROM", 1000)
     job = fake_job(store, backends)
@@ -234,7 +236,7 @@ def _read_through(view):
 
 
 def test_a_new_view_of_a_long_job_starts_from_the_saved_metrics(store, fake_backend, backends):
-    from jupyter_trainer.monitor import JobMonitor
+    from jupyter_trainer.view.monitor import JobMonitor
 
     job = fake_job(store, backends)
     append(job, "".join(f"step {i} loss: {i}\n" for i in range(50_000)) + "step 50000 loss: 3")  # unended
@@ -269,8 +271,8 @@ def test_a_new_view_of_a_long_job_starts_from_the_saved_metrics(store, fake_back
 
 
 def test_saved_metrics_are_not_used_for_a_rewritten_log_or_other_metrics(store, fake_backend, backends):
-    from jupyter_trainer import metrics_cache
-    from jupyter_trainer.monitor import JobMonitor
+    from jupyter_trainer.metrics import cache as metrics_cache
+    from jupyter_trainer.view.monitor import JobMonitor
 
     job = fake_job(store, backends)
     append(job, "".join(f"loss: {i}\n" for i in range(1000)))
@@ -446,10 +448,10 @@ def test_text_a_job_controls_is_shown_as_text_never_as_markup(store, fake_backen
 
 
 def test_names_places_and_reasons_are_escaped_by_the_model(store, backends):
-    from jupyter_trainer.job import Job
-    from jupyter_trainer.jobs import JobRecord, Status
-    from jupyter_trainer.monitor import JobMonitor
-    from jupyter_trainer.plot import charts_html
+    from jupyter_trainer.jobs.job import Job
+    from jupyter_trainer.core.record import JobRecord, Status
+    from jupyter_trainer.view.monitor import JobMonitor
+    from jupyter_trainer.view.charts import charts_html
 
     records = [
         JobRecord(name="d", backend="docker", status=Status.LOST, reason=PAYLOAD, runtime={"container_name": PAYLOAD}),
@@ -497,7 +499,7 @@ EXTREME_SERIES = {
 
 @pytest.mark.parametrize("values", EXTREME_SERIES.values(), ids=EXTREME_SERIES.keys())
 def test_a_chart_of_any_series_has_finite_coordinates_inside_its_box(values):
-    from jupyter_trainer.plot import chart_svg
+    from jupyter_trainer.view.charts import chart_svg
 
     width, height = 320, 140
     svg = chart_svg("loss", "step", [("loss", list(enumerate(values)), "#1f77b4"), ("val_loss", [(0, 1.0)], "#ef4444")], width=width, height=height)
@@ -614,8 +616,8 @@ def test_a_removed_job_says_so_once_and_is_dropped(store, fake_backend, backends
 
 
 def test_a_metric_pattern_too_slow_for_the_log_says_so_in_the_view(store, fake_backend, backends):
-    from jupyter_trainer.monitor import JobMonitor
-    from jupyter_trainer.spec import Metric
+    from jupyter_trainer.view.monitor import JobMonitor
+    from jupyter_trainer.spec.job_spec import Metric
 
     job = fake_job(store, backends, metrics=[Metric("slow", r"loss\s*[:=]?\s*(\d+)")])
     append(job, ("epoch 1 loss" + " " * 20_000 + " nothing\n") * 5 + "loss: 3\n")
@@ -656,9 +658,9 @@ def test_a_failure_shows_the_exception_it_ended_with(store, fake_backend, backen
 
 
 def test_a_sagemaker_view_says_what_sagemaker_says(store, backends):
-    from jupyter_trainer.job import Job
-    from jupyter_trainer.jobs import JobRecord, Status
-    from jupyter_trainer.monitor import JobMonitor
+    from jupyter_trainer.jobs.job import Job
+    from jupyter_trainer.core.record import JobRecord, Status
+    from jupyter_trainer.view.monitor import JobMonitor
 
     record = JobRecord(
         name="s", backend="sagemaker", status=Status.COMPLETED, exit_code=None, options={"instance_type": "ml.g5.xlarge"},
@@ -671,7 +673,7 @@ def test_a_sagemaker_view_says_what_sagemaker_says(store, backends):
 
 
 def test_colours_come_from_the_theme_with_both_text_and_background_from_one_family(store, fake_backend, backends):
-    from jupyter_trainer.widget import STYLE
+    from jupyter_trainer.view.job_html import STYLE
 
     view = JobWidget(fake_job(store, backends), clock=Clock())
     assert view.style.value.startswith(STYLE) and "jupyter-trainer-job" in view.box._dom_classes
@@ -727,7 +729,7 @@ def test_the_notebook_keeps_a_copy_of_the_view_for_when_no_kernel_shows_it(store
 def test_a_metrics_cache_the_job_wrote_neither_hangs_nor_floods_the_view(store, fake_backend, backends, kind):
     import threading
 
-    from jupyter_trainer.monitor import JobMonitor
+    from jupyter_trainer.view.monitor import JobMonitor
 
     job = fake_job(store, backends)
     append(job, "step 1 loss: 0.5\n")
@@ -741,7 +743,7 @@ def test_a_metrics_cache_the_job_wrote_neither_hangs_nor_floods_the_view(store, 
         first.start()
         _read_through(first)
         first.reader.flush()
-        from jupyter_trainer import metrics_cache
+        from jupyter_trainer.metrics import cache as metrics_cache
 
         metrics_cache.save(job.run_dir, first.metric_options, first.cursor.line_start, job.log_source(), first.metrics, first.reader)
         data = json.loads(cache.read_text())

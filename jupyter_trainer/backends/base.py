@@ -22,14 +22,14 @@ from importlib import resources
 from pathlib import Path
 from typing import Protocol
 
-from .. import _fs
-from .._fs import create_private_file, write_private_file
+from ..core import files as _fs
+from ..core.files import create_private_file, write_private_file
+from ..core.record import JobRecord, Observation
+from ..core.resources import Usage
+from ..core.store import CLOCK_FILE, EXIT_CODE_FILE, LAUNCH_FILE, LAUNCH_TARGET_FILE, LOG_FILE, NOTIFIED_FILE, NOTIFY_FILE, PID_FILE, SCRIPT_FILE, SUPERVISOR_FILE, JobStore
 from ..errors import CorruptRecord, RunFileError
-from ..jobs import JobRecord, Observation
-from ..logs import LogSource
-from ..resources import Usage
-from ..spec import DetachedSpec, Metric
-from ..store import CLOCK_FILE, EXIT_CODE_FILE, LAUNCH_FILE, LAUNCH_TARGET_FILE, LOG_FILE, NOTIFIED_FILE, NOTIFY_FILE, PID_FILE, SCRIPT_FILE, SUPERVISOR_FILE, JobStore
+from ..logs.reading import LogSource
+from ..spec.job_spec import DetachedSpec, Metric
 
 # pid and exit_code are overwritten in place by the supervisor: room reserved beforehand.
 RESERVED = b" " * 64
@@ -246,7 +246,7 @@ def _source(name: str) -> bytes:
 def notifier_source() -> bytes:
     """What the supervisor runs to notify: the package's wording of exit codes and durations, then
     the notifier, which runs alone on the job's python3 and can import neither."""
-    wording = resources.files("jupyter_trainer").joinpath("wording.py").read_bytes()
+    wording = resources.files("jupyter_trainer.core").joinpath("wording.py").read_bytes()
     return wording + b"\n\n" + _source(NOTIFY_FILE)
 
 

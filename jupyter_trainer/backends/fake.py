@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..jobs import JobRecord, Observation
-from ..spec import DetachedSpec
+from ..core.record import JobRecord, Observation
+from ..spec.job_spec import DetachedSpec
 from .base import LOG_FILE, FileLogSource, write_script
 
 

@@ -11,10 +11,10 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..jobs import JobRecord, Observation
-from ..proc import ProcessIdentity, boot_id, command_line, memory_limit, session_id, session_members, session_usage, start_time
-from ..resources import NVIDIA_SMI_QUERY, Usage, parse_nvidia_smi
-from ..spec import DetachedSpec
+from ..core.processes import ProcessIdentity, boot_id, command_line, memory_limit, session_id, session_members, session_usage, start_time
+from ..core.record import JobRecord, Observation
+from ..core.resources import NVIDIA_SMI_QUERY, Usage, parse_nvidia_smi
+from ..spec.job_spec import DetachedSpec
 from .base import (
     LAUNCH_FILE,
     LOG_FILE,

@@ -33,7 +33,7 @@ import sys
 import time
 
 try:  # as a module of the package; run by the supervisor, wording.py's code comes before this
-    from ..wording import describe_exit_code, format_duration, readable
+    from ..core.wording import describe_exit_code, format_duration, readable
 except ImportError:
     pass
 

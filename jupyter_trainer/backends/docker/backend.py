@@ -13,12 +13,12 @@ import shutil
 import time
 from pathlib import Path
 
+from ...core.files import create_private_file, write_in_place
+from ...core.record import JobRecord, Observation, Status
+from ...core.resources import Usage
+from ...core.store import NO_RESTART_FILE, RESTART_FILE, RESTARTS_FILE, JobStore
 from ...errors import BackendUnavailable, CorruptRecord, InvalidOption, TrainerError
-from ...jobs import JobRecord, Observation, Status
-from ...resources import Usage
-from ...spec import DetachedSpec
-from ..._fs import create_private_file, write_in_place
-from ...store import NO_RESTART_FILE, RESTART_FILE, RESTARTS_FILE, JobStore
+from ...spec.job_spec import DetachedSpec
 from ..base import (
     EXIT_CODE_FILE,
     LOG_FILE,
@@ -43,12 +43,22 @@ from .in_container import EXEC_SECONDS, STOP_GROUPS, container_file, give_stdin,
 from .links import link_run, unlink_run
 from .log_source import ContainerLogSource, SharedStreams
 from .remote_script import lies_on_host, with_script_read
-from .script_place import check_reachable, in_both_places, script_in_container, sent_alone, sent_alone_fact
-from .runtime import MOUNTED_JOBS_DIR, RUN_FILES, SHIPPED_JOBS_DIR, WORKSPACE, DockerRuntime
 from .restarts import (
-    KEEPER_GRACE_SECONDS, engine_time, forbid_restart, forget_instructions, has_keeper, instructions, kept_down, may_be_started_again,
-    read_restart_log, restart_forbidden, stop_container, why_it_restarted,
+    KEEPER_GRACE_SECONDS,
+    engine_time,
+    forbid_restart,
+    forget_instructions,
+    has_keeper,
+    instructions,
+    kept_down,
+    may_be_started_again,
+    read_restart_log,
+    restart_forbidden,
+    stop_container,
+    why_it_restarted,
 )  # fmt: skip
+from .runtime import MOUNTED_JOBS_DIR, RUN_FILES, SHIPPED_JOBS_DIR, WORKSPACE, DockerRuntime
+from .script_place import check_reachable, in_both_places, script_in_container, sent_alone, sent_alone_fact
 from .sync import sync_directory
 from .usage import ContainerUsage
 

@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from ..._fs import make_private_dir, write_private_file
+from ...core.files import make_private_dir, write_private_file
 from ...errors import TrainerError
 from .errors import Doing, busy, engine_errors, refused, translate
 from .hosts import Engine

@@ -23,15 +23,15 @@ import tarfile
 import time
 from pathlib import Path, PurePosixPath
 
-from ..._fs import make_private_dir
+from ...core.files import make_private_dir
+from ...core.store import JobStore
 from ...errors import InvalidOption, TrainerError
-from ...spec import DetachedSpec
-from ...store import JobStore
+from ...spec.job_spec import DetachedSpec
 from . import store_mounts
 from .errors import engine_errors, no_image, not_created
 from .hosts import LOCAL_SOCKET, Engine
 from .in_container import run_in, stops_on_term
-from .restarts import LABEL_KEEPER, KEEPER_VERSION, RESTART_POLICY, check_can_restart, has_keeper, install_keeper, keeper_command
+from .restarts import KEEPER_VERSION, LABEL_KEEPER, RESTART_POLICY, check_can_restart, has_keeper, install_keeper, keeper_command
 from .runtime import MOUNTED_JOBS_DIR, RUN_FILES, SHIPPED_JOBS_DIR, WORKSPACE
 
 LABEL = "jupyter_trainer"

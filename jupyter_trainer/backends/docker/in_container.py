@@ -16,8 +16,8 @@ import tarfile
 import time
 
 from ... import surface
+from ...core.store import LAUNCH_FILE, SUPERVISOR_FILE
 from ...errors import BackendUnavailable
-from ...store import LAUNCH_FILE, SUPERVISOR_FILE
 
 EXEC_SECONDS = 30  # our snippets answer in well under a second, unless a job replaced the container's tools
 EXEC_OUTPUT_LIMIT = 1 << 20

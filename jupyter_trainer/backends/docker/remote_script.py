@@ -15,10 +15,10 @@ import secrets
 import tarfile
 import time
 
+from ...core.store import JobStore
 from ...errors import InvalidOption
-from ...in_place import MAX_SCRIPT_BYTES, script_text, sha256_of
-from ...spec import DetachedSpec
-from ...store import JobStore
+from ...spec.in_place import MAX_SCRIPT_BYTES, script_text, sha256_of
+from ...spec.job_spec import DetachedSpec
 from .containers import LABEL, LABEL_JOBS_DIR, LABEL_SCRATCH, LABEL_STORE, ensure_image, remove_stale_scratch
 from .errors import engine_errors, no_workdir, script_unreadable
 from .hosts import Engine

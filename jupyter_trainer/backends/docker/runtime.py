@@ -6,8 +6,8 @@ import dataclasses
 import re
 from dataclasses import dataclass
 
-from ...jobs import NAME_PATTERN, JobRecord
-from ...store import NO_RESTART_FILE, RESTART_FILE, RESTARTS_FILE
+from ...core.record import NAME_PATTERN, JobRecord
+from ...core.store import NO_RESTART_FILE, RESTART_FILE, RESTARTS_FILE
 from ..base import (
     CLOCK_FILE,
     EXIT_CODE_FILE,

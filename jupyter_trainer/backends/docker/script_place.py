@@ -13,8 +13,8 @@ from __future__ import annotations
 import posixpath
 
 from ...errors import InvalidOption
-from ...in_place import inside, named_inside
-from ...spec import DetachedSpec
+from ...spec.in_place import inside, named_inside
+from ...spec.job_spec import DetachedSpec
 from ..base import ScriptPlace
 from .containers import working_dir
 from .hosts import Engine

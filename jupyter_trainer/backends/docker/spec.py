@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-from ...checks import parse_remote_workdir, parse_workdir
-from .hosts import LOCAL_SOCKET, Engine, resolve
 from ...errors import InvalidOption
+from ...spec.checks import parse_remote_workdir, parse_workdir
+from .hosts import LOCAL_SOCKET, Engine, resolve
 
 
 def settle_docker_spec(parsed: dict[str, Any], hosts: Mapping[str, str] | None) -> dict[str, Any]:

@@ -15,11 +15,11 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ... import ignore_patterns
-from ...credentials import credential_inodes, home_prefix, is_credential
-from ..._fs import read_small
+from ...core.files import read_small
 from ...errors import InvalidOption, TrainerError
-from ...logs import clean_line
+from ...logs.reading import clean_line
+from ...spec import ignore_patterns
+from ...spec.credentials import credential_inodes, home_prefix, is_credential
 
 IGNORE_FILE = ".trainerignore"
 MAX_IGNORE_FILE_BYTES = 1 << 20

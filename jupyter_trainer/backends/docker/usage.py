@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import time
 
+from ...core.resources import NVIDIA_SMI_QUERY, Usage, parse_nvidia_smi
 from ...errors import BackendUnavailable
-from ...resources import NVIDIA_SMI_QUERY, Usage, parse_nvidia_smi
 from .in_container import run_in
 
 # nvidia-smi in the container, if it has one ("none" if not); its query comes as arguments. A

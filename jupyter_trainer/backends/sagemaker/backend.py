@@ -17,7 +17,15 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from ...jobs import JobRecord, Observation, Status, format_duration
+from ...core.files import write_private_file
+from ...core.processes import ProcessIdentity
+from ...core.record import JobRecord, Observation, Status, format_duration
+from ...core.resources import Usage
+from ...core.store import CODE_DIR, FAILURE_FILE, JobStore
+from ...core.store import SAGEMAKER_SPEC_FILE as SPEC_FILE
+from ..base import LOG_FILE, SCRIPT_FILE, FileLogSource, malformed_runtime, notify_input, prepare_supervised_run, read_runtime, write_script
+from ..host import observe_supervised, start_supervised, stop_supervised
+from . import launcher
 from .cloudwatch import (
     CloudWatchLogSync,
     SyncedLogSource,
@@ -26,14 +34,6 @@ from .cloudwatch import (
     client,
     observe_training_job,
 )
-from ..._fs import write_private_file
-from ...store import CODE_DIR, FAILURE_FILE, JobStore
-from ...store import SAGEMAKER_SPEC_FILE as SPEC_FILE
-from ..base import LOG_FILE, SCRIPT_FILE, FileLogSource, malformed_runtime, notify_input, prepare_supervised_run, read_runtime, write_script
-from ...proc import ProcessIdentity
-from ...resources import Usage
-from ..host import observe_supervised, start_supervised, stop_supervised
-from . import launcher
 from .reasons import reason_from_file
 from .spec import CODE_CHANNEL, JOB_ENV_VARIABLE, LAUNCHER_NAME, SageMakerSpec, local_region, training_job_name
 

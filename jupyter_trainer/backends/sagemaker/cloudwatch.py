@@ -16,11 +16,11 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..._fs import flocked, write_private_file
+from ...core.files import flocked, write_private_file
+from ...core.record import Observation, Status
+from ...core.store import CLOUDWATCH_LOCK_FILE as LOCK_FILE
+from ...core.store import CLOUDWATCH_STATE_FILE as STATE_FILE
 from ...errors import BackendUnavailable, TrainerError
-from ...jobs import Observation, Status
-from ...store import CLOUDWATCH_LOCK_FILE as LOCK_FILE
-from ...store import CLOUDWATCH_STATE_FILE as STATE_FILE
 from ..base import FileLogSource
 from .reasons import kept_text
 

@@ -19,10 +19,10 @@ import sys
 import tempfile
 from pathlib import Path
 
-from ..._fs import write_private_file
+from ...core.files import write_private_file
+from ...core.store import CODE_DIR, FAILURE_FILE, SAGEMAKER_SPEC_FILE
 from ...errors import TrainerError
-from ...store import CODE_DIR, FAILURE_FILE, SAGEMAKER_SPEC_FILE
-from ...spec import Metric
+from ...spec.job_spec import Metric
 from .launcher import FAILURE_LIMIT, FAILURE_MARKER
 from .reasons import kept_text
 from .spec import COMPOSE_VARIABLE, JOB_ENV_VARIABLE, SageMakerSpec, local_region

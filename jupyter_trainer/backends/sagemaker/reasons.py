@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..._fs import read_small
-from ...wording import readable
+from ...core.files import read_small
+from ...core.wording import readable
 
 MAX_REASON_CHARS = 2048  # SageMaker keeps at most 1024 characters of the failure file
 LOOKED_AT = 4 * MAX_REASON_CHARS  # of the reason's start, room for the control it may hold

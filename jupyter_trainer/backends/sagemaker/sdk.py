@@ -101,7 +101,7 @@ def keeping_failures(kept: list) -> None:
     FailureReason. The container's file: a regular one, never a link followed, bounded."""
     import importlib
 
-    from ..._fs import read_small
+    from ...core.files import read_small
 
     for module in ("sagemaker.local.image", "sagemaker.core.local.image"):  # v2's engine, and v3's copy of it
         try:

@@ -24,14 +24,26 @@ from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 
-from ... import _fs
-from ..._fs import write_private_file
+from ...core import files as _fs
+from ...core.files import write_private_file
+from ...core.record import JobRecord, Observation
+from ...core.resources import Usage
+from ...core.store import LOG_FILE, PID_FILE, JobStore
 from ...errors import BackendUnavailable, InvalidOption, TrainerError
-from ...jobs import JobRecord, Observation
-from ...resources import Usage
-from ...spec import DetachedSpec
-from ...store import LOG_FILE, PID_FILE, JobStore
-from ..base import STOP_GRACE_SECONDS, FileLogSource, ScriptPlace, job_command, job_environment, notify_input, prepare_supervised_run, read_runtime, read_supervisor_facts, write_launch_target, write_run_file
+from ...spec.job_spec import DetachedSpec
+from ..base import (
+    STOP_GRACE_SECONDS,
+    FileLogSource,
+    ScriptPlace,
+    job_command,
+    job_environment,
+    notify_input,
+    prepare_supervised_run,
+    read_runtime,
+    read_supervisor_facts,
+    write_launch_target,
+    write_run_file,
+)
 from ..host import _inherited_environment
 from . import states
 from .commands import SlurmCommandFailed, refused, require, run, sbatch_environment

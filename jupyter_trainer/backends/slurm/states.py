@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import pwd
 
-from ...jobs import Observation, Status
-from ...wording import readable
+from ...core.record import Observation, Status
+from ...core.wording import readable
 from ..base import SupervisorFacts
 from .queue import SlurmJob
 

@@ -1,0 +1,1 @@
+"""Where users reach the product: the IPython magics, their help, the command line."""

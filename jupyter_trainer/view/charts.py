@@ -1,0 +1,229 @@
+"""Metric charts as inline SVG: no plotting library, nothing heavy to import, cheap to resend.
+
+The series they draw are kept by `metrics.series.MetricSeries`.
+
+A chart shows a metric with its twins (`loss`, `val_loss`, `eval_loss`, ...) on
+one x axis, titled by what x is (step, epoch, seconds or value number), on a log scale
+when the values span more than two decades. Hovering shows the values at that
+x (SVG titles: the browser's own tooltip, no script). A view draws at most
+`MAX_CHARTS` charts.
+"""
+
+from __future__ import annotations
+
+import html
+import math
+
+from ..metrics.names import AXIS_TITLES, twin_key
+from ..metrics.series import MetricSeries, _finite
+
+# Colours that read on a light and on a dark background alike (and tell a metric from its twin).
+PALETTE = ("#3b82f6", "#ef4444", "#22a06b", "#f59e0b", "#a855f7", "#ec4899")
+# One colour per job on a chart of several (`%train_compare`): each has 3:1 contrast or more on
+# white and on JupyterLab's dark background (#111), and its hue differs from the others'.
+RUN_PALETTE = ("#3b82f6", "#ef4444", "#22a06b", "#d97706", "#a855f7", "#ec4899", "#0891b2", "#65a30d")
+LEGEND_LINE = 15  # pixels between two lines of a legend that wraps
+LEGEND_CHAR = 7  # about how wide a legend's character is, in pixels
+MAX_CHARTS = 6  # charts a view draws at once
+LOG_SCALE_SPAN = 100  # a chart goes logarithmic when its positive values span more than this factor
+HOVER_BANDS = 48  # vertical strips of a chart, each with a tooltip of the values nearest to it
+
+
+def _format(value: float) -> str:
+    if value == 0:
+        return "0"
+    if abs(value) >= 1e4 or abs(value) < 1e-3:
+        return f"{value:.3e}"
+    return f"{value:.4g}"
+
+
+
+
+def _fraction(value: float, low: float, high: float) -> float:
+    """Where `value` lies from `low` (0) to `high` (1); the middle when they are equal. Computed
+    so that no finite input overflows (1e308 - -1e308 is inf) or divides by zero."""
+    if not high > low:
+        return 0.5
+    span = high - low
+    if _finite(span):
+        fraction = (value - low) / span
+    else:  # halves cannot overflow, and for numbers this large they are exact
+        fraction = (value / 2 - low / 2) / (high / 2 - low / 2)
+    return min(1.0, max(0.0, fraction))
+
+
+def _value_range(ys: list[float]) -> tuple[float, float]:
+    """The values the chart's bottom and top stand for."""
+    low, high = min(ys), max(ys)
+    if low == high:  # a flat line: a band around it, where the floats have room for one
+        pad = max(abs(low) * 0.05, 0.5)  # relative: low - 0.5 == low once low is about 1e16
+        if _finite(low - pad) and _finite(high + pad):
+            return low - pad, high + pad
+    return low, high  # at the largest floats a flat line is drawn across the middle
+
+
+def uses_log_scale(ys: list[float]) -> bool:
+    return bool(ys) and min(ys) > 0 and max(ys) / min(ys) > LOG_SCALE_SPAN
+
+
+def chart_svg(
+    title: str, axis: str, curves: list[tuple[str, list[tuple[float, float]], str]], width: int = 360, height: int = 170,
+    wrap_legend: bool = False,
+) -> str:
+    """One chart: each curve (name, points, colour) over one x axis; its range, its latest values,
+    what x is. Any numbers give coordinates inside the chart: values that are not finite (which a
+    metrics cache on disk could hold) are left out. `wrap_legend`: the legend goes on as many
+    lines as its entries need (a chart of many runs), the plot below it."""
+    left, right, top, bottom = 58, 10, 22, 32
+    curves = [(name, [(x, y) for x, y in points if _finite(x) and _finite(y)], colour) for name, points, colour in curves]
+    if wrap_legend:
+        rows = _legend_rows(curves, width - left - right)
+        top += LEGEND_LINE * (len(rows) - 1)
+        height += LEGEND_LINE * (len(rows) - 1)
+    plot_w, plot_h = width - left - right, height - top - bottom
+    label = html.escape(title)
+    head = (
+        f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
+        f'viewBox="0 0 {width} {height}" role="img" aria-label="{label}" class="jt-chart">'
+    )
+    frame = f'<rect class="jt-frame" x="{left}" y="{top}" width="{plot_w}" height="{plot_h}"/>'
+    legend = "".join(
+        f'<tspan class="jt-swatch" style="fill:{html.escape(colour)}">■</tspan>'
+        f'<tspan class="jt-name"> {html.escape(name)}</tspan> {_format(points[-1][1]) if points else "no finite value"}  '
+        for name, points, colour in curves
+    )
+    legend_svg = f'<text class="jt-legend" x="{left}" y="14">{legend}</text>'
+    if wrap_legend:
+        legend_svg = "".join(
+            f'<text class="jt-legend" x="{left}" y="{14 + LEGEND_LINE * index}">{"".join(_legend_entry(*curve, gap=bool(at)) for at, curve in enumerate(row))}</text>'
+            for index, row in enumerate(rows)
+        )
+    everything = [point for _, points, _ in curves for point in points]
+    if not everything:
+        return head + legend_svg + frame + "</svg>"
+    xs = [x for x, _ in everything]
+    ys = [y for _, y in everything]
+    x0, x1 = min(xs), max(xs)
+    logarithmic = uses_log_scale(ys)
+    scale = math.log10 if logarithmic else (lambda value: value)
+    y0, y1 = (math.log10(min(ys)), math.log10(max(ys))) if logarithmic else _value_range(ys)
+
+    def position(x: float, y: float) -> tuple[float, float]:
+        return left + _fraction(x, x0, x1) * plot_w, top + (1 - _fraction(scale(y), y0, y1)) * plot_h
+
+    lines = []
+    for name, points, colour in curves:
+        if not points:
+            continue
+        path = " ".join(f"{px:.1f},{py:.1f}" for px, py in (position(x, y) for x, y in points))
+        lines.append(f'<polyline class="jt-line" style="stroke:{html.escape(colour)}" points="{path}"><title>{html.escape(name)}</title></polyline>')
+        if len(points) == 1:  # a one-point line draws nothing: show the point
+            px, py = position(*points[0])
+            lines.append(f'<circle cx="{px:.1f}" cy="{py:.1f}" r="2.5" style="fill:{html.escape(colour)}"/>')
+    top_label, bottom_label = (max(ys), min(ys)) if logarithmic else (y1, y0)
+    axis_title = AXIS_TITLES.get(axis, axis) + (" · log scale" if logarithmic else "")
+    axes = (
+        f'<text class="jt-tick" x="{left - 4}" y="{top + 9}" text-anchor="end">{_format(top_label)}</text>'
+        f'<text class="jt-tick" x="{left - 4}" y="{top + plot_h}" text-anchor="end">{_format(bottom_label)}</text>'
+        f'<text class="jt-tick" x="{left}" y="{top + plot_h + 12}">{_format(x0)}</text>'
+        f'<text class="jt-tick" x="{left + plot_w}" y="{top + plot_h + 12}" text-anchor="end">{_format(x1)}</text>'
+        f'<text class="jt-axis-title" x="{left + plot_w / 2:.0f}" y="{height - 4}" text-anchor="middle">{html.escape(axis_title)}</text>'
+    )
+    return head + legend_svg + frame + axes + "".join(lines) + _hover_bands(curves, x0, x1, left, top, plot_w, plot_h, axis) + "</svg>"
+
+
+def _legend_entry(name: str, points: list[tuple[float, float]], colour: str, gap: bool = False) -> str:
+    """■ name latest: `gap` after the entry before it (SVG text collapses spaces)."""
+    shift = f' dx="{LEGEND_CHAR * 2}"' if gap else ""
+    return (
+        f'<tspan class="jt-swatch"{shift} style="fill:{html.escape(colour)}">■</tspan>'
+        f'<tspan class="jt-name"> {html.escape(name)}</tspan> {_format(points[-1][1]) if points else "no value"}'
+    )
+
+
+def _legend_rows(curves, width: int) -> list[list]:
+    """The curves' legend entries, as many on each line as fit in `width` (at least one)."""
+    rows: list[list] = [[]]
+    used = 0
+    for curve in curves:
+        name, points, _ = curve
+        size = LEGEND_CHAR * (len(name) + len(_format(points[-1][1]) if points else "no value") + 6)
+        if rows[-1] and used + size > width:
+            rows.append([])
+            used = 0
+        rows[-1].append(curve)
+        used += size
+    return rows
+
+
+def _hover_bands(curves, x0: float, x1: float, left: int, top: int, plot_w: int, plot_h: int, axis: str) -> str:
+    """Invisible strips across the chart; hovering one shows each curve's value nearest its middle."""
+    bands = HOVER_BANDS if x1 > x0 else 1
+    width = plot_w / bands
+    axis_name = AXIS_TITLES.get(axis, axis)
+    said: list[list[str]] = [[] for _ in range(bands)]
+    for name, points, _ in curves:
+        nearest: dict[int, tuple[float, float, float]] = {}  # band: (distance to its middle, x, y)
+        for x, y in points:
+            where = _fraction(x, x0, x1) * bands
+            band = min(bands - 1, int(where))
+            distance = abs(where - band - 0.5)
+            if band not in nearest or distance < nearest[band][0]:
+                nearest[band] = (distance, x, y)
+        for band, (_, x, y) in nearest.items():
+            said[band].append(f"{name} {_format(y)} at {axis_name} {_format(x)}")
+    return "".join(
+        f'<rect class="jt-hover" x="{left + band * width:.1f}" y="{top}" width="{width:.1f}" height="{plot_h}">'
+        f"<title>{html.escape(chr(10).join(lines))}</title></rect>"
+        for band, lines in enumerate(said)
+        if lines
+    )
+
+
+def chart_groups(series: MetricSeries) -> list[tuple[str, str, list[str]]]:
+    """(title, axis, names) of each chart: a metric and its twins share one when their x is the same."""
+    groups: dict[tuple[str, str], list[str]] = {}
+    for name in series.names():
+        axis = series.axes.get(name, "n")
+        groups.setdefault((twin_key(name), axis), []).append(name)
+    return [(key, axis, names) for (key, axis), names in groups.items()]
+
+
+def chosen_groups(series: MetricSeries, limit: int = MAX_CHARTS) -> list[tuple[str, str, list[str]]]:
+    """The charts a view draws, at most `limit`: the one chosen in the view, then the loss-like,
+    then the most recently updated (a numbered family's after the others); a chart ranks as its
+    best metric."""
+
+    def rank(group: tuple[str, str, list[str]]) -> tuple[int, int]:
+        _, _, names = group
+        return max(series.rank_of(name) for name in names), max(series.updated.get(name, 0) for name in names)
+
+    return sorted(chart_groups(series), key=rank, reverse=True)[:limit]
+
+
+def charts_html(series: MetricSeries, groups: list[tuple[str, str, list[str]]] | None = None) -> str:
+    """The charts of `groups` (by default those chosen_groups gives)."""
+    if not series:
+        return ""
+    if groups is None:
+        groups = chosen_groups(series)
+    charts = [
+        chart_svg(title, axis, [(name, series.curve(name), PALETTE[index % len(PALETTE)]) for index, name in enumerate(names)])
+        for title, axis, names in groups
+    ]
+    return '<div class="jt-charts">' + "".join(charts) + "</div>"
+
+
+def sparkline_svg(values, top: float | None = None, width: int = 60, height: int = 14) -> str:
+    """A small line of recent values (None: unknown, left out), from 0 to `top` (default their
+    highest), drawn in the text's colour; "" with fewer than two known values."""
+    known = [(index, value) for index, value in enumerate(values) if value is not None and math.isfinite(value)]
+    if len(known) < 2:
+        return ""
+    highest = max(top or 0.0, max(value for _, value in known)) or 1.0
+    step = width / max(1, len(values) - 1)
+    points = " ".join(f"{index * step:.1f},{height - 1 - (height - 2) * max(0.0, value) / highest:.1f}" for index, value in known)
+    return (
+        f'<svg class="jt-spark" width="{width}" height="{height}" viewBox="0 0 {width} {height}" aria-hidden="true">'
+        f'<polyline points="{points}" fill="none" stroke="currentColor" stroke-width="1.2"/></svg>'
+    )
