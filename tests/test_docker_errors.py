@@ -169,8 +169,8 @@ def test_threads_that_need_a_client_being_made_wait_for_that_one_handshake(monke
 def test_a_container_changing_state_under_a_look_is_looked_at_again(monkeypatch, status, words):
     """A look that the engine refuses for the state the container is in now, not the one the look
     found, is made again: the status is not a failure."""
-    from jupyter_trainer.backends.docker.backend import DockerBackend
     from jupyter_trainer.backends.base import Observation
+    from jupyter_trainer.backends.docker.backend import DockerBackend
 
     refusal = docker.errors.APIError("refused", response=type("Answer", (), {"status_code": status, "reason": "", "url": ""})(), explanation=words)
     answers = [refusal, Observation(alive=True, started=True)]
@@ -187,17 +187,17 @@ def test_a_container_changing_state_under_a_look_is_looked_at_again(monkeypatch,
 
 
 def test_another_refusal_of_a_look_is_said():
-    from jupyter_trainer.backends.docker.backend import _changed_under_the_look
+    from jupyter_trainer.backends.docker.errors import changed_under_the_look
 
     refusal = docker.errors.APIError("refused", response=type("Answer", (), {"status_code": 500, "reason": "", "url": ""})(), explanation="no space left on device")
-    assert not _changed_under_the_look(refusal) and not _changed_under_the_look(None)
+    assert not changed_under_the_look(refusal) and not changed_under_the_look(None)
 
 
 def test_a_container_restarted_between_an_execs_creation_and_start_is_looked_at_again(docker_client, docker_image):
     """The engine forgets a container's execs when it restarts: a look's exec made just before a
     `docker restart` is refused with 404 'No such exec instance', which is the container changing
     under the look, not a failure to show (a status look said "Docker refused to answer")."""
-    from jupyter_trainer.backends.docker.backend import _changed_under_the_look
+    from jupyter_trainer.backends.docker.errors import changed_under_the_look
 
     container = docker_client.containers.run(docker_image, ["sleep", "60"], detach=True)
     try:
@@ -208,9 +208,9 @@ def test_a_container_restarted_between_an_execs_creation_and_start_is_looked_at_
             with pytest.raises(docker.errors.APIError) as refused:
                 call(exec_id)
             forgotten.append(refused.value)
-        assert all(_changed_under_the_look(error) for error in forgotten), [str(error) for error in forgotten]
+        assert all(changed_under_the_look(error) for error in forgotten), [str(error) for error in forgotten]
         # an exec of a container that is not there is no such change
         gone = docker.errors.NotFound("404", response=type("Answer", (), {"status_code": 404, "reason": "", "url": ""})(), explanation="No such container: abc")
-        assert not _changed_under_the_look(gone)
+        assert not changed_under_the_look(gone)
     finally:
         container.remove(force=True)

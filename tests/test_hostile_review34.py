@@ -8,22 +8,22 @@ import socket
 import subprocess
 import sys
 import tempfile
-import time
 import threading
+import time
 
 import pytest
 from conftest import wait_for
 from small_store import processes_under
 from small_store import small_store as mounted_small_store
 
-from jupyter_trainer.job import Job
-from jupyter_trainer.jobs import Status
+from jupyter_trainer.core.record import Status
+from jupyter_trainer.jobs.job import Job
 
 LONG = "import time\nprint('up', flush=True)\ntime.sleep(300)\n"
 
 
 def cli(*args, timeout=60, **options):
-    return subprocess.run([sys.executable, "-m", "jupyter_trainer.cli", *args], capture_output=True, text=True, timeout=timeout, **options)
+    return subprocess.run([sys.executable, "-m", "jupyter_trainer", *args], capture_output=True, text=True, timeout=timeout, **options)
 
 
 # -- a full store ---------------------------------------------------------------------------------
@@ -129,8 +129,8 @@ def test_a_job_whose_start_the_engine_answered_on_a_dropped_connection_is_record
     submission said "no Docker engine reachable ... while trying to start the job" and discarded
     the run, while the job ran on in its container with no record (nothing follows or stops it, and
     a second submission of the name started a second copy). The engine, asked again, says it runs."""
-    from jupyter_trainer.spec import build_spec
-    from jupyter_trainer.submit import submit_detached
+    from jupyter_trainer.jobs.submit import submit_detached
+    from jupyter_trainer.spec.job_spec import build_spec
 
     proxy = DroppingProxy("/var/run/docker.sock")
     try:
@@ -154,10 +154,10 @@ def test_a_comparison_of_hundreds_of_long_logs_opens_at_once(store, backends, qu
     whole before it showed (each run's read had a budget, but of 20 ms a run, and was checked only
     after a chunk of up to 1 MB), and each poll then held the kernel's poller as long. The view now
     opens on what a bounded read gives and the poller reads the rest, a bounded time per poll."""
-    from jupyter_trainer.compare_runs import load_runs
-    from jupyter_trainer.compare_view import CompareWidget
-    from jupyter_trainer.spec import DetachedSpec
-    from jupyter_trainer.submit import submit_detached
+    from jupyter_trainer.jobs.submit import submit_detached
+    from jupyter_trainer.spec.job_spec import DetachedSpec
+    from jupyter_trainer.view.compare_runs import load_runs
+    from jupyter_trainer.view.compare_view import CompareWidget
 
     names = [f"sweep-{index}" for index in range(300)]
     lines = "".join(f"step {step} loss {1 / (step + 1):.5f}\n" for step in range(1500))
@@ -178,9 +178,9 @@ def test_a_comparison_of_hundreds_of_long_logs_opens_at_once(store, backends, qu
 def test_a_chart_of_hundreds_of_curves_stays_small_and_keeps_their_spikes():
     """The chart of 500 jobs drew every point each kept (up to a thousand a job): 4 MB of SVG sent
     at every update of a live view, and a second of the poller's time to make."""
-    from jupyter_trainer import compare as rules
-    from jupyter_trainer.compare_runs import Comparison
-    from jupyter_trainer.compare_view import comparison_html
+    from jupyter_trainer.metrics import comparison as rules
+    from jupyter_trainer.view.compare_runs import Comparison
+    from jupyter_trainer.view.compare_view import comparison_html
 
     curves = []
     for index in range(500):

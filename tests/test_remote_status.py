@@ -20,7 +20,7 @@ ASKING = "asking the Docker engine on jt-remote-test…"
 
 
 def cli(*words, timeout=120):
-    return subprocess.run([sys.executable, "-m", "jupyter_trainer.cli", *words], check=False, capture_output=True, text=True, timeout=timeout)
+    return subprocess.run([sys.executable, "-m", "jupyter_trainer", *words], check=False, capture_output=True, text=True, timeout=timeout)
 
 
 def submit_remote(laptop, tmp_path, name):
@@ -55,10 +55,11 @@ def test_a_hung_remote_engine_holds_no_other_view_and_its_own_says_it_is_asking(
     its last status and says it is asking until the engine answers."""
     from jupyter_trainer.backends import Backends
     from jupyter_trainer.backends.docker import streamed_log
-    from jupyter_trainer.job import get_job
-    from jupyter_trainer.spec import build_spec
-    from jupyter_trainer.submit import submit_detached
-    from jupyter_trainer.widget import JobWidget, Poller
+    from jupyter_trainer.jobs.job import get_job
+    from jupyter_trainer.jobs.submit import submit_detached
+    from jupyter_trainer.spec.job_spec import build_spec
+    from jupyter_trainer.view.job_widget import JobWidget
+    from jupyter_trainer.view.poller import Poller
 
     # the streamed log's bytes are not checked through the engine meanwhile (a log read, not a status check)
     monkeypatch.setattr(streamed_log, "VERIFY_SECONDS", 3600.0)
@@ -119,8 +120,9 @@ def test_many_calls_at_once_to_one_host_stay_within_its_ssh_sessions(laptop, tmp
     sshd's default is learned from its first refusal)."""
     from jupyter_trainer.backends import Backends
     from jupyter_trainer.backends.docker.errors import LIST
-    from jupyter_trainer.job import get_job
-    from jupyter_trainer.widget import JobWidget, Poller
+    from jupyter_trainer.jobs.job import get_job
+    from jupyter_trainer.view.job_widget import JobWidget
+    from jupyter_trainer.view.poller import Poller
 
     for name in ("one", "two"):
         submit_remote(laptop, tmp_path, name)

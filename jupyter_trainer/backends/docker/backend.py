@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import re
 import shutil
 import time
 from pathlib import Path
@@ -37,7 +36,7 @@ from ..base import (
 )
 from . import containers
 from .clients import Clients, remember_engine, used_engines
-from .errors import LIST, LOOK, REACH, REMOVE, START, STOP, engine_errors, refused
+from .errors import LIST, LOOK, REACH, REMOVE, START, STOP, changed_under_the_look, engine_errors, exec_began_after_all
 from .hosts import LOCAL_SOCKET, Engine, resolve
 from .in_container import EXEC_SECONDS, STOP_GROUPS, container_file, give_stdin, job_processes, read_container_file, run_in, runs_supervisor
 from .links import link_run, unlink_run
@@ -180,7 +179,7 @@ class DockerBackend:
             else:
                 client.api.exec_start(exec_id, detach=True)
         except BaseException as exc:
-            if given or not _began_after_all(client, exec_id, exc):
+            if given or not exec_began_after_all(client, exec_id, exc):
                 if shared_dir is not None:
                     unlink_run(shared_dir, record.name, record.run, RUN_FILES)  # the store discards the run
                 raise
@@ -217,7 +216,7 @@ class DockerBackend:
             try:
                 return self._look(record, run_dir)
             except TrainerError as error:
-                if not _changed_under_the_look(error.__cause__):
+                if not changed_under_the_look(error.__cause__):
                     raise
             time.sleep(0.2)
         return Observation(alive=None)
@@ -579,37 +578,3 @@ class DockerBackend:
 def _cause_said(word: str) -> str:
     """Why a container restarted, as its keeper could tell (see restarts.RestartLog)."""
     return "the container stopped when the machine restarted (a new boot id)" if word == "boot" else "the container restarted"
-
-
-# The engine's words for a container no longer in the state a look found it in: 409 when an exec is
-# created in it, and 500 with the same words when it stopped between an exec's creation and start.
-_NOT_AS_IT_WAS = re.compile(r"\bis (not running|restarting|paused)\b")
-# A container restarted between an exec's creation and its start (or its inspection) has forgotten
-# the exec: 404 with these words.
-_EXEC_FORGOTTEN = re.compile(r"^No such exec instance\b")
-
-
-def _began_after_all(client, exec_id: str | None, exc: BaseException) -> bool:
-    """Whether the exec whose start failed on the way back (the connection dropped, or timed out,
-    after the engine had the request) started all the same: then its job runs, and must be
-    recorded, not discarded. Asked on a new connection; an engine that does not answer it either
-    leaves it unknown (said as not started: the error is raised, as before)."""
-    if exec_id is None or refused(exc) or not isinstance(exc, engine_errors()):
-        return False
-    try:
-        seen = client.api.exec_inspect(exec_id)
-    except engine_errors():
-        return False
-    return bool(seen.get("Running") or seen.get("Pid") or seen.get("ExitCode") is not None)
-
-
-def _changed_under_the_look(exc: BaseException | None) -> bool:
-    """Whether the engine refused a look inside a container for the state it is in now (not
-    running, restarting, paused, or restarted since the look's exec was made), which differs from
-    the one it had just said."""
-    import docker
-
-    if not isinstance(exc, docker.errors.APIError):
-        return False
-    words = str(exc.explanation or "")
-    return exc.status_code == 409 or bool(_NOT_AS_IT_WAS.search(words) or (exc.status_code == 404 and _EXEC_FORGOTTEN.match(words)))

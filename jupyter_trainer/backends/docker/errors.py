@@ -18,6 +18,7 @@ the cause and the way out; a look at a job repeats every poll, so its words neve
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 from ...errors import BackendUnavailable, ImageNotFound, InvalidOption, TrainerError, Unreachable
@@ -136,3 +137,37 @@ def script_unreadable(where: str, exc: BaseException) -> InvalidOption:
 def brief(exc: BaseException) -> str:
     text = str(exc).strip().splitlines()[0] if str(exc).strip() else exc.__class__.__name__
     return text[:160]
+
+
+# The engine's words for a container no longer in the state a look found it in: 409 when an exec is
+# created in it, and 500 with the same words when it stopped between an exec's creation and start.
+_NOT_AS_IT_WAS = re.compile(r"\bis (not running|restarting|paused)\b")
+# A container restarted between an exec's creation and its start (or its inspection) has forgotten
+# the exec: 404 with these words.
+_EXEC_FORGOTTEN = re.compile(r"^No such exec instance\b")
+
+
+def exec_began_after_all(client, exec_id: str | None, exc: BaseException) -> bool:
+    """Whether the exec whose start failed on the way back (the connection dropped, or timed out,
+    after the engine had the request) started all the same: then its job runs, and must be
+    recorded, not discarded. Asked on a new connection; an engine that does not answer it either
+    leaves it unknown (said as not started: the error is raised, as before)."""
+    if exec_id is None or refused(exc) or not isinstance(exc, engine_errors()):
+        return False
+    try:
+        seen = client.api.exec_inspect(exec_id)
+    except engine_errors():
+        return False
+    return bool(seen.get("Running") or seen.get("Pid") or seen.get("ExitCode") is not None)
+
+
+def changed_under_the_look(exc: BaseException | None) -> bool:
+    """Whether the engine refused a look inside a container for the state it is in now (not
+    running, restarting, paused, or restarted since the look's exec was made), which differs from
+    the one it had just said."""
+    import docker
+
+    if not isinstance(exc, docker.errors.APIError):
+        return False
+    words = str(exc.explanation or "")
+    return exc.status_code == 409 or bool(_NOT_AS_IT_WAS.search(words) or (exc.status_code == 404 and _EXEC_FORGOTTEN.match(words)))
