@@ -19,7 +19,7 @@ from ..core.processes import ProcessIdentity
 from ..core.record import JobRecord, Observation, Status, describe_exit_code, parse_notification, resolve
 from ..core.resources import Usage, cpu_between
 from ..core.store import CLOCK_FILE, NOTIFIED_FILE, RECORD_FILE, JobStore
-from ..errors import BackendUnavailable, InvalidOption, JobReplaced, StoreError, TrainerError, Unreachable
+from ..errors import BackendUnavailable, InvalidOption, JobReplaced, StoreError, TrainerError, UnknownBackend, Unreachable
 from ..logs.reading import LogCursor, LogSource, MetricParser, local_file_of, read_all_lines, tail_lines, tail_screen, written_span
 from ..logs.terminal import SettledLines
 from ..metrics.clock import LogClock
@@ -455,7 +455,7 @@ class Job:
         """The backend object that runs this job (`backend` is its name)."""
         try:
             return self.backends.get(self.backend)
-        except _backends.UnknownBackend:
+        except UnknownBackend:
             raise InvalidOption(f"job {self.name!r} uses the unknown backend {self.backend!r}") from None
 
 
@@ -549,7 +549,7 @@ def one_poll(items: list, backends: _backends.Backends) -> Iterator[None]:
         for name in sorted({item.backend for item in items if isinstance(item, JobRecord) and not item.status.is_final}):
             try:
                 polling = getattr(backends.get(name), "polling", None)
-            except _backends.UnknownBackend:
+            except UnknownBackend:
                 continue
             if polling is not None:
                 stack.enter_context(polling())
