@@ -51,6 +51,21 @@ class SlurmCommandFailed(BackendUnavailable):
         super().__init__(f"`{command}` failed: {_without_prefix(said)}", "check that Slurm's commands work on this machine (sinfo, squeue --me)")
 
 
+class ControllerUnreachable(Unreachable):
+    """A Slurm command could not reach the controller (it said so, or gave no answer in time): the
+    jobs keep their status. `output` is what it printed on stdout before (sbatch: perhaps the id of
+    a job the controller had accepted)."""
+
+    def __init__(self, message: str, hint: str | None = None, output: str = ""):
+        self.output = output
+        super().__init__(CONTROLLER, message, hint)
+
+
+def printed_before(error: BaseException) -> str:
+    """What a failed Slurm command printed on stdout before it failed ("" for any other error)."""
+    return error.output if isinstance(error, (SlurmCommandFailed, ControllerUnreachable)) else ""
+
+
 class UnusableAnswer(BackendUnavailable):
     """A Slurm command answered with what it never prints: nothing in it can be trusted (a job
     missing from it is not a job that ended)."""
@@ -85,7 +100,7 @@ def sbatch_environment(base: dict) -> dict[str, str]:
 
 def run(command: str, *args: str, timeout: float = COMMAND_TIMEOUT, env: dict | None = None) -> str:
     """The command's standard output. A missing command is BackendUnavailable; a controller that
-    cannot be reached is Unreachable; any other refusal is SlurmCommandFailed (its last line).
+    cannot be reached is ControllerUnreachable (an Unreachable); any other refusal is SlurmCommandFailed (its last line).
     A command whose output is read gets `query_environment()` unless `env` is given."""
     program = require(command)
     CALLS[command] += 1
@@ -95,18 +110,16 @@ def run(command: str, *args: str, timeout: float = COMMAND_TIMEOUT, env: dict | 
             env=query_environment() if env is None else env,
         )  # fmt: skip
     except subprocess.TimeoutExpired as exc:
-        error = Unreachable(CONTROLLER, f"`{command}` got no answer in {timeout:.0f} s: {CONTROLLER} cannot be reached")
-        error.output = _text(exc.stdout)  # what it printed before (sbatch: perhaps a job id)
-        raise error from None
+        message = f"`{command}` got no answer in {timeout:.0f} s: {CONTROLLER} cannot be reached"
+        raise ControllerUnreachable(message, output=_text(exc.stdout)) from None
     except OSError as exc:
         raise BackendUnavailable(f"`{command}` cannot be run ({exc.strerror or exc})") from None
     if done.returncode == 0:
         return done.stdout  # an answer, whatever warnings came with it
     said = _last_line(done.stderr) or _last_line(done.stdout) or _exit_status(done.returncode)
     if _says_unreachable(done.stderr):
-        error = Unreachable(CONTROLLER, f"cannot reach {CONTROLLER} ({said})", "check the cluster's status with sinfo; the jobs go on meanwhile")
-        error.output = done.stdout
-        raise error
+        hint = "check the cluster's status with sinfo; the jobs go on meanwhile"
+        raise ControllerUnreachable(f"cannot reach {CONTROLLER} ({said})", hint, output=done.stdout)
     raise SlurmCommandFailed(command, said, done.stdout)
 
 
