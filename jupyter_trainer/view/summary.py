@@ -128,7 +128,7 @@ def one_line(record: JobRecord, backends: Backends) -> str:
     parts = [f"{record.name}: {status_text(record, backends)}", record.backend, where(record, backends)]
     if record.duration is not None:
         parts.append(format_duration(record.duration))
-    outcome = describe_outcome(record.status, record.exit_code, record.reason)
+    outcome = describe_outcome(record.status, record.exit_code, record.reason, record.headline)
     if outcome:
         parts.append(printable(outcome))
     return " | ".join(parts)

@@ -28,7 +28,7 @@ from ..host import observe_supervised, start_supervised, stop_supervised
 from . import launcher
 from .cloudwatch import CloudWatchLogSync, SyncedLogSource, aws_session, client, observe_training_job
 from .errors import ALREADY_ENDED, has_code, translate
-from .reasons import reason_from_file
+from .reasons import headline, reason_from_file
 from .spec import CODE_CHANNEL, JOB_ENV_VARIABLE, LAUNCHER_NAME, SageMakerSpec, local_region, training_job_name
 
 
@@ -184,7 +184,7 @@ class SageMakerBackend:
             reason = reason_from_file(run_dir / FAILURE_FILE)
         except OSError:  # none written: the exit code says what is known
             return seen
-        return dataclasses.replace(seen, final=Status.FAILED, reason=reason) if reason else seen
+        return dataclasses.replace(seen, final=Status.FAILED, reason=reason, headline=headline(reason)) if reason else seen
 
     def log_source(self, record: JobRecord, run_dir: Path):
         if not record.runtime or SageMakerRuntime.of(record).mode != "remote":  # local, or not submitted yet

@@ -23,7 +23,7 @@ from ...core.store import CLOUDWATCH_STATE_FILE as STATE_FILE
 from ...errors import BackendUnavailable, TrainerError
 from ..base import FileLogSource
 from .errors import NO_LOG_YET, has_code, no_credentials, translate, unreadable_configuration
-from .reasons import kept_text
+from .reasons import headline, kept_text
 
 LOG_GROUP = "/aws/sagemaker/TrainingJobs"
 SYNC_INTERVAL = 10.0  # seconds between two log fetches of one job: the SDK's own follower polls as often
@@ -63,7 +63,7 @@ def observe_training_job(description: dict) -> Observation:
         return Observation(exit_code=0, alive=False, started=True, ended_at=ended_at, details=details)
     if status == "Failed":
         reason = details["failure_reason"] or "the training job failed"
-        return Observation(final=Status.FAILED, reason=reason, alive=False, started=True, ended_at=ended_at, details=details)
+        return Observation(final=Status.FAILED, reason=reason, headline=headline(reason), alive=False, started=True, ended_at=ended_at, details=details)
     if status == "Stopped":
         reason = "the training job was stopped"
         return Observation(final=Status.STOPPED, reason=reason, alive=False, started=True, ended_at=ended_at, details=details)
