@@ -203,6 +203,26 @@ def test_a_slurm_command_that_fails_is_one_line_for_the_user():
     assert "check the --slurm options" in str(refused(SlurmCommandFailed("sbatch", "sbatch: error: Invalid partition name specified"), "job 'x'"))
 
 
+@pytest.mark.parametrize(
+    "said, meaning",
+    [
+        ("scancel: error: Kill job error on job id 12: Invalid job id specified", "unknown_job"),
+        ("slurm_load_jobs error: Invalid job id specified", "unknown_job"),
+        ("scancel: error: Kill job error on job id 12: Job/step already completing or completed", "job_ending"),
+        ("sacct: error: Slurm accounting storage is disabled", "no_accounting"),
+        ("sacct: error: slurmdbd: Getting response to message type: DBD_GET_JOBS_COND", "no_accounting accounting_down"),
+        ("sbatch: fatal: Unable to process configuration file", "broken_here"),
+        ("squeue: error: Munge decode failed: Expired credential", "broken_here"),
+        ("sbatch: error: Invalid partition name specified", ""),
+    ],
+)
+def test_what_slurms_refusals_mean_is_read_from_its_words_in_one_place(said, meaning):
+    """Slurm's commands have no error codes: their words are read once, by the error that holds them."""
+    error = SlurmCommandFailed("x", said)
+    meanings = ("unknown_job", "job_ending", "no_accounting", "accounting_down", "broken_here")
+    assert {name for name in meanings if getattr(error, name)} == set(meaning.split())
+
+
 def fake_command(folder: Path, name: str, body: str) -> None:
     path = folder / name
     path.write_text(f"#!/bin/sh\n{body}\n")

@@ -304,8 +304,7 @@ class SlurmBackend:
         try:
             run("scancel", job.job_id, timeout=30)
         except SlurmCommandFailed as error:
-            said = error.said.lower()
-            if "invalid job id" not in said and "already completing or completed" not in said:
+            if not (error.unknown_job or error.job_ending):
                 raise InvalidOption(f"scancel refused job {job.job_id}: {error.said}") from None
         QUEUE.forget()
 

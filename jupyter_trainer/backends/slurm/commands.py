@@ -42,13 +42,40 @@ _UNFOLLOWABLE_SBATCH_VARIABLES = {"SBATCH_WAIT", "SBATCH_ARRAY_INX", "SBATCH_ERR
 
 class SlurmCommandFailed(BackendUnavailable):
     """A Slurm command ran and said no: one line (what it said, and what to do). `said` is its
-    last line as it wrote it; `output` what it printed on stdout before it failed."""
+    last line as it wrote it; `output` what it printed on stdout before it failed. Slurm's commands
+    have no error codes: the refusals that are answers are read from their words here alone."""
 
     def __init__(self, command: str, said: str, output: str = ""):
         self.command = command
         self.said = said
         self.output = output
         super().__init__(f"`{command}` failed: {_without_prefix(said)}", "check that Slurm's commands work on this machine (sinfo, squeue --me)")
+
+    @property
+    def unknown_job(self) -> bool:
+        """The controller knows no job of that id (scancel, scontrol: an ended job it has forgotten)."""
+        return "invalid job id" in self.said.lower()
+
+    @property
+    def job_ending(self) -> bool:
+        """scancel: the job is already completing or completed."""
+        return "already completing or completed" in self.said.lower()
+
+    @property
+    def no_accounting(self) -> bool:
+        """sacct: accounting is disabled, or its database daemon (slurmdbd) does not answer."""
+        said = self.said.lower()
+        return "accounting storage is disabled" in said or "slurmdbd" in said
+
+    @property
+    def accounting_down(self) -> bool:
+        """sacct: slurmdbd does not answer now (it may later)."""
+        return "slurmdbd" in self.said.lower()
+
+    @property
+    def broken_here(self) -> bool:
+        """Slurm itself cannot work on this machine (no configuration, munge down or not trusted)."""
+        return any(words in self.said.lower() for words in _BROKEN_HERE)
 
 
 class ControllerUnreachable(Unreachable):
@@ -156,6 +183,6 @@ def _without_prefix(said: str) -> str:
 def refused(error: SlurmCommandFailed, what: str) -> InvalidOption:
     """A refusal of sbatch's as one line: what Slurm said, and what to do."""
     message = _without_prefix(error.said)
-    if any(words in error.said.lower() for words in _BROKEN_HERE):
+    if error.broken_here:
         return InvalidOption(f"sbatch cannot submit {what}: {message}", "check that Slurm works on this machine (sinfo; SLURM_CONF, munge)")
     return InvalidOption(f"Slurm refused {what}: {message}", "check the --slurm options (sinfo lists partitions, sacctmgr show assoc your accounts)")
