@@ -38,6 +38,15 @@ class JobReplaced(UnknownJob):
     """The run a handle (or a view) follows was removed, and a new job of its name took its place."""
 
 
+class UnknownBackend(TrainerError):
+    """A job or a spec names a backend no registry knows (a record written by another version, or
+    by hand): where jobs are listed, it is one row like any other."""
+
+    def __init__(self, name: str, known: list[str] | None = None):
+        self.name = name
+        super().__init__(f"unknown backend {name!r}", f"use one of {', '.join(known)}" if known else None)
+
+
 class NameInUse(TrainerError):
     """The name belongs to a job that may not be replaced."""
 

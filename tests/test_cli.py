@@ -286,6 +286,37 @@ def test_the_command_line_and_the_magics_use_the_registry_they_are_given(home, s
         DEFAULT.get("fake")
 
 
+def test_an_unknown_backend_is_a_trainer_error_and_its_job_one_line(home, store, fake_backend, backends, capsys):
+    """A backend no registry knows is a user error like any other (one line where it is said, never
+    a traceback); a record that names one is still one row of `list`, and `status` says why in one
+    line."""
+    import os
+
+    from jupyter_trainer.backends import Backends, UnknownBackend
+    from jupyter_trainer.core.record import Observation
+    from jupyter_trainer.errors import TrainerError
+    from jupyter_trainer.jobs.submit import submit_detached
+    from jupyter_trainer.spec.job_spec import DetachedSpec
+    from jupyter_trainer.surfaces.cli import main, run
+
+    assert issubclass(UnknownBackend, TrainerError)
+    with pytest.raises(TrainerError, match="unknown backend 'nope'"):
+        Backends().get("nope")
+    with pytest.raises(TrainerError, match="unknown backend 'nope'"):  # one line, where a submission asks for it
+        submit_detached(DetachedSpec(script="print(1)", backend="nope", workdir=os.getcwd()), name="nowhere", store=store, backends=backends)
+    job = submit_detached(DetachedSpec(script="print(1)", backend="fake", workdir=os.getcwd()), name="moved", store=store, backends=backends).job
+    fake_backend.observations["moved"] = Observation(alive=True, started=True)
+    record_file = job.run_dir / "record.json"
+    record_file.write_text(record_file.read_text().replace('"backend": "fake"', '"backend": "vanished"'))
+    capsys.readouterr()
+    assert run(["list"], store, backends) == 0
+    rows = [line for line in capsys.readouterr().out.splitlines() if line.startswith("moved ")]
+    assert len(rows) == 1 and "vanished" in rows[0], rows
+    assert main(["status", "moved"]) == 1  # the user's store: the same one (JUPYTER_TRAINER_HOME)
+    said = capsys.readouterr()
+    assert said.err == "jupyter-trainer: job 'moved' uses the unknown backend 'vanished'\n" and said.out == "", said
+
+
 def test_the_metrics_json_is_json_dumps_own_text(monkeypatch):
     """The command writes its JSON a block of points at a time, by %-formats: the same text as
     json.dumps, whatever the numbers (whole or not, huge, -0.0, NaN and infinities, ints)."""

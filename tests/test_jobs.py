@@ -89,16 +89,55 @@ def test_a_reported_end_time_is_kept_between_the_start_and_now():
 
 
 def test_a_failure_says_what_went_wrong_in_one_line():
+    from jupyter_trainer.backends.sagemaker.reasons import headline
     from jupyter_trainer.core.record import Status, describe_outcome
 
     sagemaker = 'AlgorithmError: ExecuteUserScriptError:\nExitCode 1\nErrorMessage "ValueError: lr too high\nFile "train.py", line 3"\nCommand "python3 train.py"'
-    assert describe_outcome(Status.FAILED, 1, sagemaker) == "exit code 1: the script raised an error · ValueError: lr too high"
-    assert describe_outcome(Status.FAILED, None, sagemaker) == "ValueError: lr too high"  # remote jobs have no exit code
+    assert headline(sagemaker) == "ValueError: lr too high"  # the backend reads it, once, as it learns the reason
+    assert describe_outcome(Status.FAILED, 1, sagemaker, headline(sagemaker)) == "exit code 1: the script raised an error · ValueError: lr too high"
+    assert describe_outcome(Status.FAILED, None, sagemaker, headline(sagemaker)) == "ValueError: lr too high"  # remote jobs have no exit code
+    assert describe_outcome(Status.FAILED, None, sagemaker) == "AlgorithmError: ExecuteUserScriptError:"  # no headline: the first line
     assert describe_outcome(Status.FAILED, 1, "exit code 1: the script raised an error") == "exit code 1: the script raised an error"
     assert describe_outcome(Status.FAILED, None, "CapacityError: not enough capacity") == "CapacityError: not enough capacity"
     assert describe_outcome(Status.STOPPED, 143, "stopped by the user") == "exit code 143: terminated (SIGTERM)"
     assert describe_outcome(Status.COMPLETED, 0, "") == "exit code 0"
     assert describe_outcome(Status.LOST, None, "the job's process vanished") == "the job's process vanished"
+
+
+def test_a_reason_is_never_read_for_words_of_a_runtime_that_did_not_write_it(store, fake_backend, backends):
+    """The core takes a reason as it is: a script's exception that happens to hold SageMaker's words
+    is said whole, and only a backend's own headline stands for its reason."""
+    from jupyter_trainer.core.record import describe_outcome
+    from jupyter_trainer.jobs.job import Job
+    from jupyter_trainer.jobs.submit import submit_detached
+    from jupyter_trainer.spec.job_spec import DetachedSpec
+    from jupyter_trainer.view import summary
+
+    said = 'RuntimeError: the API answered ErrorMessage "quota exceeded" and closed'
+    assert describe_outcome(Status.FAILED, 1, said) == f"exit code 1: the script raised an error · {said}"
+    assert describe_outcome(Status.FAILED, None, said) == said
+    job = submit_detached(DetachedSpec(script="print(1)", backend="fake", workdir=str(store.home)), name="quota", store=store, backends=backends).job
+    (job.run_dir / "output.log").write_text(f"Traceback (most recent call last):\n  File \"train.py\", line 1, in <module>\n{said}\n")
+    fake_backend.finish("quota", 1)
+    job = Job.load("quota", store, backends).refresh()
+    assert (job.record.status, job.record.reason, job.record.headline) == (Status.FAILED, said, "")
+    assert summary.one_line(job.record, backends).endswith(f"| exit code 1: the script raised an error · {said}")
+
+
+def test_the_exit_codes_words_are_replaced_by_what_the_script_raised_as_typed_state_says():
+    """A failure whose reason is only its exit code's words says so (`reason_is_exit_code`), and
+    only then does what the script raised take its place: the same words from a runtime that
+    reported the failure itself are that runtime's, and kept."""
+    by_code = resolve(record(), Observation(exit_code=1, alive=False, started=True))
+    assert by_code.reason == describe_exit_code(1) and by_code.reason_is_exit_code
+    reported = resolve(record(), Observation(final=Status.FAILED, exit_code=1, reason=describe_exit_code(1), alive=False))
+    assert reported.reason == describe_exit_code(1) and not reported.reason_is_exit_code
+    sagemaker = resolve(record(), Observation(final=Status.FAILED, reason='AlgorithmError:\nErrorMessage "ValueError: x"', headline="ValueError: x\x1b[2J"))
+    assert sagemaker.headline == "ValueError: x" and not sagemaker.reason_is_exit_code  # readable, as the reason is
+    ended = JobRecord(name="j", backend="host", status=Status.FAILED, exit_code=1, reason="r", headline="h")
+    assert resolve(ended, Observation(exit_code=1)).headline == "h"
+    assert JobRecord.from_dict(ended.to_dict()) == ended
+    assert JobRecord.from_dict({k: v for k, v in ended.to_dict().items() if k != "headline"}).headline == ""  # an older record
 
 
 def test_a_stop_that_never_reached_the_job_does_not_make_it_stopped():

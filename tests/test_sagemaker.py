@@ -299,6 +299,21 @@ def test_status_transitions(aws, shell, capsys, monkeypatch):
     assert Job.load("done").stop().status is Status.COMPLETED
 
 
+def test_a_remote_failure_in_sagemakers_words_is_said_by_its_exception(aws, shell, capsys):
+    """SageMaker's FailureReason wraps what the script raised: the backend reads the exception from
+    it as it learns it, and the record keeps both; the job's line says the exception."""
+    from jupyter_trainer.view import summary
+
+    result, out = fit(shell, capsys, remote("wrapped"))
+    assert result.success, out
+    reason = 'AlgorithmError: ExecuteUserScriptError:\nExitCode 1\nErrorMessage "ValueError: lr too high\n  File \"train.py\", line 3"\nCommand "python3 train.py"'
+    aws.set_status(get_job("wrapped").record.runtime["training_job_name"], "Failed", failure_reason=reason)
+    job = get_job("wrapped")
+    assert (job.status, job.reason, job.record.headline) == (Status.FAILED, reason, "ValueError: lr too high")
+    assert summary.one_line(job.record, DEFAULT).endswith("| ValueError: lr too high")
+    assert Job.load("wrapped").record.headline == "ValueError: lr too high"  # as the store keeps it
+
+
 def test_a_stop_waits_until_sagemaker_has_stopped_the_job(aws, shell, capsys):
     result, out = fit(shell, capsys, remote("stopped-soon"))
     assert result.success, out
@@ -842,6 +857,7 @@ def test_local_mode_failure_reason_requirements_and_env(docker_client, docker_im
     from jupyter_trainer.view import summary
     from jupyter_trainer.view.monitor import JobMonitor
 
+    assert job.record.headline == "ValueError: learning rate 0.5 is too high"  # read once, as the backend learned the reason
     assert summary.one_line(job.record, DEFAULT).endswith("exit code 1: the script raised an error · ValueError: learning rate 0.5 is too high")
     assert JobMonitor(job).snapshot(now=time.time()).outcome == "exit code 1: the script raised an error · ValueError: learning rate 0.5 is too high"
     assert not [p for p in home.rglob("*") if p.is_file() and b"hunter2" in p.read_bytes()]

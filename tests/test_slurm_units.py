@@ -15,7 +15,7 @@ from jupyter_trainer.backends.slurm.backend import SlurmBackend
 from jupyter_trainer.backends.slurm.commands import SlurmCommandFailed, UnusableAnswer, query_environment, refused, sbatch_environment
 from jupyter_trainer.backends.slurm.queue import JobIdentity, SlurmJob, newest_of, the_runs, parse_sacct, parse_scontrol, parse_squeue
 from jupyter_trainer.backends.slurm.spec import parse_sbatch_args, parse_time
-from jupyter_trainer.errors import BackendUnavailable, InvalidOption, TrainerError
+from jupyter_trainer.errors import BackendUnavailable, InvalidOption, TrainerError, Unreachable
 from jupyter_trainer.core.store import JobStore
 from jupyter_trainer.core.record import Status
 from jupyter_trainer.spec.job_spec import build_spec
@@ -201,6 +201,53 @@ def test_a_slurm_command_that_fails_is_one_line_for_the_user():
     broken = refused(SlurmCommandFailed("sbatch", "sbatch: fatal: Unable to process configuration file"), "job 'x'")
     assert str(broken).startswith("sbatch cannot submit job 'x': Unable to process configuration file") and "--slurm options" not in str(broken)
     assert "check the --slurm options" in str(refused(SlurmCommandFailed("sbatch", "sbatch: error: Invalid partition name specified"), "job 'x'"))
+
+
+@pytest.mark.parametrize(
+    "said, meaning",
+    [
+        ("scancel: error: Kill job error on job id 12: Invalid job id specified", "unknown_job"),
+        ("slurm_load_jobs error: Invalid job id specified", "unknown_job"),
+        ("scancel: error: Kill job error on job id 12: Job/step already completing or completed", "job_ending"),
+        ("sacct: error: Slurm accounting storage is disabled", "no_accounting"),
+        ("sacct: error: slurmdbd: Getting response to message type: DBD_GET_JOBS_COND", "no_accounting accounting_down"),
+        ("sbatch: fatal: Unable to process configuration file", "broken_here"),
+        ("squeue: error: Munge decode failed: Expired credential", "broken_here"),
+        ("sbatch: error: Invalid partition name specified", ""),
+    ],
+)
+def test_what_slurms_refusals_mean_is_read_from_its_words_in_one_place(said, meaning):
+    """Slurm's commands have no error codes: their words are read once, by the error that holds them."""
+    error = SlurmCommandFailed("x", said)
+    meanings = ("unknown_job", "job_ending", "no_accounting", "accounting_down", "broken_here")
+    assert {name for name in meanings if getattr(error, name)} == set(meaning.split())
+
+
+def fake_command(folder: Path, name: str, body: str) -> None:
+    path = folder / name
+    path.write_text(f"#!/bin/sh\n{body}\n")
+    path.chmod(0o755)
+
+
+def test_what_a_failed_command_printed_is_a_field_of_its_error(tmp_path, monkeypatch):
+    """sbatch may print a job id and then fail (the controller lost on the way back) or hang: what
+    it printed comes with its error, typed, for the submission to cancel that job."""
+    fake_command(tmp_path, "sbatch", "echo 'Submitted batch job 41'\necho 'sbatch: error: Unable to contact slurm controller (connect failure)' >&2\nexit 1")
+    fake_command(tmp_path, "squeue", "echo 'squeue: error: Invalid user' >&2\nexit 1")
+    fake_command(tmp_path, "scontrol", "echo '42'\nexec sleep 30")
+    monkeypatch.setenv("PATH", f"{tmp_path}{os.pathsep}{os.environ['PATH']}")  # these first; sleep after them
+    with pytest.raises(commands.ControllerUnreachable) as lost:
+        commands.run("sbatch", "x.sh")
+    assert isinstance(lost.value, Unreachable) and lost.value.host == commands.CONTROLLER
+    assert lost.value.output == "Submitted batch job 41\n" and commands.printed_before(lost.value) == "Submitted batch job 41\n"
+    assert str(lost.value) == "cannot reach the Slurm controller (sbatch: error: Unable to contact slurm controller (connect failure)): check the cluster's status with sinfo; the jobs go on meanwhile"
+    with pytest.raises(commands.ControllerUnreachable) as hung:
+        commands.run("scontrol", "show", timeout=1)
+    assert hung.value.output == "42\n" and str(hung.value) == "`scontrol` got no answer in 1 s: the Slurm controller cannot be reached"
+    with pytest.raises(SlurmCommandFailed) as refused_here:
+        commands.run("squeue")
+    assert refused_here.value.output == "" and refused_here.value.said == "squeue: error: Invalid user"
+    assert commands.printed_before(KeyboardInterrupt()) == "" and commands.printed_before(SlurmCommandFailed("sbatch", "no", "Submitted batch job 7\n")) == "Submitted batch job 7\n"
 
 
 def test_a_store_path_with_a_backslash_is_refused_before_anything_is_written(tmp_path):

@@ -4,7 +4,8 @@ A `Backends` registry creates each backend on first use, so loading the
 extension imports no runtime library. Everything that resolves a job's backend
 (submitting, following, stopping, describing) is given a registry: the magics
 (`TrainerMagics(shell, backends=...)`) and the CLI (`cli.run(argv, backends=...)`)
-hand theirs down, `DEFAULT` when none was given. A registry can hold a backend
+hand theirs down, `DEFAULT` when none was given. A name no registry knows is an
+`UnknownBackend`, a `TrainerError` like any other. A registry can hold a backend
 of its own, by name: the tests' `Backends(fake=FakeBackend())` (backends/fake.py).
 """
 
@@ -12,6 +13,8 @@ from __future__ import annotations
 
 import importlib
 from typing import TYPE_CHECKING
+
+from ..errors import UnknownBackend
 
 if TYPE_CHECKING:
     from .base import Backend
@@ -23,10 +26,6 @@ KNOWN = {
     "sagemaker": "jupyter_trainer.backends.sagemaker:SageMakerBackend",
     "slurm": "jupyter_trainer.backends.slurm:SlurmBackend",
 }
-
-
-class UnknownBackend(ValueError):
-    pass
 
 
 class Backends:
@@ -42,7 +41,7 @@ class Backends:
     def get(self, name: str) -> Backend:
         if name not in self._instances:
             if name not in KNOWN:
-                raise UnknownBackend(name)
+                raise UnknownBackend(name, self.names())
             module, _, cls = KNOWN[name].partition(":")
             self._instances[name] = getattr(importlib.import_module(module), cls)()
         return self._instances[name]

@@ -84,6 +84,9 @@ class JobRecord:
     unreachable_since: float | None = None
     unreachable_host: str = ""
     notification: dict[str, Any] = field(default_factory=dict)  # with --notify: what came of it
+    # a failure's reason that says more than a line: what went wrong in one, as its backend read it
+    # (SageMaker's: the exception in its FailureReason); "": the reason's first line says it
+    headline: str = ""
 
     def to_dict(self) -> dict[str, Any]:
         data = dataclasses.asdict(self)
@@ -116,7 +119,7 @@ class JobRecord:
 
 _NUMBER = (int, float)
 _FIELD_TYPES: dict[str, tuple[type, ...]] = {
-    "name": (str,), "backend": (str,), "run": (int,), "status": (str,), "reason": (str,),
+    "name": (str,), "backend": (str,), "run": (int,), "status": (str,), "reason": (str,), "headline": (str,),
     "exit_code": (int, type(None)), "created_at": _NUMBER, "started_at": (*_NUMBER, type(None)),
     "ended_at": (*_NUMBER, type(None)), "fingerprint": (str,), "options": (dict,), "runtime": (dict,),
     "submitter": (dict,), "stop_requested": (bool,), "stop_sent": (bool, type(None)), "notification": (dict,),
@@ -143,6 +146,7 @@ class Observation:
     stopped: bool | None = None  # with exit_code: whether the supervisor stopped the job (None: unknown)
     final: "Status | None" = None  # a runtime that reports its own final status (SageMaker)
     reason: str = ""  # with `final`: the runtime's words for it; with alive and not started: why it waits
+    headline: str = ""  # with `final`: what went wrong in a line, where the reason says more (see JobRecord)
     details: dict | None = None  # facts the runtime reports, kept in the record's runtime (SageMaker)
     unreachable_host: str = ""  # with alive None: the host that could not be reached (its jobs keep their status)
 
@@ -154,25 +158,28 @@ class Resolution:
     reason: str = ""
     unreachable_since: float | None = None  # the job's host cannot be reached, since then
     unreachable_host: str = ""
+    headline: str = ""  # see JobRecord
+    reason_is_exit_code: bool = False  # the reason is the exit code's words: the job's runtime said no more
 
 
 def resolve(record: JobRecord, seen: Observation, now: float | None = None) -> Resolution:
     """The status a job has now, given its record and a fresh observation (made at `now`)."""
     if record.status.is_final:
-        return Resolution(record.status, record.exit_code, record.reason)
+        return Resolution(record.status, record.exit_code, record.reason, headline=record.headline)
     # a runtime's words can be the job's own (a failure file, what Slurm was told): kept readable
-    seen = dataclasses.replace(seen, reason=readable(seen.reason), why_gone=readable(seen.why_gone))
+    seen = dataclasses.replace(seen, reason=readable(seen.reason), headline=readable(seen.headline), why_gone=readable(seen.why_gone))
     stop_sent = record.stop_requested and record.stop_sent is not False
     if seen.final is not None:
-        reason = "stopped by the user" if seen.final is Status.STOPPED and stop_sent else seen.reason
-        return Resolution(seen.final, seen.exit_code, reason)
+        if seen.final is Status.STOPPED and stop_sent:
+            return Resolution(seen.final, seen.exit_code, "stopped by the user")
+        return Resolution(seen.final, seen.exit_code, seen.reason, headline=seen.headline)
     if seen.exit_code is not None:
         # a job that ended on its own just before a stop reached it keeps its own outcome
         if seen.stopped is True or (seen.stopped is None and stop_sent):
             return Resolution(Status.STOPPED, seen.exit_code, "stopped by the user")
         if seen.exit_code == 0:
             return Resolution(Status.COMPLETED, 0)
-        return Resolution(Status.FAILED, seen.exit_code, describe_exit_code(seen.exit_code))
+        return Resolution(Status.FAILED, seen.exit_code, describe_exit_code(seen.exit_code), reason_is_exit_code=True)
     if seen.alive is None:
         if seen.unreachable_host:
             # kept from the first failed look while the host stays unreachable
@@ -194,25 +201,27 @@ def resolve(record: JobRecord, seen: Observation, now: float | None = None) -> R
 
 
 
-def describe_outcome(status: Status, exit_code: int | None, reason: str) -> str:
+def describe_outcome(status: Status, exit_code: int | None, reason: str, headline: str = "") -> str:
     """How a job ended, in a line: its exit code's meaning, else the reason; for a failure whose
-    runtime said more than the code does, what went wrong (of SageMaker's failure reason, the
-    exception rather than its wrapper). Readable, whenever the reason was recorded."""
+    runtime said more than the code does, what went wrong: the `headline` its backend read in the
+    reason (SageMaker's: the exception rather than its wrapper), else the reason's first line.
+    Readable, whenever the reason was recorded."""
     reason = readable(reason)
+    wrong = _first_line(readable(headline) or reason)
     if exit_code is None:
-        return _headline(reason) if status is Status.FAILED and reason else reason
+        return wrong if status is Status.FAILED and reason else reason
     if status is Status.STOPPED and exit_code == 137:  # a stopped job that ignored TERM: not out of memory
         return "exit code 137: killed (SIGKILL) after the grace period, as it did not end on TERM"
     said = describe_exit_code(exit_code) if exit_code else "exit code 0"
+    # the code's words are not said twice (a record keeps no mark of where its reason came from)
     if status is Status.FAILED and reason and reason != said:
-        return f"{said} · {_headline(reason)}"
+        return f"{said} · {wrong}"
     return said
 
 
-def _headline(reason: str) -> str:
-    message = reason.split('ErrorMessage "', 1)[1] if 'ErrorMessage "' in reason else reason
-    lines = [line.strip() for line in message.splitlines() if line.strip()]
-    return (lines[0].rstrip('"') if lines else reason.strip())[:300]
+def _first_line(text: str) -> str:
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    return lines[0][:300] if lines else ""
 
 
 def parse_notification(data: bytes, check: str) -> dict[str, Any] | None:

@@ -214,7 +214,7 @@ def _lingering(record: JobRecord, store: JobStore, backends: _backends.Backends 
     """The processes an ended run left running (its record and log are what names them)."""
     try:
         return (backends or _backends.DEFAULT).get(record.backend).lingering(record, store.run_dir(record.name, record.run))
-    except (_backends.UnknownBackend, TrainerError):
+    except TrainerError:
         return []
 
 

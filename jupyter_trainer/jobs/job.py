@@ -16,10 +16,10 @@ from ..backends.base import Backend, notification_check
 from ..backends.notify import PYTHON_RAISED, exception_line
 from ..core import files as _fs
 from ..core.processes import ProcessIdentity
-from ..core.record import JobRecord, Observation, Status, describe_exit_code, parse_notification, resolve
+from ..core.record import JobRecord, Observation, Status, parse_notification, resolve
 from ..core.resources import Usage, cpu_between
 from ..core.store import CLOCK_FILE, NOTIFIED_FILE, RECORD_FILE, JobStore
-from ..errors import BackendUnavailable, InvalidOption, JobReplaced, StoreError, TrainerError, Unreachable
+from ..errors import BackendUnavailable, InvalidOption, JobReplaced, StoreError, TrainerError, UnknownBackend, Unreachable
 from ..logs.reading import LogCursor, LogSource, MetricParser, local_file_of, read_all_lines, tail_lines, tail_screen, written_span
 from ..logs.terminal import SettledLines
 from ..metrics.clock import LogClock
@@ -342,10 +342,11 @@ class Job:
         outcome = resolve(self.record, seen)
         new_details = seen.details and any(self.record.runtime.get(k) != v for k, v in seen.details.items())
         starts = self.record.started_at is None and _has_started(seen)
-        if not new_details and not starts and (outcome.status, outcome.exit_code, outcome.reason, outcome.unreachable_since) == (
+        if not new_details and not starts and (outcome.status, outcome.exit_code, outcome.reason, outcome.headline, outcome.unreachable_since) == (
             self.record.status,
             self.record.exit_code,
             self.record.reason,
+            self.record.headline,
             self.record.unreachable_since,
         ):
             return self
@@ -357,11 +358,11 @@ class Job:
 
         def apply(record: JobRecord) -> None:
             latest = resolve(record, seen)  # again under the lock: a stop may have been asked meanwhile
-            record.status, record.exit_code, record.reason = latest.status, latest.exit_code, latest.reason
+            record.status, record.exit_code, record.reason, record.headline = latest.status, latest.exit_code, latest.reason, latest.headline
             record.unreachable_since, record.unreachable_host = latest.unreachable_since, latest.unreachable_host
             if seen.details:
                 record.runtime.update(seen.details)
-            if raised and latest.status is Status.FAILED and latest.reason == describe_exit_code(latest.exit_code):
+            if raised and latest.reason_is_exit_code:
                 record.reason = raised  # what the script raised says more than its exit code
             if disk_full and latest.status is Status.FAILED:
                 record.reason += f"; the disk holding its log ({self.run_dir}) is full"
@@ -468,7 +469,7 @@ class Job:
         """The backend object that runs this job (`backend` is its name)."""
         try:
             return self.backends.get(self.backend)
-        except _backends.UnknownBackend:
+        except UnknownBackend:
             raise InvalidOption(f"job {self.name!r} uses the unknown backend {self.backend!r}") from None
 
 
@@ -562,7 +563,7 @@ def one_poll(items: list, backends: _backends.Backends) -> Iterator[None]:
         for name in sorted({item.backend for item in items if isinstance(item, JobRecord) and not item.status.is_final}):
             try:
                 polling = getattr(backends.get(name), "polling", None)
-            except _backends.UnknownBackend:
+            except UnknownBackend:
                 continue
             if polling is not None:
                 stack.enter_context(polling())

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Iterator
 
 from .. import surface
-from ..backends import DEFAULT, Backends, UnknownBackend
+from ..backends import DEFAULT, Backends
 from ..core.record import JobRecord
 from ..core.store import JobStore
 from ..errors import TrainerError
@@ -90,7 +90,7 @@ def _status_json(record: JobRecord, backends: Backends, usage=None) -> dict:
     try:
         own = getattr(backends.get(record.backend), "status_fields", None)
         shown.update(own(record) if own is not None else {})
-    except (UnknownBackend, TrainerError):
+    except TrainerError:
         pass
     return shown
 

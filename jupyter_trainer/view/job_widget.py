@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 from typing import Callable
 
+from ..core.record import Status
 from ..core.store import RECORD_FILE
 from ..errors import JobReplaced, Unreachable
 from ..jobs.job import Job
@@ -361,7 +362,7 @@ class JobWidget(PolledView):
             with self.stop_button.hold_sync():
                 self.stop_button.disabled = True
                 self.stop_button.description = status.value
-                self.stop_button.icon = "check" if status.value == "completed" else "times"
+                self.stop_button.icon = "check" if status is Status.COMPLETED else "times"
                 self.stop_button.button_style = BAR_STYLES.get(status, "")
         self._dirty = self._header_stale = False
         return sent

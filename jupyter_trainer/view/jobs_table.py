@@ -277,11 +277,11 @@ class JobsTable(PolledView):
 
     def _arrange(self) -> None:
         """The rows the filter lets through, newest first."""
-        chosen = self.filter.value
+        chosen = None if self.filter.value == "all" else Status(self.filter.value)
         rows = sorted(self.rows.values(), key=lambda row: (row.record.created_at, row.record.run), reverse=True)
         for row in rows:
             row.arranged_as = row.record.status
-        shown = [row for row in rows if chosen == "all" or row.record.status.value == chosen]
+        shown = [row for row in rows if chosen is None or row.record.status is chosen]
         for row in shown[:MAX_ROWS]:
             if row.box is None:
                 self._give_widgets(row)

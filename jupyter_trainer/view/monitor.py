@@ -426,7 +426,7 @@ class JobMonitor:
                 where=where(record, backends),
                 status_text=status_text(record, backends),
                 # a running job's reason says what keeps it from being followed ("cannot reach gpu1 since …")
-                outcome=describe_outcome(record.status, record.exit_code, record.reason),
+                outcome=describe_outcome(record.status, record.exit_code, record.reason, record.headline),
                 facts=tuple(facts(record, backends)) + notification_facts(record.notification),
             )
         return said

@@ -10,7 +10,7 @@ import time
 from typing import Iterable
 
 from .. import surface
-from ..backends import Backends, UnknownBackend
+from ..backends import Backends
 from ..core.record import JobRecord, Status, describe_outcome, format_duration
 from ..core.resources import Usage
 from ..core.resources import as_json as resources_json
@@ -34,7 +34,7 @@ def where(record: JobRecord, backends: Backends) -> str:
     waits), so they are shown readable, as are its facts and its host."""
     try:
         return readable(backends.get(record.backend).describe_where(record))
-    except (UnknownBackend, TrainerError):
+    except TrainerError:
         return readable(record.backend)  # as the record has it, which a job can write
 
 
@@ -43,7 +43,7 @@ def facts(record: JobRecord, backends: Backends) -> list[str]:
     they cannot be had)."""
     try:
         return [readable(fact) for fact in backends.get(record.backend).describe_facts(record)]
-    except (UnknownBackend, TrainerError):
+    except TrainerError:
         return []
 
 
@@ -53,7 +53,7 @@ def host(record: JobRecord, backends: Backends) -> str | None:
     try:
         shown = backends.get(record.backend).describe_host(record)
         return readable(shown) if shown else shown
-    except (UnknownBackend, TrainerError):
+    except TrainerError:
         return None
 
 
@@ -62,7 +62,7 @@ def restarts(record: JobRecord, backends: Backends) -> int:
     try:
         own = getattr(backends.get(record.backend), "status_fields", None)
         count = own(record).get("restarts") if own is not None else 0
-    except (UnknownBackend, TrainerError):
+    except TrainerError:
         return 0
     return count if isinstance(count, int) and not isinstance(count, bool) else 0
 
@@ -128,7 +128,7 @@ def one_line(record: JobRecord, backends: Backends) -> str:
     parts = [f"{record.name}: {status_text(record, backends)}", record.backend, where(record, backends)]
     if record.duration is not None:
         parts.append(format_duration(record.duration))
-    outcome = describe_outcome(record.status, record.exit_code, record.reason)
+    outcome = describe_outcome(record.status, record.exit_code, record.reason, record.headline)
     if outcome:
         parts.append(printable(outcome))
     return " | ".join(parts)

@@ -26,15 +26,9 @@ from ...core.store import SAGEMAKER_SPEC_FILE as SPEC_FILE
 from ..base import LOG_FILE, SCRIPT_FILE, FileLogSource, malformed_runtime, notify_input, prepare_supervised_run, read_runtime, write_script
 from ..host import observe_supervised, start_supervised, stop_supervised
 from . import launcher
-from .cloudwatch import (
-    CloudWatchLogSync,
-    SyncedLogSource,
-    aws_error,
-    aws_session,
-    client,
-    observe_training_job,
-)
-from .reasons import reason_from_file
+from .cloudwatch import CloudWatchLogSync, SyncedLogSource, aws_session, client, observe_training_job
+from .errors import ALREADY_ENDED, has_code, translate
+from .reasons import headline, reason_from_file
 from .spec import CODE_CHANNEL, JOB_ENV_VARIABLE, LAUNCHER_NAME, SageMakerSpec, local_region, training_job_name
 
 
@@ -159,7 +153,7 @@ class SageMakerBackend:
                 if path.is_file():
                     s3.upload_file(str(path), bucket, f"{key_prefix}/{path.relative_to(code_dir).as_posix()}")
         except Exception as exc:
-            raise aws_error(exc, f"upload the script to s3://{bucket}/{key_prefix}/") from exc
+            raise translate(exc, f"upload the script to s3://{bucket}/{key_prefix}/") from exc
         return f"s3://{bucket}/{key_prefix}/"
 
     # -- following ---------------------------------------------------------
@@ -177,7 +171,7 @@ class SageMakerBackend:
                 TrainingJobName=runtime.training_job_name
             )
         except Exception as exc:
-            raise aws_error(exc, "describe the training job") from exc
+            raise translate(exc, "describe the training job") from exc
         return observe_training_job(description)
 
     def _observe_local(self, run_dir: Path, runtime: SageMakerRuntime) -> Observation:
@@ -190,7 +184,7 @@ class SageMakerBackend:
             reason = reason_from_file(run_dir / FAILURE_FILE)
         except OSError:  # none written: the exit code says what is known
             return seen
-        return dataclasses.replace(seen, final=Status.FAILED, reason=reason) if reason else seen
+        return dataclasses.replace(seen, final=Status.FAILED, reason=reason, headline=headline(reason)) if reason else seen
 
     def log_source(self, record: JobRecord, run_dir: Path):
         if not record.runtime or SageMakerRuntime.of(record).mode != "remote":  # local, or not submitted yet
@@ -220,10 +214,9 @@ class SageMakerBackend:
         try:
             self._client(runtime.region, "sagemaker").stop_training_job(TrainingJobName=runtime.training_job_name)
         except Exception as exc:
-            error = aws_error(exc, "stop the training job")
-            if "ValidationException" in str(error):  # it has already ended
+            if has_code(exc, ALREADY_ENDED):
                 return
-            raise error from exc
+            raise translate(exc, "stop the training job") from exc
 
     def lingering(self, record: JobRecord, run_dir: Path) -> list[str]:
         return []  # what it started ends with its instances (local mode: its containers)

@@ -22,7 +22,8 @@ from ...core.store import CLOUDWATCH_LOCK_FILE as LOCK_FILE
 from ...core.store import CLOUDWATCH_STATE_FILE as STATE_FILE
 from ...errors import BackendUnavailable, TrainerError
 from ..base import FileLogSource
-from .reasons import kept_text
+from .errors import NO_LOG_YET, has_code, no_credentials, translate, unreadable_configuration
+from .reasons import headline, kept_text
 
 LOG_GROUP = "/aws/sagemaker/TrainingJobs"
 SYNC_INTERVAL = 10.0  # seconds between two log fetches of one job: the SDK's own follower polls as often
@@ -38,11 +39,9 @@ def aws_session(region: str | None = None):
         session = boto3.Session(region_name=region) if region else boto3.Session()
         credentials = session.get_credentials()
     except botocore.exceptions.BotoCoreError as exc:
-        raise BackendUnavailable(f"the AWS configuration cannot be read ({exc})") from exc
+        raise unreadable_configuration(exc) from exc
     if credentials is None:
-        raise BackendUnavailable(
-            "no AWS credentials found", "configure them (aws configure, AWS_PROFILE, or an instance role)"
-        )
+        raise no_credentials()
     if not session.region_name:
         raise BackendUnavailable("no AWS region configured", "set AWS_DEFAULT_REGION or a region in your AWS profile")
     return session
@@ -55,17 +54,6 @@ def client(session, service: str):
     return session.client(service, config=Config(retries={"mode": "adaptive", "max_attempts": 10}))
 
 
-def aws_error(exc: Exception, doing: str) -> TrainerError:
-    import botocore.exceptions
-
-    if isinstance(exc, botocore.exceptions.ClientError):
-        error = exc.response.get("Error", {})
-        return TrainerError(f"AWS refused to {doing}: {error.get('Code', '?')}: {error.get('Message', '')}".strip())
-    if isinstance(exc, botocore.exceptions.NoCredentialsError):
-        return BackendUnavailable("no AWS credentials found", "configure them (aws configure, AWS_PROFILE, or an instance role)")
-    return BackendUnavailable(f"cannot reach AWS to {doing} ({exc.__class__.__name__}: {exc})")
-
-
 def observe_training_job(description: dict) -> Observation:
     """DescribeTrainingJob's answer as an observation of the job."""
     status = description.get("TrainingJobStatus")
@@ -75,7 +63,7 @@ def observe_training_job(description: dict) -> Observation:
         return Observation(exit_code=0, alive=False, started=True, ended_at=ended_at, details=details)
     if status == "Failed":
         reason = details["failure_reason"] or "the training job failed"
-        return Observation(final=Status.FAILED, reason=reason, alive=False, started=True, ended_at=ended_at, details=details)
+        return Observation(final=Status.FAILED, reason=reason, headline=headline(reason), alive=False, started=True, ended_at=ended_at, details=details)
     if status == "Stopped":
         reason = "the training job was stopped"
         return Observation(final=Status.STOPPED, reason=reason, alive=False, started=True, ended_at=ended_at, details=details)
@@ -167,7 +155,7 @@ class CloudWatchLogSync:
                 self.api_calls += 1
                 page = self.logs.describe_log_streams(**kwargs)
             except Exception as exc:
-                if _is_not_found(exc):  # no log yet: the job has not started writing
+                if has_code(exc, NO_LOG_YET):  # the job has not started writing
                     return names
                 raise
             names += [stream["logStreamName"] for stream in page.get("logStreams", [])]
@@ -200,16 +188,6 @@ class CloudWatchLogSync:
             os.truncate(self.log_path, size)
 
 
-def error_code(exc: Exception) -> str | None:
-    """The code of an AWS error ("ResourceNotFoundException", "404"...), None for any other exception."""
-    response = getattr(exc, "response", None) or {}
-    return response.get("Error", {}).get("Code")
-
-
-def _is_not_found(exc: Exception) -> bool:
-    return error_code(exc) == "ResourceNotFoundException"
-
-
 class SyncedLogSource(FileLogSource):
     """The local copy of a job's CloudWatch log, refreshed at most every SYNC_INTERVAL seconds."""
 
@@ -227,7 +205,7 @@ class SyncedLogSource(FileLogSource):
             except TrainerError:
                 raise
             except Exception as exc:
-                raise aws_error(exc, "read the training job's log") from exc
+                raise translate(exc, "read the training job's log") from exc
 
     def size(self) -> int:
         self._sync_if_due()

@@ -23,6 +23,7 @@ from ...core.files import write_private_file
 from ...core.store import CODE_DIR, FAILURE_FILE, SAGEMAKER_SPEC_FILE
 from ...errors import TrainerError
 from ...spec.job_spec import Metric
+from .errors import local_mode_failure
 from .launcher import FAILURE_LIMIT, FAILURE_MARKER
 from .reasons import kept_text
 from .spec import COMPOSE_VARIABLE, JOB_ENV_VARIABLE, SageMakerSpec, local_region
@@ -194,8 +195,6 @@ def remove_containers(project: str) -> None:
 
 
 def main(argv: list[str]) -> int:
-    from botocore.exceptions import NoCredentialsError
-
     from .sdk import run_local
 
     run_dir = Path(argv[0])
@@ -212,26 +211,10 @@ def main(argv: list[str]) -> int:
         refuse_compose_variables([path for path in (code_dir, container_root) if path])
         session = session_for(spec)  # before the SDK is imported: v2 makes a session of its own as it is
         run_local(spec, job_name, code_dir, container_root, session, failures)
-    except TrainerError as error:
-        print(f"jupyter_trainer: {error}", flush=True)
-        return 1
-    except NoCredentialsError:  # an AWS call without credentials: an S3 channel, or logging in to ECR for the image
-        if needs_aws(spec):
-            print("jupyter_trainer: no AWS credentials found for the s3:// locations", flush=True)
-        else:
-            print(
-                f"jupyter_trainer: pulling {spec.image_uri} needs AWS credentials, and a job whose channels are all "
-                "local gets none: pull the image with docker first",
-                flush=True,
-            )
-        return 1
-    except RuntimeError as exc:  # the SDK's words for a container that exited non-zero
-        match = re.search(r"exited with code: (\d+)", str(exc))
-        print(f"jupyter_trainer: the training container failed ({' '.join(str(exc).split())[-200:]})", flush=True)
-        return int(match.group(1)) if match else 1
-    except Exception as exc:  # the SDK's own trouble (its error, a bug): one line in the log, not a traceback
-        print(f"jupyter_trainer: local mode failed: {exc.__class__.__name__}: {' '.join(str(exc).split())[:300]}", flush=True)
-        return 1
+    except Exception as exc:  # ours, AWS's or the SDK's (its error, a bug): one line in the log, not a traceback
+        said, code = local_mode_failure(exc, needs_aws(spec), spec.image_uri)
+        print(f"jupyter_trainer: {said}", flush=True)
+        return code
     finally:
         cleaner.close_line()
         keep_failure(cleaner.failure or written_failure(failures), run_dir)

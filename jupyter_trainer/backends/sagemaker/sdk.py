@@ -21,7 +21,8 @@ import os
 import sys
 from typing import Iterator
 
-from ...errors import BackendUnavailable, InvalidOption, TrainerError
+from ...errors import BackendUnavailable, TrainerError
+from .errors import NO_BUCKET, has_code, job_refused, no_framework_image, translate
 from .spec import CODE_CHANNEL, LAUNCHER_NAME, SageMakerSpec
 
 TELEMETRY_OFF = {"SchemaVersion": "1.0", "SageMaker": {"PythonSDK": {"Modules": {"TelemetryOptOut": True}}}}
@@ -78,7 +79,7 @@ def submit_remote(spec: SageMakerSpec, job_name: str, code_uri: str | None, boto
         except TrainerError:
             raise
         except Exception as exc:
-            raise TrainerError(f"SageMaker refused the training job: {_one_line(exc)}") from exc
+            raise job_refused(exc) from exc
 
 
 def run_local(spec: SageMakerSpec, job_name: str, code_dir: str | None, container_root: str, boto_session, failures: list | None = None) -> None:
@@ -276,7 +277,7 @@ def framework_image(spec: SageMakerSpec, region: str) -> str:
                 lookup["base_framework_version"] = _huggingface_base(image_uris, spec.framework_version)
             return image_uris.retrieve(spec.framework, **lookup)
         except (ValueError, KeyError) as exc:
-            raise InvalidOption(f"no {spec.framework} training image for that: {_one_line(exc)}") from None
+            raise no_framework_image(spec.framework, exc) from None
 
 
 def _huggingface_base(image_uris, version: str) -> str:
@@ -292,11 +293,6 @@ def _huggingface_base(image_uris, version: str) -> str:
     return min(aliases, key=len) if aliases else newest
 
 
-def _one_line(exc: Exception) -> str:
-    text = " ".join(str(exc).split())
-    return text[:300] if text else exc.__class__.__name__
-
-
 NOTEBOOK_METADATA = "/opt/ml/metadata/resource-metadata.json"  # present on notebook instances and in Studio
 DEFAULT_OUTPUT_PREFIX = "jupyter-trainer"
 
@@ -310,7 +306,7 @@ def notebook_default_output(name: str | None) -> str | None:
     (s3://sagemaker-REGION-ACCOUNT/jupyter-trainer/NAME), made if missing as the SDK does; elsewhere None."""
     if not on_sagemaker_notebook():
         return None
-    from .cloudwatch import aws_error, aws_session, client, error_code
+    from .cloudwatch import aws_session, client
 
     session = aws_session()
     region = session.region_name
@@ -321,12 +317,12 @@ def notebook_default_output(name: str | None) -> str | None:
         try:
             s3.head_bucket(Bucket=bucket)
         except Exception as exc:
-            if error_code(exc) not in ("404", "NoSuchBucket", "NotFound"):  # HeadBucket's word for a missing bucket is 404
+            if not has_code(exc, NO_BUCKET):
                 raise
             location = {} if region == "us-east-1" else {"CreateBucketConfiguration": {"LocationConstraint": region}}
             s3.create_bucket(Bucket=bucket, **location)
     except Exception as exc:
-        raise aws_error(exc, "find the session's default bucket for --output-path") from exc
+        raise translate(exc, "find the session's default bucket for --output-path") from exc
     return "/".join(["s3:/", bucket, DEFAULT_OUTPUT_PREFIX, *([name] if name else [])])
 
 

@@ -46,7 +46,7 @@ from ..base import (
 )
 from ..host import _inherited_environment
 from . import states
-from .commands import SlurmCommandFailed, refused, require, run, sbatch_environment
+from .commands import SlurmCommandFailed, printed_before, refused, require, run, sbatch_environment
 from .queue import QUEUE, JobIdentity, SlurmJob, find_by_identity
 from .spec import check_gpus
 
@@ -189,7 +189,7 @@ class SlurmBackend:
         except BaseException as error:
             # sbatch may have had the job accepted before it failed, timed out or was interrupted:
             # that job must not run on, unseen, into a run that is about to be removed
-            cancelled = _cancel_submitted(getattr(error, "output", ""), identity)
+            cancelled = _cancel_submitted(printed_before(error), identity)
             if isinstance(error, SlurmCommandFailed):
                 raise _with_cancelled(refused(error, f"job {record.name!r}"), cancelled) from None
             if isinstance(error, TrainerError):
@@ -304,8 +304,7 @@ class SlurmBackend:
         try:
             run("scancel", job.job_id, timeout=30)
         except SlurmCommandFailed as error:
-            said = error.said.lower()
-            if "invalid job id" not in said and "already completing or completed" not in said:
+            if not (error.unknown_job or error.job_ending):
                 raise InvalidOption(f"scancel refused job {job.job_id}: {error.said}") from None
         QUEUE.forget()
 

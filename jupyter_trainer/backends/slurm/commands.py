@@ -42,13 +42,55 @@ _UNFOLLOWABLE_SBATCH_VARIABLES = {"SBATCH_WAIT", "SBATCH_ARRAY_INX", "SBATCH_ERR
 
 class SlurmCommandFailed(BackendUnavailable):
     """A Slurm command ran and said no: one line (what it said, and what to do). `said` is its
-    last line as it wrote it; `output` what it printed on stdout before it failed."""
+    last line as it wrote it; `output` what it printed on stdout before it failed. Slurm's commands
+    have no error codes: the refusals that are answers are read from their words here alone."""
 
     def __init__(self, command: str, said: str, output: str = ""):
         self.command = command
         self.said = said
         self.output = output
         super().__init__(f"`{command}` failed: {_without_prefix(said)}", "check that Slurm's commands work on this machine (sinfo, squeue --me)")
+
+    @property
+    def unknown_job(self) -> bool:
+        """The controller knows no job of that id (scancel, scontrol: an ended job it has forgotten)."""
+        return "invalid job id" in self.said.lower()
+
+    @property
+    def job_ending(self) -> bool:
+        """scancel: the job is already completing or completed."""
+        return "already completing or completed" in self.said.lower()
+
+    @property
+    def no_accounting(self) -> bool:
+        """sacct: accounting is disabled, or its database daemon (slurmdbd) does not answer."""
+        said = self.said.lower()
+        return "accounting storage is disabled" in said or "slurmdbd" in said
+
+    @property
+    def accounting_down(self) -> bool:
+        """sacct: slurmdbd does not answer now (it may later)."""
+        return "slurmdbd" in self.said.lower()
+
+    @property
+    def broken_here(self) -> bool:
+        """Slurm itself cannot work on this machine (no configuration, munge down or not trusted)."""
+        return any(words in self.said.lower() for words in _BROKEN_HERE)
+
+
+class ControllerUnreachable(Unreachable):
+    """A Slurm command could not reach the controller (it said so, or gave no answer in time): the
+    jobs keep their status. `output` is what it printed on stdout before (sbatch: perhaps the id of
+    a job the controller had accepted)."""
+
+    def __init__(self, message: str, hint: str | None = None, output: str = ""):
+        self.output = output
+        super().__init__(CONTROLLER, message, hint)
+
+
+def printed_before(error: BaseException) -> str:
+    """What a failed Slurm command printed on stdout before it failed ("" for any other error)."""
+    return error.output if isinstance(error, (SlurmCommandFailed, ControllerUnreachable)) else ""
 
 
 class UnusableAnswer(BackendUnavailable):
@@ -85,7 +127,7 @@ def sbatch_environment(base: dict) -> dict[str, str]:
 
 def run(command: str, *args: str, timeout: float = COMMAND_TIMEOUT, env: dict | None = None) -> str:
     """The command's standard output. A missing command is BackendUnavailable; a controller that
-    cannot be reached is Unreachable; any other refusal is SlurmCommandFailed (its last line).
+    cannot be reached is ControllerUnreachable (an Unreachable); any other refusal is SlurmCommandFailed (its last line).
     A command whose output is read gets `query_environment()` unless `env` is given."""
     program = require(command)
     CALLS[command] += 1
@@ -95,18 +137,16 @@ def run(command: str, *args: str, timeout: float = COMMAND_TIMEOUT, env: dict | 
             env=query_environment() if env is None else env,
         )  # fmt: skip
     except subprocess.TimeoutExpired as exc:
-        error = Unreachable(CONTROLLER, f"`{command}` got no answer in {timeout:.0f} s: {CONTROLLER} cannot be reached")
-        error.output = _text(exc.stdout)  # what it printed before (sbatch: perhaps a job id)
-        raise error from None
+        message = f"`{command}` got no answer in {timeout:.0f} s: {CONTROLLER} cannot be reached"
+        raise ControllerUnreachable(message, output=_text(exc.stdout)) from None
     except OSError as exc:
         raise BackendUnavailable(f"`{command}` cannot be run ({exc.strerror or exc})") from None
     if done.returncode == 0:
         return done.stdout  # an answer, whatever warnings came with it
     said = _last_line(done.stderr) or _last_line(done.stdout) or _exit_status(done.returncode)
     if _says_unreachable(done.stderr):
-        error = Unreachable(CONTROLLER, f"cannot reach {CONTROLLER} ({said})", "check the cluster's status with sinfo; the jobs go on meanwhile")
-        error.output = done.stdout
-        raise error
+        hint = "check the cluster's status with sinfo; the jobs go on meanwhile"
+        raise ControllerUnreachable(f"cannot reach {CONTROLLER} ({said})", hint, output=done.stdout)
     raise SlurmCommandFailed(command, said, done.stdout)
 
 
@@ -143,6 +183,6 @@ def _without_prefix(said: str) -> str:
 def refused(error: SlurmCommandFailed, what: str) -> InvalidOption:
     """A refusal of sbatch's as one line: what Slurm said, and what to do."""
     message = _without_prefix(error.said)
-    if any(words in error.said.lower() for words in _BROKEN_HERE):
+    if error.broken_here:
         return InvalidOption(f"sbatch cannot submit {what}: {message}", "check that Slurm works on this machine (sinfo; SLURM_CONF, munge)")
     return InvalidOption(f"Slurm refused {what}: {message}", "check the --slurm options (sinfo lists partitions, sacctmgr show assoc your accounts)")

@@ -374,7 +374,7 @@ class Queue:
         try:
             output = run("scontrol", "show", "job", "--oneliner", job_id)
         except SlurmCommandFailed as error:
-            if "invalid job id" in error.said.lower():
+            if error.unknown_job:
                 return None
             raise
         return parse_scontrol(output, job_id, identity)
@@ -409,10 +409,9 @@ class Queue:
                     f"--starttime={start}", "--endtime=now", f"--format={','.join(SACCT_FIELDS)}",
                 )  # fmt: skip
             except SlurmCommandFailed as error:
-                said = error.said.lower()
-                if "accounting storage is disabled" in said or "slurmdbd" in said:
+                if error.no_accounting:
                     with self._lock:
-                        self.accounting = "slurmdbd" in said  # a slurmdbd down now may answer later
+                        self.accounting = error.accounting_down  # a slurmdbd down now may answer later
                 return None
             with self._lock:
                 self._accounting_asked_at, self._accounting_asked = now, set(wanted)
