@@ -28,7 +28,7 @@ from ..core.record import JobRecord, Observation
 from ..core.resources import Usage
 from ..core.store import CLOCK_FILE, EXIT_CODE_FILE, LAUNCH_FILE, LAUNCH_TARGET_FILE, LOG_FILE, NOTIFIED_FILE, NOTIFY_FILE, PID_FILE, SCRIPT_FILE, SUPERVISOR_FILE, JobStore
 from ..errors import CorruptRecord, RunFileError
-from ..logs.reading import LogSource
+from ..logs.source import LogSource, LogSourceBase
 from ..spec.job_spec import DetachedSpec, Metric
 
 # pid and exit_code are overwritten in place by the supervisor: room reserved beforehand.
@@ -333,7 +333,7 @@ def notification_check(record: JobRecord, run_dir: Path) -> str:
     return hmac.new(key, f"notify {record.name} {record.run} {record.created_at!r}".encode(), hashlib.sha256).hexdigest()
 
 
-class FileLogSource:
+class FileLogSource(LogSourceBase):
     """A log that is a file on this machine."""
 
     def __init__(self, path: Path):
