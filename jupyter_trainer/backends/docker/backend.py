@@ -26,6 +26,7 @@ from ..base import (
     RUN_FILE_LIMIT,
     STOP_GRACE_SECONDS,
     SUPERVISOR_FILE,
+    BackendBase,
     FileLogSource,
     SupervisorFacts,
     job_command,
@@ -66,7 +67,7 @@ PING_VALID_SECONDS = 5.0  # an engine that answered this recently is not asked a
 LOOKS_WHILE_CHANGING = 3  # looks at a job whose container changes state under each of them, before its status is kept as it is
 
 
-class DockerBackend:
+class DockerBackend(BackendBase):
     name = "docker"
     status_interval = 2.0  # seconds between two status checks by a widget
     usage_outlives_the_job = False
@@ -589,9 +590,8 @@ _EXEC_FORGOTTEN = re.compile(r"^No such exec instance\b")
 
 
 def _changed_under_the_look(exc: BaseException | None) -> bool:
-    """Whether the engine refused a look inside a container for the state it is in now (not
-    running, restarting, paused, or restarted since the look's exec was made), which differs from
-    the one it had just said."""
+    """Whether the engine refused a look inside a container for the state it is in now (not running,
+    restarting, paused, or restarted since the look's exec was made), unlike the one it had just said."""
     import docker
 
     if not isinstance(exc, docker.errors.APIError):
