@@ -44,6 +44,7 @@ class JobSpec(Protocol):
     script: str
     backend: str  # the name of the backend that runs it
     metrics: tuple[Metric, ...]
+    script_path: str | None  # the file run in place, None for a cell
 
     def public_options(self) -> dict:
         """The options as stored and shown: never a secret."""
