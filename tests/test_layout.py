@@ -3,6 +3,7 @@ between them and never in a circle, no module grows too long to read, and runtim
 their backend."""
 
 import ast
+import re
 from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parent.parent / "jupyter_trainer"
@@ -137,35 +138,134 @@ def test_only_the_docker_package_imports_docker_py():
     assert outside == []
 
 
-def test_every_known_backend_follows_the_protocol():
-    """Every member of backends.base.Backend, with its parameters, on every known backend (and the
-    tests' fake): a backend missing one, or taking other arguments, fails here, not in a user's view."""
+def known_backends() -> dict:
+    """An instance of every backend the registry knows, and of the tests' fake, by name."""
     import importlib
-    import inspect
 
     from jupyter_trainer.backends import KNOWN
-    from jupyter_trainer.backends.base import Backend
     from jupyter_trainer.backends.fake import FakeBackend
+
+    backends = {name: getattr(importlib.import_module(where.partition(":")[0]), where.partition(":")[2])() for name, where in KNOWN.items()}
+    backends["fake"] = FakeBackend()
+    return backends
+
+
+def public_methods(protocol) -> dict:
+    """A protocol's methods (and properties) by name, with their signatures."""
+    import inspect
+
+    found = {}
+    for name, member in vars(protocol).items():
+        if name.startswith("_"):
+            continue
+        if isinstance(member, property):
+            member = member.fget
+        if callable(member):
+            found[name] = inspect.signature(member)
+    return found
+
+
+def assert_follows(cls, protocol, exempt=()) -> None:
+    """`cls` has every member of `protocol` (but `exempt`), each method taking the same parameters."""
+    import inspect
+
+    members = {name for name in vars(protocol) if not name.startswith("_")} | set(getattr(protocol, "__annotations__", {}))
+    for member in members - set(exempt):
+        assert hasattr(cls, member) or member in getattr(cls, "__annotations__", {}), (cls.__name__, member)
+    for method, signature in public_methods(protocol).items():
+        if method in exempt:
+            continue
+        own = getattr(cls, method)
+        own = inspect.signature(own.fget if isinstance(own, property) else own)
+        assert list(own.parameters) == list(signature.parameters), (cls.__name__, method, own, signature)
+
+
+def test_every_known_backend_follows_the_protocol():
+    """Every member of backends.base.Backend, with its parameters, on every known backend (and the
+    tests' fake), which inherits BackendBase's defaults of the members not every backend needs: a
+    backend missing one, or taking other arguments, fails here, not in a user's view."""
+    from jupyter_trainer.backends.base import Backend, BackendBase
     from jupyter_trainer.core.record import JobRecord
 
     members = {name for name in vars(Backend) if not name.startswith("_")} | set(Backend.__annotations__)
-    methods = {name: inspect.signature(member) for name, member in vars(Backend).items() if callable(member) and not name.startswith("_")}
     assert {"describe_host", "describe_where", "remove_unused_containers", "usage", "lingering"} <= members
-    backends = {name: getattr(importlib.import_module(where.partition(":")[0]), where.partition(":")[2])() for name, where in KNOWN.items()}
-    backends["fake"] = FakeBackend()
-    for name, backend in backends.items():
+    assert {"watched_status_interval", "polling", "status_fields"} <= members  # with defaults in BackendBase
+    for name, backend in known_backends().items():
         assert backend.name == name  # the registry's name is the backend's own
-        for member in members:
-            if member == "remove_unused_containers" and not backend.has_containers:
-                continue
+        assert isinstance(backend, BackendBase), name
+        assert_follows(type(backend), Backend, exempt=() if backend.has_containers else ("remove_unused_containers",))
+        for member in Backend.__annotations__:
             assert hasattr(backend, member), (name, member)
-        for method, signature in methods.items():
-            if not hasattr(backend, method):
+        record = JobRecord(name="x", backend=name)  # not launched yet
+        assert isinstance(backend.describe_where(record), str)
+        assert backend.describe_host(record) in (None, "local")
+        assert isinstance(backend.status_fields(record), dict)
+        assert isinstance(backend.watched_status_interval, float) and backend.watched_status_interval >= backend.status_interval
+        with backend.polling():
+            pass
+
+
+def log_source_classes() -> dict:
+    """Every class of the package that reads a log by offset (a `read(self, offset, limit)`), by
+    its module and name: each is a log source, found without a list to forget one in."""
+    import importlib
+
+    found = {}
+    for name, path in modules().items():
+        for node in ast.walk(ast.parse(path.read_text())):
+            if not isinstance(node, ast.ClassDef) or name == "jupyter_trainer.logs.source":
                 continue
-            own = inspect.signature(getattr(type(backend), method))
-            assert list(own.parameters) == list(signature.parameters), (name, method, own, signature)
-        assert isinstance(backend.describe_where(JobRecord(name="x", backend=name)), str)  # not launched yet
-        assert backend.describe_host(JobRecord(name="x", backend=name)) in (None, "local")
+            for item in node.body:
+                if isinstance(item, ast.FunctionDef) and item.name == "read" and [arg.arg for arg in item.args.args][:2] == ["self", "offset"]:
+                    found[f"{name}.{node.name}"] = getattr(importlib.import_module(name), node.name)
+    return found
+
+
+def test_every_log_source_follows_the_protocol():
+    """Every log source of the package (a file here, a container's through its engine, a remote
+    container's stream, CloudWatch's copy; Slurm's, SageMaker's local ones and the fake's are files)
+    inherits LogSourceBase and has every member of logs.source.LogSource with its parameters; one
+    that tells of its news has every member of TellingLog too."""
+    from jupyter_trainer.backends.base import FileLogSource
+    from jupyter_trainer.logs.source import LogSource, LogSourceBase, TellingLog
+
+    assert {"size", "read", "local_file", "modified", "settle"} <= set(public_methods(LogSource))
+    sources = log_source_classes()
+    assert {"FileLogSource", "ContainerLogSource", "StreamedLog", "SyncedLogSource"} <= {name.rsplit(".", 1)[1] for name in sources}
+    for name, cls in sources.items():
+        assert issubclass(cls, LogSourceBase), name
+        assert_follows(cls, LogSource)
+        if "listen" in vars(cls):
+            assert_follows(cls, TellingLog)
+    telling = {name.rsplit(".", 1)[1] for name, cls in sources.items() if any("listen" in vars(base) for base in cls.__mro__)}
+    assert "StreamedLog" in telling and "FileLogSource" not in telling
+    assert not isinstance(FileLogSource("x"), TellingLog)  # a view watches its file instead
+
+
+def test_no_module_probes_a_backend_or_a_log_source():
+    """What the core asks of a backend, a log source or a spec is declared on their protocols
+    (backends/base.py, logs/source.py) and called as declared: outside backends/ (where the
+    libraries' own objects are probed), no getattr or hasattr looks at a backend or a log source,
+    nor for a member the protocols declare. A probe that comes back fails here."""
+    from jupyter_trainer.backends.base import Backend, BackendBase, JobSpec
+    from jupyter_trainer.logs.source import LogSource, LogSourceBase, TellingLog
+
+    declared = set()
+    for protocol in (Backend, BackendBase, JobSpec, LogSource, LogSourceBase, TellingLog):
+        declared |= {name for name in vars(protocol) if not name.startswith("_")} | set(getattr(protocol, "__annotations__", {}))
+    seam = re.compile(r"(?<![A-Za-z])(backends?|backend_impl|(log_)?sources?|(log_)?streams?)(?![A-Za-z])")
+    probes = []
+    for name, path in modules().items():
+        if name.startswith("jupyter_trainer.backends"):
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in ("getattr", "hasattr") and node.args):
+                continue
+            looked_at = ast.unparse(node.args[0])
+            looked_for = node.args[1].value if len(node.args) > 1 and isinstance(node.args[1], ast.Constant) else None
+            if seam.search(looked_at) or looked_for in declared:
+                probes.append(f"{name}:{node.lineno}: {ast.unparse(node)}")
+    assert probes == []
 
 
 def test_every_module_is_named_in_the_map_of_the_package():

@@ -10,6 +10,7 @@ from jupyter_trainer.metrics import cache as metrics_cache
 from jupyter_trainer.backends.base import FileLogSource
 from jupyter_trainer.view.compare_runs import ComparedRun
 from jupyter_trainer.logs.reading import tail_lines
+from jupyter_trainer.logs.source import LogSourceBase
 from jupyter_trainer.metrics.reader import MetricReader
 from jupyter_trainer.view.monitor import JobMonitor
 from jupyter_trainer.spec.job_spec import DetachedSpec
@@ -52,7 +53,7 @@ class CountedFile(FileLogSource, Counted):
         return data
 
 
-class CountedRemote(Counted):
+class CountedRemote(LogSourceBase, Counted):
     """The same log as a runtime gives it (read through the engine): no file on this machine, so
     its holes read as the NULs they are."""
 

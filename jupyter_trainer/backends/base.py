@@ -20,7 +20,7 @@ import re
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
-from typing import Protocol
+from typing import ContextManager, Protocol
 
 from ..core import files as _fs
 from ..core.files import create_private_file, write_private_file
@@ -28,7 +28,7 @@ from ..core.record import JobRecord, Observation
 from ..core.resources import Usage
 from ..core.store import CLOCK_FILE, EXIT_CODE_FILE, LAUNCH_FILE, LAUNCH_TARGET_FILE, LOG_FILE, NOTIFIED_FILE, NOTIFY_FILE, PID_FILE, SCRIPT_FILE, SUPERVISOR_FILE, JobStore
 from ..errors import CorruptRecord, RunFileError
-from ..logs.reading import LogSource
+from ..logs.source import LogSource, LogSourceBase
 from ..spec.job_spec import DetachedSpec, Metric
 
 # pid and exit_code are overwritten in place by the supervisor: room reserved beforehand.
@@ -44,6 +44,7 @@ class JobSpec(Protocol):
     script: str
     backend: str  # the name of the backend that runs it
     metrics: tuple[Metric, ...]
+    script_path: str | None  # the file run in place, None for a cell
 
     def public_options(self) -> dict:
         """The options as stored and shown: never a secret."""
@@ -62,8 +63,9 @@ class Backend(Protocol):
     name: str
     has_containers: bool  # whether `stop(container=True)` means something (and `remove_unused_containers`)
     status_interval: float  # seconds between two status checks by a widget (a check may cost API calls)
-    # optional, `watched_status_interval`: the same while the widget is woken by each change of the
-    # run's files, for a backend whose changes of status show there (the host's supervisor)
+    # the same while the widget is woken by each change of the run's files: longer for a backend
+    # whose changes of status show there (the host's supervisor); BackendBase: status_interval
+    watched_status_interval: float
     usage_outlives_the_job: bool  # whether `usage` still says something once the job has ended
     # whether a launched job has started; False: it may wait in a queue first (Slurm's), and its
     # record gets its start once it is seen started (a job stopped while it waited never started)
@@ -115,6 +117,31 @@ class Backend(Protocol):
     def usage(self, record: JobRecord, run_dir: Path) -> Usage | None:
         """What the running job uses now, as one look (CPU time, memory, GPUs), or None when that
         cannot be seen. Never raises: a view asks this now and then, and goes on without it."""
+
+    def polling(self) -> ContextManager[None]:
+        """Entered around a poll of many jobs (jobs.job.one_poll): a backend that can answer for all
+        its jobs at once does so (Slurm's one squeue). BackendBase: nothing to do."""
+
+    def status_fields(self, record: JobRecord) -> dict:
+        """What `status --json` says of the job besides the fields every job has (a Slurm job's
+        `slurm_job_id`, how often a job was started again: `restarts`). BackendBase: nothing."""
+
+
+class BackendBase:
+    """The defaults of Backend's members that not every backend needs: every backend inherits
+    them, so that one that leaves them out behaves as these say."""
+
+    status_interval: float
+
+    @property
+    def watched_status_interval(self) -> float:
+        return self.status_interval
+
+    def polling(self) -> ContextManager[None]:
+        return contextlib.nullcontext()
+
+    def status_fields(self, record: JobRecord) -> dict:
+        return {}
 
 
 def malformed_runtime(record: JobRecord, problem: str) -> CorruptRecord:
@@ -333,7 +360,7 @@ def notification_check(record: JobRecord, run_dir: Path) -> str:
     return hmac.new(key, f"notify {record.name} {record.run} {record.created_at!r}".encode(), hashlib.sha256).hexdigest()
 
 
-class FileLogSource:
+class FileLogSource(LogSourceBase):
     """A log that is a file on this machine."""
 
     def __init__(self, path: Path):

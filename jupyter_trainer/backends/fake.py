@@ -6,7 +6,7 @@ from pathlib import Path
 
 from ..core.record import JobRecord, Observation
 from ..spec.job_spec import DetachedSpec
-from .base import LOG_FILE, FileLogSource, write_script
+from .base import LOG_FILE, BackendBase, FileLogSource, write_script
 
 
 class FakeRuntime:
@@ -14,7 +14,7 @@ class FakeRuntime:
         return {"fake": True}
 
 
-class FakeBackend:
+class FakeBackend(BackendBase):
     name = "fake"
     status_interval = 2.0  # seconds between two status checks by a widget
     usage_outlives_the_job = False

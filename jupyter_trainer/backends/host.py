@@ -20,6 +20,7 @@ from .base import (
     LOG_FILE,
     STOP_GRACE_SECONDS,
     SUPERVISOR_FILE,
+    BackendBase,
     FileLogSource,
     ScriptPlace,
     job_command,
@@ -148,7 +149,7 @@ def _look_for_job(run_dir: Path, supervisor: ProcessIdentity) -> int | None:
     return next((pid for pid in pids if _is_the_job(pid, supervisor, script)), None)
 
 
-class HostBackend:
+class HostBackend(BackendBase):
     name = "host"
     status_interval = 2.0  # seconds between two status checks by a widget
     # ...while the widget is woken by each change of the run's files: the supervisor writes the

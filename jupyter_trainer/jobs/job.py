@@ -20,7 +20,8 @@ from ..core.record import JobRecord, Observation, Status, parse_notification, re
 from ..core.resources import Usage, cpu_between
 from ..core.store import CLOCK_FILE, NOTIFIED_FILE, RECORD_FILE, JobStore
 from ..errors import BackendUnavailable, InvalidOption, JobReplaced, StoreError, TrainerError, UnknownBackend, Unreachable
-from ..logs.reading import LogCursor, LogSource, MetricParser, local_file_of, read_all_lines, tail_lines, tail_screen, written_span
+from ..logs.reading import LogCursor, MetricParser, read_all_lines, tail_lines, tail_screen, written_span
+from ..logs.source import LogSource
 from ..logs.terminal import SettledLines
 from ..metrics.clock import LogClock
 from ..metrics.reader import MetricReader
@@ -123,7 +124,7 @@ class Job:
                 settled = SettledLines(screen)  # the tail's bars go on drawing where they are
             cursor = LogCursor(offset=size)
 
-        at_a_path = local_file_of(source) is not None
+        at_a_path = source.local_file() is not None
 
         def read() -> tuple[bool, list[str]]:
             nonlocal settled
@@ -153,9 +154,7 @@ class Job:
                 continue
             if self.status.is_final:
                 # the exit code is written after the job's output is closed: one more read drains it
-                settle = getattr(source, "settle", None)  # a streamed log: up to the end, not the stream's
-                if settle is not None:
-                    settle()
+                source.settle()  # a streamed log: up to the end, not the stream's
                 while True:
                     grew, lines = read()
                     yield from lines
@@ -558,15 +557,14 @@ def refreshed_records(
 @contextlib.contextmanager
 def one_poll(items: list, backends: _backends.Backends) -> Iterator[None]:
     """Refreshing many jobs is one poll: a backend that can answer for all its jobs at once (an
-    optional `polling()` context: Slurm's one squeue) is told where the poll starts and ends."""
+    `polling()` context: Slurm's one squeue) is told where the poll starts and ends."""
     with contextlib.ExitStack() as stack:
         for name in sorted({item.backend for item in items if isinstance(item, JobRecord) and not item.status.is_final}):
             try:
-                polling = getattr(backends.get(name), "polling", None)
+                backend = backends.get(name)
             except UnknownBackend:
                 continue
-            if polling is not None:
-                stack.enter_context(polling())
+            stack.enter_context(backend.polling())
         yield
 
 

@@ -59,7 +59,7 @@ def submit_detached(
     backend = backends.get(spec.backend)
     spec = backend.preflight(spec, store) or spec  # an unreachable runtime is one line before the store is touched
     fingerprint = spec.fingerprint(store.fingerprint_key(), rerun)
-    in_place = bool(getattr(spec, "script_path", None))  # a file run in place (SageMaker's specs have it too)
+    in_place = bool(spec.script_path)  # a file run in place
     if name is None:
         # the same cell gets the same name, so running it again attaches instead of training twice;
         # a script run in place is named by its path and options, not its text: once the file has

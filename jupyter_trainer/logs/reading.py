@@ -10,12 +10,12 @@ from __future__ import annotations
 import re
 import time
 from functools import partial
-from pathlib import Path
-from typing import Callable, Iterable, Iterator, Protocol
+from typing import Callable, Iterable, Iterator
 
 from ..core import files as _fs
 from ..core.wording import ESCAPE_SEQUENCES, readable
 from ..spec.job_spec import Metric
+from .source import LogSource
 from .terminal import MAX_SHOWN_LINE, SCREEN_ROWS, Screen, bounded_line
 
 # A shown line is `readable` (wording.py): without what a terminal would act on (move the cursor,
@@ -39,23 +39,11 @@ FALLBACK_SECONDS = 0.1  # all of a chunk's lines together: past it, the chunk's 
 MAX_MATCHED_LINE = 4096  # bytes of a line a pattern looks at once a chunk was too slow
 
 
-class LogSource(Protocol):
-    def size(self) -> int: ...
-
-    def read(self, offset: int, limit: int) -> bytes: ...
-
-
-def local_file_of(source: LogSource) -> Path | None:
-    """The log's file on this machine, or None when it is read through a runtime."""
-    local_file = getattr(source, "local_file", None)
-    return local_file() if local_file else None
-
-
 def written_span(source: LogSource, offset: int) -> tuple[int, int] | None:
     """Where the log's next written bytes from `offset` on start and end, when a hole lies ahead
     (see _fs.written_span); None when none does, or the source cannot tell (a log read through a
     runtime: its holes are read as the NULs they are)."""
-    path = local_file_of(source)
+    path = source.local_file()
     return _fs.written_span(path, offset) if path is not None else None
 
 

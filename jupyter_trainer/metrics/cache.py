@@ -19,7 +19,7 @@ from typing import NamedTuple
 
 from ..core.files import read_small, write_private_file
 from ..core.store import METRICS_FILE as CACHE_FILE
-from ..logs.reading import LogSource
+from ..logs.source import LogSource
 from .reader import MetricReader
 from .series import MetricSeries
 

@@ -41,7 +41,7 @@ def detached_in_place(given: str, flags: dict, config: dict, args, hosts):
         if on_host is None:
             raise _not_on_remote_host_either(missing, spec) from None
         return dataclasses.replace(spec, script="", script_path=on_host, script_on_host=True, from_cell=False)
-    spec = in_place(detached_spec(text, flags, config, args, hosts), path)
+    spec = in_place(detached_spec(text, flags, config, args, hosts), path, from_cell=False)
     if not spec.sync or inside(path, spec.sync) is None:
         # sent alone, unless a file of that name in the remote --workdir makes it unclear which is meant
         spec = dataclasses.replace(spec, also_on_host=remote_script_path(given, spec))
@@ -120,12 +120,10 @@ def script_text(data: bytes, path: str) -> str:
     return text
 
 
-def in_place(spec, path: str):
-    """The spec of a cell made to run the file at `path` instead (its text is the spec's script)."""
-    fields = {"script_path": path, "script_sha256": sha256_of(spec.script)}
-    if hasattr(spec, "from_cell"):
-        fields["from_cell"] = False
-    return dataclasses.replace(spec, **fields)
+def in_place(spec, path: str, **also):
+    """The spec of a cell made to run the file at `path` instead (its text is the spec's script);
+    `also`: other fields of the spec's own that say so (a DetachedSpec's `from_cell`)."""
+    return dataclasses.replace(spec, script_path=path, script_sha256=sha256_of(spec.script), **also)
 
 
 def sha256_of(script: str) -> str:

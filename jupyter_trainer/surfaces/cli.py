@@ -82,14 +82,13 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _status_json(record: JobRecord, backends: Backends, usage=None) -> dict:
-    """`status --json`'s object, with what the job's backend adds of its own (a backend's
-    optional `status_fields`: a Slurm job's `slurm_job_id` and `restarts`)."""
+    """`status --json`'s object, with what the job's backend adds of its own (its
+    `status_fields`: a Slurm job's `slurm_job_id` and `restarts`)."""
     from ..view import summary
 
     shown = summary.status_json(record, backends, usage)
     try:
-        own = getattr(backends.get(record.backend), "status_fields", None)
-        shown.update(own(record) if own is not None else {})
+        shown.update(backends.get(record.backend).status_fields(record))
     except TrainerError:
         pass
     return shown

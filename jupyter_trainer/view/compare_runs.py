@@ -124,9 +124,7 @@ class ComparedRun:
         final = self.record.status.is_final
         if final and not self._settled:
             self._settled = True
-            settle = getattr(source, "settle", None)  # a streamed log: up to its end, not the stream's
-            if settle is not None:
-                settle()
+            source.settle()  # a streamed log: up to its end, not the stream's
         self._size = source.size()
         self._read_clock()
         version = self.version

@@ -42,7 +42,7 @@ class JobWidget(PolledView):
         self.status_interval = backend.status_interval
         # while the poller is woken by each change of the job's files (see Poller), a backend whose
         # changes of status show there may be asked less often
-        self.watched_status_interval = getattr(backend, "watched_status_interval", backend.status_interval)
+        self.watched_status_interval = backend.watched_status_interval
         self.in_watch = False  # whether the poller watches the job's directory (it says so)
         # Whether that watch sees the log grow. Not where another kernel writes it (a container's
         # engine in a VM, writing through a shared folder): a log seen grown with no change

@@ -22,7 +22,8 @@ from ..core.resources import Usage, UsageHistory, format_bytes
 from ..core.store import CLOCK_FILE
 from ..jobs.job import Job
 from ..jobs.status_checks import StatusCheck
-from ..logs.reading import LogCursor, MetricParser, last_lines, local_file_of, tail_screen
+from ..logs.reading import LogCursor, MetricParser, last_lines, tail_screen
+from ..logs.source import TellingLog
 from ..logs.terminal import SCREEN_ROWS, Screen
 from ..logs.watch import LOG_NEWS
 from ..metrics import cache as metrics_cache
@@ -126,7 +127,7 @@ class JobMonitor:
         self._usage_looked = float("-inf")
         self._usage_pending: Future | None = None
         self.log_file: Path | None = None  # the log's file, when it is one on this machine (see read_log)
-        self.log_stream = None  # else the stream that brings it, when it tells of its news (a remote container's)
+        self.log_stream: TellingLog | None = None  # else the stream that brings it, when it tells of its news (a remote container's)
         self._said: RecordWords | None = None
         self._clock_file: Path | None = None  # the supervisor's samples of the log's size (see LogClock)
         self.status_check = StatusCheck(job)  # the checks of a view, which may be slow to answer
@@ -172,8 +173,7 @@ class JobMonitor:
         """Show the log's last lines at once; metrics catch up from the start over later polls."""
         source = self.job.log_source()
         self.history_end = source.size()
-        modified = getattr(source, "modified", None)
-        self.last_output_at = modified() if modified else None
+        self.last_output_at = source.modified()
         # an unfinished last line is left out: the cursor will show it as it grows
         if self.lines.maxlen:
             self.screen = tail_screen(source, self.lines.maxlen, end=self.history_end, ended_only=True)
@@ -187,16 +187,14 @@ class JobMonitor:
         """Read what the log gained, up to the budget; True if anything shown changed. `now`: the
         wall clock, to tell when the job last printed."""
         source = self.job.log_source()
-        self.log_file = local_file_of(source)
-        self.log_stream = source if self.log_file is None and hasattr(source, "listen") else None
+        self.log_file = source.local_file()
+        self.log_stream = source if self.log_file is None and isinstance(source, TellingLog) else None
         if self.log_file is not None:  # a log at a path: after a removal it may be another job's
             self.job.confirm_run()
         offset_before = self.cursor.offset
         if self.record.status.is_final and not self._settled:
             self._settled = True
-            settle = getattr(source, "settle", None)  # a streamed log: read up to its end, not the stream's
-            if settle is not None:
-                settle()
+            source.settle()  # a streamed log: read up to its end, not the stream's
         size = source.size()
         if size == offset_before and self.caught_up:
             # a quiet log costs this one look at its size (a log rewritten to the very size it had

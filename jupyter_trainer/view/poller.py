@@ -14,6 +14,7 @@ import time
 from typing import Callable
 
 from ..jobs.status_checks import stop_waking, wake_on_answers
+from ..logs.source import TellingLog
 from ..logs.watch import LOG_NEWS, LOST, ChangeWaiter
 
 POLL_INTERVAL = 0.25  # seconds between two reads of the logs
@@ -32,7 +33,7 @@ class PolledView:
     in_watch = False  # set by the poller: whether its log's changes wake the poller
     watched_directory: str | None = None  # the key its files' changes are told under
     log_path: str | None = None  # a log file on this machine to watch
-    log_stream = None  # else a stream that tells of its log's news (see StreamedLog.listen)
+    log_stream: TellingLog | None = None  # else a stream that tells of its log's news (see logs/source.py)
     quiet = False  # whether it may be left until a change is told, or the next beat
     watched = False
 

@@ -58,10 +58,9 @@ def host(record: JobRecord, backends: Backends) -> str | None:
 
 
 def restarts(record: JobRecord, backends: Backends) -> int:
-    """How often the job was started again (a backend's optional `status_fields` says), else 0."""
+    """How often the job was started again (its backend's `status_fields` says), else 0."""
     try:
-        own = getattr(backends.get(record.backend), "status_fields", None)
-        count = own(record).get("restarts") if own is not None else 0
+        count = backends.get(record.backend).status_fields(record).get("restarts", 0)
     except TrainerError:
         return 0
     return count if isinstance(count, int) and not isinstance(count, bool) else 0

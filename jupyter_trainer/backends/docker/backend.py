@@ -25,6 +25,7 @@ from ..base import (
     RUN_FILE_LIMIT,
     STOP_GRACE_SECONDS,
     SUPERVISOR_FILE,
+    BackendBase,
     FileLogSource,
     SupervisorFacts,
     job_command,
@@ -65,7 +66,7 @@ PING_VALID_SECONDS = 5.0  # an engine that answered this recently is not asked a
 LOOKS_WHILE_CHANGING = 3  # looks at a job whose container changes state under each of them, before its status is kept as it is
 
 
-class DockerBackend:
+class DockerBackend(BackendBase):
     name = "docker"
     status_interval = 2.0  # seconds between two status checks by a widget
     usage_outlives_the_job = False

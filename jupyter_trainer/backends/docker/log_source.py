@@ -8,6 +8,7 @@ import contextlib
 import threading
 
 from ...errors import BackendUnavailable, RunFileError, TrainerError
+from ...logs.source import LogSourceBase
 from ..base import LOG_FILE
 from .clients import Clients
 from .errors import READ_LOG, busy
@@ -16,8 +17,8 @@ from .in_container import container_file_size, read_container_file, run_in
 from .streamed_log import FOLLOW_LOG, HEARTBEAT_SECONDS, StreamedLog
 
 
-class ContainerLogSource:
-    """A log source (size, read) of a run's log in a container."""
+class ContainerLogSource(LogSourceBase):
+    """A log source of a run's log in a container."""
 
     def __init__(self, clients: Clients, engine: Engine, container_id: str, run_dir: str, exec_seconds: float | None = None):
         self.clients = clients

@@ -21,6 +21,7 @@ import socket
 import threading
 import time
 
+from ...logs.source import LogSourceBase
 from .in_container import already_read
 
 # $1 the first byte (1-based), $2 the heartbeat's period; the run's directory (JT_RUN_DIR) and the
@@ -55,8 +56,8 @@ SHORT_LIVED_SECONDS = 2.0  # a stream that ends this soon did not work (no tail 
 GIVE_UP_AFTER = 3  # short-lived streams before the log is read through the engine alone
 
 
-class StreamedLog:
-    """A log source (size, read) fed by a stream from the container while it runs."""
+class StreamedLog(LogSourceBase):
+    """A log source fed by a stream from the container while it runs: a TellingLog."""
 
     def __init__(self, fallback, open_stream):
         self.fallback = fallback  # reads through the engine: the history, a stopped container

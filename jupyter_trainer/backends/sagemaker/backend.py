@@ -23,7 +23,7 @@ from ...core.record import JobRecord, Observation, Status, format_duration
 from ...core.resources import Usage
 from ...core.store import CODE_DIR, FAILURE_FILE, JobStore
 from ...core.store import SAGEMAKER_SPEC_FILE as SPEC_FILE
-from ..base import LOG_FILE, SCRIPT_FILE, FileLogSource, malformed_runtime, notify_input, prepare_supervised_run, read_runtime, write_script
+from ..base import LOG_FILE, SCRIPT_FILE, BackendBase, FileLogSource, malformed_runtime, notify_input, prepare_supervised_run, read_runtime, write_script
 from ..host import observe_supervised, start_supervised, stop_supervised
 from . import launcher
 from .cloudwatch import CloudWatchLogSync, SyncedLogSource, aws_session, client, observe_training_job
@@ -61,7 +61,7 @@ class SageMakerRuntime:
         return runtime
 
 
-class SageMakerBackend:
+class SageMakerBackend(BackendBase):
     name = "sagemaker"
     usage_outlives_the_job = True  # the instances it was given
     starts_at_launch = True

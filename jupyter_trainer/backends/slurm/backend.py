@@ -33,6 +33,7 @@ from ...errors import BackendUnavailable, InvalidOption, TrainerError
 from ...spec.job_spec import DetachedSpec
 from ..base import (
     STOP_GRACE_SECONDS,
+    BackendBase,
     FileLogSource,
     ScriptPlace,
     job_command,
@@ -127,7 +128,7 @@ def _followed(store: JobStore):
     return listing
 
 
-class SlurmBackend:
+class SlurmBackend(BackendBase):
     name = "slurm"
     status_interval = 5.0  # seconds between two status checks by a widget (each poll: one squeue for all jobs)
     usage_outlives_the_job = False
