@@ -270,6 +270,34 @@ def test_a_stop_racing_an_engine_restart_is_never_undone(private_docker, workdir
 
 
 
+# -- the engine stopped while the keeper starts the job again ----------------------------------
+
+
+@pytest.mark.parametrize("when", ["as-the-engine-answers", "as-the-keeper-says-so"])
+def test_an_engine_stopped_during_the_keepers_start_again_brings_the_job_back_once(private_docker, workdir, home, when):
+    """The engine restarts, and stops again while the container's keeper is starting the job again
+    (as the engine answers again, or just after the keeper wrote its line in the log): when the
+    engine comes back, the job goes on from its checkpoint, every step once, and each start again
+    is counted once, in the log and in `status --json`, within its --restarts."""
+    engine = private_docker
+    name = f"keeper-{when}"
+    job = submit(STEPS, workdir, name, args=("24",), restarts=3)
+    wait_for_step(job, 2)
+    engine.restart()
+    if when == "as-the-keeper-says-so":
+        wait_for(lambda: "(restart 1 of 3)" in job.logs(), timeout=60, interval=0.02, what="the keeper's start again")
+    engine.stop()
+    assert get_job(name).status is not Status.LOST  # the engine is down: not a verdict
+    engine.start()
+    back = get_job(name)
+    assert back.wait(timeout=180) is Status.COMPLETED, back.reason
+    assert_every_step_once(back, workdir, 24)
+    log = back.logs()
+    started_again = log.count("----- jupyter_trainer: started again after its container restarted")
+    assert 1 <= started_again <= 3 and status_json(name)["restarts"] == started_again, log
+    assert f"(restart {started_again} of 3)" in log, log
+
+
 # -- two starts at once --------------------------------------------------------------------
 
 
