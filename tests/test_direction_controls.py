@@ -103,7 +103,7 @@ def test_a_runtime_reason_that_reverses_its_words_is_recorded_and_shown_readable
     record, `status`, `status --json`, `list`, the widget's header and the jobs table."""
     from jupyter_trainer.surfaces import cli as command_line
     from jupyter_trainer.jobs.job import Job
-    from jupyter_trainer.view.jobs_table import status_cell
+    from jupyter_trainer.view.jobs_table import row_html
     from jupyter_trainer.spec.job_spec import DetachedSpec
 
     spec = DetachedSpec(script="x", backend="fake", workdir=os.getcwd())
@@ -121,7 +121,7 @@ def test_a_runtime_reason_that_reverses_its_words_is_recorded_and_shown_readable
         shown[" ".join(words)] = capsys.readouterr().out
     assert json.loads(shown["status said --json"])["reason"] == f"AlgorithmError: {SHOWN}"
     shown["widget"] = widget_of(job, monkeypatch).header.value
-    shown["jobs table"] = status_cell(job.record)
+    shown["jobs table"] = "".join(row_html(job.record, backends))
     for where, text in shown.items():
         assert directed(text) == [], (where, text)
     assert SHOWN in shown["status said"] and SHOWN in shown["widget"] and SHOWN in shown["jobs table"]
@@ -144,7 +144,7 @@ def test_what_slurm_says_of_a_job_is_kept_and_shown_readable():
     from jupyter_trainer.backends.base import SupervisorFacts
     from jupyter_trainer.backends.slurm import states
     from jupyter_trainer.backends.slurm.queue import SlurmJob
-    from jupyter_trainer.view.summary import where
+    from jupyter_trainer.view.words import where
 
     waiting = SlurmJob("7", "PENDING", "\u202eytiroirP", partition="gpu\u2066s", submitted_at=time.time())
     seen = states.observe(waiting, SupervisorFacts(), stop_requested=False, job_id="7")

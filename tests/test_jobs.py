@@ -169,8 +169,9 @@ def test_an_unreachable_host_is_kept_as_typed_state_since_the_first_failed_look(
     assert answered.unreachable_since is None and answered.status is Status.RUNNING
     # the host column reads the typed state, never the reason: a local engine that is down is no host's
     down = JobRecord(name="j", backend="docker", status=Status.RUNNING, reason="cannot reach the Docker engine at unix:///var/run/docker.sock")
-    assert summary.host_cell(down, Backends()) == "local"
-    assert summary.host_cell(running, Backends()).startswith("local (unreachable since ")
+    host_cell = lambda record: summary.record_row(record, Backends())[2]  # noqa: E731
+    assert host_cell(down) == "local"
+    assert host_cell(running).startswith("local (unreachable since ")
     assert JobRecord.from_dict(running.to_dict()) == running
 
 

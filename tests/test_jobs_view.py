@@ -5,12 +5,12 @@ import re
 import pytest
 from conftest import wait_for
 
-from jupyter_trainer.jobs.job import get_job
 from jupyter_trainer.core.record import Status
-from jupyter_trainer.view.jobs_table import JobsTable
-from jupyter_trainer.spec.job_spec import build_spec
+from jupyter_trainer.jobs.job import get_job
 from jupyter_trainer.jobs.submit import submit_detached
-
+from jupyter_trainer.spec.job_spec import build_spec
+from jupyter_trainer.view import summary
+from jupyter_trainer.view.jobs_table import JobsTable
 
 pytestmark = pytest.mark.usefixtures("quiet_comm")  # see conftest
 
@@ -25,11 +25,13 @@ def text_of(html):
 
 
 def rows_of(table):
-    """What each shown row says, in order: (name, status, where, elapsed, metric)."""
+    """What each shown row says, in order: its cells by their column (fields.ROW_COLUMNS)."""
+    from jupyter_trainer.view.fields import ROW_COLUMNS
+
     shown = []
     for box in table.body.children:
         row = next(row for row in table.rows.values() if row.box is box)
-        shown.append(tuple(text_of(cell.value) for cell in row.cells))
+        shown.append({key: text_of(cell.value) for (key, _title), cell in zip(ROW_COLUMNS, row.cells, strict=True)})
     return shown
 
 
@@ -49,16 +51,18 @@ def test_rows_newest_first_with_status_where_elapsed_and_main_metric(home, workd
     wait_for(lambda: "loss: 0.333" in get_job("second").logs(), what="the second job's losses")
     table = JobsTable()
     rows = rows_of(table)
-    assert [row[0] for row in rows] == ["second", "first"]
-    assert rows[0][1] == "running" and rows[1][1] == "completed"
-    assert rows[0][2].startswith("host · this machine (pid ") and rows[1][4] == "loss 0.333"
-    assert rows[0][4] == "loss 0.333" and re.fullmatch(r"\d+s", rows[0][3])
+    assert [row["name"] for row in rows] == ["second", "first"]
+    assert rows[0]["status"] == "running" and rows[1]["status"] == "completed" and rows[1]["exit_code"] == "0"
+    assert rows[0]["backend"] == "host" and rows[1]["metric"] == "loss 0.333"
+    assert rows[0]["metric"] == "loss 0.333" and re.fullmatch(r"\d+s", rows[0]["duration"])
+    # the same columns as the text table's
+    assert tuple(rows[1].values()) == summary.record_row(get_job("first").record, table.backends, "loss 0.333")
     assert "1 completed" in text_of(table.counts.value) and "1 running" in text_of(table.counts.value)
     # the filter shows one status
     table.filter.value = "running"
-    assert [row[0] for row in rows_of(table)] == ["second"]
+    assert [row["name"] for row in rows_of(table)] == ["second"]
     table.filter.value = "completed"
-    assert [row[0] for row in rows_of(table)] == ["first"]
+    assert [row["name"] for row in rows_of(table)] == ["first"]
     # a stop from its row: the row says so at the next scans, and leaves the filtered view
     table.filter.value = "running"
     second = table.rows[("second", 1)]
@@ -68,7 +72,7 @@ def test_rows_newest_first_with_status_where_elapsed_and_main_metric(home, workd
     rescan(table)
     assert rows_of(table) == []
     table.filter.value = "all"
-    assert rows_of(table)[0][:2] == ("second", "stopped")
+    assert (rows_of(table)[0]["name"], rows_of(table)[0]["status"]) == ("second", "stopped")
 
 
 def test_new_removed_and_unreadable_jobs_show_at_the_next_scan(home, workdir, capsys):
@@ -77,10 +81,10 @@ def test_new_removed_and_unreadable_jobs_show_at_the_next_scan(home, workdir, ca
     host_job("later", "print('hello from later')\n", workdir).wait(timeout=30)
     host_job("broken", "print(1)\n", workdir).wait(timeout=30)
     rescan(table)
-    assert [row[:2] for row in rows_of(table)] == [("broken", "completed"), ("later", "completed")]
+    assert [(row["name"], row["status"]) for row in rows_of(table)] == [("broken", "completed"), ("later", "completed")]
     (home / "jobs" / "broken" / "1" / "record.json").write_text("{not json")
     rescan(table)
-    assert [row[0] for row in rows_of(table)] == ["later"] and "broken" in text_of(table.notes.value)
+    assert [row["name"] for row in rows_of(table)] == ["later"] and "broken" in text_of(table.notes.value)
     # the log of a row, below the table
     table.rows[("later", 1)].buttons[1].click()
     assert "hello from later" in capsys.readouterr().out + "".join(o.get("text", "") for o in table.detail.outputs)
@@ -102,8 +106,8 @@ def test_only_the_rows_shown_have_widgets(store, fake_backend, backends):
     import os
 
     from jupyter_trainer.core.record import Observation
-    from jupyter_trainer.view.jobs_table import MAX_ROWS
     from jupyter_trainer.spec.job_spec import DetachedSpec
+    from jupyter_trainer.view.jobs_table import MAX_ROWS
 
     for index in range(MAX_ROWS + 20):
         submit_detached(DetachedSpec(script=f"print({index})", backend="fake", workdir=os.getcwd()), name=f"many-{index}", store=store, backends=backends)

@@ -18,7 +18,7 @@ from jupyter_trainer.spec.job_spec import DetachedSpec
 from jupyter_trainer.surfaces.cli import run
 from jupyter_trainer.view.compare_runs import ComparedRun
 from jupyter_trainer.view.job_widget import JobWidget
-from jupyter_trainer.view.summary import status_text
+from jupyter_trainer.view.words import status_text
 
 OPTIONAL_BACKEND_MEMBERS = ("watched_status_interval", "polling", "status_fields")
 OPTIONAL_SOURCE_MEMBERS = ("local_file", "modified", "settle")

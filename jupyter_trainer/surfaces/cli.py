@@ -82,16 +82,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _status_json(record: JobRecord, backends: Backends, usage=None) -> dict:
-    """`status --json`'s object, with what the job's backend adds of its own (its
-    `status_fields`: a Slurm job's `slurm_job_id` and `restarts`)."""
+    """`status --json`'s object (with what the job's backend adds of its own)."""
     from ..view import summary
 
-    shown = summary.status_json(record, backends, usage)
-    try:
-        shown.update(backends.get(record.backend).status_fields(record))
-    except TrainerError:
-        pass
-    return shown
+    return summary.status_json(record, backends, usage)
 
 
 def run(argv: list[str] | None = None, store: JobStore | None = None, backends: Backends | None = None) -> int:
@@ -116,7 +110,7 @@ def run(argv: list[str] | None = None, store: JobStore | None = None, backends: 
                 if isinstance(item, TrainerError):
                     print(f"jupyter-trainer: {item}", file=sys.stderr)
         else:
-            print(summary.jobs_table(items, backends))
+            print(summary.jobs_table(items, backends, summary.main_metrics(items, store, backends)))
         return 0
     if args.command == "prune":
         age = housekeeping.parse_age(args.older_than)

@@ -243,7 +243,8 @@ class TrainerMagics(Magics):
         from ..jobs.job import refreshed_records
         from ..view import summary
 
-        print(summary.jobs_table(refreshed_records(self._store(), all_runs=args.all, backends=self.backends), self.backends))
+        items = refreshed_records(self._store(), all_runs=args.all, backends=self.backends)
+        print(summary.jobs_table(items, self.backends, summary.main_metrics(items, self._store(), self.backends)))
 
     @documented("train_attach")
     @line_arguments(JOB_NAME)

@@ -32,7 +32,7 @@ from ..metrics.names import TIME
 from ..metrics.reader import MetricReader
 from ..metrics.series import MetricSeries
 from ..spec.job_spec import Metric
-from .summary import run_label
+from .words import run_label
 
 READ_SECONDS = 0.02  # of reading per run and poll (a backlog is read over several polls)
 MAX_PIECE = 64 << 10  # bytes fed to the reader at once at most (between two looks at the clock)

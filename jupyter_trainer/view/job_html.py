@@ -8,12 +8,12 @@ import html
 import json
 import time
 
-from ..core.record import Status
+from ..core.record import Status, format_duration
 from ..core.resources import describe as describe_usage
 from ..metrics.names import AXIS_TITLES
 from .charts import chart_groups, charts_html, chosen_groups, sparkline_svg
+from .fields import ASKING, FACT, HEADER, NAME, OUTCOME, PROGRESS, QUIET, STATUS, USAGE, Field, shown_in
 from .monitor import Snapshot
-from .summary import format_duration
 
 LOG_CHARS = 128 * 1024  # of the log's last lines the view shows (long lines could make megabytes)
 SAVED_LOG_CHARS = 32 * 1024  # and the saved view (see SAVED_LINES)
@@ -100,34 +100,44 @@ body:not([data-jt-notify="default"]) .jupyter-trainer-job .jt-bell { display: no
 
 
 def header_html(snapshot: Snapshot) -> str:
-    colour = STATUS_COLOURS[snapshot.status]
-    parts = [
-        f'<span class="jt-name">{html.escape(snapshot.name)}</span>',
-        f'<span class="jt-status" style="background:{colour}">{html.escape(snapshot.status_text or snapshot.status.value)}</span>',
-    ]
-    if snapshot.asking:  # the status shown is the last known
-        parts.append(f'<span class="jt-asking">{html.escape(snapshot.asking)}</span>')
-    parts += [
-        f"<span>{html.escape(f'{snapshot.backend} · {snapshot.where}')}</span>",
-        elapsed_html(snapshot.elapsed),
-    ]
-    parts += usage_html(snapshot)
-    if snapshot.progress:
-        eta = f" · ETA {snapshot.progress.eta}" if snapshot.progress.eta else ""
-        parts.append(f'<span class="jt-progress">{snapshot.progress.percent}%{html.escape(eta)}</span>')
-    if snapshot.quiet_for:
-        parts.append(quiet_html(snapshot.quiet_for))
-    if snapshot.outcome:
-        kind = "jt-exit" if snapshot.exit_code is not None else "jt-reason"
-        parts.append(f'<span class="{kind}">{html.escape(snapshot.outcome)}</span>')
+    """The header: the fields shown there (fields.py), each drawn by its kind, and under it what the
+    runtime says of the job besides."""
+    parts, facts = [], []
+    usage = iter(usage_html(snapshot))  # drawn with their sparklines, in the fields' order
+    for field in shown_in(HEADER, snapshot):
+        if field.kind == FACT:
+            facts.append(f"<span>{html.escape(field.text)}</span>")
+        elif field.kind == USAGE:
+            parts.append(next(usage, ""))
+        else:
+            parts.append(field_html(field, snapshot))
     if not snapshot.status.is_final:  # the browser can say when it ends (see notification_script)
         parts.append(f'<button class="jt-bell" title="a browser notification when the job ends (while this page is open)">{BELL} notify me</button>')
-    facts = "".join(f"<span>{html.escape(fact)}</span>" for fact in snapshot.facts)
     return (
         '<div class="jt-header">' + "".join(parts) + "</div>"
-        + (f'<div class="jt-header jt-facts">{facts}</div>' if facts else "")
+        + (f'<div class="jt-header jt-facts">{"".join(facts)}</div>' if facts else "")
         + f'<div class="jt-disconnected">{html.escape(disconnected_text(snapshot.name))}</div>'
     )
+
+
+def field_html(field: Field, snapshot: Snapshot) -> str:
+    """One field as a span, drawn by its kind; its text escaped."""
+    text = html.escape(field.text)
+    if field.kind == NAME:
+        return f'<span class="jt-name">{text}</span>'
+    if field.kind == STATUS:
+        return status_badge(snapshot.status, field.text, field.title)
+    if field.kind in (ASKING, QUIET, PROGRESS):
+        return f'<span class="jt-{field.kind}">{text}</span>'
+    if field.kind == OUTCOME:
+        return f'<span class="{"jt-exit" if snapshot.exit_code is not None else "jt-reason"}">{text}</span>'
+    return f"<span>{text}</span>"
+
+
+def status_badge(status: Status, shown: str, title: str = "") -> str:
+    """The status in its colour (`shown`: as the fields word it), its reason on hover."""
+    hover = f' title="{html.escape(title)}"' if title else ""
+    return f'<span class="jt-status" style="background:{STATUS_COLOURS[status]}"{hover}>{html.escape(shown)}</span>'
 
 
 def elapsed_html(seconds: float | None) -> str:

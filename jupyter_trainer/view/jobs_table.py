@@ -19,22 +19,22 @@ from typing import Callable
 from .. import backends as _backends
 from ..core.record import JobRecord, Status
 from ..core.store import JobStore
-from ..core.wording import readable
 from ..errors import TrainerError
 from ..jobs.job import Job, one_poll
 from ..jobs.status_checks import StatusCheck, wait_for_answers
-from ..metrics.names import main_metric
-from .job_html import STATUS_COLOURS, STYLE, describe, error_html
+from .fields import ROW_COLUMNS, STATUS, record_snapshot, row_fields, row_titles
+from .job_html import STYLE, describe, error_html, status_badge
 from .job_widget import stop_in_background
 from .poller import PolledView
-from .summary import format_duration, run_label, status_text, where
+from .words import metric_text, run_label
 
 SCAN_INTERVAL = 2.0  # seconds between two looks at the store (new jobs, records changed elsewhere)
 MAX_ROWS = 100  # the newest shown; the table says how many more there are
 FILTERS = ("all", *(status.value for status in Status))
 
 TABLE_STYLE = """<style>
-.jupyter-trainer-jobs .jt-row { display: grid; grid-template-columns: 1.6em minmax(8em, 3fr) 6.5em minmax(8em, 4fr) 5.5em minmax(7em, 2fr) 15em;
+.jupyter-trainer-jobs .jt-row { display: grid;
+  grid-template-columns: 1.6em minmax(8em, 3fr) 5.5em minmax(4em, 1fr) 6.5em 10.5em 5em 4.5em minmax(7em, 2fr) 15em;
   gap: 0 10px; align-items: center; border-bottom: 1px solid var(--jt-border); padding: 2px 4px; }
 .jupyter-trainer-jobs .jt-row.jt-head { font-weight: bold; color: var(--jt-muted); }
 .jupyter-trainer-jobs .jt-row > .widget-html { margin: 0; width: auto; min-width: 0; justify-self: stretch; overflow: hidden; }
@@ -53,18 +53,17 @@ def _cell(text: str, title: str = "") -> str:
     return f'<div class="jt-cell"{hover}>{html.escape(text)}</div>'
 
 
-def status_cell(record: JobRecord, shown: str | None = None, asking: str = "") -> str:
-    """The status (`shown`: as summary.status_text words it), its reason on hover; `asking`: what
-    a status check under way says (the status is then the last known)."""
-    colour = STATUS_COLOURS[record.status]
-    title = html.escape(readable(record.reason) or record.status.value)
-    badge = f'<span class="jt-status" style="background:{colour}" title="{title}">{html.escape(shown or record.status.value)}</span>'
+def status_cell(field, status: Status, asking: str = "") -> str:
+    """The status field as its badge, its reason on hover; `asking`: what a status check under way
+    says (the status is then the last known)."""
+    badge = status_badge(status, field.text, field.title or field.text)
     return badge + (f' <span class="jt-asking">{html.escape(asking)}</span>' if asking else "")
 
 
-def metric_text(values: dict[str, float]) -> str:
-    name = main_metric(values)
-    return "" if name is None else f"{name} {values[name]:.4g}"
+def row_html(record: JobRecord, backends: _backends.Backends, metric: str = "", asking: str = "") -> tuple[str, ...]:
+    """A row's cells: its fields (fields.ROW_COLUMNS), as the text table has them."""
+    shown = row_fields(record_snapshot(record, backends, metric=metric))
+    return tuple(status_cell(field, record.status, asking) if field.kind == STATUS else _cell(field.text) for field in shown)
 
 
 @dataclass
@@ -73,7 +72,7 @@ class Row:
     MAX_ROWS hides costs no widget)."""
 
     job: Job
-    cells: list | None = None  # name, status, where, elapsed, metric: HTML widgets
+    cells: list | None = None  # HTML widgets, one a column (fields.ROW_COLUMNS)
     pick: object = None  # the checkbox that selects it for Compare
     buttons: list | None = None  # attach, log, stop
     box: object = None
@@ -123,7 +122,7 @@ class JobsTable(PolledView):
         self.compare_button.on_click(lambda _b: self._compare())
         self.head = widgets.HBox(
             [widgets.HTML(_cell(""))]
-            + [widgets.HTML(_cell(title)) for title in ("name", "status", "backend · where", "elapsed", "latest metric")]
+            + [widgets.HTML(_cell(title)) for title in row_titles()]
             + [widgets.HTML(_cell("actions"))]
         )
         self.head.add_class("jt-row")
@@ -237,7 +236,7 @@ class JobsTable(PolledView):
     def _give_widgets(self, row: Row) -> None:
         """A row about to be shown for the first time: its widgets, and what it says."""
         widgets, job = self.widgets, row.job
-        cells = [widgets.HTML() for _ in range(5)]
+        cells = [widgets.HTML() for _ in ROW_COLUMNS]
         attach = widgets.Button(description="Attach", tooltip=f"show {job.name}'s view below")
         log = widgets.Button(description="Log", tooltip=f"show the last {self.log_lines} lines of {job.name}'s log below")
         stop = widgets.Button(description="Stop", tooltip=f"stop {job.name} (its whole process group)")
@@ -262,12 +261,10 @@ class JobsTable(PolledView):
 
     def _draw(self, row: Row) -> None:
         record = row.record
-        name = run_label(record)
-        elapsed = format_duration(record.duration) if record.started_at else "-"
         row.asking = row.check.words()
-        values = (_cell(name), status_cell(record, status_text(record, self.backends), row.asking), _cell(f"{record.backend} · {where(record, self.backends)}"), _cell(elapsed), _cell(row.metric or "-"))
+        values = row_html(record, self.backends, row.metric, row.asking)
         if values != row.shown:
-            for cell, value, before in zip(row.cells, values, row.shown or (None,) * 5):
+            for cell, value, before in zip(row.cells, values, row.shown or (None,) * len(values)):
                 if value != before:
                     cell.value = value
             row.shown = values

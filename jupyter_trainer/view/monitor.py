@@ -3,9 +3,9 @@
 A `JobMonitor` follows one job: it reads the log from where it left off (a
 bounded amount per poll), keeps the last lines and the metric series (a bounded
 number of them, however many names the log prints), and gives a `Snapshot` of
-it all. Two renderers project a snapshot: the widget's HTML
-(widget.py) and plain text (summary.py); a new field goes in the snapshot and
-in each of them. Nothing here renders, imports a widget library or reads the
+it all. What a view shows of a snapshot is said once, as fields (fields.py), and
+drawn by the renderers: the widget's HTML (job_html.py) and plain text
+(summary.py). Nothing here renders, imports a widget library or reads the
 clock, so it is tested without a frontend and without sleeping.
 """
 
@@ -17,7 +17,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..core.record import Status, describe_outcome
+from ..core.record import JobRecord, Status, describe_outcome
 from ..core.resources import Usage, UsageHistory, format_bytes
 from ..core.store import CLOCK_FILE
 from ..jobs.job import Job
@@ -32,7 +32,7 @@ from ..metrics.progress import Progress, progress_of
 from ..metrics.reader import MetricReader
 from ..metrics.series import MetricSeries
 from ..spec.job_spec import Metric
-from .summary import facts, status_text, where
+from .words import facts, host, own_fields, status_text, where
 
 # A poll reads until either budget is spent, so that a backlog never holds the kernel for long:
 # on a 2-core machine a log full of metric lines is read at about 8 MB a poll, one with a few at 50.
@@ -73,8 +73,12 @@ class Snapshot:
     ended_at: float | None = None  # when it ended (wall clock), once it has
     usage: Usage | None = None  # what it uses now, while it runs and where that can be seen
     usage_series: dict = field(default_factory=dict)  # recent readings of each quantity (see UsageHistory.series)
-    status_text: str = ""  # the status as shown: "running (restart 1)" (summary.status_text)
+    status_text: str = ""  # the status as shown: "running (restart 1)" (words.status_text)
     asking: str = ""  # while a slow status check is under way, in its backend's words ("asking Slurm…"); the status is the last known
+    record: JobRecord | None = None  # the record it was taken of
+    host: str | None = None  # the machine it runs on, by the name its user knows (words.host)
+    metric_text: str = ""  # a table's row: its main metric's latest value
+    own: dict = field(default_factory=dict)  # what its backend adds to `status --json` (words.own_fields)
 
 
 @dataclass(frozen=True)
@@ -86,6 +90,8 @@ class RecordWords:
     status_text: str
     outcome: str
     facts: tuple[str, ...]
+    host: str | None
+    own: dict
 
 
 _looker: ThreadPoolExecutor | None = None
@@ -411,6 +417,9 @@ class JobMonitor:
             ended_at=record.ended_at,
             usage=self.usage.latest if running else None,
             usage_series=self.usage.series() if running else {},
+            record=record,
+            host=said.host,
+            own=said.own,
         )
 
     def _record_words(self, record) -> "RecordWords":
@@ -426,6 +435,8 @@ class JobMonitor:
                 # a running job's reason says what keeps it from being followed ("cannot reach gpu1 since …")
                 outcome=describe_outcome(record.status, record.exit_code, record.reason, record.headline),
                 facts=tuple(facts(record, backends)) + notification_facts(record.notification),
+                host=host(record, backends),
+                own=own_fields(record, backends),
             )
         return said
 
