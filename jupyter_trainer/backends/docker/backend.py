@@ -44,6 +44,7 @@ from .links import link_run, unlink_run
 from .log_source import ContainerLogSource, SharedStreams
 from .remote_script import lies_on_host, with_script_read
 from .restarts import (
+    BEYOND_LIMIT,
     KEEPER_GRACE_SECONDS,
     engine_time,
     forbid_restart,
@@ -312,7 +313,10 @@ class DockerBackend(BackendBase):
             return dataclasses.replace(facts.unknown(bool(supervised)), details=details)
         if supervised:
             return Observation(alive=True, started=facts.job_pid is not None, details=details)
-        if restart_forbidden(container, runtime, run_dir):  # asked while its container was down: its keeper left it
+        forbidden = restart_forbidden(container, runtime, run_dir)
+        if forbidden == BEYOND_LIMIT:  # another look found it started beyond its limit, and stopped it
+            return Observation(alive=False, why_gone=_beyond_limit(label, runtime), details=details)
+        if forbidden:  # asked while its container was down: its keeper left it
             return Observation(final=Status.STOPPED, reason="stopped: a stop was asked while its container was down, so it was not started again", details=details)
         if self._may_come_back(client, container, runtime, run_dir):
             return Observation(alive=True, started=True, details=details)
@@ -339,16 +343,11 @@ class DockerBackend(BackendBase):
         its container, the run's files that the keeper goes by were changed (its `restarts` file
         emptied, the limit in its `restart` file raised), which a job running as the container's
         user can do. Its limit is kept here: it is stopped, and never started again."""
-        forbid_restart(container, runtime, run_dir)
+        forbid_restart(container, runtime, run_dir, BEYOND_LIMIT)  # first: a look meanwhile says why, too
         supervisors = job_processes(container, runtime.run_dir, self.exec_seconds)["supervisor"]
         if supervisors:  # its supervisor stops the job's process group, TERM then KILL
             run_in(container, 'for pid in "$@"; do kill -TERM "$pid"; done', *supervisors, seconds=self.exec_seconds)
-        allowed = runtime.restarts_allowed or 0
-        why = (
-            f"container {label} started it again beyond its --restarts {allowed}, as the run's files its keeper counts by were "
-            "changed from inside the container; stopped, and not started again"
-        )
-        return Observation(alive=False, why_gone=why, details=details)
+        return Observation(alive=False, why_gone=_beyond_limit(label, runtime), details=details)
 
     @staticmethod
     def _may_come_back(client, container, runtime: DockerRuntime, run_dir: Path) -> bool:
@@ -574,6 +573,14 @@ class DockerBackend(BackendBase):
         elif found["job"]:
             # no supervisor left to do it: the job's own process group, TERM then KILL
             run_in(target, STOP_GROUPS, str(STOP_GRACE_SECONDS), *found["job"], seconds=self.exec_seconds + STOP_GRACE_SECONDS)
+
+
+def _beyond_limit(label: str, runtime: DockerRuntime) -> str:
+    allowed = runtime.restarts_allowed or 0
+    return (
+        f"container {label} started it again beyond its --restarts {allowed}, as the run's files its keeper counts by were "
+        "changed from inside the container; stopped, and not started again"
+    )
 
 
 def _cause_said(word: str) -> str:

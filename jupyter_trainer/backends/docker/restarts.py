@@ -189,20 +189,35 @@ def read_restart_log(container, runtime: DockerRuntime, run_dir: Path) -> Restar
     return RestartLog.parse(data)
 
 
-def restart_forbidden(container, runtime: DockerRuntime, run_dir: Path) -> bool:
-    """Whether a stop was asked (the run's `no_restart` says so), which its keeper obeys."""
+# What a run's `no_restart` holds (any word keeps every keeper from starting it again): a stop its
+# user asked, or its start again beyond its --restarts (see DockerBackend._end_uncounted). A look that
+# finds the job down then says which, whichever look wrote it.
+STOP_ASKED = "stopped"
+BEYOND_LIMIT = "beyond"
+
+
+def restart_forbidden(container, runtime: DockerRuntime, run_dir: Path) -> str:
+    """Why no keeper may start the job again (STOP_ASKED, BEYOND_LIMIT; "" when it may): the run's
+    `no_restart` says so, and its keeper obeys it. A word it does not know (the job can write the
+    file) is a stop."""
     if runtime.mounted:
-        with contextlib.suppress(OSError):
-            return bool(_fs.read_small(run_dir / NO_RESTART_FILE, 64).strip())
-        return False
-    data, _ = container_file(container, f"{runtime.run_dir}/{NO_RESTART_FILE}", limit=64)
-    return bool(data.strip())
+        try:
+            data = _fs.read_small(run_dir / NO_RESTART_FILE, 64)
+        except OSError:
+            return ""
+    else:
+        data, _ = container_file(container, f"{runtime.run_dir}/{NO_RESTART_FILE}", limit=64)
+    word = data.strip()
+    if not word:
+        return ""
+    return BEYOND_LIMIT if word == BEYOND_LIMIT.encode() else STOP_ASKED
 
 
-def forbid_restart(container, runtime: DockerRuntime, run_dir: Path) -> None:
-    """A stop was asked: no keeper may start the job again, even if its container is down now and
-    the stop cannot reach it (the file can be written into a stopped container)."""
-    _write_run_file(container, runtime, run_dir, NO_RESTART_FILE, b"stopped\n")
+def forbid_restart(container, runtime: DockerRuntime, run_dir: Path, why: str = STOP_ASKED) -> None:
+    """A stop was asked (or the job was started again beyond its limit: `why`): no keeper may start
+    the job again, even if its container is down now and the stop cannot reach it (the file can be
+    written into a stopped container)."""
+    _write_run_file(container, runtime, run_dir, NO_RESTART_FILE, why.encode() + b"\n")
 
 
 def forget_instructions(container, runtime: DockerRuntime) -> None:
