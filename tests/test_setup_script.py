@@ -5,6 +5,8 @@ import signal
 import subprocess
 import time
 
+import pytest
+
 from conftest import REPO, wait_for
 
 
@@ -20,17 +22,23 @@ def running(command: str) -> bool:
     return False
 
 
-def test_an_interrupted_install_does_not_run_on(tmp_path):
+@pytest.mark.parametrize("when", ["a while after the step started", "as the step starts"])
+def test_an_interrupted_install_does_not_run_on(tmp_path, when):
+    """Ctrl-C while a step runs, however soon after it started: the step is stopped too. The step
+    that starts by interrupting its own process group (`kill -INT 0`, as a Ctrl-C at that moment
+    would) is that moment, whatever the machine's load."""
     marker = f"sleep {4000 + os.getpid() % 1000}"  # one this test alone starts
+    step = marker if when.startswith("a while") else f"sh -c 'kill -INT 0; exec {marker}'"
     script = tmp_path / "install.sh"
     script.write_text(
         f"set -euo pipefail\nsetup_work={tmp_path}/work\nsource {REPO}/.ci/setup.sh\n"
-        f"trap 'echo cleaned up' EXIT\nwith_progress installing {tmp_path}/install.log {marker}\n"
+        f"trap 'echo cleaned up' EXIT\nwith_progress installing {tmp_path}/install.log {step}\n"
     )
     process = subprocess.Popen(["bash", str(script)], start_new_session=True, stdout=subprocess.PIPE, text=True)
-    wait_for(lambda: running(marker), what="the install to start")
-    time.sleep(0.5)
-    os.killpg(process.pid, signal.SIGINT)  # Ctrl-C in the terminal
+    if when.startswith("a while"):
+        wait_for(lambda: running(marker), what="the install to start")
+        time.sleep(0.5)
+        os.killpg(process.pid, signal.SIGINT)  # Ctrl-C in the terminal
     assert process.wait(timeout=30) != 0 and "cleaned up" in process.stdout.read()
     wait_for(lambda: not running(marker), timeout=30, what="the install to be stopped")
 
