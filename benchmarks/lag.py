@@ -133,7 +133,7 @@ def bench_lag(lines: int, image: str, docker: bool = True) -> list[Comparison]:
     store); a remote engine's: bench_remote_lag."""
     import comm
 
-    from jupyter_trainer.spec.job_spec import build_spec
+    from jupyter_trainer.backends import build_spec
 
     comm.create_comm = lambda *a, **k: comm.DummyComm(*a, **k)
     script = LAG_JOB.format(settle=2, lines=lines, pause_min=0.1, pause_max=0.6)
@@ -160,7 +160,7 @@ def bench_remote_lag(lines: int, image: str) -> list[Comparison]:
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
     from remote_host import RemoteHost
 
-    from jupyter_trainer.spec.job_spec import build_spec
+    from jupyter_trainer.backends import build_spec
 
     comm.create_comm = lambda *a, **k: comm.DummyComm(*a, **k)
     script = LAG_JOB.format(settle=8, lines=lines, pause_min=0.1, pause_max=0.6)  # the view's stream opens first

@@ -44,7 +44,7 @@ for start in range(0, {lines}, 10000):
 def finished_job(home: Path, lines: int) -> Path:
     """A host job that printed `lines` lines, run to its end; its log's path."""
     os.environ["JUPYTER_TRAINER_HOME"] = str(home)
-    from jupyter_trainer.spec.job_spec import build_spec
+    from jupyter_trainer.backends import build_spec
     from jupyter_trainer.jobs.submit import submit_detached
 
     workdir = home / "work"

@@ -233,7 +233,7 @@ QUIET_JOB = "import time\nfor i in range(100000):\n    print('step', i, 'loss:',
 def start_watching(count: int, script: str, interval: float | None = None):
     import comm
 
-    from jupyter_trainer.spec.job_spec import build_spec
+    from jupyter_trainer.backends import build_spec
     from jupyter_trainer.jobs.submit import submit_detached
     from jupyter_trainer.view.job_widget import JobWidget
     from jupyter_trainer.view.poller import Poller
@@ -616,7 +616,7 @@ def watch_a_metric_flood(names: int, seconds: float, finish: float, metric: str 
     from kernel_meter import KernelMeter, displayed_html
 
     from jupyter_trainer.jobs.job import Job
-    from jupyter_trainer.spec.job_spec import build_spec
+    from jupyter_trainer.backends import build_spec
     from jupyter_trainer.jobs.submit import submit_detached
 
     fresh_home()

@@ -47,7 +47,7 @@ assert jupyter_trainer.__file__.startswith(checkout), jupyter_trainer.__file__
 from jupyter_trainer.backends.slurm.backend import output_option
 from jupyter_trainer.jobs.job import Job
 from jupyter_trainer.core.record import JobRecord, Status
-from jupyter_trainer.spec.job_spec import build_spec
+from jupyter_trainer.backends import build_spec
 from jupyter_trainer.core.store import JobStore
 from jupyter_trainer.jobs.submit import submit_detached
 from jupyter_trainer.view.job_widget import JobWidget

@@ -359,7 +359,7 @@ def submit(script, workdir, name, **options):
     """A cell (dedented) submitted with --slurm and `options`, as job `name`."""
     import textwrap
 
-    from jupyter_trainer.spec.job_spec import build_spec
+    from jupyter_trainer.backends import build_spec
     from jupyter_trainer.jobs.submit import submit_detached
 
     spec = build_spec(textwrap.dedent(script), workdir=str(workdir), slurm=True, **options)

@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from jupyter_trainer.spec.job_spec import build_spec
+from jupyter_trainer.backends import build_spec
 from jupyter_trainer.jobs.submit import submit_detached
 
 

@@ -11,7 +11,7 @@ from conftest import ipython_submitting, placement_flags, run_python, wait_for
 
 from jupyter_trainer.jobs.job import Job, get_job, list_jobs
 from jupyter_trainer.core.record import Status
-from jupyter_trainer.spec.job_spec import build_spec
+from jupyter_trainer.backends import build_spec
 from jupyter_trainer.jobs.submit import submit_detached
 
 
@@ -132,7 +132,7 @@ def test_two_processes_submitting_twenty_jobs_each_lose_nothing(where, workdir, 
     code = textwrap.dedent(
         f"""
         import os, sys, time
-        from jupyter_trainer.spec.job_spec import build_spec
+        from jupyter_trainer.backends import build_spec
         from jupyter_trainer.jobs.submit import submit_detached
         prefix = sys.argv[1]
         while not os.path.exists({str(workdir / "go")!r}):

@@ -20,7 +20,7 @@ from jupyter_trainer.backends import Backends
 from jupyter_trainer.backends.sagemaker.reasons import kept_text, reason_from_file
 from jupyter_trainer.core.record import JobRecord, Observation, Status, resolve
 from jupyter_trainer.logs.reading import clean_line
-from jupyter_trainer.spec.job_spec import build_spec
+from jupyter_trainer.backends import build_spec
 from jupyter_trainer.jobs.submit import submit_detached
 from jupyter_trainer.logs.terminal import terminal_lines
 

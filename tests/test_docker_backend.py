@@ -14,7 +14,7 @@ from jupyter_trainer.errors import (
 )
 from jupyter_trainer.jobs.job import Job, get_job
 from jupyter_trainer.core.record import Status
-from jupyter_trainer.spec.job_spec import build_spec
+from jupyter_trainer.backends import build_spec
 from jupyter_trainer.jobs.submit import submit_detached
 
 pytestmark = pytest.mark.docker
@@ -42,7 +42,7 @@ def test_container_is_created_once_persistent_and_labelled(docker_client, docker
 
 
 def test_a_job_sees_its_containers_jobs_only_and_its_files_are_the_stores(docker_image, workdir, home, tmp_path):
-    from jupyter_trainer.spec.job_spec import build_spec as spec_of
+    from jupyter_trainer.backends import build_spec as spec_of
 
     host_job = submit_detached(
         spec_of("print('host secret')\n", host=True, image=None, container=None, workdir=str(workdir), gpus=None), name="elsewhere"

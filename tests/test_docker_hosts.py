@@ -6,9 +6,9 @@ import subprocess
 import pytest
 from conftest import IN_CI
 
+from jupyter_trainer.backends import build_spec
 from jupyter_trainer.backends.docker.hosts import LOCAL_SOCKET, Engine, resolve
 from jupyter_trainer.errors import InvalidOption
-from jupyter_trainer.spec.job_spec import build_spec
 
 
 def docker_cli(config_dir, *words):
@@ -68,8 +68,8 @@ def test_a_remote_workdir_is_the_hosts_and_sync_needs_a_remote_host(tmp_path, ho
     monkeypatch.delenv("DOCKER_HOST", raising=False)
     monkeypatch.setenv("DOCKER_CONFIG", str(tmp_path / "no-docker-config"))
     remote = build_spec("print(1)\n", image="img", docker_host="ssh://me@gpu1", workdir="/data/me/project", sync=str(tmp_path))
-    assert remote.workdir == "/data/me/project" and remote.sync == str(tmp_path)
-    assert remote.engine == {"url": "ssh://me@gpu1"} and remote.public_options()["engine"] == {"url": "ssh://me@gpu1"}
+    assert remote.workdir == "/data/me/project" and remote.options.sync == str(tmp_path)
+    assert remote.options.engine == {"url": "ssh://me@gpu1"} and remote.public_options()["engine"] == {"url": "ssh://me@gpu1"}
     assert build_spec("print(1)\n", image="img", docker_host="ssh://me@gpu1").workdir == ""  # a volume there
     with pytest.raises(InvalidOption, match="not an absolute directory of the remote host"):
         build_spec("print(1)\n", image="img", docker_host="ssh://me@gpu1", workdir="data/../etc")
@@ -79,7 +79,7 @@ def test_a_remote_workdir_is_the_hosts_and_sync_needs_a_remote_host(tmp_path, ho
         build_spec("print(1)\n", host=True, workdir=str(tmp_path), docker_host="ssh://me@gpu1")
     # a cell that names no engine keeps its fingerprint (and its record) from before engines were chosen
     local = build_spec("print(1)\n", image="img", workdir=str(tmp_path))
-    assert local.engine is None and "engine" not in local.public_options()
+    assert local.options.engine is None and "engine" not in local.public_options()
 
 
 @pytest.mark.parametrize(

@@ -21,7 +21,8 @@ from jupyter_trainer.errors import TrainerError
 from jupyter_trainer.jobs.job import get_job
 from jupyter_trainer.core.record import Status
 from jupyter_trainer.logs.reading import MetricParser, tail_lines
-from jupyter_trainer.spec.job_spec import Metric, build_spec
+from jupyter_trainer.backends import build_spec
+from jupyter_trainer.spec.job_spec import Metric
 from jupyter_trainer.jobs.submit import submit_detached
 
 
@@ -36,7 +37,7 @@ SUBMITTER = r"""
 import json, os, sys, time
 from jupyter_trainer.backends.base import FileLogSource
 from jupyter_trainer.errors import TrainerError
-from jupyter_trainer.spec.job_spec import build_spec
+from jupyter_trainer.backends import build_spec
 from jupyter_trainer.jobs.submit import submit_detached
 
 name, script, go, workdir = sys.argv[1:5]

@@ -129,8 +129,8 @@ def test_a_job_whose_start_the_engine_answered_on_a_dropped_connection_is_record
     submission said "no Docker engine reachable ... while trying to start the job" and discarded
     the run, while the job ran on in its container with no record (nothing follows or stops it, and
     a second submission of the name started a second copy). The engine, asked again, says it runs."""
+    from jupyter_trainer.backends import build_spec
     from jupyter_trainer.jobs.submit import submit_detached
-    from jupyter_trainer.spec.job_spec import build_spec
 
     proxy = DroppingProxy("/var/run/docker.sock")
     try:

@@ -17,7 +17,7 @@ from jupyter_trainer.errors import UnknownJob
 from jupyter_trainer.jobs.job import Job, get_job
 from jupyter_trainer.core.record import JobRecord, Status
 from jupyter_trainer.core.processes import ProcessIdentity
-from jupyter_trainer.spec.job_spec import build_spec
+from jupyter_trainer.backends import build_spec
 from jupyter_trainer.jobs.submit import submit_detached
 
 

@@ -14,7 +14,7 @@ from test_widget import Clock, fake_job
 from jupyter_trainer.logs.watch import LOST, ChangeWaiter
 from jupyter_trainer.jobs.job import get_job
 from jupyter_trainer.core.processes import SHARED_SCAN_SECONDS
-from jupyter_trainer.spec.job_spec import build_spec
+from jupyter_trainer.backends import build_spec
 from jupyter_trainer.jobs.submit import submit_detached
 from jupyter_trainer.view.job_widget import WATCH_CHECK_SECONDS, JobWidget
 

@@ -8,7 +8,7 @@ from conftest import wait_for
 from jupyter_trainer.core.record import Status
 from jupyter_trainer.jobs.job import get_job
 from jupyter_trainer.jobs.submit import submit_detached
-from jupyter_trainer.spec.job_spec import build_spec
+from jupyter_trainer.backends import build_spec
 from jupyter_trainer.view import summary
 from jupyter_trainer.view.jobs_table import JobsTable
 
@@ -123,7 +123,7 @@ def test_only_the_rows_shown_have_widgets(store, fake_backend, backends):
 def test_every_button_of_an_earlier_runs_row_acts_on_that_run(home, workdir, capsys):
     """With --all, an earlier run has a row of its own: its Attach opens that run's view (whose
     Stop cannot reach the newest run), its Log shows that run's log."""
-    from jupyter_trainer.spec.job_spec import build_spec
+    from jupyter_trainer.backends import build_spec
 
     host_job("twice", "print('the first run')\n", workdir).wait(timeout=30)
     spec = build_spec("print('the second run')\nimport time\ntime.sleep(600)\n", host=True, image=None, container=None, workdir=str(workdir), gpus=None)

@@ -6,8 +6,15 @@ backends, the views, the checks and what they import are paid by the first magic
 
 from conftest import run_python
 
-# the package's modules that registering the magics needs
-REGISTERING = {"jupyter_trainer", "jupyter_trainer.errors", "jupyter_trainer.surfaces.magics", "jupyter_trainer.spec", "jupyter_trainer.surfaces", "jupyter_trainer.spec.options", "jupyter_trainer.surfaces.magic_help"}
+# the package's modules that registering the magics needs: the magics, the shared options, and the
+# registry with each backend's declarations (not the backends themselves)
+REGISTERING = {
+    "jupyter_trainer", "jupyter_trainer.errors", "jupyter_trainer.surfaces.magics", "jupyter_trainer.spec", "jupyter_trainer.surfaces",
+    "jupyter_trainer.spec.options", "jupyter_trainer.surfaces.magic_help", "jupyter_trainer.backends", "jupyter_trainer.backends.declaration",
+    "jupyter_trainer.backends.host_declared", "jupyter_trainer.backends.docker", "jupyter_trainer.backends.docker.declared",
+    "jupyter_trainer.backends.slurm", "jupyter_trainer.backends.slurm.declared", "jupyter_trainer.backends.sagemaker",
+    "jupyter_trainer.backends.sagemaker.declared",
+}  # fmt: skip
 # outside the package: IPython's %load_ext itself, the magics' argument parsers (and what
 # argparse's translated words look up)
 OTHERS_ALLOWED = {"IPython.core.magics.extension", "IPython.core.magic_arguments", "locale", "_locale"}
@@ -37,9 +44,11 @@ def test_loading_imports_only_the_magics_declarations():
 def test_every_declared_check_names_a_function():
     """The checks are named ("module:function") so that declaring the options imports none of
     them: each name must still lead to its function."""
-    from jupyter_trainer.spec.options import DETACHED, JOB, SAGEMAKER, declared_function
+    from jupyter_trainer.backends import DEFAULT
+    from jupyter_trainer.spec.options import JOB, declared_function
 
-    named = [option for option in (*JOB, *DETACHED, *SAGEMAKER) if isinstance(option.parse, str)]
+    sagemaker = DEFAULT.magic_options("sagemaker")
+    named = [option for option in (*JOB, *DEFAULT.detached.options, *sagemaker) if isinstance(option.parse, str)]
     assert len(named) >= 10
     for option in named:
         assert callable(declared_function(option.parse)), option.flag

@@ -18,7 +18,7 @@ from conftest import IN_CI, TEST_IMAGE, ipython_submitting, placement_flags, run
 from jupyter_trainer.jobs.job import Job, get_job, list_jobs
 from jupyter_trainer.core.record import Status
 from jupyter_trainer.core.processes import session_id
-from jupyter_trainer.spec.job_spec import build_spec
+from jupyter_trainer.backends import build_spec
 from jupyter_trainer.jobs.submit import submit_detached
 from jupyter_trainer.view.job_html import header_html, log_html
 
@@ -198,7 +198,7 @@ def test_full_disk_under_the_log(where, workdir, small_disk, request):
 
 WRITER = """
 import os, sys, time
-from jupyter_trainer.spec.job_spec import build_spec
+from jupyter_trainer.backends import build_spec
 from jupyter_trainer.jobs.submit import submit_detached
 prefix, go, host, image, workdir = sys.argv[1:6]
 while not os.path.exists(go):

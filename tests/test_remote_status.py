@@ -53,11 +53,10 @@ def test_a_hung_remote_engine_holds_no_other_view_and_its_own_says_it_is_asking(
     of its jobs and a view of a host job are polled by one poller: the remote job's status check
     waits on its own thread, the host job's lines go on at their pace, and the remote view keeps
     its last status and says it is asking until the engine answers."""
-    from jupyter_trainer.backends import Backends
+    from jupyter_trainer.backends import Backends, build_spec
     from jupyter_trainer.backends.docker import streamed_log
     from jupyter_trainer.jobs.job import get_job
     from jupyter_trainer.jobs.submit import submit_detached
-    from jupyter_trainer.spec.job_spec import build_spec
     from jupyter_trainer.view.job_widget import JobWidget
     from jupyter_trainer.view.poller import Poller
 

@@ -10,7 +10,7 @@ from conftest import IN_CI, wait_for
 
 from jupyter_trainer.jobs.job import get_job
 from jupyter_trainer.core.resources import UsageHistory, Usage, parse_nvidia_smi
-from jupyter_trainer.spec.job_spec import build_spec
+from jupyter_trainer.backends import build_spec
 from jupyter_trainer.jobs.submit import submit_detached
 
 MIB = 1 << 20

@@ -24,7 +24,7 @@ from jupyter_trainer.jobs.job import Job, get_job
 from jupyter_trainer.view.monitor import JobMonitor
 from jupyter_trainer.view.job_html import header_html
 from jupyter_trainer.core.record import Status
-from jupyter_trainer.spec.job_spec import build_spec
+from jupyter_trainer.backends import build_spec
 from jupyter_trainer.core.store import JobStore
 from jupyter_trainer.jobs.submit import submit_detached
 

@@ -21,9 +21,10 @@ for module in ("sagemaker", "moto"):
 
 from test_sagemaker import aws, fit, moto_server, remote, shell  # noqa: E402, F401  (fixtures shared)
 
+from jupyter_trainer.backends import build_spec  # noqa: E402
 from jupyter_trainer.backends.sagemaker.spec import build_sagemaker_spec  # noqa: E402
 from jupyter_trainer.jobs.job import get_job  # noqa: E402
-from jupyter_trainer.spec.job_spec import build_spec, cell_fingerprint  # noqa: E402
+from jupyter_trainer.spec.job_spec import cell_fingerprint  # noqa: E402
 
 KEY = b"k" * 32
 ROLE = "arn:aws:iam::123456789012:role/SageMakerRole"

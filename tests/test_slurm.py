@@ -20,7 +20,7 @@ from jupyter_trainer.errors import BackendUnavailable, InvalidOption, TrainerErr
 from jupyter_trainer.jobs.housekeeping import remove_runs
 from jupyter_trainer.jobs.job import Job, get_job, refreshed_records
 from jupyter_trainer.core.record import Status
-from jupyter_trainer.spec.job_spec import build_spec
+from jupyter_trainer.backends import build_spec
 from jupyter_trainer.core.store import JobStore
 from jupyter_trainer.jobs.submit import submit_detached
 
@@ -461,7 +461,7 @@ def test_a_job_whose_sbatch_timed_out_is_cancelled_though_an_earlier_runs_job_ha
 SUBMIT_INTERRUPTED = """
 import os, signal, sys
 from jupyter_trainer.backends.slurm import backend
-from jupyter_trainer.spec.job_spec import build_spec
+from jupyter_trainer.backends import build_spec
 from jupyter_trainer.core.store import JobStore
 from jupyter_trainer.jobs.submit import submit_detached
 

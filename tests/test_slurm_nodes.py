@@ -7,7 +7,7 @@ every line of the merged log says its node."""
 import pytest
 
 from jupyter_trainer.core.record import Status
-from jupyter_trainer.spec.job_spec import build_spec
+from jupyter_trainer.backends import build_spec
 from jupyter_trainer.jobs.submit import submit_detached
 
 import slurm_cluster

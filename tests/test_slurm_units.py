@@ -18,7 +18,8 @@ from jupyter_trainer.backends.slurm.spec import parse_sbatch_args, parse_time
 from jupyter_trainer.errors import BackendUnavailable, InvalidOption, TrainerError, Unreachable
 from jupyter_trainer.core.store import JobStore
 from jupyter_trainer.core.record import Status
-from jupyter_trainer.spec.job_spec import build_spec
+from jupyter_trainer.backends import build_spec
+from jupyter_trainer.backends.slurm.declared import SlurmOptions
 
 ENDED = SupervisorFacts(supervisor_pid=10, job_pid=11, exit_code=0, stopped=False)
 TERMED = SupervisorFacts(supervisor_pid=10, job_pid=11, exit_code=143, stopped=True)
@@ -29,7 +30,10 @@ def test_slurm_options_reach_the_spec_as_the_backends_own(tmp_path):
     spec = build_spec("print(1)\n", workdir=str(tmp_path), slurm=True, partition="gpu", time="1-00:00:00", nodes=2, requeue=True,
                       sbatch_args=["--mem=8G", "--constraint=a100"], gpus="2")  # fmt: skip
     assert spec.backend == "slurm" and spec.gpus == "2"
-    assert spec.backend_options == {"partition": "gpu", "time": "1-00:00:00", "nodes": 2, "requeue": True, "sbatch_args": ("--mem=8G", "--constraint=a100")}
+    assert spec.options == SlurmOptions(partition="gpu", time="1-00:00:00", nodes=2, requeue=True, sbatch_args=("--mem=8G", "--constraint=a100"))
+    assert spec.public_options()["backend_options"] == {  # stored as when they were a dict: the given ones
+        "partition": "gpu", "time": "1-00:00:00", "nodes": 2, "requeue": True, "sbatch_args": ["--mem=8G", "--constraint=a100"],
+    }  # fmt: skip
     with pytest.raises(InvalidOption, match="--partition is an option of --slurm"):
         build_spec("print(1)\n", workdir=str(tmp_path), host=True, partition="gpu")
     with pytest.raises(InvalidOption, match="cannot be given together"):

@@ -1,10 +1,15 @@
+from __future__ import annotations
+
 import dataclasses
 
 import pytest
 
+from jupyter_trainer.backends import Backends, build_spec
+from jupyter_trainer.backends.declaration import Declaration
+from jupyter_trainer.backends.docker.declared import IMAGE
 from jupyter_trainer.errors import InvalidOption
 from jupyter_trainer.spec.checks import parse_env, parse_gpus, parse_interpreter, parse_metrics
-from jupyter_trainer.spec.job_spec import build_spec
+from jupyter_trainer.spec.options import ENV, INTERPRETER, WORKDIR, BackendOptions, DetachedBackend, Option
 
 KEY = b"k" * 32
 
@@ -95,7 +100,7 @@ def test_workdir_must_exist(tmp_path):
 
 
 def test_public_options_derive_from_the_fields_and_keep_secrets_out():
-    from jupyter_trainer.spec.job_spec import build_spec
+    from jupyter_trainer.backends import build_spec
 
     spec = build_spec(
         "print(1)\n", host=False, image="img:1", container=None, workdir="/tmp", gpus="all",
@@ -111,88 +116,90 @@ def test_public_options_derive_from_the_fields_and_keep_secrets_out():
     assert with_args.public_options()["args"] == ["--epochs", "3"]
 
 
-def test_every_detached_option_is_a_spec_field_or_a_backend_switch():
+def test_every_detached_option_is_a_spec_field_a_switch_or_a_typed_option_of_its_backends():
     from dataclasses import fields
 
-    from jupyter_trainer.spec.options import DETACHED, DETACHED_BACKENDS
+    from jupyter_trainer.backends import DEFAULT
     from jupyter_trainer.spec.job_spec import DetachedSpec
 
+    declared = DEFAULT.detached
     held = {spec_field.name for spec_field in fields(DetachedSpec)}
-    switches = {backend.switch for backend in DETACHED_BACKENDS if backend.switch}
-    # an option only backends without a settle_spec take (--toy-nice) reaches the spec as backend_options
-    plain = {backend.name for backend in DETACHED_BACKENDS if backend.settle_spec is None}
-    own = {option.dest for option in DETACHED if option.backends and set(option.backends) <= plain}
-    # --docker-host becomes the engine it chooses: the Docker backend's declared settle_spec says so
-    assert [option.dest for option in DETACHED if option.dest not in held | switches | own] == ["docker_host"]
-    docker = next(backend for backend in DETACHED_BACKENDS if backend.name == "docker")
+    for option in declared.options:
+        takers = [backend for backend in declared.backends if backend.takes(option.dest)]
+        typed = [backend for backend in takers if option.dest in {own.name for own in fields(backend.typed)}]
+        # --docker-host becomes the engine it chooses: the Docker backend's declared settle says so
+        assert option.dest in held | declared.switches or typed == takers or option.dest == "docker_host", option.dest
+    docker = declared.named("docker")
     assert set(docker.spec_fields({"docker_host": None, "workdir": "/tmp"}, {})) == {"engine", "workdir"}
-    assert [backend for backend in DETACHED_BACKENDS if backend.switch is None and backend.lacks] == []
-    assert sum(backend.switch is None for backend in DETACHED_BACKENDS) == 1  # one default backend
-    named = {name for option in DETACHED for name in option.backends}
-    assert named <= {backend.name for backend in DETACHED_BACKENDS}
+    assert [backend for backend in declared.backends if backend.switch is None and backend.lacks] == []
+    assert declared.default is docker  # one default backend
 
 
-def test_a_backend_declared_in_the_options_alone_is_chosen_checked_and_configured(monkeypatch):
-    """A third detached backend: its switch, the options it takes and its needs are declarations;
-    choosing it, refusing what it does not take and the config rule follow from them."""
-    from jupyter_trainer.spec import job_spec as spec_module
-    from jupyter_trainer.spec.options import CONTAINER, DETACHED, DETACHED_BACKENDS, DetachedBackend, Option
+# A pretend backend is declared as a real one is (backends/*/declared.py) and handed to a registry.
 
+
+@dataclasses.dataclass(frozen=True)
+class RemoteOptions(BackendOptions):
+    image: str | None = None
+    queue: int | None = None
+
+
+def remote_backends(*options, **declared) -> Backends:
+    """A registry that knows, besides the real backends, --remote: a pretend backend that runs
+    an image on a cluster, with `options` of its own."""
     remote = Option("remote", "--remote", "run on the cluster", kind="switch", config=True, default=False)
-    options = tuple(
-        dataclasses.replace(option, backends=(*option.backends, "remote")) if option.dest == "image" else option
-        for option in DETACHED
-    ) + (remote,)
-    backends = (DetachedBackend("remote", switch="remote", lacks="runs without a local container", needs_one_of=("image",),
-                                missing=("no image for the cluster", "pass --image")),) + DETACHED_BACKENDS  # fmt: skip
-    monkeypatch.setattr(spec_module, "DETACHED", options)
-    monkeypatch.setattr(spec_module, "DETACHED_BACKENDS", backends)
-    assert CONTAINER == ("docker",)
+    detached = DetachedBackend(
+        "remote", options=(IMAGE, WORKDIR, ENV, INTERPRETER, remote, *options), switch="remote",
+        lacks="runs without a local container", typed=RemoteOptions, **declared,
+    )  # fmt: skip
+    return Backends(declared=(Declaration("remote", entry=object, detached=detached),))
 
-    chosen = spec_module.build_spec("print(1)", remote=True, image="img:1", workdir="/tmp")
-    assert chosen.backend == "remote" and chosen.image == "img:1"
+
+def test_a_backend_declared_in_its_own_module_is_chosen_checked_and_configured():
+    """A third detached backend, registered by injection: its switch, the options it takes and its
+    needs are its declarations; choosing it, refusing what it does not take and the config rule
+    follow from them."""
+    backends = remote_backends(needs_one_of=("image",), missing=("no image for the cluster", "pass --image"))
+
+    chosen = backends.build_spec("print(1)", remote=True, image="img:1", workdir="/tmp")
+    assert chosen.backend == "remote" and chosen.options == RemoteOptions(image="img:1")
     with pytest.raises(InvalidOption, match="--remote runs without a local container") as refused:
-        spec_module.build_spec("print(1)", remote=True, image="img:1", gpus="all")
+        backends.build_spec("print(1)", remote=True, image="img:1", gpus="all")
     assert "--gpus" in refused.value.hint and "--image" not in refused.value.hint
     with pytest.raises(InvalidOption, match="no image for the cluster"):
-        spec_module.build_spec("print(1)", remote=True)
+        backends.build_spec("print(1)", remote=True)
     with pytest.raises(InvalidOption, match="cannot be given together"):
-        spec_module.build_spec("print(1)", remote=True, host=True)
+        backends.build_spec("print(1)", remote=True, host=True)
     # a configured switch applies unless a flag of an option its backend does not take is given
     config = {"remote": True, "image": "img:2", "gpus": "all"}
-    assert spec_module.detached_spec("print(1)", {}, config).backend == "remote"
-    assert spec_module.detached_spec("print(1)", {}, config).gpus is None  # docker's config does not reach it
-    assert spec_module.detached_spec("print(1)", {"container": "box"}, config).backend == "docker"
-    assert spec_module.detached_spec("print(1)", {"host": True}, config).backend == "host"
+    assert backends.detached_spec("print(1)", {}, config).backend == "remote"
+    assert backends.detached_spec("print(1)", {}, config).gpus is None  # docker's config does not reach it
+    assert backends.detached_spec("print(1)", {"container": "box"}, config).backend == "docker"
+    assert backends.detached_spec("print(1)", {"host": True}, config).backend == "host"
+    with pytest.raises(TypeError, match="remote"):  # the real registry knows no --remote
+        build_spec("print(1)", remote=True, image="img:1")
 
 
-def test_an_option_of_a_switched_backend_given_without_its_switch_is_one_line(monkeypatch):
+def test_an_option_of_a_switched_backend_given_without_its_switch_is_one_line():
     """--queue belongs to --remote alone: without --remote (the default backend chosen) it is one
     line naming the switch, never a crash; with another switch, a 0 is a value and refused too."""
-    from jupyter_trainer.spec import job_spec as spec_module
-    from jupyter_trainer.spec.options import DETACHED, DETACHED_BACKENDS, DetachedBackend, Option
-
-    options = DETACHED + (Option("remote", "--remote", "run on the cluster", kind="switch"),
-                          Option("queue", "--queue", "the cluster's queue", "N", "int", backends=("remote",)))  # fmt: skip
-    backends = (DetachedBackend("remote", switch="remote", lacks="runs without a local container"),) + DETACHED_BACKENDS
-    monkeypatch.setattr(spec_module, "DETACHED", options)
-    monkeypatch.setattr(spec_module, "DETACHED_BACKENDS", backends)
+    backends = remote_backends(Option("queue", "--queue", "the cluster's queue", "N", "int"))
     with pytest.raises(InvalidOption, match="--queue is an option of --remote") as refused:
-        spec_module.build_spec("print(1)", image="img", queue=3)
+        backends.build_spec("print(1)", image="img", queue=3)
     assert "add --remote, or drop --queue" in refused.value.hint
     with pytest.raises(InvalidOption, match="--queue is an option of --remote"):
-        spec_module.build_spec("print(1)", host=True, workdir="/tmp", queue=0)
+        backends.build_spec("print(1)", host=True, workdir="/tmp", queue=0)
     with pytest.raises(InvalidOption, match="--host runs without a container") as lacking:
-        spec_module.build_spec("print(1)", host=True, workdir="/tmp", image="img")
+        backends.build_spec("print(1)", host=True, workdir="/tmp", image="img")
     assert "--queue" not in lacking.value.hint and "--remote" not in lacking.value.hint
-    assert spec_module.build_spec("print(1)", remote=True, workdir="/tmp", queue=0).backend_options == {"queue": 0}
+    assert backends.build_spec("print(1)", remote=True, workdir="/tmp", queue=0).options == RemoteOptions(queue=0)
 
 
 @pytest.mark.parametrize("flags", [{"gpus": "all"}, {"stop_container_when_done": True}])
 def test_a_configured_host_is_overridden_only_by_what_a_container_needs(flags):
     """--gpus or --stop-container-when-done alone do not turn a configured --host job into a container
     job: they are refused, as --host takes neither; --image or --container do choose a container."""
-    from jupyter_trainer.spec.job_spec import detached_spec
+    from jupyter_trainer.backends import detached_spec
 
     for config in ({"host": True}, {"host": True, "image": "cfg:1"}):
         with pytest.raises(InvalidOption, match="--host runs without a container"):
@@ -201,28 +208,23 @@ def test_a_configured_host_is_overridden_only_by_what_a_container_needs(flags):
 
 
 def test_a_switch_flagged_off_leaves_config_out():
-    from jupyter_trainer.spec.job_spec import detached_spec
+    from jupyter_trainer.backends import detached_spec
 
     assert detached_spec("print(1)", {"host": False}, {"host": True, "image": "cfg:1"}).backend == "docker"
 
 
-def test_an_option_a_backend_declares_that_no_spec_field_holds_reaches_its_spec(monkeypatch):
-    import dataclasses
-
-    from jupyter_trainer.spec import options
-    from jupyter_trainer.spec import job_spec as spec
-    from jupyter_trainer.spec.options import Option
-
-    extra = Option("queue", "--queue", "a queue", "Q", backends=("host",))
-    monkeypatch.setattr(options, "DETACHED", options.DETACHED + (extra,))
-    monkeypatch.setattr(spec, "DETACHED", options.DETACHED)
-    given = spec.build_spec("print(1)\n", host=True, workdir="/tmp", queue="fast")
-    assert given.backend_options == {"queue": "fast"} and given.public_options()["backend_options"] == {"queue": "fast"}
-    other = spec.build_spec("print(1)\n", host=True, workdir="/tmp", queue="slow")
+def test_a_backends_own_options_reach_its_spec_typed_and_are_stored_when_given():
+    """Options no spec field holds reach the spec as the backend's typed options; the given ones
+    are stored (and fingerprinted) under "backend_options", as an untyped dict of them was."""
+    backends = remote_backends(Option("queue", "--queue", "a queue", "Q"))
+    given = backends.build_spec("print(1)\n", remote=True, workdir="/tmp", queue="fast")
+    assert given.options == RemoteOptions(queue="fast") and given.public_options()["backend_options"] == {"queue": "fast"}
+    other = backends.build_spec("print(1)\n", remote=True, workdir="/tmp", queue="slow")
     assert given.fingerprint(b"k") != other.fingerprint(b"k")  # another value, another cell
-    plain = spec.build_spec("print(1)\n", host=True, workdir="/tmp")
+    plain = backends.build_spec("print(1)\n", remote=True, workdir="/tmp")
     assert "backend_options" not in plain.public_options()  # cells without any keep their fingerprints
-    assert dataclasses.is_dataclass(spec.DetachedSpec)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        given.options.queue = "slower"
 
 
 def _tenfold(value):
@@ -232,22 +234,19 @@ def _tenfold(value):
 def test_an_options_check_may_live_in_its_backends_own_package():
     """`parse="module:function"`: a new backend keeps the check of its option in its own package,
     imported only when a value is checked (checks.py holds the shared ones)."""
-    from jupyter_trainer.spec.options import Option
     from jupyter_trainer.spec.job_spec import parse_declared
 
-    option = Option("toy_nice", "--toy-nice", "how nice", kind="int", parse=f"{__name__}:_tenfold", backends=("toy",))
+    option = Option("toy_nice", "--toy-nice", "how nice", kind="int", parse=f"{__name__}:_tenfold")
     assert parse_declared([option], {"toy_nice": 3, "other": "x"}) == {"toy_nice": 30, "other": "x"}
 
 
-def test_another_backends_check_is_not_imported(monkeypatch):
+def test_another_backends_check_is_not_imported():
     """An option only a switched backend takes is checked (and its module imported) only when that
     backend is chosen: a --host cell never imports it."""
     import sys
 
-    from jupyter_trainer.spec import options
-    from jupyter_trainer.spec import job_spec as spec
-
-    own = options.Option("toy_nice", "--toy-nice", "how nice", kind="int", parse="jupyter_trainer_no_such_module:check", backends=("toy",))
-    monkeypatch.setattr(spec, "DETACHED", (*options.DETACHED, own))
-    built = spec.build_spec("print(1)\n", host=True, image=None, container=None, gpus=None, workdir=None)
+    backends = remote_backends(Option("toy_nice", "--toy-nice", "how nice", kind="int", parse="jupyter_trainer_no_such_module:check"))
+    built = backends.build_spec("print(1)\n", host=True, image=None, container=None, gpus=None, workdir=None)
     assert built.backend == "host" and "jupyter_trainer_no_such_module" not in sys.modules
+    with pytest.raises(ModuleNotFoundError, match="jupyter_trainer_no_such_module"):  # it is named, and imported when chosen
+        backends.build_spec("print(1)\n", remote=True, workdir="/tmp", toy_nice=3)

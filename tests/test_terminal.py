@@ -163,7 +163,7 @@ def test_the_widget_log_pane_and_saved_copy_show_the_terminal_view(long_nested_l
 
 
 def host_job(name, script_args, workdir):
-    from jupyter_trainer.spec.job_spec import build_spec
+    from jupyter_trainer.backends import build_spec
     from jupyter_trainer.jobs.submit import submit_detached
 
     script = (SCRIPTS / "tqdm_nested.py").read_text()

@@ -41,7 +41,7 @@ import shutil
 import stat
 import time
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import Callable, Iterable, Iterator, Mapping
 
 from .. import surface
 from ..errors import CorruptRecord, StoreError, UnknownJob
@@ -49,8 +49,10 @@ from . import files as _fs
 from .files import create_private_file, flocked, make_private_dir, write_private_file
 from .record import NAME_PATTERN, JobRecord, validate_name
 
-# Every file of a run, named here and nowhere else. The supervisor (backends/supervise.sh) writes
-# LOG_FILE, PID_FILE and EXIT_CODE_FILE under these names; tests/test_store.py checks that it does.
+# The files of every run, named here. The supervisor (backends/supervise.sh) writes LOG_FILE,
+# PID_FILE and EXIT_CODE_FILE under these names; tests/test_store.py checks that it does. A backend
+# names the files it keeps beside them in its own package (its declaration's `run_files`), and the
+# registry hands them to `run_files`, which says whose each is.
 RECORD_FILE = "record.json"  # the JobRecord
 LOCK_FILE = "record.lock"  # held while the record is read, changed and saved
 SCRIPT_FILE = "script.py"  # the cell body, or a copy of the script run in place as it was submitted
@@ -66,16 +68,6 @@ METRICS_FILE = "metrics.json"  # the metric series read so far (a cache)
 NOTIFY_FILE = "notify.py"  # with --notify: what the supervisor runs to say the job has ended
 NOTIFIED_FILE = "notified"  # with --notify: what came of it, written by notify.py
 CLOCK_FILE = "clock"  # "SECONDS BYTES" lines: the log's size now and then, written by the supervisor
-# Docker with --restarts: how its container's keeper starts the job again (the supervisor's command,
-# the job's environment, working directory and --notify input: secrets, emptied once the job has ended)
-RESTART_FILE = "restart"
-RESTARTS_FILE = "restarts"  # Docker: one line per start again, written by the container's keeper
-NO_RESTART_FILE = "no_restart"  # Docker: written when a stop is asked, so that no keeper starts the job again
-CLOUDWATCH_STATE_FILE = "cloudwatch.json"  # SageMaker: how far each log stream was fetched
-CLOUDWATCH_LOCK_FILE = "cloudwatch.lock"  # SageMaker: held while fetching
-SAGEMAKER_SPEC_FILE = "sagemaker.json"  # SageMaker local mode: the spec, without secrets
-CODE_DIR = "code"  # SageMaker: the script and --source-dir, shipped with the job
-FAILURE_FILE = "failure"  # SageMaker local mode: what the training container wrote as its failure reason
 
 MAX_RECORD_BYTES = 1 << 20  # records are a few KB: a larger one was not written by us
 KEY_FILE = "fingerprint.key"  # in the store's home: the key of the fingerprints' HMAC
@@ -89,6 +81,28 @@ CREATING = re.compile(re.escape(CREATING_PREFIX) + r"([0-9]{1,9})-[0-9a-f]{8}") 
 # record) that was killed in between; a younger one may be such a submission at work now.
 ABANDONED_AFTER = 10.0  # seconds
 RECORD_WRITING = re.compile(r"record\.lock|\.record\.json\.[0-9]+\.[0-9a-f]{8}\.tmp")  # LOCK_FILE, write_private_file's
+
+
+STORE_FILES = (
+    RECORD_FILE, LOCK_FILE, SCRIPT_FILE, LAUNCH_FILE, LAUNCH_TARGET_FILE, SUPERVISOR_FILE, LOG_FILE, PID_FILE, EXIT_CODE_FILE,
+    METRICS_FILE, NOTIFY_FILE, NOTIFIED_FILE, CLOCK_FILE,
+)  # fmt: skip
+STORE = "the store"  # whose the files above are, in `run_files`
+
+
+def run_files(declared: Mapping[str, Iterable[str]]) -> dict[str, str]:
+    """Every file a run directory may hold, by name, and whose it is: the store's own, and those
+    each backend declares (`declared`: backend name -> its run files). A backend's file named as
+    the store's, or as another backend's, or one that is not a plain name, is a programming error:
+    two owners of one file would write over each other's."""
+    owners = dict.fromkeys(STORE_FILES, STORE)
+    for backend, names in declared.items():
+        for name in names:
+            if not name or name in (".", "..") or "/" in name or name.startswith((REMOVING_PREFIX, CREATING_PREFIX)):
+                raise ValueError(f"the {backend} backend declares a run file {name!r}, which is not a plain name")
+            if owners.setdefault(name, backend) != backend:
+                raise ValueError(f"the {backend} backend declares the run file {name!r}, which is {owners[name]}'s")
+    return owners
 
 
 def default_home() -> Path:

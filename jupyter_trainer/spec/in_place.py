@@ -26,9 +26,9 @@ def script_path(given: str, workdir: str | None) -> str:
     return os.path.normpath(os.path.join(os.path.abspath(base), os.path.expanduser(given)))
 
 
-def detached_in_place(given: str, flags: dict, config: dict, args, hosts):
+def detached_in_place(declared, given: str, flags: dict, config: dict, args, hosts):
     """The spec of `%train_detached SCRIPT` and `jupyter-trainer submit SCRIPT`: the options of
-    the cell form, and the file's text as its script."""
+    the cell form (`declared`: a registry's `Backends.detached`), and the file's text as its script."""
     from .job_spec import detached_spec
 
     path = script_path(given, flags.get("workdir") or config.get("workdir"))
@@ -36,13 +36,14 @@ def detached_in_place(given: str, flags: dict, config: dict, args, hosts):
         text = read_script(path)
     except ScriptMissing as missing:
         # it may lie on the job's machine only (a remote host's --workdir): its backend reads it
-        spec = detached_spec("#", flags, config, args, hosts)
+        spec = detached_spec(declared, "#", flags, config, args, hosts)
         on_host = remote_script_path(given, spec)
         if on_host is None:
             raise _not_on_remote_host_either(missing, spec) from None
         return dataclasses.replace(spec, script="", script_path=on_host, script_on_host=True, from_cell=False)
-    spec = in_place(detached_spec(text, flags, config, args, hosts), path, from_cell=False)
-    if not spec.sync or inside(path, spec.sync) is None:
+    spec = in_place(detached_spec(declared, text, flags, config, args, hosts), path, from_cell=False)
+    sent = spec.options.sent_directory()
+    if not sent or inside(path, sent) is None:
         # sent alone, unless a file of that name in the remote --workdir makes it unclear which is meant
         spec = dataclasses.replace(spec, also_on_host=remote_script_path(given, spec))
     return spec
@@ -61,10 +62,7 @@ def remote_script_path(given: str, spec) -> str | None:
 
 def _remote_host(spec) -> str | None:
     """The name of the remote Docker host the spec runs on, None for any other machine."""
-    from .options import DETACHED_BACKENDS
-
-    declared = next((backend for backend in DETACHED_BACKENDS if backend.name == spec.backend), None)
-    return declared.machine_of(spec) if declared is not None else None
+    return spec.options.job_machine()
 
 
 def _not_on_remote_host_either(missing: "ScriptMissing", spec) -> "ScriptMissing":

@@ -1,7 +1,8 @@
 """What a `%%train_detached` cell asks for, parsed and checked.
 
-Logic alone but for one look at which Docker engine is chosen (the environment
-and the docker CLI's config, as the CLI reads them): turns option strings into a `DetachedSpec`, and a spec into the
+Logic alone but for what a backend's declared settle looks at (Docker's: which engine is chosen,
+from the environment and the docker CLI's config): turns option values into a `DetachedSpec`, by
+what the backends declare (a registry's `Backends.detached`, passed in), and a spec into the
 non-secret options kept in the record plus a fingerprint that tells whether a
 re-run cell is the same cell. Environment values and the --notify URL are
 secrets: they reach the job's (or its supervisor's) process and nothing else;
@@ -18,10 +19,10 @@ from typing import Any, Iterable, Mapping
 
 from ..errors import InvalidOption
 from .checks import Metric, parse_metrics, shown_url
-from .options import DETACHED, DETACHED_BACKENDS, DetachedBackend, settle
+from .options import BackendOptions, DetachedBackend, DetachedOptions, not_given, settle
 
 __all__ = [
-    "DetachedSpec", "Metric", "added_field", "build_spec", "cell_values", "detached_spec", "parse_declared", "public_options_of",
+    "BackendOptions", "DetachedSpec", "Metric", "added_field", "build_spec", "cell_values", "detached_spec", "parse_declared", "public_options_of",
     "secret", "secrets_of", "spec_fingerprint",
 ]
 
@@ -56,6 +57,9 @@ def public_options_of(spec) -> dict:
         if spec_field.name in ("script", "backend") or spec_field.metadata.get("transient"):
             continue
         value = getattr(spec, spec_field.name)
+        if isinstance(value, BackendOptions):
+            options.update({name: _plain(item) for name, item in value.stored().items()})
+            continue
         if _left_out(spec_field, value):
             continue
         if spec_field.metadata.get("secret") and isinstance(value, str):
@@ -104,27 +108,28 @@ def _plain(value):
     return value
 
 
+# Docker's options were once fields of every spec, and so are in every stored cell's options: a cell
+# of a backend without them keeps its fingerprint with them as they were (its `options` stores the
+# rest: `BackendOptions.stored`)
+FORMER_FIELDS = {"image": None, "container": None, "stop_container_when_done": False}
+
+
 @dataclass(frozen=True)
 class DetachedSpec:
     script: str
-    backend: str  # a detached backend's name (options.DETACHED_BACKENDS)
+    backend: str  # a detached backend's name (its declaration's)
     workdir: str
     interpreter: tuple[str, ...] = ("python3",)
-    image: str | None = None
-    container: str | None = None
-    gpus: str | None = None
+    gpus: str | None = None  # taken by the backends that declare options.GPUS
     env: dict[str, str] = secret(default_factory=dict)
-    stop_container_when_done: bool = False
     metrics: tuple[Metric, ...] = ()
     args: tuple[str, ...] = added_field(())  # the script's arguments (after `--`)
     notify: str | None = secret(added=True, default=None)  # the URL told when the job ends
     from_cell: bool = added_field(True)  # a cell's script (its line 1 is the magic's), or a file's
-    engine: dict | None = added_field(None)  # the Docker engine (engines.Engine.to_dict); None: the local socket
-    sync: str | None = added_field(None)  # a local directory copied to a remote host's workdir first
-    restarts: int | None = added_field(None)  # --restarts N: how often its container may start it again
-    # a backend's own options that no field above holds, by option name, as its declaration settled
-    # them: a new backend's options reach it (stored, shown and fingerprinted) with no field here
-    backend_options: dict[str, Any] = added_field(default_factory=dict)
+    # the backend's own options, typed (its declaration's `typed`: DockerOptions, SlurmOptions), as
+    # its declaration settled them: a new backend's options reach it (stored, shown and
+    # fingerprinted, by `BackendOptions.stored`) with no field here
+    options: BackendOptions = field(default_factory=BackendOptions)
     # the line forms: the file run in place (absolute, on this machine), and its text's SHA-256;
     # the text itself is `script`, as submitted
     script_path: str | None = added_field(None)
@@ -136,10 +141,9 @@ class DetachedSpec:
     # there), with no --sync that sends it: its backend refuses to guess which of the two is meant
     also_on_host: str | None = transient()
 
-
     def public_options(self) -> dict:
         """The options as stored and shown: environment keys, never values."""
-        return public_options_of(self)
+        return {**FORMER_FIELDS, **public_options_of(self)}
 
     def fingerprint(self, key: bytes, rerun: bool = False) -> str:
         return spec_fingerprint(self, key, rerun)
@@ -154,33 +158,28 @@ def cell_fingerprint(key: bytes, script: str, backend: str, options: dict, rerun
 
 
 def build_spec(
-    script: str, *, args: Iterable[str] = (), metrics: Iterable[str] = (), hosts: Mapping[str, str] | None = None, **values: Any
+    declared: DetachedOptions, script: str, *, args: Iterable[str] = (), metrics: Iterable[str] = (),
+    hosts: Mapping[str, str] | None = None, **values: Any,
 ) -> DetachedSpec:
-    """A detached spec from option values (by option name; one not given takes its default): the
-    backend is the one whose switch is on, else the default one; it must be given only options it
-    takes, and one of those it cannot do without. `hosts`: the named Docker hosts (docker_hosts)."""
-    values = cell_values(script, DETACHED, values)
-    backend = chosen_backend(values)
-    _refuse_options_not_taken(backend, values)
+    """A detached spec from option values (by option name; one not given takes its default), by
+    what the backends declared (`declared`: a registry's `Backends.detached`): the backend is the one
+    whose switch is on, else the default one; it must be given only options it takes, and one of
+    those it cannot do without. `hosts`: the named Docker hosts (docker_hosts)."""
+    values = cell_values(script, declared.options, values)
+    backend = chosen_backend(declared, values)
+    _refuse_options_not_taken(declared, backend, values)
     if backend.needs_one_of and not any(values[dest] for dest in backend.needs_one_of):
         raise InvalidOption(*backend.missing)
     # the backend's own options, and what they mean together (its declaration says), are the
     # spec's fields; the switches that chose it are not
-    switches = {declared.switch for declared in DETACHED_BACKENDS if declared.switch}
-    taken = {option.dest for option in DETACHED if option.taken_by(backend.name)} - switches
+    taken = {option.dest for option in declared.options if declared.taken_by(option, backend)} - declared.switches
     # only the chosen backend's options are checked: another backend's check (in its own package)
     # is not even imported
-    parsed = backend.spec_fields(parse_declared(DETACHED, {dest: value for dest, value in values.items() if dest in taken}), hosts)
-    held = {spec_field.name for spec_field in fields(DetachedSpec)} - {"backend_options"}
-    # never dropped; one not given is left out, so that cells without it keep their fingerprints
-    own = {dest: value for dest, value in parsed.items() if dest not in held and not _not_given(value)}
+    parsed = backend.spec_fields(parse_declared(declared.options, {dest: value for dest, value in values.items() if dest in taken}), hosts)
+    held = {spec_field.name for spec_field in fields(DetachedSpec)} - {"options"}
     core = {dest: value for dest, value in parsed.items() if dest in held}
-    return DetachedSpec(script=script, backend=backend.name, metrics=parse_metrics(metrics), args=tuple(args), backend_options=own, **core)
-
-
-def _not_given(value: Any) -> bool:
-    """An option's value when neither a flag nor config gave one (0 is a value: `is`, not ==)."""
-    return value is None or value is False or (isinstance(value, (list, tuple)) and not value)
+    own = backend.typed(**{dest: value for dest, value in parsed.items() if dest not in held})
+    return DetachedSpec(script=script, backend=backend.name, metrics=parse_metrics(metrics), args=tuple(args), options=own, **core)
 
 
 def cell_values(script: str, options, values: Mapping[str, Any], needs_script: bool = True) -> dict[str, Any]:
@@ -201,17 +200,17 @@ def parse_declared(options, values: Mapping[str, Any]) -> dict[str, Any]:
     return {dest: declared[dest].check(value) if dest in declared else value for dest, value in values.items()}
 
 
-def chosen_backend(values: Mapping[str, Any]) -> DetachedBackend:
+def chosen_backend(declared: DetachedOptions, values: Mapping[str, Any]) -> DetachedBackend:
     """The backend whose switch is on, else the one that needs no switch."""
-    switched = [backend for backend in DETACHED_BACKENDS if backend.switch and values.get(backend.switch)]
+    switched = [backend for backend in declared.backends if backend.switch and values.get(backend.switch)]
     if len(switched) > 1:
-        raise InvalidOption(f"{' and '.join(_flag(backend.switch) for backend in switched)} cannot be given together", "choose one")
-    return switched[0] if switched else next(backend for backend in DETACHED_BACKENDS if backend.switch is None)
+        raise InvalidOption(f"{' and '.join(_flag(declared, backend.switch) for backend in switched)} cannot be given together", "choose one")
+    return switched[0] if switched else declared.default
 
 
-def _refuse_options_not_taken(backend: DetachedBackend, values: Mapping[str, Any]) -> None:
-    others = [option for option in DETACHED if not option.taken_by(backend.name)]
-    given = [option for option in others if not _not_given(values.get(option.dest))]  # 0 is a value
+def _refuse_options_not_taken(declared: DetachedOptions, backend: DetachedBackend, values: Mapping[str, Any]) -> None:
+    others = [option for option in declared.options if not declared.taken_by(option, backend)]
+    given = [option for option in others if not not_given(values.get(option.dest))]  # 0 is a value
     if not given:
         return
     explained = next((option for option in given if option.elsewhere), None)
@@ -220,20 +219,20 @@ def _refuse_options_not_taken(backend: DetachedBackend, values: Mapping[str, Any
     # options only backends chosen by a switch take (--toy-nice): say which switch they need; this
     # is also how the default backend, which lacks nothing, refuses them
     owners = {
-        declared.switch for option in given for declared in DETACHED_BACKENDS
-        if declared.switch and option.taken_by(declared.name) and option.backends
+        other.switch for option in given for other in declared.backends
+        if other.switch and declared.taken_by(option, other) and not declared.taken_by_every_one(option)
     }  # fmt: skip
-    default = next(declared for declared in DETACHED_BACKENDS if declared.switch is None)
-    if backend.switch is None or not any(option.taken_by(default.name) for option in given):
+    default = declared.default
+    if backend.switch is None or not any(declared.taken_by(option, default) for option in given):
         flags = _listed([option.flag for option in given])
-        switches = sorted(_flag(switch) for switch in owners)
+        switches = sorted(_flag(declared, switch) for switch in owners)
         raise InvalidOption(
             f"{flags} {'is an option' if len(given) == 1 else 'are options'} of {' or '.join(switches)}",
             f"add {' or '.join(switches)}, or drop {flags}",
         )
     # what it lacks is what the default backend has: another switched backend's options are not listed
-    lacked = [option.flag for option in others if option.taken_by(default.name)]
-    raise InvalidOption(f"{_flag(backend.switch)} {backend.lacks}", f"drop {_listed(lacked)}")
+    lacked = [option.flag for option in others if declared.taken_by(option, default)]
+    raise InvalidOption(f"{_flag(declared, backend.switch)} {backend.lacks}", f"drop {_listed(lacked)}")
 
 
 def _instead(backend: DetachedBackend) -> str:
@@ -245,38 +244,39 @@ def _listed(flags: list[str]) -> str:
     return ", ".join(flags[:-1]) + " and " + flags[-1] if len(flags) > 1 else flags[0]
 
 
-def _flag(dest: str | None) -> str:
-    return next(option.flag for option in DETACHED if option.dest == dest)
+def _flag(declared: DetachedOptions, dest: str | None) -> str:
+    return next(option.flag for option in declared.options if option.dest == dest)
 
 
 def detached_spec(
-    script: str, given: Mapping[str, Any], config: Mapping[str, Any], args: Iterable[str] = (), hosts: Mapping[str, str] | None = None
+    declared: DetachedOptions, script: str, given: Mapping[str, Any], config: Mapping[str, Any], args: Iterable[str] = (),
+    hosts: Mapping[str, str] | None = None,
 ) -> DetachedSpec:
     """A `%%train_detached` cell, or `jupyter-trainer submit`: its flags (`given`, by option name,
     None where not given) and the configured defaults. A flag always wins over config: a flagged
     option of another backend (--image) overrides a configured switch (--host), as a flagged
     switch overrides the configured options of the backends it does not choose."""
     metrics = given.get("metrics") or ()
-    given = {option.dest: given.get(option.dest) for option in DETACHED}
-    backend = _chosen_with_config(given, config)
-    switches = {other.switch: other is backend for other in DETACHED_BACKENDS if other.switch}
-    taken = {option.dest for option in DETACHED if option.taken_by(backend.name)} - set(switches)
-    values = settle(DETACHED, {**given, **switches}, {dest: value for dest, value in config.items() if dest in taken})
-    return build_spec(script, **values, metrics=metrics, args=args, hosts=hosts)
+    given = {option.dest: given.get(option.dest) for option in declared.options}
+    backend = _chosen_with_config(declared, given, config)
+    switches = {other.switch: other is backend for other in declared.backends if other.switch}
+    taken = {option.dest for option in declared.options if declared.taken_by(option, backend)} - set(switches)
+    values = settle(declared.options, {**given, **switches}, {dest: value for dest, value in config.items() if dest in taken})
+    return build_spec(declared, script, **values, metrics=metrics, args=args, hosts=hosts)
 
 
-def _chosen_with_config(given: Mapping[str, Any], config: Mapping[str, Any]) -> DetachedBackend:
+def _chosen_with_config(declared: DetachedOptions, given: Mapping[str, Any], config: Mapping[str, Any]) -> DetachedBackend:
     """A switch flagged on chooses; else a configured switch (not flagged off), unless an option
     another backend cannot do without (--image, --container) is flagged; else the default backend."""
-    if any(given.get(backend.switch) for backend in DETACHED_BACKENDS if backend.switch):
-        return chosen_backend(given)
-    needed_elsewhere = {dest for backend in DETACHED_BACKENDS for dest in backend.needs_one_of}
-    for backend in DETACHED_BACKENDS:
+    if any(given.get(backend.switch) for backend in declared.backends if backend.switch):
+        return chosen_backend(declared, given)
+    needed_elsewhere = {dest for backend in declared.backends for dest in backend.needs_one_of}
+    for backend in declared.backends:
         if backend.switch and given.get(backend.switch) is None and config.get(backend.switch):
             overriding = [
-                option for option in DETACHED
-                if option.dest in needed_elsewhere and not option.taken_by(backend.name) and given.get(option.dest) is not None
+                option for option in declared.options
+                if option.dest in needed_elsewhere and not declared.taken_by(option, backend) and given.get(option.dest) is not None
             ]  # fmt: skip
             if not overriding:
                 return backend
-    return chosen_backend({})
+    return declared.default

@@ -6,10 +6,13 @@ argparse parsers of the magics and of the CLI, the magics' configurable traits,
 and the values handed to a spec builder, with the one rule every surface shares:
 a flag always wins over config, even an empty one.
 
-A detached backend is declared here too (`DetachedBackend`): the switch that
-chooses it, the options it takes, what it cannot do without. The spec builder
-loops over these declarations, so a new backend adds its own lines here and
-changes no rule elsewhere.
+A detached backend declares itself in its own package (`DetachedBackend`, in
+its `declared` module): the switch that chooses it, the options it takes, what it
+cannot do without, and the typed values of its own options (a `BackendOptions`
+dataclass). The registry (`backends.Backends`) collects those declarations into
+`DetachedOptions`, which the surfaces parse with and the spec builder loops over:
+a new backend adds its own module and changes no rule here. Here are the options
+every cell magic shares and those several backends take.
 
 Pure logic: no IPython, no runtime library.
 """
@@ -17,11 +20,11 @@ Pure logic: no IPython, no runtime library.
 from __future__ import annotations
 
 import argparse
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Any, Callable, Iterable, Mapping
 
 # The checks are named, not imported: the magics declare their options at %load_ext, and a value is
-# checked only when a job is asked for.
+# checked only when a job is asked for. A backend names its own checks in its own package.
 _CHECK = "jupyter_trainer.spec.checks:"
 
 
@@ -37,11 +40,7 @@ class Option:
     # checks the settled value and gives what the spec holds: a function, or "module:function" (one
     # of `checks`, or a backend's check in its own package), imported when a value is checked
     parse: Callable[[Any], Any] | str | None = None
-    backends: tuple[str, ...] = ()  # the detached backends that take it (none named: every one)
     elsewhere: str = ""  # what to say when it is given to a backend that does not take it (default: its switch)
-
-    def taken_by(self, backend: str) -> bool:
-        return not self.backends or backend in self.backends
 
     def check(self, value: Any) -> Any:
         """The value as its `parse` leaves it (as it is, with none)."""
@@ -136,156 +135,136 @@ NOTIFY = Option(
     "also with no notebook open; the URL is never stored or shown", "URL", config=True, parse=_CHECK + "parse_notify",
 )
 
-# -- %%train_detached and `jupyter-trainer submit` ---------------------------------------------
+# -- %%train_detached and `jupyter-trainer submit`: the options several backends take ----------
+# Each backend declares the options it takes (its own, and those of these it takes) in its own
+# package (`DetachedBackend.options`); `DetachedOptions` collects them from the registry.
 
-_SLURM_CHECK = "jupyter_trainer.backends.slurm.spec:"
-SLURM_OPTIONS = (
-    Option(
-        "slurm", "--slurm", "submit to Slurm with sbatch (this machine is a submit host; the job store on a filesystem the nodes share)",
-        kind="switch", config=True, default=False,
-    ),
-    Option("partition", "--partition", "with --slurm: the partition, as sbatch --partition", "P", config=True, parse=_SLURM_CHECK + "parse_partition", backends=("slurm",)),
-    Option("time", "--time", "with --slurm: the time limit, as sbatch --time (a job past it ends failed)", "LIMIT", config=True, parse=_SLURM_CHECK + "parse_time", backends=("slurm",)),
-    Option("nodes", "--nodes", "with --slurm: how many nodes; the interpreter runs once on each, through srun", "N", "int", parse=_SLURM_CHECK + "parse_nodes", backends=("slurm",)),
-    Option("account", "--account", "with --slurm: the account charged, as sbatch --account", "A", config=True, parse=_SLURM_CHECK + "parse_account", backends=("slurm",)),
-    Option("qos", "--qos", "with --slurm: the quality of service, as sbatch --qos", "Q", config=True, parse=_SLURM_CHECK + "parse_qos", backends=("slurm",)),
-    Option(
-        "sbatch_args", "--sbatch-arg", "with --slurm: any other sbatch option, as given (repeatable; --sbatch-arg=--mem=8G)", "ARG", "append",
-        parse=_SLURM_CHECK + "parse_sbatch_args", backends=("slurm",),
-    ),
-    Option("requeue", "--requeue", "with --slurm: let Slurm requeue the job after preemption or node failure (counted as restarts)", kind="switch", backends=("slurm",)),
-)  # fmt: skip
+WORKDIR = Option(
+    "workdir", "--workdir", "host directory mounted at /workspace; the job's working directory "
+    "(on a remote Docker host: a directory there; default a volume there)", "DIR",
+    config=True,
+)  # parsed by its backend's settle, else as a directory of this machine (see DetachedBackend.spec_fields)
+GPUS = Option(
+    "gpus", "--gpus", "'all', a count, or device ids (0,1), as docker run --gpus; with --slurm: GPUs per node", "SPEC",
+    config=True, parse=_CHECK + "parse_gpus",
+)
+ENV = Option(
+    "env", "--env", "environment for the job (repeatable); values are never stored or shown", "KEY=VALUE", "append",
+    parse=_CHECK + "parse_env",
+)
+INTERPRETER = Option(
+    "interpreter", "--interpreter", "the command that runs the script (default python3)", "CMD",
+    config=True, default="python3", parse=_CHECK + "parse_interpreter",
+)
 
-CONTAINER = ("docker",)  # the backends that run a job in a container
 
-DETACHED = (
-    Option(
-        "image", "--image", "create (if missing) a persistent container from IMAGE and run in it", "IMAGE",
-        config=True, parse=_CHECK + "parse_image", backends=CONTAINER,
-    ),
-    Option(
-        "container", "--container", "the persistent container to use or create", "NAME",
-        config=True, parse=_CHECK + "parse_container", backends=CONTAINER,
-    ),
-    Option(
-        "workdir", "--workdir", "host directory mounted at /workspace; the job's working directory "
-        "(on a remote Docker host: a directory there; default a volume there)", "DIR",
-        config=True,
-    ),  # parsed by the spec builder: a local directory, or one of the remote host (see spec.build_spec)
-    Option(
-        "gpus", "--gpus", "'all', a count, or device ids (0,1), as docker run --gpus; with --slurm: GPUs per node", "SPEC",
-        config=True, parse=_CHECK + "parse_gpus", backends=(*CONTAINER, "slurm"),
-    ),
-    Option(
-        "env", "--env", "environment for the job (repeatable); values are never stored or shown", "KEY=VALUE", "append",
-        parse=_CHECK + "parse_env",
-    ),
-    Option(
-        "interpreter", "--interpreter", "the command that runs the script (default python3)", "CMD",
-        config=True, default="python3", parse=_CHECK + "parse_interpreter",
-    ),
-    Option(
-        "stop_container_when_done", "--stop-container-when-done", "stop the container when the job ends, releasing its GPUs",
-        kind="switch", config=True, default=False, backends=CONTAINER,
-    ),
-    Option(
-        "docker_host", "--docker-host", "the Docker engine: ssh://USER@HOST, tcp://HOST:2376 (TLS), unix:///PATH, "
-        "a name from TrainerMagics.docker_hosts, or a Docker context (default: DOCKER_HOST, the current context)",
-        "URL|NAME", config=True, backends=CONTAINER,
-    ),
-    Option(
-        "sync", "--sync", "copy a local directory to the job's workdir on a remote Docker host before the job starts "
-        "(a home directory is refused; the job store, credential files and what DIR/.trainerignore lists are left out)", "DIR",
-        parse=_CHECK + "parse_sync", backends=CONTAINER,
-    ),
-    Option(
-        "restarts", "--restarts", "when the job is interrupted without ending by itself (the Docker engine, the machine "
-        "or its container restarted), start it again in its container, up to N times, with no kernel needed; it resumes "
-        "from its own checkpoint",
-        "N", "int", parse="jupyter_trainer.backends.docker.restarts:parse_restarts", backends=CONTAINER,
-        elsewhere="works with the container backends only (--image or --container, on this machine's Docker engine or a --docker-host's)",
-    ),
-    Option("host", "--host", "no container: run the job as a detached process on this machine", kind="switch", config=True, default=False),
-    NOTIFY,
-    *SLURM_OPTIONS,
-)  # fmt: skip
+@dataclass(frozen=True)
+class BackendOptions:
+    """The values of a backend's own options (those no `DetachedSpec` field holds), typed: each
+    backend declares a frozen dataclass of its own (`DetachedBackend.typed`), which the spec builder
+    makes from its options' values as its declaration settled them. This one has none (--host)."""
+
+    def stored(self) -> dict[str, Any]:
+        """What the job's record keeps of them, and its fingerprint covers: the given ones (by option
+        name) under "backend_options"; none given, nothing, so that cells without any keep their
+        fingerprints."""
+        given = {field.name: getattr(self, field.name) for field in fields(self) if not not_given(getattr(self, field.name))}
+        return {"backend_options": given} if given else {}
+
+    def job_machine(self) -> str | None:
+        """The name of the other machine the job runs on, where a script not found here is looked
+        for (a remote Docker host); None: this one."""
+        return None
+
+    def sent_directory(self) -> str | None:
+        """A directory of this machine copied to where the job runs before it starts (--sync)."""
+        return None
+
+
+def not_given(value: Any) -> bool:
+    """An option's value when neither a flag nor config gave one (0 is a value: `is`, not ==)."""
+    return value is None or value is False or (isinstance(value, (list, tuple)) and not value)
 
 
 @dataclass(frozen=True)
 class DetachedBackend:
-    """How `%%train_detached` comes to run a job on a backend, and what that backend needs."""
+    """How `%%train_detached` comes to run a job on a backend, and what that backend needs: declared
+    by the backend, in its own package (its `declared` module)."""
 
     name: str
+    # every option it takes, its switch and the shared ones above included, in the order its help shows them
+    options: tuple[Option, ...] = ()
     switch: str | None = None  # the switch option that chooses it; None: the backend chosen when no switch is on
     lacks: str = ""  # what it runs without, said when it is given another backend's option
     needs_one_of: tuple[str, ...] = ()  # options of which at least one must have a value
     missing: tuple[str, str] = ("", "")  # the error and the hint when none of them has
-    # "module:function" that turns its parsed option values (and the named Docker hosts) into the
-    # spec's fields, where its options mean something together; None: the workdir is this machine's
-    settle_spec: str | None = None
-    # "module:function" giving the name of the other machine a spec's job runs on (None: this
-    # one), where a script not found here is looked for; None: its jobs run on this machine
-    job_machine: str | None = None
+    # a function, or "module:function" of its own package, that turns its parsed option values (and
+    # the named Docker hosts) into the spec's fields, where its options mean something together;
+    # None: the workdir is this machine's
+    settle: Callable[[dict[str, Any], Mapping[str, str] | None], dict[str, Any]] | str | None = None
+    typed: type[BackendOptions] = BackendOptions  # its own options' values, as the spec holds them
     instead: str = ""  # what it offers in place of another backend's option, said when refusing that option
 
-    def machine_of(self, spec) -> str | None:
-        return declared_function(self.job_machine)(spec) if self.job_machine else None
+    def takes(self, dest: str) -> bool:
+        return any(option.dest == dest for option in self.options)
 
     def spec_fields(self, parsed: dict[str, Any], hosts: Mapping[str, str] | None) -> dict[str, Any]:
-        if self.settle_spec is None:
+        if self.settle is None:
             from .checks import parse_workdir
 
             return {**parsed, "workdir": parse_workdir(parsed.get("workdir"))}
-        return declared_function(self.settle_spec)(parsed, hosts)
+        return (declared_function(self.settle) if isinstance(self.settle, str) else self.settle)(parsed, hosts)
 
 
-DETACHED_BACKENDS = (
-    DetachedBackend("host", switch="host", lacks="runs without a container"),
-    # its options' checks are in its package (`parse=` above); its workdir is this machine's, which
-    # the nodes must see at the same path
-    DetachedBackend("slurm", switch="slurm", lacks="runs on the cluster's nodes, without a container", instead="--requeue, which lets Slurm start it again"),
-    DetachedBackend(
-        "docker",
-        needs_one_of=("image", "container"),
-        missing=("no image or container given", "pass --image IMAGE (or set %config TrainerMagics.image), --container NAME, or --host"),
-        settle_spec="jupyter_trainer.backends.docker.spec:settle_docker_spec",
-        job_machine="jupyter_trainer.backends.docker.spec:remote_machine",
-    ),
-)
+class DetachedOptions:
+    """The detached backends a registry knows and their options, collected: what `%%train_detached`
+    and `jupyter-trainer submit` parse, and what the spec builder chooses a backend by.
 
-# -- %%sagemaker_fit ------------------------------------------------------------------------------
+    The options come in the order each backend lists its own; where those orders leave a choice,
+    an earlier backend's first (the registry's order: the backend chosen without a switch first)."""
 
-SAGEMAKER = (
-    Option("image_uri", "--image-uri", "the training image (it needs python3, nothing else)", "URI", config=True),
-    Option("role", "--role", "the execution role (default: config, else the notebook instance's role)", "ARN", config=True),
-    Option("instance_type", "--instance-type", "e.g. ml.g5.xlarge; 'local' runs SageMaker local mode here", "TYPE", config=True, default="ml.m5.xlarge"),
-    Option("instance_count", "--instance-count", "how many instances (default 1)", "N", "int", default=1),
-    Option("inputs", "--input", "an input channel (repeatable; s3:// or file://)", "CHANNEL=URI", "append"),
-    Option("output_path", "--output-path", "where the model artifact goes", "URI", config=True),
-    Option("hyperparameters", "--hyperparameter", "a hyperparameter (repeatable)", "KEY=VALUE", "append"),
-    Option("max_run", "--max-run", "the longest the job may train", "SECONDS", "int"),
-    Option("spot", "--spot", "managed spot training", kind="switch"),
-    Option("max_wait", "--max-wait", "with --spot: the longest to wait and train", "SECONDS", "int"),
-    Option("checkpoint_s3_uri", "--checkpoint-s3-uri", "where checkpoints are synced", "URI"),
-    Option("source_dir", "--source-dir", "more files shipped beside the script (its imports; its requirements.txt is installed first)", "DIR"),
-    Option(
-        "interpreter", "--interpreter", "the command that runs the script on every host (default python3)", "CMD",
-        config=True, default="python3", parse=_CHECK + "parse_interpreter",
-    ),
-    Option(
-        "env", "--env", "the job's environment (repeatable); values are never stored or shown", "KEY=VALUE", "append",
-        config=True, parse=_CHECK + "parse_env",
-    ),
-    Option("framework", "--framework", "instead of --image-uri: AWS's training image of pytorch, tensorflow, huggingface, sklearn or xgboost", "NAME", config=True),
-    Option("framework_version", "--framework-version", "with --framework: its version (for huggingface, the transformers version)", "V", config=True),
-    Option("py_version", "--py-version", "with --framework: the Python of the image, e.g. py310", "PY", config=True),
-    Option("volume_size", "--volume-size", "the storage volume of each instance (default 30)", "GB", "int", config=True),
-    Option("tags", "--tag", "a tag of the training job (repeatable)", "KEY=VALUE", "append", config=True),
-    Option("subnets", "--subnet", "a VPC subnet to train in (repeatable; with --security-group-id)", "ID", "append", config=True),
-    Option("security_group_ids", "--security-group-id", "a VPC security group (repeatable; with --subnet)", "ID", "append", config=True),
-    Option("keep_alive_period", "--keep-alive-period", "keep the instances warm this long after the job (warm pools)", "SECONDS", "int", config=True),
-    NOTIFY,
-)  # fmt: skip
+    def __init__(self, backends: Iterable[DetachedBackend]):
+        self.backends = tuple(backends)
+        defaults = [backend for backend in self.backends if backend.switch is None]
+        if len(defaults) != 1:
+            raise ValueError(f"one detached backend must need no switch, not {[backend.name for backend in defaults]}")
+        self.default = defaults[0]
+        self.options = _merged([backend.options for backend in self.backends])
+        self.switches = {backend.switch for backend in self.backends if backend.switch}
+        for backend in self.backends:
+            if backend.switch and not backend.takes(backend.switch):
+                raise ValueError(f"the {backend.name} backend does not declare its switch {backend.switch!r}")
+
+    def taken_by(self, option: Option, backend: DetachedBackend) -> bool:
+        """Whether `backend` takes `option` (every backend takes the switches: choosing is theirs)."""
+        return option.dest in self.switches or backend.takes(option.dest)
+
+    def taken_by_every_one(self, option: Option) -> bool:
+        return all(self.taken_by(option, backend) for backend in self.backends)
+
+    def named(self, name: str) -> DetachedBackend | None:
+        return next((backend for backend in self.backends if backend.name == name), None)
+
+
+def _merged(lists: list[tuple[Option, ...]]) -> tuple[Option, ...]:
+    """The options of every list once, each list's order kept; where they leave a choice, the one an
+    earlier list names first. One dest declared as two different options is a programming error."""
+    by_dest: dict[str, Option] = {}
+    rank: dict[str, tuple[int, int]] = {}
+    before: dict[str, set[str]] = {}
+    for index, listed in enumerate(lists):
+        for position, option in enumerate(listed):
+            if by_dest.setdefault(option.dest, option) != option:
+                raise ValueError(f"two declarations of the option {option.dest!r}")
+            rank.setdefault(option.dest, (index, position))
+            before.setdefault(option.dest, set()).update(earlier.dest for earlier in listed[:position])
+    merged: list[str] = []
+    while len(merged) < len(by_dest):
+        ready = [dest for dest in by_dest if dest not in merged and before[dest] <= set(merged)]
+        if not ready:
+            raise ValueError(f"the backends list their options in orders that contradict each other: {sorted(set(by_dest) - set(merged))}")
+        merged.append(min(ready, key=rank.__getitem__))
+    return tuple(by_dest[dest] for dest in merged)
 
 
 def add_options(parser: argparse.ArgumentParser, options: Iterable[Option]) -> None:

@@ -19,7 +19,6 @@ from ..spec.options import (
     ALL_RUNS,
     AS_JSON,
     COMPARED_METRIC,
-    DETACHED,
     FOLLOW,
     JOB,
     JOB_NAME,
@@ -44,7 +43,8 @@ class _Parser(argparse.ArgumentParser):
         raise TrainerError(message, f"see {self.prog} --help")
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(backends: Backends = DEFAULT) -> argparse.ArgumentParser:
+    """The command's parser; `submit` takes the options the registry's backends declare."""
     parser = _Parser(prog="jupyter-trainer", description="Follow and control jupyter_trainer jobs.")
     commands = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
@@ -77,7 +77,7 @@ def build_parser() -> argparse.ArgumentParser:
         "Words after -- are the script's arguments.",
     )
     SCRIPT.add_to(submit)
-    add_options(submit, [option for option in JOB if option.dest != "no_widget"] + list(DETACHED))
+    add_options(submit, [option for option in JOB if option.dest != "no_widget"] + list(backends.detached.options))
     return parser
 
 
@@ -92,9 +92,9 @@ def run(argv: list[str] | None = None, store: JobStore | None = None, backends: 
     """One command; `store` and `backends` default to the user's store and the real backends."""
     # the script's arguments, as after `--` on a magic's line
     argv, script_args = split_script_arguments(sys.argv[1:] if argv is None else argv)
-    args = build_parser().parse_args(argv)
-    store = store or JobStore()
     backends = backends or DEFAULT
+    args = build_parser(backends).parse_args(argv)
+    store = store or JobStore()
     if args.command == "submit":
         return submit(args, script_args, store, backends)
     if args.command in ("list", "status", "stop"):
@@ -260,9 +260,10 @@ def submit(args, script_args: list[str], store: JobStore, backends: Backends) ->
     from ..spec.in_place import detached_in_place
     from ..view import summary
 
-    defaults = configured_defaults()
+    declared = backends.detached
+    defaults = configured_defaults(declared.options)
     hosts = defaults.pop("docker_hosts", {})
-    spec = detached_in_place(args.script, vars(args), defaults, script_args, hosts)
+    spec = detached_in_place(declared, args.script, vars(args), defaults, script_args, hosts)
     submission = submit_detached(spec, name=args.name, rerun=bool(args.rerun), store=store, backends=backends, label=Path(args.script).stem)
     if submission.attached or submission.facts:  # facts: what the launch left out, say
         print(submission.message)
@@ -272,9 +273,10 @@ def submit(args, script_args: list[str], store: JobStore, backends: Backends) ->
     return 0
 
 
-def configured_defaults() -> dict:
-    """The defaults the magics would take from %config, as set in the default IPython profile
-    (`c.TrainerMagics.image = ...` in ipython_config.py); none if there is no such file."""
+def configured_defaults(options=None) -> dict:
+    """The defaults the magics would take from %config for `options` (by default the real backends'
+    detached options), as set in the default IPython profile (`c.TrainerMagics.image = ...` in
+    ipython_config.py); none if there is no such file."""
     from IPython.paths import get_ipython_dir
     from traitlets.config.loader import ConfigFileNotFound, PyFileConfigLoader
 
@@ -286,7 +288,8 @@ def configured_defaults() -> dict:
     except Exception as exc:  # the user's own file: say where, in one line
         raise TrainerError(f"cannot read {profile / 'ipython_config.py'} ({exc.__class__.__name__}: {exc})") from None
     section = config.get("TrainerMagics", {})
-    defaults = {option.dest: section[option.dest] for option in configurable(DETACHED) if option.dest in section}
+    options = DEFAULT.detached.options if options is None else options
+    defaults = {option.dest: section[option.dest] for option in configurable(options) if option.dest in section}
     if isinstance(section.get("docker_hosts"), dict):  # names for --docker-host
         defaults["docker_hosts"] = dict(section["docker_hosts"])
     return defaults

@@ -13,11 +13,11 @@ from IPython.core.magic import Magics, line_cell_magic, line_magic, magics_class
 from IPython.core.magic_arguments import MagicArgumentParser
 from traitlets import Bool, Dict, Int, List, Unicode
 
+from ..backends import DEFAULT
 from ..errors import InvalidOption, TrainerError
 from ..spec.options import (
     ALL_RUNS,
     COMPARED_METRIC,
-    DETACHED,
     ENTRY_SCRIPT,
     FOLLOW,
     JOB,
@@ -26,7 +26,6 @@ from ..spec.options import (
     LINES,
     NO_WIDGET_TABLE,
     ONE_RUN,
-    SAGEMAKER,
     SCRIPT,
     WITH_CONTAINER,
     X_AXIS,
@@ -42,7 +41,8 @@ if TYPE_CHECKING:
     from ..core.store import JobStore
     from ..jobs.job import Job
 
-# Registering the magics needs only their option declarations: the job model, the backends, the
+# Registering the magics needs only their option declarations (the backends declare theirs in small
+# modules of their own, which the registry collects): the job model, the backends themselves, the
 # views and the SDKs are imported when a magic first runs, so %load_ext stays light.
 
 
@@ -97,9 +97,18 @@ def cell_parser(*groups) -> MagicArgumentParser:
     return parser
 
 
-DETACHED_PARSER = cell_parser(JOB, DETACHED)
-DETACHED_LINE_PARSER = cell_parser(JOB, DETACHED)  # the line form: SCRIPT first
-SCRIPT.add_to(DETACHED_LINE_PARSER)
+@functools.lru_cache(maxsize=8)
+def detached_parser(options: tuple, line_form: bool) -> MagicArgumentParser:
+    """`%%train_detached`'s parser for the options a registry's backends declare (`line_form`:
+    %train_detached SCRIPT, SCRIPT first)."""
+    parser = cell_parser(JOB, options)
+    if line_form:
+        SCRIPT.add_to(parser)
+    return parser
+
+
+SAGEMAKER = DEFAULT.magic_options("sagemaker")
+DETACHED_PARSER = cell_parser(JOB, DEFAULT.detached.options)  # the real backends' (its help is the magic's)
 SAGEMAKER_PARSER = cell_parser(JOB, SAGEMAKER)
 SAGEMAKER_LINE_PARSER = cell_parser(JOB, SAGEMAKER)  # the line form: an entry script, or none
 ENTRY_SCRIPT.add_to(SAGEMAKER_LINE_PARSER)
@@ -143,7 +152,7 @@ REMOTE_NOTIFY_NOTE = (
 class TrainerMagics(Magics):
     """Detached training jobs from a cell. Defaults can be set with %config; flags win."""
 
-    vars().update(config_traits(DETACHED + SAGEMAKER))  # image, container, ..., instance_type, output_path
+    vars().update(config_traits(DEFAULT.detached.options + SAGEMAKER))  # image, container, ..., instance_type, output_path
     widget = Bool(True, help="display the widget (False: print a summary, as --no-widget)").tag(config=True)
     log_lines = Int(200, help="how many log lines the job widget and the jobs table's Log show").tag(config=True)
     docker_hosts = Dict(
@@ -168,7 +177,9 @@ class TrainerMagics(Magics):
         return self._given_backends or DEFAULT
 
     def _config(self, options) -> dict:
-        return {option.dest: getattr(self, option.dest) for option in configurable(options)}
+        """The configured defaults of `options` (an option a registry was given a declaration of has
+        no trait, so no configured default)."""
+        return {option.dest: getattr(self, option.dest) for option in configurable(options) if self.has_trait(option.dest)}
 
     # -- the cell magics ------------------------------------------------------------
 
@@ -177,17 +188,18 @@ class TrainerMagics(Magics):
     @user_errors
     def train_detached(self, line, cell=None):
         words, script_args = options_and_arguments(line)
+        declared = self.backends.detached
+        args = detached_parser(declared.options, cell is None).parse_args(words)
+        config = self._config(declared.options)
         if cell is None:  # %train_detached SCRIPT [options] [-- ARGS]: an existing file, in place
             from ..spec.in_place import detached_in_place
 
-            args = DETACHED_LINE_PARSER.parse_args(words)
-            spec = detached_in_place(args.script, vars(args), self._config(DETACHED), script_args, self.docker_hosts)
+            spec = detached_in_place(declared, args.script, vars(args), config, script_args, self.docker_hosts)
             self._submit(spec, args, label=os.path.splitext(os.path.basename(args.script))[0])
             return
-        args = DETACHED_PARSER.parse_args(words)
         from ..spec.job_spec import detached_spec
 
-        self._submit(detached_spec(cell, vars(args), self._config(DETACHED), script_args, self.docker_hosts), args)
+        self._submit(detached_spec(declared, cell, vars(args), config, script_args, self.docker_hosts), args)
 
     @line_cell_magic
     @documented("sagemaker_fit", SAGEMAKER_PARSER)

@@ -1,5 +1,7 @@
 """Everything Docker: jobs in persistent containers, on this machine's engine or a remote one.
 
+    declared.py      its options (DockerOptions, as a spec holds them), its entry, its run files;
+                     read at %load_ext
     hosts.py         which engine (--docker-host, DOCKER_HOST, contexts), as the docker CLI chooses
     spec.py          Docker's part of a job's spec: the engine, a remote workdir, --sync
     clients.py       the engines' clients; every call to an engine goes through Clients.calling

@@ -15,7 +15,7 @@ from pathlib import Path
 from ...core.files import create_private_file, write_in_place
 from ...core.record import JobRecord, Observation, Status
 from ...core.resources import Usage
-from ...core.store import NO_RESTART_FILE, RESTART_FILE, RESTARTS_FILE, JobStore
+from ...core.store import JobStore
 from ...errors import BackendUnavailable, CorruptRecord, InvalidOption, TrainerError
 from ...spec.job_spec import DetachedSpec
 from ..base import (
@@ -37,6 +37,7 @@ from ..base import (
 )
 from . import containers
 from .clients import Clients, remember_engine, used_engines
+from .declared import NO_RESTART_FILE, RESTART_FILE, RESTARTS_FILE
 from .errors import LIST, LOOK, REACH, REMOVE, START, STOP, changed_under_the_look, engine_errors, exec_began_after_all
 from .hosts import LOCAL_SOCKET, Engine, resolve
 from .in_container import EXEC_SECONDS, STOP_GROUPS, container_file, give_stdin, job_processes, read_container_file, run_in, runs_supervisor
@@ -91,7 +92,7 @@ class DockerBackend(BackendBase):
     @staticmethod
     def _spec_engine(spec: DetachedSpec) -> Engine:
         """The engine a new job runs on: the one its cell chose (none: the local socket)."""
-        return Engine.of(spec.engine) or Engine(LOCAL_SOCKET)
+        return Engine.of(spec.options.engine) or Engine(LOCAL_SOCKET)
 
     @staticmethod
     def _default_engine() -> Engine:
@@ -137,7 +138,7 @@ class DockerBackend(BackendBase):
         working_dir = containers.working_dir(container)
         write_launch_target(run_dir, spec, working_dir, record.name, script_in_container(spec, engine, container))
         relative = f"{record.name}/{record.run}"
-        restarts = spec.restarts or 0
+        restarts = spec.options.restarts or 0
         # a remote engine's containers cannot see this machine's store: the files are copied in
         shared_dir = None if engine.remote else containers.store_mount(container, jobs_dir)
         if shared_dir is not None and not link_run(shared_dir, record.name, record.run, run_dir, RUN_FILES):
@@ -151,7 +152,7 @@ class DockerBackend(BackendBase):
         ours = containers.is_ours(container)
         command = [
             "sh", f"{inner_run_dir}/{SUPERVISOR_FILE}", inner_run_dir, str(STOP_GRACE_SECONDS),
-            ("2" if has_keeper(container) else "1") if spec.stop_container_when_done else "0",
+            ("2" if has_keeper(container) else "1") if spec.options.stop_container_when_done else "0",
             *job_command(spec, inner_run_dir),
         ]  # fmt: skip
         given = notify_input(record, run_dir, spec.notify)
@@ -161,8 +162,8 @@ class DockerBackend(BackendBase):
         if shared_dir is None:
             containers.ship(container, run_dir, inner_run_dir)
         sync_facts = None
-        if spec.sync:
-            sync_facts = sync_directory(container, spec.sync, working_dir, jobs_dir.parent)
+        if spec.options.sync:
+            sync_facts = sync_directory(container, spec.options.sync, working_dir, jobs_dir.parent)
         if sent_alone(spec, engine):
             sync_facts = [*(sync_facts or []), sent_alone_fact(spec, engine)]
         exec_id = None

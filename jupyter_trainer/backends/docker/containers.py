@@ -114,11 +114,11 @@ def running_container(spec: DetachedSpec, jobs_dir: Path, client, engine: Engine
 def _running_container(spec: DetachedSpec, jobs_dir: Path, client, engine: Engine, exec_seconds: float | None):
     import docker
 
-    name = container_name(spec.container, spec.image, spec.workdir, engine, JobStore(jobs_dir.parent))
+    name = container_name(spec.options.container, spec.options.image, spec.workdir, engine, JobStore(jobs_dir.parent))
     try:
         container = client.containers.get(name)
     except docker.errors.NotFound:
-        if not spec.image:
+        if not spec.options.image:
             where = f" on {engine.label}" if engine.remote else ""
             raise InvalidOption(
                 f"no container named {name!r}{where}", "pass --image IMAGE to create it, or name a running container"
@@ -130,7 +130,7 @@ def _running_container(spec: DetachedSpec, jobs_dir: Path, client, engine: Engin
     if not engine.remote:  # a remote host cannot reach this machine's store, whatever it mounts
         _check_store_unreachable(container, jobs_dir)
     _check_gpus(container, spec)
-    check_can_restart(container, spec.restarts or 0)
+    check_can_restart(container, spec.options.restarts or 0)
     if container.status != "running":
         if not is_ours(container):
             raise InvalidOption(
@@ -140,7 +140,7 @@ def _running_container(spec: DetachedSpec, jobs_dir: Path, client, engine: Engin
             install_keeper(container)
         container.start()
         container.reload()
-    if spec.stop_container_when_done:
+    if spec.options.stop_container_when_done:
         _check_stops_on_term(container, exec_seconds)
     return container
 
@@ -199,7 +199,7 @@ def _create_container(name: str, spec: DetachedSpec, jobs_dir: Path, client):
     home = jobs_dir.parent
     if store_mounts.is_inside(spec.workdir, str(home)):
         raise InvalidOption(f"--workdir {spec.workdir} is inside the job store ({home})", "choose a directory outside it")
-    ensure_image(spec.image, client)
+    ensure_image(spec.options.image, client)
     own_dir = JobStore(home).container_dir(name)
     # the store may lie inside the workspace (a notebook in ~): cover it, and pin the way to it
     try:
@@ -220,7 +220,7 @@ def _create_remote_container(name: str, spec: DetachedSpec, jobs_dir: Path, clie
     """A container on another machine: its workdir is a directory there (--workdir) or a volume
     of its own, and its runs' files are kept on a volume of its own there, so that they outlive
     both the container and the laptop that started the job."""
-    ensure_image(spec.image, client)
+    ensure_image(spec.options.image, client)
     workspace = spec.workdir or f"{name}-workspace"
     volumes = {
         workspace: {"bind": WORKSPACE, "mode": "rw"},
@@ -251,7 +251,7 @@ def _run_container(client, name: str, spec: DetachedSpec, jobs_dir: Path, volume
 
     try:
         container = client.containers.create(
-            spec.image,
+            spec.options.image,
             keeper_command(),
             name=name,
             init=True,  # reaps what ends in it; passes TERM (or a job's USR1, see keeper.sh) on to the keeper

@@ -68,7 +68,7 @@ def path_in_container(spec: DetachedSpec, container) -> str:
 def _seeing(spec: DetachedSpec, host_path: str, client, engine: Engine, store: JobStore, where: str):
     """A container that sees `host_path` of the host, the directory it sees it through (a mount's
     destination), where it sees it, and that directory's path on the host."""
-    if spec.container and not spec.image:
+    if spec.options.container and not spec.options.image:
         container = _users_container(spec, client, engine)
         yield (container, *_path_in(container, host_path, where))
         return
@@ -80,10 +80,10 @@ def _users_container(spec: DetachedSpec, client, engine: Engine):
     import docker
 
     try:
-        return client.containers.get(spec.container)
+        return client.containers.get(spec.options.container)
     except docker.errors.NotFound:
         raise InvalidOption(
-            f"container {spec.container!r} does not exist on {engine.label}, so {spec.script_path} cannot be read there",
+            f"container {spec.options.container!r} does not exist on {engine.label}, so {spec.script_path} cannot be read there",
             "start it first, or give --image to let jupyter_trainer make one",
         ) from None
 
@@ -116,14 +116,14 @@ def _scratch_container(spec: DetachedSpec, client, engine: Engine, store: JobSto
     import docker
     from docker.types import Mount
 
-    ensure_image(spec.image, client)
+    ensure_image(spec.options.image, client)
     with store.containers_lock(shared=True):
         remove_stale_scratch(client, store)
         labels = {LABEL: "1", LABEL_SCRATCH: str(int(time.time())), LABEL_JOBS_DIR: str(store.jobs_dir), LABEL_STORE: store.store_id()}
         try:
             # a bind mount of a directory that is not there is refused (-v would create it, empty)
             scratch = client.containers.create(
-                spec.image, ["true"], name=f"jt-read-{secrets.token_hex(6)}", labels=labels,
+                spec.options.image, ["true"], name=f"jt-read-{secrets.token_hex(6)}", labels=labels,
                 mounts=[Mount(WORKSPACE, spec.workdir, type="bind", read_only=True)],
             )  # fmt: skip
         except docker.errors.APIError as exc:

@@ -23,8 +23,8 @@ from importlib import resources
 from pathlib import Path
 
 from ...core import files as _fs
-from ...core.store import NO_RESTART_FILE, RESTART_FILE, RESTARTS_FILE
 from ...errors import InvalidOption
+from .declared import NO_RESTART_FILE, RESTART_FILE, RESTARTS_FILE
 from .errors import engine_errors
 from .in_container import container_file
 from .runtime import MOUNTED_JOBS_DIR, SHIPPED_JOBS_DIR, DockerRuntime

@@ -7,7 +7,6 @@ import re
 from dataclasses import dataclass
 
 from ...core.record import NAME_PATTERN, JobRecord
-from ...core.store import NO_RESTART_FILE, RESTART_FILE, RESTARTS_FILE
 from ..base import (
     CLOCK_FILE,
     EXIT_CODE_FILE,
@@ -22,6 +21,7 @@ from ..base import (
     malformed_runtime,
     read_runtime,
 )
+from .declared import NO_RESTART_FILE, RESTART_FILE, RESTARTS_FILE
 
 MOUNTED_JOBS_DIR = "/jupyter_trainer/jobs"  # where containers we create see their runs' files
 SHIPPED_JOBS_DIR = "/tmp/jupyter_trainer/jobs"  # run files copied into containers we did not create

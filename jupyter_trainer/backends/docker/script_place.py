@@ -25,7 +25,7 @@ from .runtime import WORKSPACE
 def check_reachable(spec: DetachedSpec, engine: Engine) -> None:
     """Before anything is made: the script lies where a container made for the job will see it
     (one named with --container is looked at when it is found)."""
-    if spec.script_path and not engine.remote and not spec.container:
+    if spec.script_path and not engine.remote and not spec.options.container:
         script_in_container(spec, engine, None)
 
 
@@ -33,7 +33,7 @@ def sent_alone(spec: DetachedSpec, engine: Engine) -> bool:
     """Whether the job's host has no copy of the script run in place, which is sent alone."""
     if not spec.script_path or not engine.remote or spec.script_on_host:
         return False
-    return not spec.sync or inside(spec.script_path, spec.sync) is None
+    return not spec.options.sync or inside(spec.script_path, spec.options.sync) is None
 
 
 def sent_alone_fact(spec: DetachedSpec, engine: Engine) -> str:
@@ -72,7 +72,7 @@ def script_in_container(spec: DetachedSpec, engine: Engine, container) -> Script
             return None
         # --sync copies into the container's working directory (ours, when not made yet)
         synced_to = WORKSPACE if container is None else working_dir(container)
-        return _seen_at(synced_to, spec.script_path, spec.sync)
+        return _seen_at(synced_to, spec.script_path, spec.options.sync)
     if container is None:  # the one made for the job mounts --workdir at /workspace
         if inside(spec.script_path, spec.workdir) is None:
             raise InvalidOption(

@@ -2,7 +2,8 @@
 the engine `--docker-host` chooses (kept as the spec's `engine`), the working directory as a path of
 the machine that engine runs on, and `--sync`, which copies a directory to a remote one.
 
-Declared as the Docker backend's `settle_spec` (options.DETACHED_BACKENDS); pure logic, no docker-py.
+Declared as the Docker backend's `settle` (declared.py), which makes DockerOptions of what it
+gives; pure logic, no docker-py.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from typing import Any, Mapping
 
 from ...errors import InvalidOption
 from ...spec.checks import parse_remote_workdir, parse_workdir
-from .hosts import LOCAL_SOCKET, Engine, resolve
+from .hosts import LOCAL_SOCKET, resolve
 
 
 def settle_docker_spec(parsed: dict[str, Any], hosts: Mapping[str, str] | None) -> dict[str, Any]:
@@ -37,8 +38,3 @@ def _engine(given: str | None, hosts: Mapping[str, str] | None):
     engine = resolve(given, dict(hosts or {}))
     return None if engine.url == LOCAL_SOCKET and not engine.name else engine
 
-
-def remote_machine(spec) -> str | None:
-    """The remote Docker host a spec's job runs on, by name (None: this machine's engine)."""
-    engine = Engine.of(spec.engine)
-    return engine.label if engine is not None and engine.remote else None

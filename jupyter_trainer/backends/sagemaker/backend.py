@@ -21,12 +21,12 @@ from ...core.files import write_private_file
 from ...core.processes import ProcessIdentity
 from ...core.record import JobRecord, Observation, Status, format_duration
 from ...core.resources import Usage
-from ...core.store import CODE_DIR, FAILURE_FILE, JobStore
-from ...core.store import SAGEMAKER_SPEC_FILE as SPEC_FILE
+from ...core.store import JobStore
 from ..base import LOG_FILE, SCRIPT_FILE, BackendBase, FileLogSource, malformed_runtime, notify_input, prepare_supervised_run, read_runtime, write_script
 from ..host import observe_supervised, start_supervised, stop_supervised
 from . import launcher
 from .cloudwatch import CloudWatchLogSync, SyncedLogSource, aws_session, client, observe_training_job
+from .declared import CODE_DIR, FAILURE_FILE, SPEC_FILE
 from .errors import ALREADY_ENDED, has_code, translate
 from .reasons import headline, reason_from_file
 from .spec import CODE_CHANNEL, JOB_ENV_VARIABLE, LAUNCHER_NAME, SageMakerSpec, local_region, training_job_name

@@ -18,8 +18,8 @@ from pathlib import Path
 
 from ...core.files import flocked, write_private_file
 from ...core.record import Observation, Status
-from ...core.store import CLOUDWATCH_LOCK_FILE as LOCK_FILE
-from ...core.store import CLOUDWATCH_STATE_FILE as STATE_FILE
+from .declared import CLOUDWATCH_LOCK_FILE as LOCK_FILE
+from .declared import CLOUDWATCH_STATE_FILE as STATE_FILE
 from ...errors import BackendUnavailable, TrainerError
 from ..base import FileLogSource
 from .errors import NO_LOG_YET, has_code, no_credentials, translate, unreadable_configuration

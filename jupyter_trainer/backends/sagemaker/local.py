@@ -20,9 +20,9 @@ import tempfile
 from pathlib import Path
 
 from ...core.files import write_private_file
-from ...core.store import CODE_DIR, FAILURE_FILE, SAGEMAKER_SPEC_FILE
 from ...errors import TrainerError
 from ...spec.job_spec import Metric
+from .declared import CODE_DIR, FAILURE_FILE, SPEC_FILE
 from .errors import local_mode_failure
 from .launcher import FAILURE_LIMIT, FAILURE_MARKER
 from .reasons import kept_text
@@ -35,7 +35,7 @@ CREDENTIAL_FILE_VARIABLES = ("AWS_CONFIG_FILE", "AWS_SHARED_CREDENTIALS_FILE", "
 
 
 def load_spec(run_dir: Path) -> tuple[str, SageMakerSpec]:
-    data = json.loads((run_dir / SAGEMAKER_SPEC_FILE).read_text())
+    data = json.loads((run_dir / SPEC_FILE).read_text())
     job_name = data.pop("job_name")
     data["metrics"] = tuple(Metric(name, regex) for name, regex in data.get("metrics", []))
     for name in ("interpreter", "args", "subnets", "security_group_ids"):

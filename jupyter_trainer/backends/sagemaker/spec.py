@@ -10,7 +10,8 @@ from typing import Any, Iterable, Mapping
 from ...errors import InvalidOption
 from ...spec.checks import IMAGE_REF, Metric, parse_metrics
 from ...spec.job_spec import added_field, cell_values, parse_declared, public_options_of, secret, spec_fingerprint
-from ...spec.options import SAGEMAKER, settle
+from ...spec.options import settle
+from .declared import SAGEMAKER
 
 ROLE_ARN = re.compile(r"arn:aws[a-z-]*:iam::\d{12}:role/[\w+=,.@/-]{1,512}")
 INSTANCE_TYPE = re.compile(r"ml\.[a-z0-9]+[a-z0-9-]*\.[0-9]*x?(small|medium|large|xlarge)")

@@ -1,14 +1,14 @@
 """Everything Slurm: sbatch, squeue, sacct and scancel, one squeue per poll for every job.
 
-    spec.py      the options' checks, and what they mean together
+    declared.py  its options, their typed values (SlurmOptions) and its run files, read at %load_ext
+    spec.py      the options' checks
     commands.py  Slurm's commands, run as argument lists; their failures become our errors here
     queue.py     what squeue (and accounting) say, shared by every job of a poll
     states.py    Slurm's state and the supervisor's files, as one Observation
     backend.py   SlurmBackend: submit, observe, stop
     batch.sh, start.py, node.py   copied into each run: the batch script, the supervisor's start,
                  and the per-node start of a many-node job
+
+Importing the package imports nothing else: the registry reads `declared.py` when the extension
+loads, and makes the backend (backend.py) on first use.
 """
-
-from .backend import SlurmBackend
-
-__all__ = ["SlurmBackend"]

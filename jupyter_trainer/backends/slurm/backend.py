@@ -48,16 +48,9 @@ from ..base import (
 from ..host import _inherited_environment
 from . import states
 from .commands import SlurmCommandFailed, printed_before, refused, require, run, sbatch_environment
+from .declared import BATCH_FILE, ENV_FILE, NODE_FILE, NOTIFY_INPUT_FILE, SECRET_FILES, START_FILE, SlurmOptions
 from .queue import QUEUE, JobIdentity, SlurmJob, find_by_identity
 from .spec import check_gpus
-
-# The run's files of this backend's (besides the supervisor's: see store.py)
-BATCH_FILE = "slurm_batch.sh"  # what sbatch submits: the same for every job
-START_FILE = "slurm_start.py"  # run by it on the batch node: the environment, then the supervisor
-NODE_FILE = "slurm_node.py"  # with --nodes N: run on each node by srun
-ENV_FILE = "slurm_env"  # the job's --env values (secrets), read and removed by slurm_start.py
-NOTIFY_INPUT_FILE = "slurm_notify"  # with --notify: what the supervisor reads on its stdin
-SECRET_FILES = (ENV_FILE, NOTIFY_INPUT_FILE)  # removed once the job has ended, however it ended
 
 JOB_ID = re.compile(r"(\d{1,12})(?:;([A-Za-z0-9_.-]{1,64}))?")
 TOKEN = re.compile(r"[0-9a-f]{32}")
@@ -157,9 +150,9 @@ class SlurmBackend(BackendBase):
         write_private_file(run_dir / ENV_FILE, json.dumps(job_environment(spec)).encode(), durable=False)
 
     def launch(self, record: JobRecord, run_dir: Path, spec: DetachedSpec) -> SlurmRuntime:
-        options = spec.backend_options
-        nodes = int(options.get("nodes") or 1)
-        requeue = bool(options.get("requeue"))
+        options = spec.options if isinstance(spec.options, SlurmOptions) else SlurmOptions()
+        nodes = options.nodes or 1
+        requeue = options.requeue
         given = notify_input(record, run_dir, spec.notify)
         if given:
             write_run_file(run_dir, NOTIFY_INPUT_FILE, given)
@@ -172,12 +165,12 @@ class SlurmBackend(BackendBase):
         ]  # fmt: skip
         if nodes > 1:
             args.append("--ntasks-per-node=1")
-        for flag, key in (("--partition", "partition"), ("--time", "time"), ("--account", "account"), ("--qos", "qos")):
-            if options.get(key):
-                args.append(f"{flag}={options[key]}")
+        for flag, value in (("--partition", options.partition), ("--time", options.time), ("--account", options.account), ("--qos", options.qos)):
+            if value:
+                args.append(f"{flag}={value}")
         if spec.gpus:
             args.append(f"--gpus-per-node={spec.gpus}")
-        args += list(options.get("sbatch_args") or ())
+        args += list(options.sbatch_args)
         # "--" ends sbatch's options: a last --sbatch-arg that wants a value it was not given
         # ("--comment") takes this one, never the batch file that follows. The token, new for
         # each submission, is in the job's command, which squeue shows and nobody can change

@@ -1,7 +1,7 @@
 """The Slurm backend's options, checked when a `%%train_detached --slurm` cell becomes a spec.
 
-Each option is checked here (declared as `parse="jupyter_trainer.backends.slurm.spec:..."` in
-options.py); they reach the backend as the spec's `backend_options`. `check_gpus` is the
+Each option is checked here (named as `parse="jupyter_trainer.backends.slurm.spec:..."` in
+declared.py); they reach the backend as the spec's typed `options` (SlurmOptions). `check_gpus` is the
 backend's preflight check of the shared `--gpus`. Every value reaches `sbatch` as one
 argument of its own, never through a shell; these checks refuse what sbatch would misread (an
 option where a value belongs, a newline) and the sbatch options the backend sets itself.
