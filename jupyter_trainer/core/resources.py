@@ -100,21 +100,22 @@ def parse_nvidia_smi(text: str) -> tuple[GpuUsage, ...]:
         fields = line.split(",")
         if len(fields) != 4:
             continue
-        index, utilization, used, total = (_number(value) for value in fields)
+        index, utilization, used, total = (plausible_number(value) for value in fields)
         if index is None or index != int(index) or not 0 <= index < MAX_GPU_INDEX or int(index) in gpus:
             continue
         gpus[int(index)] = GpuUsage(
             int(index),
             utilization if utilization is not None and 0 <= utilization <= 100 else None,
-            _mebibytes(used),
-            _mebibytes(total),
+            mebibytes(used),
+            mebibytes(total),
         )
         if len(gpus) == MAX_GPUS:
             break
     return tuple(gpus.values())
 
 
-def _number(value: str) -> float | None:
+def plausible_number(value: str) -> float | None:
+    """A field of nvidia-smi's CSV as a finite number ("[N/A]", NaN and words are None)."""
     try:
         parsed = float(value.strip())
     except ValueError:
@@ -122,7 +123,8 @@ def _number(value: str) -> float | None:
     return parsed if math.isfinite(parsed) else None
 
 
-def _mebibytes(value: float | None) -> int | None:
+def mebibytes(value: float | None) -> int | None:
+    """MiB as nvidia-smi gives them, in bytes (None if absent, negative or absurd)."""
     if value is None or not 0 <= value <= MAX_GPU_MIB:
         return None
     return int(value * MIB)
