@@ -48,7 +48,11 @@ class LogSourceBase:
 @runtime_checkable
 class TellingLog(Protocol):
     """A log source that tells of what the log gains as it comes (a remote container's stream):
-    a view told so need not poll it. Optional: found with isinstance."""
+    a view told so need not poll it. Optional: found with isinstance. For a log that is not a file
+    on this machine (`local_file()` None): a local file's changes are watched where it lies
+    (logs/watch.py), and a view asks no more of it. A source is made again whenever its job's
+    record changes (Job.log_source): one that keeps a thread or a connection shares it per run
+    (as Docker's SharedStreams does), not per source."""
 
     @property
     def telling(self) -> bool:

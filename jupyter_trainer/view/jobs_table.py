@@ -32,9 +32,14 @@ SCAN_INTERVAL = 2.0  # seconds between two looks at the store (new jobs, records
 MAX_ROWS = 100  # the newest shown; the table says how many more there are
 FILTERS = ("all", *(status.value for status in Status))
 
+# The width of a column, by its field's key; a column not named here (a field added to the rows)
+# shares what is left with the others.
+COLUMN_WIDTHS = {"name": "minmax(8em, 3fr)", "backend": "5.5em", "host": "minmax(4em, 1fr)", "status": "6.5em",
+                 "started": "10.5em", "duration": "5em", "exit_code": "4.5em", "metric": "minmax(7em, 2fr)"}  # fmt: skip
+GRID = " ".join(["1.6em", *(COLUMN_WIDTHS.get(key, "minmax(5em, 1fr)") for key, _title in ROW_COLUMNS), "15em"])  # the tick box, the columns, the buttons
+
 TABLE_STYLE = """<style>
-.jupyter-trainer-jobs .jt-row { display: grid;
-  grid-template-columns: 1.6em minmax(8em, 3fr) 5.5em minmax(4em, 1fr) 6.5em 10.5em 5em 4.5em minmax(7em, 2fr) 15em;
+.jupyter-trainer-jobs .jt-row { display: grid; grid-template-columns: GRID;
   gap: 0 10px; align-items: center; border-bottom: 1px solid var(--jt-border); padding: 2px 4px; }
 .jupyter-trainer-jobs .jt-row.jt-head { font-weight: bold; color: var(--jt-muted); }
 .jupyter-trainer-jobs .jt-row > .widget-html { margin: 0; width: auto; min-width: 0; justify-self: stretch; overflow: hidden; }
@@ -45,7 +50,7 @@ TABLE_STYLE = """<style>
 .jupyter-trainer-jobs .jt-row > .widget-checkbox { width: auto; margin: 0; height: 24px; }
 .jupyter-trainer-jobs .jt-row > .widget-checkbox input { margin: 0; }
 .jupyter-trainer-jobs .widget-button.jt-compare { width: auto; padding: 0 10px; margin-left: 8px; }
-</style>"""
+</style>""".replace("GRID", GRID)
 
 
 def _cell(text: str, title: str = "") -> str:
