@@ -22,7 +22,7 @@ from ..core.resources import describe as describe_usage
 from ..core.wording import readable
 from ..metrics.series import MetricSeries
 from .monitor import Snapshot
-from .words import facts, format_time, host, own_fields, printable, status_text, where
+from .words import facts, format_time, host, own_fields, printable, short_time, status_text, where
 
 # Where a field is shown.
 HEADER = "header"  # the live view's header, and the copy saved in the notebook
@@ -105,7 +105,7 @@ def _record_fields(snapshot: Snapshot, record: JobRecord) -> list[Field]:
         host_text += f" (unreachable since {format_time(record.unreachable_since)})"
     shown = [
         _field("host", "host", host_text, ROW),
-        _field("started", "started", format_time(record.started_at or record.created_at), ROW),
+        _field("started", "started", short_time(record.started_at or record.created_at), ROW),
         _field("started", "started", format_time(record.started_at), BLOCK),
         _field("duration", "duration", format_duration(record.duration), ROW, BLOCK),
     ]

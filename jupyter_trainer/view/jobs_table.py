@@ -34,14 +34,15 @@ FILTERS = ("all", *(status.value for status in Status))
 
 # The width of a column, by its field's key; a column not named here (a field added to the rows)
 # shares what is left with the others.
-COLUMN_WIDTHS = {"name": "minmax(8em, 3fr)", "backend": "5.5em", "host": "minmax(4em, 1fr)", "status": "6.5em",
-                 "started": "10.5em", "duration": "5em", "exit_code": "4.5em", "metric": "minmax(7em, 2fr)"}  # fmt: skip
-GRID = " ".join(["1.6em", *(COLUMN_WIDTHS.get(key, "minmax(5em, 1fr)") for key, _title in ROW_COLUMNS), "15em"])  # the tick box, the columns, the buttons
+COLUMN_WIDTHS = {"name": "minmax(7em, 2fr)", "backend": "5em", "host": "minmax(3em, 1fr)", "status": "6.5em",
+                 "started": "7em", "duration": "5em", "exit_code": "3.5em", "metric": "minmax(6em, 1.5fr)"}  # fmt: skip
+GRID = " ".join(["1.6em", *(COLUMN_WIDTHS.get(key, "minmax(4em, 1fr)") for key, _title in ROW_COLUMNS), "13em"])  # the tick box, the columns, the buttons
 
 TABLE_STYLE = """<style>
 .jupyter-trainer-jobs .jt-row { display: grid; grid-template-columns: GRID;
-  gap: 0 10px; align-items: center; border-bottom: 1px solid var(--jt-border); padding: 2px 4px; }
+  gap: 0 8px; align-items: center; border-bottom: 1px solid var(--jt-border); padding: 2px 4px; }
 .jupyter-trainer-jobs .jt-row.jt-head { font-weight: bold; color: var(--jt-muted); }
+.jupyter-trainer-jobs .jt-row.jt-head .jt-cell { white-space: normal; line-height: 1.1; }
 .jupyter-trainer-jobs .jt-row > .widget-html { margin: 0; width: auto; min-width: 0; justify-self: stretch; overflow: hidden; }
 .jupyter-trainer-jobs .jt-row .widget-html-content { display: block; overflow: hidden; }
 .jupyter-trainer-jobs .jt-cell { white-space: nowrap; overflow: hidden; text-overflow: ellipsis; text-align: left; }

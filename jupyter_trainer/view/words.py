@@ -19,6 +19,15 @@ def format_time(timestamp: float | None) -> str:
     return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(timestamp))
 
 
+def short_time(timestamp: float | None, now: float | None = None) -> str:
+    """A table's time, as `ls -l` gives it: the day and minute within the year, else the date."""
+    if timestamp is None:
+        return "-"
+    when = time.localtime(timestamp)
+    this_year = when.tm_year == time.localtime(time.time() if now is None else now).tm_year
+    return time.strftime("%m-%d %H:%M" if this_year else "%Y-%m-%d", when)
+
+
 def where(record: JobRecord, backends: Backends) -> str:
     """Where the job runs, in its backend's words (its name alone when they cannot be had: one bad
     record never breaks a listing). A backend's words may pass on a runtime's (Slurm's reason a job
