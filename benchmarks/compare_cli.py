@@ -31,6 +31,7 @@ import os
 import resource
 import shutil
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -40,7 +41,6 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path[:0] = [str(HERE), str(HERE.parent)]  # common.py, and this checkout's package
 from common import Comparison, table  # noqa: E402
-from metrics_cli import run_to  # noqa: E402
 
 SHAPES = {
     "steps": lambda job, step, lines: b"step %06d loss: %.6f lr: %.5f some more text to make a realistic line\n"
@@ -89,6 +89,13 @@ def command(checkout: Path, home: Path, names: list[str], *more: str) -> tuple[l
     return [sys.executable, "-m", "jupyter_trainer", "compare", *names, *more], {**os.environ, "PYTHONPATH": str(checkout), "JUPYTER_TRAINER_HOME": str(home)}
 
 
+def run_to(argv: list[str], output: Path, env: dict, cwd: Path) -> None:
+    """Run `argv` in `cwd` (`python -m` puts its working directory before PYTHONPATH: a checkout's
+    arm runs in that checkout), writing to `output`."""
+    with open(output, "wb") as out:
+        subprocess.run(argv, stdout=out, env=env, cwd=cwd, check=True)
+
+
 def wall_and_cpu(function) -> tuple[float, float]:
     """The wall-clock and the CPU time (of the processes it waited for) of `function()`."""
     def cpu() -> float:
@@ -119,14 +126,14 @@ def bench_shape(home: Path, shape: str, args, checkouts: dict[str, Path]) -> tup
     size = sum(log.stat().st_size for log in logs)
     env = {**os.environ, "PYTHONPATH": str(HERE.parent)}
     arms = {
-        "cat": partial(run_to, ["cat", *map(str, logs)], home / "cat.txt", env),
-        "read once": partial(run_to, [sys.executable, "-c", READ_ONCE, *map(str, logs)], home / "read.txt", env),
+        "cat": partial(run_to, ["cat", *map(str, logs)], home / "cat.txt", env, home),
+        "read once": partial(run_to, [sys.executable, "-c", READ_ONCE, *map(str, logs)], home / "read.txt", env, HERE.parent),
     }
     outputs = {}
     for index, (label, checkout) in enumerate(checkouts.items()):
         argv, checkout_env = command(checkout, home, names)
         outputs[label] = home / f"compare-{shape}-{index}.txt"
-        arms[label] = partial(run_to, argv, outputs[label], checkout_env)
+        arms[label] = partial(run_to, argv, outputs[label], checkout_env, checkout)
     walls, cpus = alternating(arms, args.rounds)
     what = f"{args.jobs} jobs x {args.lines:,} lines ({shape}, {size / 1e6:.0f} MB)"
     results = []
@@ -142,7 +149,7 @@ def bench_shape(home: Path, shape: str, args, checkouts: dict[str, Path]) -> tup
         for index, checkout in enumerate(checkouts.values()):
             argv, checkout_env = command(checkout, home, names, "--json")
             as_json.append(home / f"compare-{shape}-{index}.json")
-            run_to(argv, as_json[-1], checkout_env)
+            run_to(argv, as_json[-1], checkout_env, checkout)
         same = same and all(filecmp.cmp(as_json[0], other, shallow=False) for other in as_json[1:])
     return results, same
 
