@@ -333,6 +333,98 @@ def test_the_magic_prints_the_table_in_a_terminal_and_says_an_unknown_job_in_one
     assert "usage: %train_compare " in help_text and "--metric M" in help_text and "\n  %train_compare lr-0.1" in help_text
 
 
+# -- the text table reads only what it prints ------------------------------------------------
+
+
+def varied_log(seed: int, lines: int = 2000) -> str:
+    """A log of the shapes a comparison meets, in random turns: runs of same-shaped lines (read a
+    run at a time), lines read one by one (two markers, Hugging Face's dicts, Keras' epochs, tqdm's
+    redraws), a setting printed before training (numbered, then moved to the step), values that
+    are not finite, 0.0 beside -0.0, and a metric that changes its axis. No redraw in its first
+    64 KB, which are read a run at a time where they can be (a read with a redraw in it is not)."""
+    import random
+
+    rnd = random.Random(seed)
+    out = ["lr: 0.1\n", "loss: 9.5\n", "loss: 9.0\n"] if seed % 2 else []
+    step = 0
+    while len(out) < lines:
+        shapes = ["run", "epochs", "hf", "odd"] + ["bar"] * (sum(map(len, out)) > 70_000)
+        shape, count = rnd.choice(shapes), rnd.randint(1, 120)
+        for _ in range(count):
+            step += 1
+            loss = rnd.choice([f"{rnd.random():.4f}", f"{rnd.random():.4f}", "nan", "inf", "-inf", "0.0", "-0.0"])
+            if shape == "run":
+                out.append(f"step {step:06d} loss: {rnd.random():.6f} lr: {0.001 * rnd.random():.5f} acc: {rnd.random():.3f} padding\n")
+            elif shape == "epochs":
+                out.append(f"epoch {step // 50} step {step} loss: {loss} acc: {rnd.choice(['0.0', '-0.0', '0.5'])}\n")
+            elif shape == "hf":
+                out.append(f"{{'loss': {loss}, 'grad_norm': {rnd.random():.3f}, 'learning_rate': 5e-05, 'epoch': {step / 1000:.3f}}}\n")
+            elif shape == "bar":
+                out.append(f"\r{step % 100}/100 [00:01<00:02, loss={loss}, val_loss={rnd.random():.3f}]")
+            else:
+                out.append(rnd.choice(["warning: something\n", f"val_loss: {loss}\n", f"Epoch {step // 50 + 1}/9\n"]))
+        out.append("\n")
+    return "".join(out)
+
+
+def test_the_text_table_is_what_the_full_comparison_shows(store, fake_backend, backends):
+    """The table read without curves (the command line's, --no-widget's) gives the rows and the note
+    the full comparison does, on logs of every shape, finished or running, whatever the metric."""
+    jobs = [fake_job(store, backends, f"v{seed}", started_at=1000.0) for seed in range(4)]
+    for seed, job in enumerate(jobs):
+        append(job, varied_log(seed))
+    finish(fake_backend, *jobs[:3])  # one still runs: its latest values are not settled yet
+    points = 0
+    for metric in (None, "acc", "val_loss", "nothing"):
+        full_runs = [ComparedRun(job, metric).read_all(now=5000.0) for job in jobs]
+        table_runs = [ComparedRun(job, metric, curves=False).read_all(now=5000.0) for job in jobs]
+        for asked in {metric, "loss", "lr", "grad_norm"} if metric is None else {metric}:
+            for by_time in (False, True):
+                full, table = compare(full_runs, asked, by_time), compare(table_runs, asked, by_time)
+                # by repr: nan is not equal to itself, and -0.0 is equal to 0.0
+                assert repr(table.rows) == repr(full.rows), (asked, by_time)
+                assert (table.metric, table.axis, table.note) == (full.metric, full.axis, full.note)
+                points += sum(row.points for row in table.rows)
+    assert points > 10_000
+
+
+def test_the_command_lines_table_builds_no_curve(store, fake_backend, backends, monkeypatch, capsys):
+    """`compare` of 500 jobs of 3000 lines each took a minute, most of it spent drawing curves (a
+    bounded series by step and another by time, for each run) that a text table never shows: it
+    keeps each run's count, last, lowest and highest value of the metric, and the same table comes
+    out (and the same JSON)."""
+    from jupyter_trainer.metrics.comparison import rows_json, table_text
+    from jupyter_trainer.metrics.series import MetricSeries
+    from jupyter_trainer.surfaces import cli as command_line
+
+    jobs = [fake_job(store, backends, f"c{seed}", started_at=1000.0) for seed in range(4)]
+    for seed, job in enumerate(jobs):
+        append(job, varied_log(seed + 10))
+    finish(fake_backend, *jobs[:3])
+    expected = compare([ComparedRun(job).read_all() for job in jobs])
+    assert sum(row.points for row in expected.rows) > 300
+    added = []
+    real_add = MetricSeries.add
+    monkeypatch.setattr(MetricSeries, "add", lambda self, point: added.append(point) or real_add(self, point))
+    names = [job.name for job in jobs]
+    assert command_line.run(["compare", *names], store, backends) in (0, None)
+    assert capsys.readouterr().out == table_text(expected.rows, expected.note) + "\n"
+    assert command_line.run(["compare", *names, "--json"], store, backends) in (0, None)
+    assert capsys.readouterr().out == rows_json(expected.rows) + "\n"
+    assert added == []
+
+
+def test_a_batch_counts_as_its_values_one_by_one():
+    values = [0.5, -0.0, 0.0, float("nan"), 2.0, float("inf"), -0.0, 0.25, float("-inf"), 0.0]
+    for cut in range(len(values) + 1):
+        one_by_one, batched = rules.stats_of(values), rules.stats_of(values[:cut])
+        batched.extend(values[cut:])
+        assert repr(vars(batched)) == repr(vars(one_by_one))
+    zeros = rules.Stats()
+    zeros.extend([-0.0, 0.0])
+    assert repr((zeros.lowest, zeros.highest)) == "(-0.0, -0.0)"
+
+
 # -- the jobs table ------------------------------------------------------------------------
 
 

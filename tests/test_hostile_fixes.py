@@ -219,22 +219,27 @@ def test_a_lone_surrogate_a_job_writes_into_its_record_never_breaks_status(home,
 # -- %train_compare / compare of a job removed while it is compared -----------------------------
 
 
-def test_a_job_removed_while_it_is_compared_is_not_said_to_have_no_values(home, workdir):
+@pytest.mark.parametrize("curves", [True, False], ids=["view", "text table"])
+def test_a_job_removed_while_it_is_compared_is_not_said_to_have_no_values(home, workdir, curves):
     """`compare` (and %train_compare) loads the jobs, then reads their logs: a job removed in
     between (`jupyter-trainer rm` from another terminal; seen with 500 jobs, rm landing within the
     comparison's second) is shown as `completed ... 0 points` with the note "no value of loss in
     its log", which its log, when it was there, had fifty of. It should say the job was removed."""
+    from jupyter_trainer.metrics.comparison import table_text
     from jupyter_trainer.view.compare_runs import compare, load_runs
 
     (workdir / "train.py").write_text("for step in range(50):\n    print(f'step {step} loss: {1 / (step + 1):.4f}')\n")
     for name in ("kept", "removed"):
         assert cli("submit", "train.py", "--host", "--name", name, cwd=workdir).returncode == 0
         assert Job.load(name).wait(timeout=60) is Status.COMPLETED
-    runs = load_runs(["kept", "removed"])
+    runs = load_runs(["kept", "removed"], curves=curves)
     assert cli("rm", "removed").returncode == 0  # from another terminal, while the comparison reads
-    rows = {row.name: row for row in compare([run.read_all() for run in runs]).rows}
+    shown = compare([run.read_all() for run in runs])
+    rows = {row.name: row for row in shown.rows}
     assert rows["kept"].points == 50
     assert "no value of loss in its log" not in rows["removed"].note and "removed" in rows["removed"].note, rows["removed"]
+    notes = table_text(shown.rows, shown.note).splitlines()[3:]  # under the header and the two rows
+    assert notes == ["removed: removed while it was compared", "x: step"]
 
 
 # -- the metrics cache a job can write ---------------------------------------------------------

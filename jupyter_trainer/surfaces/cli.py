@@ -244,7 +244,8 @@ def print_comparison(args, store: JobStore, backends: Backends) -> None:
     from ..metrics.comparison import rows_json, table_text
     from ..view.compare_runs import compare, load_runs
 
-    runs = [run.read_all() for run in load_runs(args.names, args.metric, store, backends)]
+    # the table shows each run's last and best value and its count: no curve is kept to show them
+    runs = [run.read_all() for run in load_runs(args.names, args.metric, store, backends, curves=False)]
     comparison = compare(runs, args.metric, args.x == "time")
     if not args.json:
         print(table_text(comparison.rows, comparison.note))

@@ -324,7 +324,7 @@ class TrainerMagics(Magics):
 
         widget = self.widget and not args.no_widget and widgets_supported(self.shell)
         # an unknown name: one line; the view asks for the statuses itself, without waiting for a slow backend
-        runs = load_runs(args.names, args.metric, self._store(), self.backends, refresh=not widget)
+        runs = load_runs(args.names, args.metric, self._store(), self.backends, refresh=not widget, curves=widget)
         by_time = args.x == "time"
         if widget:
             from IPython.display import display

@@ -40,12 +40,15 @@ MAX_NAMES = 256  # metrics a run keeps the table's numbers of (a log may print e
 
 
 class ComparedRun:
-    """One job of a comparison. `metric`: only that metric is kept (None: every one, to choose from)."""
+    """One job of a comparison. `metric`: only that metric is kept (None: every one, to choose from).
+    `curves` False: only the table's numbers are kept (a text table shows no curve), the values of
+    a run of lines taken in one batch each; `curve` is then empty."""
 
-    def __init__(self, job: Job, metric: str | None = None, read_seconds: float = READ_SECONDS):
+    def __init__(self, job: Job, metric: str | None = None, read_seconds: float = READ_SECONDS, curves: bool = True):
         self.job = job
         self.metric = metric
         self.read_seconds = read_seconds
+        self.curves = curves
         self.by_own = MetricSeries()
         self.by_time = MetricSeries()
         self.stats: dict[str, rules.Stats] = {}
@@ -54,7 +57,7 @@ class ComparedRun:
         options = job.record.options.get("metrics", [])
         self.parser = MetricParser(Metric(name, regex) for name, regex in options)
         self.clock = LogClock(job.record.started_at)
-        self.reader = MetricReader(self._take, self.parser.finders(), self.clock)
+        self.reader = self._new_reader()
         self.cursor = LogCursor(chunk_size=MAX_PIECE)  # a read's budget is looked at between chunks
         self._size = 0  # the log's size at the last read, and when
         self._now = time.time()
@@ -179,7 +182,10 @@ class ComparedRun:
     def _start_again(self) -> None:
         """The log was cut or replaced: its series start again from its new start."""
         self.by_own, self.by_time, self.stats, self.axes, self.others = MetricSeries(), MetricSeries(), {}, {}, {}
-        self.reader = MetricReader(self._take, self.parser.finders(), self.clock)
+        self.reader = self._new_reader()
+
+    def _new_reader(self) -> MetricReader:
+        return MetricReader(self._take, self.parser.finders(), self.clock, bulk=None if self.curves else self._take_many)
 
     def _read_clock(self) -> None:
         self.clock.started_at = self.record.started_at
@@ -204,21 +210,42 @@ class ComparedRun:
     def _take(self, point: tuple) -> None:
         """A settled value from the reader."""
         name, axis, x, value = point
-        if self.metric is not None and name != self.metric:
-            if len(self.others) < MAX_NAMES:
-                self.others[name] = None  # named when the metric asked for is not in the log
+        stats = self.stats.get(name)
+        if stats is None or self.axes[name] != axis:
+            stats = self._stats_to_count(name, axis)
+            if stats is None:
+                return
+        stats.add(value)
+        if not self.curves:
             return
-        if name not in self.stats and len(self.stats) >= MAX_NAMES:
-            return
-        if self.axes.get(name, axis) != axis:  # the reader moved it to another x: it starts again
-            self.stats[name] = rules.Stats()
-        self.axes[name] = axis
-        self.stats.setdefault(name, rules.Stats()).add(value)
         self.by_own.add(point)
         seconds = self._time_of(point, self.reader.given_at)
         if seconds is not None:
             # tagged with its own axis, so that a metric moved to another x starts again here too
             self.by_time.add((name, f"{TIME}:{axis}", seconds, value))
+
+    def _take_many(self, name: str, axis: str, _xs: list, values: list, _offsets) -> None:
+        """Settled values of one metric from a run of lines (a reader of the table's numbers only)."""
+        stats = self._stats_to_count(name, axis)
+        if stats is not None:
+            stats.extend(values)
+
+    def _stats_to_count(self, name: str, axis: str) -> rules.Stats | None:
+        """The table's numbers a value of `name` on `axis` counts into; None for a metric not kept."""
+        if self.metric is not None and name != self.metric:
+            if len(self.others) < MAX_NAMES:
+                self.others[name] = None  # named when the metric asked for is not in the log
+            return None
+        stats = self.stats.get(name)
+        if stats is None:
+            if len(self.stats) >= MAX_NAMES:
+                return None
+        elif self.axes[name] == axis:
+            return stats
+        # new, or moved by the reader to another x: it starts again
+        stats = self.stats[name] = rules.Stats()
+        self.axes[name] = axis
+        return stats
 
     # -- what the comparison shows ----------------------------------------------------
 
@@ -253,6 +280,8 @@ class ComparedRun:
         return self.axes.get(name) or (point[1] if point is not None else None)
 
     def curve(self, name: str, by_time: bool) -> list[tuple[float, float]]:
+        if not self.curves:
+            return []
         points = (self.by_time if by_time else self.by_own).curve(name)
         point = self._pending(name)
         if point is not None:
@@ -291,11 +320,14 @@ def _said_removed(row: rules.Row, run: ComparedRun) -> rules.Row:
     return dataclasses.replace(row, status="removed", note=run.removed) if run.removed else row
 
 
-def load_runs(names: list[str], metric: str | None = None, store=None, backends=None, refresh: bool = True) -> list[ComparedRun]:
+def load_runs(
+    names: list[str], metric: str | None = None, store=None, backends=None, refresh: bool = True, curves: bool = True
+) -> list[ComparedRun]:
     """The runs of the jobs called `names` (each once), refreshed (`refresh` False: as recorded, for
-    a view that asks for their statuses itself); an unknown name is a TrainerError."""
+    a view that asks for their statuses itself); an unknown name is a TrainerError. `curves` False:
+    for a text table, which shows none (see ComparedRun)."""
     jobs = [Job.load(name, store, backends) for name in rules.unique(names)]
-    runs = [ComparedRun(job, metric) for job in jobs]
+    runs = [ComparedRun(job, metric, curves=curves) for job in jobs]
     if refresh:
         for run in runs:
             run.refresh_status()
