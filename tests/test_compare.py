@@ -94,7 +94,7 @@ def test_the_table_and_json_say_each_jobs_last_best_and_points():
     assert rows[1].note == "b: no value of loss in its log (it has acc, lr)"
     text = rules.table_text(rows, "x: step")
     lines = text.splitlines()
-    assert lines[0].split() == ["name", "status", "metric", "last", "best", "points"]
+    assert lines[0].split() == ["name", "status", "metric", "last", "best", "(lowest)", "points"]  # the notebook's titles
     assert lines[1].split() == ["a", "completed", "loss", "0.75", "0.5", "4"]
     assert lines[2].split() == ["b", "running", "loss", "-", "-", "0"]
     assert lines[3:] == ["b: no value of loss in its log (it has acc, lr)", "x: step"]

@@ -170,19 +170,32 @@ def format_value(value: float | None) -> str:
     return f"{value:.4g}"
 
 
+def columns(metric: str | None) -> tuple[str, ...]:
+    """The table's titles, text and notebook alike: best says which way is best where the metric's
+    name tells."""
+    way = direction(metric) if metric else None
+    return ("name", "status", "metric", "last", f"best ({way})" if way else "best", "points")
+
+
+def cells(row: Row) -> tuple[str, ...]:
+    """A row's cells, as both tables show them."""
+    return (row.name, row.status, row.metric or "-", format_value(row.last), format_value(row.best), str(row.points))
+
+
+def notes(rows: Sequence[Row], note: str = "") -> list[str]:
+    """What both tables say under the rows: each run's note, whether best could be told, `note`."""
+    said = [row.note for row in rows if row.note]
+    metric = next((row.metric for row in rows if row.metric), None)
+    if metric and direction(metric) is None:
+        said.append(f"best: {metric}'s name does not say whether lower or higher is better")
+    return said + ([note] if note else [])
+
+
 def table_text(rows: Sequence[Row], note: str = "") -> str:
     """The comparison as a text table (a terminal, --no-widget), its notes under it."""
-    header = ("name", "status", "metric", "last", "best", "points")
-    cells = [(r.name, r.status, r.metric or "-", format_value(r.last), format_value(r.best), str(r.points)) for r in rows]
-    text = [text_table(cells, header, right={3, 4, 5})]
-    metric = next((r.metric for r in rows if r.metric), None)
-    way = direction(metric) if metric else None
-    notes = [r.note for r in rows if r.note]
-    if metric and way is None:
-        notes.append(f"best: {metric}'s name does not say whether lower or higher is better")
-    if note:
-        notes.append(note)
-    return "\n".join(text + notes)
+    metric = next((row.metric for row in rows if row.metric), None)
+    text = text_table([cells(row) for row in rows], columns(metric), right={3, 4, 5})
+    return "\n".join([text, *notes(rows, note)])
 
 
 def rows_json(rows: Sequence[Row]) -> str:

@@ -64,10 +64,7 @@ def comparison_html(comparison: Comparison, statuses: list[Status], asking: list
         curves = [(label, thinned(points, most), colour) for (label, points), colour in zip(comparison.curves, colours)]
         parts.append(chart_svg(metric, comparison.axis, curves, CHART_WIDTH, CHART_HEIGHT, wrap_legend=True))
     parts.append(table_html(comparison, statuses, colours, asking))
-    way = rules.direction(metric) if metric else None
-    notes = [row.note for row in comparison.rows if row.note]
-    if metric and way is None:
-        notes.append(f"best: {metric}'s name does not say whether lower or higher is better")
+    notes = rules.notes(comparison.rows)  # the comparison's own note is under its title
     if len(comparison.rows) > len(RUN_PALETTE):
         notes.append(f"more jobs than colours: every {len(RUN_PALETTE)}th job has the same colour (the table's order is the legend's)")
     parts += [f'<div class="jt-compare-note">{html.escape(note)}</div>' for note in notes]
@@ -91,22 +88,22 @@ def thinned(points: list[tuple[float, float]], most: int) -> list[tuple[float, f
 
 
 def table_html(comparison: Comparison, statuses: list[Status], colours: list[str], asking: list[str] | None = None) -> str:
-    way = rules.direction(comparison.metric) if comparison.metric else None
-    best = f"best ({way})" if way else "best"
-    head = "".join(f"<th>{html.escape(title)}</th>" for title in ("name", "status", "metric", "last", best, "points"))
+    """The table as the text one has it (metrics/comparison.py: columns, cells), each run's status
+    a badge and its colour the chart's."""
+    head = "".join(f"<th>{html.escape(title)}</th>" for title in rules.columns(comparison.metric))
     body = []
     for row, status, colour, words in zip(comparison.rows, statuses, colours, asking or [""] * len(statuses)):
-        badge = f'<span class="jt-status" style="background:{STATUS_COLOURS[status]}">{html.escape(row.status)}</span>'
+        name, shown_status, *numbers = rules.cells(row)
+        metric, numbers = numbers[0], numbers[1:]
+        badge = f'<span class="jt-status" style="background:{STATUS_COLOURS[status]}">{html.escape(shown_status)}</span>'
         if words:  # the status shown is the last known
             badge += f' <span class="jt-asking">{html.escape(words)}</span>'
         body.append(
             "<tr>"
-            f'<td><span class="jt-key" style="background:{colour}"></span>{html.escape(row.name)}</td>'
-            f"<td>{badge}</td><td>{html.escape(row.metric or '-')}</td>"
-            f'<td class="jt-number">{rules.format_value(row.last)}</td>'
-            f'<td class="jt-number">{rules.format_value(row.best)}</td>'
-            f'<td class="jt-number">{row.points}</td>'
-            "</tr>"
+            f'<td><span class="jt-key" style="background:{colour}"></span>{html.escape(name)}</td>'
+            f"<td>{badge}</td><td>{html.escape(metric)}</td>"
+            + "".join(f'<td class="jt-number">{html.escape(number)}</td>' for number in numbers)
+            + "</tr>"
         )
     return f'<table class="jt-compare-table"><thead><tr>{head}</tr></thead><tbody>{"".join(body)}</tbody></table>'
 

@@ -18,10 +18,10 @@ from pathlib import Path
 
 from ...core.files import flocked, write_private_file
 from ...core.record import Observation, Status
-from .declared import CLOUDWATCH_LOCK_FILE as LOCK_FILE
-from .declared import CLOUDWATCH_STATE_FILE as STATE_FILE
 from ...errors import BackendUnavailable, TrainerError
 from ..base import FileLogSource
+from .declared import CLOUDWATCH_LOCK_FILE as LOCK_FILE
+from .declared import CLOUDWATCH_STATE_FILE as STATE_FILE
 from .errors import NO_LOG_YET, has_code, no_credentials, translate, unreadable_configuration
 from .reasons import headline, kept_text
 
