@@ -92,3 +92,87 @@ def test_a_session_looked_at_for_the_first_time_is_read_at_once(passes):
         for process in (first, second, stranger):
             process.kill()
             process.wait()
+
+
+# -- the poller between two beats --------------------------------------------------------------------
+
+
+@pytest.fixture
+def quiet_widgets(monkeypatch):
+    import comm
+    from comm.base_comm import BaseComm
+
+    class QuietComm(BaseComm):
+        def publish_msg(self, msg_type, data=None, metadata=None, buffers=None, **keys):
+            pass
+
+    monkeypatch.setattr(comm, "create_comm", lambda *a, **k: QuietComm(*a, **k))
+
+
+def test_a_line_printed_just_after_the_clock_moved_is_shown_at_once(store, fake_backend, backends, quiet_widgets):
+    """The header's clock moves once a second, alone: that update is not counted against the pace
+    of whole updates (four a second), which made a line printed within a quarter of a second
+    after it wait, its view awake and its poller ticking, for the pace to allow it."""
+    from test_widget import Clock, append, fake_job
+
+    from jupyter_trainer.view.job_widget import JobWidget
+
+    job = fake_job(store, backends)
+    clock = Clock(now=(job.record.started_at or 1000.0) + 5)
+    view = JobWidget(job, clock=clock)
+    append(job, "first\n")
+    view.poll(now=1.0)
+    clock.now += 1
+    view.poll(now=2.0)  # the beat: only the clock moved
+    append(job, "printed just after\n")
+    view.files_changed({"output.log"})
+    view.poll(now=2.05)
+    assert "printed just after" in view.log.value
+
+
+def test_a_line_of_one_of_twenty_quiet_views_polls_that_view_alone(store, fake_backend, backends, quiet_widgets):
+    """Between two beats, a change told wakes the poller for the views it concerns: the others,
+    quiet, were each asked again whether they were quiet (and their files looked up), at every
+    wake. Counted: which views the ticks told of the line poll, and which they ask."""
+    import time
+
+    from conftest import wait_for
+    from test_widget import Clock, append, fake_job
+
+    from jupyter_trainer.view.job_widget import JobWidget
+    from jupyter_trainer.view.poller import Poller
+
+    views = [JobWidget(fake_job(store, backends, name=f"q{index}"), clock=Clock()) for index in range(20)]
+    for view in views:
+        append(view.job, "first\n")
+    asked, polled = [], []
+    quiet, poll = JobWidget.quiet, JobWidget.poll
+
+    class Counted(JobWidget):
+        @property
+        def quiet(self):
+            asked.append(self)
+            return quiet.fget(self)
+
+        def poll(self, now):
+            polled.append(self)
+            return poll(self, now)
+
+    for view in views:
+        view.__class__ = Counted
+    poller = Poller(interval=0.01, quiet_interval=60)  # no beat within the test
+    try:
+        poller.watch(*views)
+        wait_for(lambda: all(view.quiet and view.watched and "first" in view.log.value for view in views), timeout=20, what="the views to settle")
+        time.sleep(0.2)
+        asked.clear()
+        polled.clear()
+        append(views[7].job, "second\n")
+        wait_for(lambda: "second" in views[7].log.value, timeout=5, what="the line")
+        time.sleep(0.2)
+        assert views[7] in polled
+        assert [view for view in asked + polled if view is not views[7]] == []
+    finally:
+        with poller._lock:
+            poller.widgets = []
+        poller._waiter and poller._waiter.wake()
