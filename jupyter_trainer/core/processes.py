@@ -128,7 +128,7 @@ def session_usage(session: int, shared: bool = False) -> tuple[float, int, float
     left. Memory is each process's proportional share (PSS), so that pages they share (a forked
     worker's) are counted once in all. `shared`: from a pass over /proc made for every job at most
     SHARED_SCAN_SECONDS ago (a view following twenty jobs makes one, not twenty)."""
-    taken_at, sessions = _session_table(SHARED_SCAN_SECONDS if shared else 0.0)
+    taken_at, sessions = _session_table(SHARED_SCAN_SECONDS if shared else 0.0, session)
     members = sessions.get(session)
     if not members:
         return None
@@ -138,25 +138,62 @@ def session_usage(session: int, shared: bool = False) -> tuple[float, int, float
     return ticks / os.sysconf("SC_CLK_TCK"), memory, taken_at
 
 
+# A pass over /proc reads the stat of the processes of the sessions looked at, and of those new
+# since the last pass; of the others only that they are still there: a process can leave a session
+# (setsid) but never join another, so one seen outside every session looked at stays outside. On
+# a busy machine (a CI run's hundreds of processes) that is most of the cost of a look. Every
+# process is read again this often, in case a pid was freed and given again between two passes.
+FULL_SCAN_SECONDS = 30.0
+LOOKED_AT_SECONDS = 60.0  # a session not looked at for this long is no longer read at every pass
+
 _scan: tuple[float, dict[int, list[tuple[int, list[str]]]]] = (float("-inf"), {})
 _scan_lock = threading.Lock()
+_seen: dict[int, tuple[int, list[str]]] = {}  # pid: its session and stat fields, as the last pass read them
+_full_scan_at = float("-inf")
+_looked_at: dict[int, float] = {}  # session: when it was last looked at
 
 
-def _session_table(max_age: float) -> tuple[float, dict[int, list[tuple[int, list[str]]]]]:
-    """Every live process of the machine by session: (when read, {session: [(pid, stat fields)]})."""
-    global _scan
+def _session_table(max_age: float, session: int | None = None) -> tuple[float, dict[int, list[tuple[int, list[str]]]]]:
+    """Every live process of the machine by session: (when read, {session: [(pid, stat fields)]}).
+    `session`: the one looked at (None: a full pass, every process read). Its processes were
+    read in the pass returned, whatever the other sessions' were (see FULL_SCAN_SECONDS)."""
+    global _scan, _full_scan_at
     with _scan_lock:
+        now = time.monotonic()
+        first_look = session is not None and session not in _looked_at
+        if session is not None:
+            if first_look and len(_looked_at) >= PSS_KEPT:
+                _looked_at.clear()
+            _looked_at[session] = now
         taken_at, sessions = _scan
-        if time.monotonic() - taken_at <= max_age:
+        if not first_look and now - taken_at <= max_age:
             return taken_at, sessions
-        taken_at, sessions = time.monotonic(), {}
+        full = session is None or now - _full_scan_at >= FULL_SCAN_SECONDS
+        looked_at = {looked for looked, at in _looked_at.items() if now - at < LOOKED_AT_SECONDS}
+        seen: dict[int, tuple[int, list[str]]] = {}
         for entry in os.listdir("/proc"):
             if not entry.isdigit():
                 continue
-            fields = _stat_fields(int(entry))
-            if fields is not None and fields[0] not in ("Z", "X"):
-                sessions.setdefault(int(fields[3]), []).append((int(entry), fields))
-        _scan = (taken_at, sessions)
+            pid = int(entry)
+            known = _seen.get(pid)
+            if known is not None and not full and known[0] not in looked_at:
+                seen[pid] = known
+                continue
+            fields = _stat_fields(pid)
+            if fields is not None:
+                seen[pid] = (int(fields[3]), fields)
+        _seen.clear()
+        _seen.update(seen)
+        if full:
+            _full_scan_at = now
+            stale = [looked for looked, at in _looked_at.items() if now - at >= LOOKED_AT_SECONDS]
+            for looked in stale:
+                del _looked_at[looked]
+        sessions = {}
+        for pid, (member_of, fields) in seen.items():
+            if fields[0] not in ("Z", "X"):
+                sessions.setdefault(member_of, []).append((pid, fields))
+        _scan = (now, sessions)
         return _scan
 
 

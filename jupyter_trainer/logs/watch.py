@@ -54,6 +54,7 @@ class ChangeWaiter:
         self._paths: dict[int, str] = {}  # and back
         self._told: dict[str, set[str]] = {}  # changes told by other threads (see tell), until a wait takes them
         self._told_lock = threading.Lock()
+        self.dropped = 0  # watches the kernel ended (a path gone), counted: those paths may be watched again
 
     @property
     def watching(self) -> bool:
@@ -134,6 +135,7 @@ class ChangeWaiter:
                     self._paths.pop(descriptor, None)
                     if self._watches.get(path) == descriptor:
                         del self._watches[path]
+                        self.dropped += 1
                 if not name and mask & (_IN_MOVE_SELF | _IN_DELETE_SELF):
                     # a path renamed away (a run directory being removed) or deleted: its watch would
                     # go on telling of it under the old path; whatever is at the path now is watched
@@ -148,6 +150,7 @@ class ChangeWaiter:
     def _forget(self, descriptor: int, path: str) -> None:
         if self._watches.get(path) == descriptor:
             del self._watches[path]
+            self.dropped += 1
             self._libc.inotify_rm_watch(self._inotify, descriptor)  # its IN_IGNORED is skipped
         self._paths.pop(descriptor, None)
 

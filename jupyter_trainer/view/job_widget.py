@@ -192,10 +192,12 @@ class JobWidget(PolledView):
                 self._set_error(None, "")
         finished = self.monitor.finished
         ticking = int(self.clock()) != self._shown_second  # the elapsed time moves on
-        due = now - self.last_push >= PUSH_INTERVAL
-        if not finished and (ticking or self._header_stale) and due and not (self._dirty or self._charts_stale):
-            self._push_header()  # a quiet job: only its clock (or what it uses) moved
-            self.last_push = now
+        due = now - self.last_push >= PUSH_INTERVAL  # since the last whole update
+        if not finished and (ticking or self._header_stale) and not (self._dirty or self._charts_stale):
+            # a quiet job: only its clock (once a second) or what it uses moved. Not counted against
+            # the pace of whole updates: a line printed just after it is shown at once, rather than
+            # keeping the view awake (and the poller ticking) until the pace allows it
+            self._push_header()
             self._keep_saved()
         elif finished or ((self._dirty or ticking or self._charts_stale) and due):
             charts = finished or now >= self.charts_due

@@ -23,6 +23,8 @@ POLL_INTERVAL = 0.25  # seconds between two reads of the logs
 QUIET_INTERVAL = 1.0
 # what a view told of by its log's stream is keyed by: no directory's path starts so
 STREAM_KEY = "stream:"
+# what a status check answered is told under (see Poller._run): every view may have its answer
+ANSWERED = "answered:"
 
 
 class PolledView:
@@ -62,6 +64,14 @@ class Poller:
         self._thread: threading.Thread | None = None
         self._waiter: ChangeWaiter | None = None  # while its thread runs
         self._listening: dict[PolledView, tuple] = {}  # views told of by their log's stream: (stream, callback, waiter)
+        # kept by the poller's thread between two waits: what it watches, as _watch last asked it
+        self._watched_views: list[PolledView] = []
+        self._watched_for: dict[PolledView, tuple] = {}  # each view's log path, key and stream
+        self._watch_seen: tuple | None = None  # the waiter, and how many watches it had dropped
+        self._all_watched = False
+        self._by_key: dict[str | None, list[PolledView]] = {}  # the views by the key their changes are told under
+        self._streamed: list[PolledView] = []  # the views told of by their log's stream
+        self._awake: set[PolledView] = set()  # the views found not quiet, or not watched, after their last poll
 
     @property
     def running(self) -> bool:
@@ -81,14 +91,24 @@ class Poller:
             elif self._waiter is not None:
                 self._waiter.wake()  # the new views are polled now, not after a quiet wait
 
-    def tick(self, changed: dict[str, set[str]] | None = None, everyone: bool = True) -> None:
+    def tick(self, changed: dict[str, set[str]] | None = None, everyone: bool = True) -> list[PolledView]:
         """Poll the views once: every one, or (`everyone` False: a tick between two beats) those
         whose files changed and those that are not quiet or not watched. `changed`: the files
-        that changed since the last tick, by directory."""
+        that changed since the last tick, by directory. The views polled."""
+        return self._tick(changed, everyone, None)
+
+    def _tick(self, changed: dict[str, set[str]] | None, everyone: bool, awake: set | None) -> list[PolledView]:
+        """tick; `awake`: the views found not quiet (or not watched) after their last poll, which
+        a tick between two beats polls with the views told of a change, leaving the others
+        unasked (None: each view is asked whether it is quiet)."""
         now = self.clock()
         with self._lock:
             widgets = list(self.widgets)
-        finished = []
+        if not everyone and awake is not None and ANSWERED not in (changed or {}):
+            told = {view for key in changed or () for view in self._by_key.get(key, ())}
+            new = [widget for widget in widgets if widget not in self._watched_for]  # come since the last wait
+            widgets = [widget for widget in widgets if widget in told or widget in awake] + new
+        polled, finished = [], []
         for widget in widgets:
             try:
                 names = changed.get(widget.watched_directory) if changed else None
@@ -96,6 +116,7 @@ class Poller:
                     widget.files_changed(names)
                 elif not everyone and widget.quiet and widget.watched:  # a change of its files would have woken it
                     continue
+                polled.append(widget)
                 if not widget.poll(now):
                     finished.append(widget)
             except Exception as exc:  # a bug in one widget is shown in it; the others are still served
@@ -103,11 +124,14 @@ class Poller:
         if finished:
             with self._lock:
                 self.widgets = [widget for widget in self.widgets if widget not in finished]
+        return polled
 
     def _run(self, waiter: ChangeWaiter) -> None:
         changed: dict[str, set[str]] = {}
+        awake: set | None = None
         beat = float("-inf")  # when every view is polled next: the quiet ones move their clocks together
-        wake_on_answers(waiter.wake)  # a slow status check answered: its view takes the answer at once
+        told_answered = lambda: waiter.tell(ANSWERED, "")  # noqa: E731
+        wake_on_answers(told_answered)  # a slow status check answered: its view takes the answer at once
         try:
             while True:
                 with self._lock:
@@ -120,39 +144,66 @@ class Poller:
                 if everyone:
                     beat = polled_at + self.quiet_interval
                 try:
-                    self.tick(changed, everyone)
-                    changed = self._wait(waiter, polled_at, beat)
+                    polled = self._tick(changed, everyone, awake)
+                    changed = self._wait(waiter, polled_at, beat, polled)
+                    awake = self._awake
                 except Exception:  # nothing of a widget's (tick catches those): try again at the next tick
-                    changed = {}
+                    changed, awake = {}, None
                     time.sleep(self.interval)
         finally:
-            stop_waking(waiter.wake)
+            stop_waking(told_answered)
             self._stop_listening(waiter)
             waiter.close()
 
-    def _wait(self, waiter: ChangeWaiter, polled_at: float, beat: float) -> dict[str, set[str]]:
+    def _wait(self, waiter: ChangeWaiter, polled_at: float, beat: float, polled: list[PolledView] | None = None) -> dict[str, set[str]]:
         """Sleep until the next tick, the GIL released: `interval` after the last one while a
         view has news to show or a job that cannot wake the poller; else until a file of a job
         changes, but never sooner than `interval` after the last tick (a job that prints all the
-        time is polled at that rate), nor later than the next `beat`. What changed meanwhile."""
+        time is polled at that rate), nor later than the next `beat`. What changed meanwhile.
+        `polled`: the views the last tick polled, whose files may have changed since, and which
+        may have gone quiet or woken up (None: every view); the others are not asked again."""
         with self._lock:
             widgets = list(self.widgets)
-        logs = {widget: widget.log_path for widget in widgets if widget.log_path is not None}
-        watched = waiter.watch({widget.watched_directory for widget in logs} | set(logs.values()))
-        streams = self._listen(waiter, widgets)
-        for widget in widgets:  # its log and the directory where its status files change, both
-            if widget in streams:  # told while its stream is up; read through the engine, polled
-                widget.in_watch = streams[widget].telling
+        polled = widgets if polled is None else polled
+        self._watch(waiter, widgets, polled)
+        for widget in polled:
+            if widget.quiet and widget.watched:
+                self._awake.discard(widget)
             else:
-                widget.in_watch = logs.get(widget) in watched and widget.watched_directory in watched
-        quiet = all(widget.quiet and widget.watched for widget in widgets)
-        changed = waiter.wait(beat - self.clock() if quiet else self.interval)
+                self._awake.add(widget)
+        changed = waiter.wait(self.interval if self._awake else beat - self.clock())
         rest = self.interval - (self.clock() - polled_at)
         if rest > 0:
             time.sleep(rest)
             for directory, names in waiter.wait(0).items():  # what changed meanwhile, without waiting
                 changed.setdefault(directory, set()).update(names)
         return changed
+
+    def _watch(self, waiter: ChangeWaiter, widgets: list[PolledView], polled: list[PolledView]) -> None:
+        """Watch each view's log and the directory where its status files change (both), or
+        listen to its log's stream, and tell each view whether its news wake the poller. The
+        watches are asked again only when the views change, or the files of one polled since,
+        or the kernel dropped a watch, or one could not be had."""
+        seen = (waiter, waiter.dropped)
+        moved = any(self._watched_for.get(widget) != (widget.log_path, widget.watched_directory, widget.log_stream) for widget in polled)
+        if moved or widgets != self._watched_views or seen != self._watch_seen or not self._all_watched:
+            wanted = {widget: (widget.log_path, widget.watched_directory, widget.log_stream) for widget in widgets}
+            logs = {widget: path for widget, (path, _, _) in wanted.items() if path is not None}
+            paths = {wanted[widget][1] for widget in logs} | set(logs.values())
+            watched = waiter.watch(paths)
+            self._all_watched = watched >= paths
+            self._by_key = {}
+            for widget, (path, key, stream) in wanted.items():
+                self._by_key.setdefault(key, []).append(widget)
+                if stream is None:  # told while its stream is up (see below); read through the engine, polled
+                    widget.in_watch = path in watched and key in watched
+            self._streamed = [widget for widget, (_, _, stream) in wanted.items() if stream is not None]
+            self._watched_for, self._watched_views, self._watch_seen = wanted, widgets, (waiter, waiter.dropped)
+            self._awake &= set(widgets)
+        if self._streamed or self._listening:
+            streams = self._listen(waiter, self._streamed)
+            for widget in self._streamed:
+                widget.in_watch = widget in streams and streams[widget].telling
 
     def _listen(self, waiter: ChangeWaiter, widgets: list[PolledView]) -> dict:
         """Be told by each view's log stream (a remote container's) of its news, under the view's
