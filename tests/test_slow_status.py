@@ -189,8 +189,11 @@ def test_a_hung_squeue_holds_neither_the_host_jobs_view_nor_the_slurm_view(store
 def test_opening_the_views_of_a_slurm_job_whose_squeue_hangs_does_not_wait_for_it(store, squeue, workdir):
     from jupyter_trainer.view.compare_runs import load_runs
     from jupyter_trainer.view.compare_view import CompareWidget
+    from jupyter_trainer.view.fields import ROW_COLUMNS
     from jupyter_trainer.view.jobs_table import JobsTable
 
+    keys = [key for key, _title in ROW_COLUMNS]
+    row_cell = lambda key: table.body.children[0].children[1 + keys.index(key)].value  # noqa: E731  (after the tick box)
     job = slurm_job(store, squeue)
     squeue.hold()
     view = JobWidget(job)
@@ -202,12 +205,12 @@ def test_opening_the_views_of_a_slurm_job_whose_squeue_hangs_does_not_wait_for_i
     try:
         poller.watch(view, table, comparison)
         wait_for(lambda: "asking Slurm…" in shown(view), timeout=10, what="the job's view to say it is asking")
-        wait_for(lambda: "asking Slurm…" in table.body.children[0].children[2].value, timeout=10, what="the table's row to say it")
+        wait_for(lambda: "asking Slurm…" in row_cell("status"), timeout=10, what="the table's row to say it")
         wait_for(lambda: "asking Slurm…" in comparison.body.value, timeout=10, what="the comparison to say it")
         squeue.let_go()
         wait_for(lambda: "node node1" in shown(view) and "asking" not in shown(view), timeout=10, what="Slurm's answer in the job's view")
-        wait_for(lambda: "asking" not in table.body.children[0].children[2].value, timeout=10, what="the answer in the table")
-        assert "node node1" in table.body.children[0].children[3].value
+        wait_for(lambda: "asking" not in row_cell("status"), timeout=10, what="the answer in the table")
+        assert "node1" in row_cell("host")
         wait_for(lambda: "asking" not in comparison.body.value, timeout=10, what="the answer in the comparison")
     finally:
         stop_polling(poller)
