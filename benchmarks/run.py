@@ -117,10 +117,10 @@ def write_log(path: Path, size: int, lines: bytes | None = None, make=dense) -> 
 def fake_job(home: Path, name: str, log_size: int, make=dense):
     from jupyter_trainer.backends import Backends
     from jupyter_trainer.backends.fake import FakeBackend
-    from jupyter_trainer.jobs.job import Job
-    from jupyter_trainer.spec.job_spec import DetachedSpec
     from jupyter_trainer.core.store import JobStore
+    from jupyter_trainer.jobs.job import Job
     from jupyter_trainer.jobs.submit import submit_detached
+    from jupyter_trainer.spec.job_spec import DetachedSpec
 
     backends = Backends(fake=FakeBackend())
     store = JobStore(home)
@@ -333,10 +333,10 @@ def bench_sagemaker_follow(seconds: float) -> list[Comparison]:
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
     from moto_sagemaker import REGION, MotoSageMaker
 
-    from jupyter_trainer.jobs.job import Job
-    from jupyter_trainer.core.record import JobRecord, Status
     from jupyter_trainer.backends.sagemaker.sdk import TELEMETRY_OFF, quiet_sdk
+    from jupyter_trainer.core.record import JobRecord, Status
     from jupyter_trainer.core.store import JobStore
+    from jupyter_trainer.jobs.job import Job
     from jupyter_trainer.view.job_widget import JobWidget
 
     home = fresh_home()
@@ -444,10 +444,10 @@ def bench_remote_follow(seconds: float) -> list[Comparison]:
     1,000 lines a second, followed by our widget at its four polls a second, against `docker logs -f` of
     a container printing the same; then a quiet job's polls. Counted on the wire, by a TcpMeter in front
     of the host's sshd for each arm: bytes both ways, and round trips."""
-    import comm
     import contextlib
     import io
 
+    import comm
     import docker
 
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
@@ -534,12 +534,12 @@ def bench_table(rounds: int, jobs: int = 200) -> Comparison:
 
     from jupyter_trainer.backends import Backends
     from jupyter_trainer.backends.fake import FakeBackend
-    from jupyter_trainer.jobs.job import refreshed_records
     from jupyter_trainer.core.record import Observation
-    from jupyter_trainer.view.jobs_table import JobsTable
-    from jupyter_trainer.spec.job_spec import DetachedSpec
     from jupyter_trainer.core.store import JobStore
+    from jupyter_trainer.jobs.job import refreshed_records
     from jupyter_trainer.jobs.submit import submit_detached
+    from jupyter_trainer.spec.job_spec import DetachedSpec
+    from jupyter_trainer.view.jobs_table import JobsTable
 
     class Quiet(BaseComm):
         def publish_msg(self, *args, **kwargs):
@@ -615,8 +615,8 @@ def watch_a_metric_flood(names: int, seconds: float, finish: float, metric: str 
     whole log (waiting `finish` seconds at most), and the kernel's peak memory."""
     from kernel_meter import KernelMeter, displayed_html
 
-    from jupyter_trainer.jobs.job import Job
     from jupyter_trainer.backends import build_spec
+    from jupyter_trainer.jobs.job import Job
     from jupyter_trainer.jobs.submit import submit_detached
 
     fresh_home()

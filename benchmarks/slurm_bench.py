@@ -45,11 +45,11 @@ def bench_slurm(rounds: int, followed: int = FOLLOWED) -> list[Comparison]:
 
 
 def _measure(cluster, home: Path, rounds: int, followed: int) -> list[Comparison]:
+    from jupyter_trainer.backends import build_spec
     from jupyter_trainer.backends.slurm import commands
     from jupyter_trainer.backends.slurm.queue import QUEUE
-    from jupyter_trainer.jobs.job import refreshed_records
-    from jupyter_trainer.backends import build_spec
     from jupyter_trainer.core.store import JobStore
+    from jupyter_trainer.jobs.job import refreshed_records
     from jupyter_trainer.jobs.submit import submit_detached
 
     os.environ["JUPYTER_TRAINER_HOME"] = str(home)

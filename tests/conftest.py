@@ -7,14 +7,14 @@ import time
 from pathlib import Path
 
 import pytest
-
-from jupyter_trainer.backends import Backends
-from jupyter_trainer.backends.fake import FakeBackend
-from jupyter_trainer.core.store import JobStore
 from file_times import FileTimes, slowest_first
 from leftovers import Leftovers, labelling_client
 from private_engine import PrivateEngine
 from private_engine import missing as private_engine_missing
+
+from jupyter_trainer.backends import Backends
+from jupyter_trainer.backends.fake import FakeBackend
+from jupyter_trainer.core.store import JobStore
 
 IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
 TEST_IMAGE = os.environ.get("JUPYTER_TRAINER_TEST_IMAGE", "jupyter-trainer-test:bookworm-pip")
@@ -92,9 +92,8 @@ def backends(fake_backend):
 @pytest.fixture
 def quiet_comm(monkeypatch):
     """Widgets made without a frontend: their comms send nothing (a test reads their traits)."""
-    from comm.base_comm import BaseComm
-
     import comm
+    from comm.base_comm import BaseComm
 
     class QuietComm(BaseComm):
         def publish_msg(self, msg_type, data=None, metadata=None, buffers=None, **keys):

@@ -378,8 +378,8 @@ class RemoteHost:
         """A CA of this host's own, the engine's certificate (for 127.0.0.1) and a client's: the client's
         in tls_dir (ca.pem, cert.pem, key.pem: what DOCKER_CERT_PATH names), the engine's copied in."""
         import datetime
-        import ipaddress
         import io
+        import ipaddress
         import tarfile
 
         from cryptography import x509

@@ -4,7 +4,6 @@ oracle the log views are checked against."""
 from __future__ import annotations
 
 import pytest
-
 from conftest import IN_CI
 
 COLUMNS = 4000  # wider than any line written here: nothing wraps

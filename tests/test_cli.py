@@ -3,8 +3,8 @@
 import json
 import re
 import subprocess
-import time
 import sys
+import time
 
 import pytest
 
@@ -249,8 +249,8 @@ def test_a_finished_job_leaves_no_process_behind_not_even_its_clocks_sleep(home,
 
 
 def test_a_reason_with_escapes_in_an_old_record_reaches_the_terminal_as_text(home, store, fake_backend, backends):
-    from jupyter_trainer.view import summary
     from jupyter_trainer.core.record import JobRecord, Status
+    from jupyter_trainer.view import summary
 
     record = JobRecord(name="old", backend="host", status=Status.FAILED, reason="boom\x1b]0;pwned\x07 \x1b[2J\nsecond line")
     for text in (summary.one_line(record, backends), summary.status_block(record, backends)):
@@ -266,11 +266,11 @@ def test_the_command_line_and_the_magics_use_the_registry_they_are_given(home, s
     from IPython.core.interactiveshell import InteractiveShell
 
     from jupyter_trainer.backends import DEFAULT, KNOWN, UnknownBackend
-    from jupyter_trainer.surfaces.cli import run
     from jupyter_trainer.core.record import Observation
-    from jupyter_trainer.surfaces.magics import TrainerMagics
-    from jupyter_trainer.spec.job_spec import DetachedSpec
     from jupyter_trainer.jobs.submit import submit_detached
+    from jupyter_trainer.spec.job_spec import DetachedSpec
+    from jupyter_trainer.surfaces.cli import run
+    from jupyter_trainer.surfaces.magics import TrainerMagics
 
     assert "fake" not in KNOWN  # the tests' own backend is registered by them
     submit_detached(DetachedSpec(script="print(1)", backend="fake", workdir=os.getcwd()), name="faked", store=store, backends=backends)
@@ -323,8 +323,8 @@ def test_the_metrics_json_is_json_dumps_own_text(monkeypatch):
     import math
     import random
 
-    from jupyter_trainer.surfaces import cli
     from jupyter_trainer.jobs.job import MetricColumn
+    from jupyter_trainer.surfaces import cli
 
     monkeypatch.setattr(cli, "JSON_BLOCK", 7)  # blocks of every kind, and their joins
     odd = [0.0, -0.0, 1e16, -1e16, 9999999999999998.0, 1e15 + 0.5, 5e-324, 1e308, math.nan, math.inf, -math.inf, 0.1, 3.0]

@@ -10,14 +10,14 @@ import sys
 import pytest
 from conftest import wait_for
 
-from jupyter_trainer.metrics import comparison as rules
-from jupyter_trainer.view.compare_runs import ComparedRun, compare, load_runs
-from jupyter_trainer.errors import TrainerError
-from jupyter_trainer.core.record import Observation
 from jupyter_trainer.backends import build_spec
-from jupyter_trainer.spec.job_spec import DetachedSpec
+from jupyter_trainer.core.record import Observation
 from jupyter_trainer.core.store import CLOCK_FILE
+from jupyter_trainer.errors import TrainerError
 from jupyter_trainer.jobs.submit import submit_detached
+from jupyter_trainer.metrics import comparison as rules
+from jupyter_trainer.spec.job_spec import DetachedSpec
+from jupyter_trainer.view.compare_runs import ComparedRun, compare, load_runs
 
 
 def fake_job(store, backends, name, started_at=None):

@@ -9,9 +9,9 @@ import time
 
 from conftest import ipython_submitting, placement_flags, run_python, wait_for
 
-from jupyter_trainer.jobs.job import Job, get_job, list_jobs
-from jupyter_trainer.core.record import Status
 from jupyter_trainer.backends import build_spec
+from jupyter_trainer.core.record import Status
+from jupyter_trainer.jobs.job import Job, get_job, list_jobs
 from jupyter_trainer.jobs.submit import submit_detached
 
 

@@ -10,18 +10,16 @@ import json
 import os
 import subprocess
 import sys
-import textwrap
 import time
 
 import pytest
 from conftest import TEST_IMAGE
 
-from jupyter_trainer.backends import Backends
+from jupyter_trainer.backends import Backends, build_spec
 from jupyter_trainer.backends.sagemaker.reasons import kept_text, reason_from_file
 from jupyter_trainer.core.record import JobRecord, Observation, Status, resolve
-from jupyter_trainer.logs.reading import clean_line
-from jupyter_trainer.backends import build_spec
 from jupyter_trainer.jobs.submit import submit_detached
+from jupyter_trainer.logs.reading import clean_line
 from jupyter_trainer.logs.terminal import terminal_lines
 
 DIRECTION_CONTROLS = "\u200e\u200f\u061c\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069"
@@ -101,10 +99,10 @@ def test_a_log_that_reverses_its_words_is_shown_in_their_order(home, workdir, mo
 def test_a_runtime_reason_that_reverses_its_words_is_recorded_and_shown_readable(store, fake_backend, backends, monkeypatch, capsys):
     """A failure reason from the job's side (SageMaker's failure file, a runtime's words) in the
     record, `status`, `status --json`, `list`, the widget's header and the jobs table."""
-    from jupyter_trainer.surfaces import cli as command_line
     from jupyter_trainer.jobs.job import Job
-    from jupyter_trainer.view.jobs_table import row_html
     from jupyter_trainer.spec.job_spec import DetachedSpec
+    from jupyter_trainer.surfaces import cli as command_line
+    from jupyter_trainer.view.jobs_table import row_html
 
     spec = DetachedSpec(script="x", backend="fake", workdir=os.getcwd())
     job = submit_detached(spec, name="said", store=store, backends=backends).job
@@ -214,8 +212,8 @@ def test_metric_names_a_job_forged_into_the_metrics_cache_are_never_shown(store,
     """The charts and tables show metric names: the reader's are printable ASCII, and the cache
     beside the record (which a job can write) is not taken when it names others."""
     from jupyter_trainer.metrics import cache as metrics_cache
-    from jupyter_trainer.view.monitor import JobMonitor
     from jupyter_trainer.spec.job_spec import DetachedSpec
+    from jupyter_trainer.view.monitor import JobMonitor
 
     job = submit_detached(DetachedSpec(script="x", backend="fake", workdir=os.getcwd()), name="forged", store=store, backends=backends).job
     with open(job.run_dir / "output.log", "a") as log:

@@ -5,7 +5,9 @@ import contextlib
 import pytest
 from conftest import wait_for
 
+from jupyter_trainer.backends import build_spec
 from jupyter_trainer.backends.docker.containers import default_container_name
+from jupyter_trainer.core.record import Status
 from jupyter_trainer.errors import (
     BackendUnavailable,
     ImageNotFound,
@@ -13,8 +15,6 @@ from jupyter_trainer.errors import (
     TrainerError,
 )
 from jupyter_trainer.jobs.job import Job, get_job
-from jupyter_trainer.core.record import Status
-from jupyter_trainer.backends import build_spec
 from jupyter_trainer.jobs.submit import submit_detached
 
 pytestmark = pytest.mark.docker

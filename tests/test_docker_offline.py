@@ -7,8 +7,8 @@ import pytest
 from jupyter_trainer.backends.docker.backend import DockerBackend
 from jupyter_trainer.backends.docker.in_container import stops_on_term
 from jupyter_trainer.backends.docker.links import link_run, unlink_run
-from jupyter_trainer.errors import CorruptRecord
 from jupyter_trainer.core.record import JobRecord
+from jupyter_trainer.errors import CorruptRecord
 
 FILES = ("script.py", "output.log")
 

@@ -16,14 +16,14 @@ import pytest
 from conftest import IN_CI, wait_for
 from test_logs import CountingSource
 
+from jupyter_trainer.backends import build_spec
 from jupyter_trainer.backends.base import FileLogSource
+from jupyter_trainer.core.record import Status
 from jupyter_trainer.errors import TrainerError
 from jupyter_trainer.jobs.job import get_job
-from jupyter_trainer.core.record import Status
-from jupyter_trainer.logs.reading import MetricParser, tail_lines
-from jupyter_trainer.backends import build_spec
-from jupyter_trainer.spec.job_spec import Metric
 from jupyter_trainer.jobs.submit import submit_detached
+from jupyter_trainer.logs.reading import MetricParser, tail_lines
+from jupyter_trainer.spec.job_spec import Metric
 
 
 def submit(script, where, workdir, name, **options):

@@ -8,17 +8,15 @@ import subprocess
 import sys
 
 import pytest
-
+import slurm_cluster
+from conftest import wait_for
 from small_store import end_processes_under, processes_under
 from small_store import small_store as mounted_small_store
-from conftest import wait_for
 
 from jupyter_trainer.backends.slurm.queue import QUEUE
+from jupyter_trainer.core.record import Status
 from jupyter_trainer.jobs.housekeeping import remove_runs
 from jupyter_trainer.jobs.job import Job
-from jupyter_trainer.core.record import Status
-
-import slurm_cluster
 
 LONG = "import time\nprint('up', flush=True)\ntime.sleep(300)\n"
 

@@ -13,11 +13,11 @@ import types
 import pytest
 from conftest import IN_CI, TEST_IMAGE, wait_for
 
+from jupyter_trainer.backends import build_spec
+from jupyter_trainer.core.processes import ProcessIdentity
+from jupyter_trainer.core.record import JobRecord, Status
 from jupyter_trainer.errors import UnknownJob
 from jupyter_trainer.jobs.job import Job, get_job
-from jupyter_trainer.core.record import JobRecord, Status
-from jupyter_trainer.core.processes import ProcessIdentity
-from jupyter_trainer.backends import build_spec
 from jupyter_trainer.jobs.submit import submit_detached
 
 
@@ -391,10 +391,10 @@ def test_prune_containers_that_read_the_records_first_leaves_a_container_being_c
 
 @pytest.mark.docker
 def test_a_users_volume_named_like_a_runs_volume_is_neither_used_nor_pruned(laptop, store, tmp_path):
-    from jupyter_trainer.backends.docker.containers import LABEL, LABEL_JOBS_DIR, LABEL_STORE
-    from jupyter_trainer.backends.docker.runtime import SHIPPED_JOBS_DIR
     from jupyter_trainer.backends.docker.clients import remember_engine
+    from jupyter_trainer.backends.docker.containers import LABEL, LABEL_JOBS_DIR, LABEL_STORE
     from jupyter_trainer.backends.docker.hosts import Engine
+    from jupyter_trainer.backends.docker.runtime import SHIPPED_JOBS_DIR
 
     engine = laptop.client()
     engine.volumes.create("mybox-runs")  # the user's own, before any job

@@ -11,11 +11,11 @@ from comm.base_comm import BaseComm
 from conftest import wait_for
 from test_widget import Clock, fake_job
 
-from jupyter_trainer.logs.watch import LOST, ChangeWaiter
-from jupyter_trainer.jobs.job import get_job
-from jupyter_trainer.core.processes import SHARED_SCAN_SECONDS
 from jupyter_trainer.backends import build_spec
+from jupyter_trainer.core.processes import SHARED_SCAN_SECONDS
+from jupyter_trainer.jobs.job import get_job
 from jupyter_trainer.jobs.submit import submit_detached
+from jupyter_trainer.logs.watch import LOST, ChangeWaiter
 from jupyter_trainer.view.job_widget import WATCH_CHECK_SECONDS, JobWidget
 
 MIB = 1 << 20
@@ -507,8 +507,8 @@ def test_a_status_check_that_waited_for_the_record_while_its_run_was_replaced_wr
     import os
     import threading
 
-    from jupyter_trainer.errors import JobReplaced
     from jupyter_trainer.core.store import JobStore
+    from jupyter_trainer.errors import JobReplaced
 
     store = JobStore()
     old = host_job("same", ENDS_AT_ONCE, workdir)

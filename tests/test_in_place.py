@@ -14,9 +14,9 @@ import textwrap
 import pytest
 from conftest import wait_for
 
-from jupyter_trainer.jobs.job import get_job
 from jupyter_trainer.core.record import Status
 from jupyter_trainer.core.store import SCRIPT_FILE, JobStore
+from jupyter_trainer.jobs.job import get_job
 
 # a clone-shaped folder: train.py beside the modules it imports, a package, data and a .gitignore
 TRAIN = textwrap.dedent(

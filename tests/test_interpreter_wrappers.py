@@ -10,8 +10,8 @@ import textwrap
 
 import pytest
 
-from jupyter_trainer.jobs.job import get_job
 from jupyter_trainer.core.record import Status, describe_outcome
+from jupyter_trainer.jobs.job import get_job
 
 # what the script shows of how it was started, in one line
 SHOWS = textwrap.dedent(

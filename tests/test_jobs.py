@@ -2,7 +2,6 @@ import time
 
 import pytest
 
-from jupyter_trainer.errors import InvalidName
 from jupyter_trainer.core.record import (
     JobRecord,
     Observation,
@@ -11,6 +10,7 @@ from jupyter_trainer.core.record import (
     resolve,
     validate_name,
 )
+from jupyter_trainer.errors import InvalidName
 
 
 @pytest.mark.parametrize("name", ["a", "exp1", "A-b_c.d", "9" * 63, "run.2026-11-29"])
@@ -155,8 +155,8 @@ def test_a_stop_that_never_reached_the_job_does_not_make_it_stopped():
 
 
 def test_an_unreachable_host_is_kept_as_typed_state_since_the_first_failed_look():
-    from jupyter_trainer.view import summary
     from jupyter_trainer.backends import Backends
+    from jupyter_trainer.view import summary
 
     running = JobRecord(name="j", backend="docker", status=Status.RUNNING, reason="cannot reach the Docker engine at unix:///x")
     first = resolve(running, Observation(alive=None, why_gone="cannot reach the Docker engine on gpu1", unreachable_host="gpu1"), now=1000.0)
@@ -177,8 +177,8 @@ def test_an_unreachable_host_is_kept_as_typed_state_since_the_first_failed_look(
 
 def test_a_refresh_reads_the_record_again_only_once_it_has_changed(store, fake_backend, backends, monkeypatch):
     from jupyter_trainer.jobs.job import Job
-    from jupyter_trainer.spec.job_spec import DetachedSpec
     from jupyter_trainer.jobs.submit import submit_detached
+    from jupyter_trainer.spec.job_spec import DetachedSpec
 
     spec = DetachedSpec(script="x", backend="fake", workdir="/")
     job = submit_detached(spec, name="r", store=store, backends=backends).job

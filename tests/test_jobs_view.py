@@ -5,10 +5,10 @@ import re
 import pytest
 from conftest import wait_for
 
+from jupyter_trainer.backends import build_spec
 from jupyter_trainer.core.record import Status
 from jupyter_trainer.jobs.job import get_job
 from jupyter_trainer.jobs.submit import submit_detached
-from jupyter_trainer.backends import build_spec
 from jupyter_trainer.view import summary
 from jupyter_trainer.view.jobs_table import JobsTable
 

@@ -6,8 +6,8 @@ import pytest
 from conftest import wait_for
 from IPython.core.interactiveshell import InteractiveShell
 
-from jupyter_trainer.jobs.job import get_job
 from jupyter_trainer.core.record import Status
+from jupyter_trainer.jobs.job import get_job
 
 
 @pytest.fixture(scope="module")

@@ -9,13 +9,13 @@ import sys
 
 import pytest
 
-from jupyter_trainer.view.monitor import JobMonitor
-from jupyter_trainer.metrics.series import MetricSeries
 from jupyter_trainer.backends import build_spec
-from jupyter_trainer.spec.job_spec import DetachedSpec
 from jupyter_trainer.jobs.submit import submit_detached
+from jupyter_trainer.metrics.series import MetricSeries
+from jupyter_trainer.spec.job_spec import DetachedSpec
 from jupyter_trainer.view.job_html import plot_html, saved_view_html
 from jupyter_trainer.view.job_widget import JobWidget
+from jupyter_trainer.view.monitor import JobMonitor
 
 CLASSES = 5_000
 # what "bounded" means here, whatever the log: a few charts drawn, a few dozen metrics kept

@@ -10,10 +10,10 @@ import json
 import random
 
 import pytest
+from test_one_series import difference, points_read_in_pieces
 
 from jupyter_trainer.metrics import reader as metrics
 from jupyter_trainer.metrics.reader import MetricReader
-from test_one_series import difference, points_read_in_pieces
 
 
 def reading(data: bytes, in_bulk: bool, monkeypatch, piece: int = 1 << 20) -> tuple[list, dict]:

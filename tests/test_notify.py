@@ -13,9 +13,9 @@ import pytest
 from conftest import wait_for
 
 from jupyter_trainer import get_job
+from jupyter_trainer.backends import build_spec
 from jupyter_trainer.backends import notify as notifier
 from jupyter_trainer.errors import InvalidOption
-from jupyter_trainer.backends import build_spec
 from jupyter_trainer.jobs.submit import submit_detached
 
 TOKEN = "T0KEN-b7f3a9c1e5d2"  # where a webhook keeps its secret: in its path

@@ -5,8 +5,8 @@ taken for the store's, so rm and prune neither follow it nor fail on it."""
 import os
 import time
 
-from jupyter_trainer.jobs.housekeeping import prune, remove_runs
 from jupyter_trainer.core.store import ABANDONED_AFTER
+from jupyter_trainer.jobs.housekeeping import prune, remove_runs
 
 
 def _planted(job_dir, kept):

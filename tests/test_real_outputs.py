@@ -29,8 +29,8 @@ import tempfile
 from pathlib import Path
 
 import pytest
-
 from conftest import IN_CI
+
 from jupyter_trainer.jobs.job import get_job
 from jupyter_trainer.metrics.reader import MetricReader
 

@@ -5,8 +5,8 @@ import json
 import subprocess
 import sys
 
-from jupyter_trainer.jobs.job import Job
 from jupyter_trainer.core.record import Status
+from jupyter_trainer.jobs.job import Job
 
 
 def cli(*args, **options):

@@ -15,10 +15,10 @@ import time
 import pytest
 from conftest import IN_CI, TEST_IMAGE, ipython_submitting, placement_flags, run_python, wait_for
 
-from jupyter_trainer.jobs.job import Job, get_job, list_jobs
-from jupyter_trainer.core.record import Status
-from jupyter_trainer.core.processes import session_id
 from jupyter_trainer.backends import build_spec
+from jupyter_trainer.core.processes import session_id
+from jupyter_trainer.core.record import Status
+from jupyter_trainer.jobs.job import Job, get_job, list_jobs
 from jupyter_trainer.jobs.submit import submit_detached
 from jupyter_trainer.view.job_html import header_html, log_html
 

@@ -11,8 +11,8 @@ import signal
 import subprocess
 import sys
 import textwrap
-from pathlib import Path
 import time
+from pathlib import Path
 
 import pytest
 from conftest import TEST_IMAGE, wait_for

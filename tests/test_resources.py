@@ -8,9 +8,9 @@ import sys
 import pytest
 from conftest import IN_CI, wait_for
 
-from jupyter_trainer.jobs.job import get_job
-from jupyter_trainer.core.resources import UsageHistory, Usage, parse_nvidia_smi
 from jupyter_trainer.backends import build_spec
+from jupyter_trainer.core.resources import Usage, UsageHistory, parse_nvidia_smi
+from jupyter_trainer.jobs.job import get_job
 from jupyter_trainer.jobs.submit import submit_detached
 
 MIB = 1 << 20
@@ -85,8 +85,8 @@ def test_the_view_shows_usage_with_sparklines(store, fake_backend, backends, mon
     import comm
     from comm.base_comm import BaseComm
 
-    from jupyter_trainer.view import monitor
     from jupyter_trainer.spec.job_spec import DetachedSpec
+    from jupyter_trainer.view import monitor
     from jupyter_trainer.view.job_widget import JobWidget
 
     class Quiet(BaseComm):
@@ -166,9 +166,9 @@ def test_a_slow_look_at_usage_never_holds_up_the_views(store, fake_backend, back
     import comm
     from comm.base_comm import BaseComm
 
-    from jupyter_trainer.view import monitor
     from jupyter_trainer.core.record import Observation
     from jupyter_trainer.spec.job_spec import DetachedSpec
+    from jupyter_trainer.view import monitor
     from jupyter_trainer.view.job_widget import JobWidget
 
     class Quiet(BaseComm):

@@ -18,15 +18,15 @@ import time
 import pytest
 from conftest import TEST_IMAGE, wait_for
 
+from jupyter_trainer.backends import build_spec
 from jupyter_trainer.backends.docker.in_container import job_processes
+from jupyter_trainer.core.record import Status
+from jupyter_trainer.core.store import JobStore
 from jupyter_trainer.errors import InvalidOption
 from jupyter_trainer.jobs.job import Job, get_job
-from jupyter_trainer.view.monitor import JobMonitor
-from jupyter_trainer.view.job_html import header_html
-from jupyter_trainer.core.record import Status
-from jupyter_trainer.backends import build_spec
-from jupyter_trainer.core.store import JobStore
 from jupyter_trainer.jobs.submit import submit_detached
+from jupyter_trainer.view.job_html import header_html
+from jupyter_trainer.view.monitor import JobMonitor
 
 PLACEMENT = {"host": False, "image": TEST_IMAGE}
 

@@ -13,7 +13,6 @@ import threading
 import time
 
 import pytest
-
 from conftest import TEST_IMAGE, wait_for
 from test_restarts import STEPS, assert_every_step_once, container_of, status_json, step_lines, submit, wait_for_step
 
@@ -21,9 +20,9 @@ from jupyter_trainer.backends.docker import backend as docker_backend
 from jupyter_trainer.backends.docker import restarts as keeper_side
 from jupyter_trainer.backends.docker.in_container import job_processes
 from jupyter_trainer.backends.docker.runtime import DockerRuntime
+from jupyter_trainer.core.record import Status
 from jupyter_trainer.errors import BackendUnavailable, TrainerError
 from jupyter_trainer.jobs.job import get_job
-from jupyter_trainer.core.record import Status
 
 # -- a look while the container is down for a moment ---------------------------------------
 

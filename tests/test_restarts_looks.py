@@ -9,8 +9,8 @@ On the private Docker engine (conftest's `private_docker`), with the real contai
 from test_restarts import STEPS, container_of, submit, wait_for_step
 
 from jupyter_trainer.backends.docker import backend as docker_backend
-from jupyter_trainer.jobs.job import get_job
 from jupyter_trainer.core.record import Status
+from jupyter_trainer.jobs.job import get_job
 
 
 def test_a_look_whose_inspect_saw_the_container_stopped_before_it_started_again_keeps_it_running(private_docker, workdir, home, monkeypatch):

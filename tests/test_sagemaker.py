@@ -18,8 +18,8 @@ from moto_sagemaker import REGION, MotoSageMaker  # noqa: E402
 
 import jupyter_trainer.backends.sagemaker.launcher  # noqa: E402
 from jupyter_trainer.backends import DEFAULT  # noqa: E402
-from jupyter_trainer.jobs.job import Job, get_job  # noqa: E402
 from jupyter_trainer.core.record import Status  # noqa: E402
+from jupyter_trainer.jobs.job import Job, get_job  # noqa: E402
 
 ROLE = "arn:aws:iam::123456789012:role/SageMakerRole"
 BUCKET = "trainer-bucket"

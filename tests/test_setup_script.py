@@ -6,7 +6,6 @@ import subprocess
 import time
 
 import pytest
-
 from conftest import REPO, wait_for
 
 

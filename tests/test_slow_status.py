@@ -16,12 +16,12 @@ import pytest
 from comm.base_comm import BaseComm
 from conftest import wait_for
 
-from jupyter_trainer.jobs import status_checks
+from jupyter_trainer.backends import build_spec
 from jupyter_trainer.backends.slurm.backend import output_option
 from jupyter_trainer.backends.slurm.queue import QUEUE
-from jupyter_trainer.jobs.job import Job
 from jupyter_trainer.core.record import JobRecord, Status
-from jupyter_trainer.backends import build_spec
+from jupyter_trainer.jobs import status_checks
+from jupyter_trainer.jobs.job import Job
 from jupyter_trainer.jobs.submit import submit_detached
 from jupyter_trainer.view.job_widget import JobWidget
 from jupyter_trainer.view.poller import Poller

@@ -10,22 +10,20 @@ import sys
 import time
 
 import pytest
-
+import slurm_cluster
 from conftest import ipython_submitting, wait_for
+from slurm_cluster import submit
 
-from jupyter_trainer.backends import DEFAULT
-from jupyter_trainer.backends.slurm import backend as slurm_backend, commands
+from jupyter_trainer.backends import DEFAULT, build_spec
+from jupyter_trainer.backends.slurm import backend as slurm_backend
+from jupyter_trainer.backends.slurm import commands
 from jupyter_trainer.backends.slurm.queue import QUEUE
+from jupyter_trainer.core.record import Status
+from jupyter_trainer.core.store import JobStore
 from jupyter_trainer.errors import BackendUnavailable, InvalidOption, TrainerError, Unreachable
 from jupyter_trainer.jobs.housekeeping import remove_runs
 from jupyter_trainer.jobs.job import Job, get_job, refreshed_records
-from jupyter_trainer.core.record import Status
-from jupyter_trainer.backends import build_spec
-from jupyter_trainer.core.store import JobStore
 from jupyter_trainer.jobs.submit import submit_detached
-
-import slurm_cluster
-from slurm_cluster import submit
 
 pytestmark = pytest.mark.slurm
 

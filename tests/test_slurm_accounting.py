@@ -8,17 +8,15 @@ import sys
 import time
 
 import pytest
-
+import slurm_cluster
 from conftest import wait_for
+from slurm_cluster import submit
 
 from jupyter_trainer.backends.base import read_supervisor_facts
 from jupyter_trainer.backends.slurm import commands
 from jupyter_trainer.backends.slurm.queue import QUEUE
-from jupyter_trainer.jobs.job import refreshed_records
 from jupyter_trainer.core.record import Status
-
-import slurm_cluster
-from slurm_cluster import submit
+from jupyter_trainer.jobs.job import refreshed_records
 
 pytestmark = pytest.mark.slurm
 

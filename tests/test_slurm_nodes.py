@@ -5,14 +5,13 @@ every line of the merged log says its node."""
 
 
 import pytest
-
-from jupyter_trainer.core.record import Status
-from jupyter_trainer.backends import build_spec
-from jupyter_trainer.jobs.submit import submit_detached
-
 import slurm_cluster
-from slurm_cluster import submit
 import slurm_nodes
+from slurm_cluster import submit
+
+from jupyter_trainer.backends import build_spec
+from jupyter_trainer.core.record import Status
+from jupyter_trainer.jobs.submit import submit_detached
 
 pytestmark = pytest.mark.slurm
 
@@ -104,8 +103,8 @@ def test_a_store_the_nodes_cannot_see_ends_the_job_lost_saying_what_to_set(slurm
     import shutil
     import tempfile
 
-    from jupyter_trainer.jobs.job import Job
     from jupyter_trainer.core.store import JobStore
+    from jupyter_trainer.jobs.job import Job
 
     private = tempfile.mkdtemp(prefix="jt-not-shared-")  # outside what the nodes mount
     try:

@@ -8,18 +8,31 @@ from pathlib import Path
 
 import pytest
 
-from jupyter_trainer.backends.base import SupervisorFacts
-from jupyter_trainer.backends.slurm import states
-from jupyter_trainer.backends.slurm import commands
-from jupyter_trainer.backends.slurm.backend import SlurmBackend
-from jupyter_trainer.backends.slurm.commands import SlurmCommandFailed, UnusableAnswer, query_environment, refused, sbatch_environment
-from jupyter_trainer.backends.slurm.queue import JobIdentity, SlurmJob, newest_of, the_runs, parse_sacct, parse_scontrol, parse_squeue
-from jupyter_trainer.backends.slurm.spec import parse_sbatch_args, parse_time
-from jupyter_trainer.errors import BackendUnavailable, InvalidOption, TrainerError, Unreachable
-from jupyter_trainer.core.store import JobStore
-from jupyter_trainer.core.record import Status
 from jupyter_trainer.backends import build_spec
+from jupyter_trainer.backends.base import SupervisorFacts
+from jupyter_trainer.backends.slurm import commands, states
+from jupyter_trainer.backends.slurm.backend import SlurmBackend
+from jupyter_trainer.backends.slurm.commands import (
+    SlurmCommandFailed,
+    UnusableAnswer,
+    query_environment,
+    refused,
+    sbatch_environment,
+)
 from jupyter_trainer.backends.slurm.declared import SlurmOptions
+from jupyter_trainer.backends.slurm.queue import (
+    JobIdentity,
+    SlurmJob,
+    newest_of,
+    parse_sacct,
+    parse_scontrol,
+    parse_squeue,
+    the_runs,
+)
+from jupyter_trainer.backends.slurm.spec import parse_sbatch_args, parse_time
+from jupyter_trainer.core.record import Status
+from jupyter_trainer.core.store import JobStore
+from jupyter_trainer.errors import BackendUnavailable, InvalidOption, TrainerError, Unreachable
 
 ENDED = SupervisorFacts(supervisor_pid=10, job_pid=11, exit_code=0, stopped=False)
 TERMED = SupervisorFacts(supervisor_pid=10, job_pid=11, exit_code=143, stopped=True)
@@ -350,8 +363,8 @@ def test_an_squeue_answer_with_digits_int_cannot_read_is_unusable():
 @pytest.mark.parametrize("submitted_at", [float("nan"), float("inf"), 1e300, -5.0])
 def test_a_record_with_a_submit_time_no_job_had_is_one_line_and_never_followed(submitted_at, tmp_path):
     from jupyter_trainer.backends.slurm.backend import SlurmRuntime, _followed
-    from jupyter_trainer.errors import TrainerError
     from jupyter_trainer.core.store import JobStore
+    from jupyter_trainer.errors import TrainerError
 
     store = JobStore(tmp_path)
     record = make_slurm_record(store, {"job_id": "12", "submitted_at": submitted_at})

@@ -6,16 +6,16 @@ import os
 
 import pytest
 
-from jupyter_trainer.metrics import cache as metrics_cache
 from jupyter_trainer.backends.base import FileLogSource
-from jupyter_trainer.view.compare_runs import ComparedRun
+from jupyter_trainer.jobs.submit import submit_detached
 from jupyter_trainer.logs.reading import tail_lines
 from jupyter_trainer.logs.source import LogSourceBase
+from jupyter_trainer.metrics import cache as metrics_cache
 from jupyter_trainer.metrics.reader import MetricReader
-from jupyter_trainer.view.monitor import JobMonitor
 from jupyter_trainer.spec.job_spec import DetachedSpec
-from jupyter_trainer.jobs.submit import submit_detached
+from jupyter_trainer.view.compare_runs import ComparedRun
 from jupyter_trainer.view.job_widget import JobWidget
+from jupyter_trainer.view.monitor import JobMonitor
 from jupyter_trainer.view.poller import Poller
 
 GiB = 1 << 30

@@ -4,9 +4,9 @@ import stat
 
 import pytest
 
-from jupyter_trainer.errors import CorruptRecord, UnknownJob
 from jupyter_trainer.core.record import JobRecord, Status
 from jupyter_trainer.core.store import JobStore
+from jupyter_trainer.errors import CorruptRecord, UnknownJob
 
 
 def mode(path):

@@ -2,11 +2,11 @@ import os
 
 import pytest
 
+from jupyter_trainer.core.record import Status
 from jupyter_trainer.errors import NameInUse, TrainerError
 from jupyter_trainer.jobs.job import Job, get_job, list_jobs
-from jupyter_trainer.core.record import Status
-from jupyter_trainer.spec.job_spec import DetachedSpec
 from jupyter_trainer.jobs.submit import submit_detached
+from jupyter_trainer.spec.job_spec import DetachedSpec
 
 
 def fake_spec(script="print(1)", env=None):

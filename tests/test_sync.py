@@ -8,8 +8,8 @@ import tarfile
 import pytest
 
 from jupyter_trainer.backends.docker.sync import IGNORE_FILE, sync_directory
-from jupyter_trainer.spec.checks import parse_sync
 from jupyter_trainer.errors import InvalidOption
+from jupyter_trainer.spec.checks import parse_sync
 from jupyter_trainer.spec.ignore_patterns import IgnoreRules, parse
 
 

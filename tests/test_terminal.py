@@ -9,9 +9,8 @@ import sys
 from pathlib import Path
 
 import pytest
-
-from conftest import wait_for
 from terminal_oracle import terminal_view
+
 from jupyter_trainer.backends.base import FileLogSource
 from jupyter_trainer.logs.reading import TAIL_MIN_BYTES, read_all_lines, tail_lines
 from jupyter_trainer.logs.terminal import SettledLines, terminal_lines
@@ -133,8 +132,9 @@ def test_a_log_of_one_endless_bar_costs_what_a_tail_costs(tmp_path):
 
 def test_the_widget_log_pane_and_saved_copy_show_the_terminal_view(long_nested_log, store, fake_backend, backends):
     from test_widget import fake_job, shown_text
-    from jupyter_trainer.view.monitor import JobMonitor
+
     from jupyter_trainer.view.job_html import log_html, saved_view_html
+    from jupyter_trainer.view.monitor import JobMonitor
 
     _, data = long_nested_log
     expected = terminal_view(data)

@@ -6,12 +6,12 @@ import os
 
 import pytest
 
-from jupyter_trainer.core import files as _fs
 from jupyter_trainer.backends import base
-from jupyter_trainer.errors import StoreError
-from jupyter_trainer.spec.job_spec import DetachedSpec
+from jupyter_trainer.core import files as _fs
 from jupyter_trainer.core.store import LAUNCH_TARGET_FILE, JobStore
+from jupyter_trainer.errors import StoreError
 from jupyter_trainer.jobs.submit import submit_detached
+from jupyter_trainer.spec.job_spec import DetachedSpec
 
 
 def _full(*args, **kwargs):

@@ -12,15 +12,15 @@ import comm
 import pytest
 from comm.base_comm import BaseComm
 from conftest import wait_for
-from jupyter_trainer.logs.terminal import SCREEN_ROWS
 
+from jupyter_trainer.jobs.submit import submit_detached
+from jupyter_trainer.logs.terminal import SCREEN_ROWS
 from jupyter_trainer.metrics.series import MetricSeries
 from jupyter_trainer.spec.job_spec import DetachedSpec
-from jupyter_trainer.jobs.submit import submit_detached
-from jupyter_trainer.view.summary import snapshot_text
 from jupyter_trainer.view.job_html import header_html, log_html, plot_html
 from jupyter_trainer.view.job_widget import WATCH_CHECK_SECONDS, JobWidget
 from jupyter_trainer.view.poller import Poller
+from jupyter_trainer.view.summary import snapshot_text
 
 
 class RecordingComm(BaseComm):
@@ -117,8 +117,8 @@ def test_memory_stays_bounded(store, fake_backend, backends):
 
 
 def test_catching_up_on_a_backlog_misses_no_rare_metric_and_numbers_every_match(store, fake_backend, backends):
-    from jupyter_trainer.view.monitor import JobMonitor
     from jupyter_trainer.spec.job_spec import Metric
+    from jupyter_trainer.view.monitor import JobMonitor
 
     metrics = [Metric("loss", r"\bloss\b\s*[:=]?\s*([-+]?\d*\.?\d+)"), Metric("val_loss", r"val_loss=([\d.]+)")]
     job = fake_job(store, backends, metrics=metrics)
@@ -176,8 +176,8 @@ def test_a_poll_that_only_grows_the_unended_line_reports_a_change(store, fake_ba
 
 
 def test_metrics_in_lines_with_other_characters_match_as_in_text(store, fake_backend, backends):
-    from jupyter_trainer.view.monitor import JobMonitor
     from jupyter_trainer.spec.job_spec import Metric
+    from jupyter_trainer.view.monitor import JobMonitor
 
     job = fake_job(store, backends, metrics=[Metric("loss", r"\bloss\b\s*[:=]?\s*([-+]?\d*\.?\d+)"), Metric("acc", r"acc=(\d+)")])
     append(job, "训练loss: 9\nÉloss=9\nloss:\xa00.5 █\nacc=１２\nloss=0.25\n")
@@ -448,10 +448,10 @@ def test_text_a_job_controls_is_shown_as_text_never_as_markup(store, fake_backen
 
 
 def test_names_places_and_reasons_are_escaped_by_the_model(store, backends):
-    from jupyter_trainer.jobs.job import Job
     from jupyter_trainer.core.record import JobRecord, Status
-    from jupyter_trainer.view.monitor import JobMonitor
+    from jupyter_trainer.jobs.job import Job
     from jupyter_trainer.view.charts import charts_html
+    from jupyter_trainer.view.monitor import JobMonitor
 
     records = [
         JobRecord(name="d", backend="docker", status=Status.LOST, reason=PAYLOAD, runtime={"container_name": PAYLOAD}),
@@ -616,8 +616,8 @@ def test_a_removed_job_says_so_once_and_is_dropped(store, fake_backend, backends
 
 
 def test_a_metric_pattern_too_slow_for_the_log_says_so_in_the_view(store, fake_backend, backends):
-    from jupyter_trainer.view.monitor import JobMonitor
     from jupyter_trainer.spec.job_spec import Metric
+    from jupyter_trainer.view.monitor import JobMonitor
 
     job = fake_job(store, backends, metrics=[Metric("slow", r"loss\s*[:=]?\s*(\d+)")])
     append(job, ("epoch 1 loss" + " " * 20_000 + " nothing\n") * 5 + "loss: 3\n")
@@ -658,8 +658,8 @@ def test_a_failure_shows_the_exception_it_ended_with(store, fake_backend, backen
 
 
 def test_a_sagemaker_view_says_what_sagemaker_says(store, backends):
-    from jupyter_trainer.jobs.job import Job
     from jupyter_trainer.core.record import JobRecord, Status
+    from jupyter_trainer.jobs.job import Job
     from jupyter_trainer.view.monitor import JobMonitor
 
     record = JobRecord(

@@ -26,7 +26,19 @@ from ..core import files as _fs
 from ..core.files import create_private_file, write_private_file
 from ..core.record import JobRecord, Observation
 from ..core.resources import Usage
-from ..core.store import CLOCK_FILE, EXIT_CODE_FILE, LAUNCH_FILE, LAUNCH_TARGET_FILE, LOG_FILE, NOTIFIED_FILE, NOTIFY_FILE, PID_FILE, SCRIPT_FILE, SUPERVISOR_FILE, JobStore
+from ..core.store import (
+    CLOCK_FILE,
+    EXIT_CODE_FILE,
+    LAUNCH_FILE,
+    LAUNCH_TARGET_FILE,
+    LOG_FILE,
+    NOTIFIED_FILE,
+    NOTIFY_FILE,
+    PID_FILE,
+    SCRIPT_FILE,
+    SUPERVISOR_FILE,
+    JobStore,
+)
 from ..errors import CorruptRecord, RunFileError
 from ..logs.source import LogSource, LogSourceBase
 from ..spec.job_spec import DetachedSpec, Metric

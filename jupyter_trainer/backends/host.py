@@ -11,7 +11,16 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..core.processes import ProcessIdentity, boot_id, command_line, memory_limit, session_id, session_members, session_usage, start_time
+from ..core.processes import (
+    ProcessIdentity,
+    boot_id,
+    command_line,
+    memory_limit,
+    session_id,
+    session_members,
+    session_usage,
+    start_time,
+)
 from ..core.record import JobRecord, Observation
 from ..core.resources import NVIDIA_SMI_QUERY, Usage, parse_nvidia_smi
 from ..spec.job_spec import DetachedSpec

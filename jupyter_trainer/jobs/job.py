@@ -19,7 +19,15 @@ from ..core.processes import ProcessIdentity
 from ..core.record import JobRecord, Observation, Status, parse_notification, resolve
 from ..core.resources import Usage, cpu_between
 from ..core.store import CLOCK_FILE, NOTIFIED_FILE, RECORD_FILE, JobStore
-from ..errors import BackendUnavailable, InvalidOption, JobReplaced, StoreError, TrainerError, UnknownBackend, Unreachable
+from ..errors import (
+    BackendUnavailable,
+    InvalidOption,
+    JobReplaced,
+    StoreError,
+    TrainerError,
+    UnknownBackend,
+    Unreachable,
+)
 from ..logs.reading import LogCursor, MetricParser, read_all_lines, tail_lines, tail_screen, written_span
 from ..logs.source import LogSource
 from ..logs.terminal import SettledLines

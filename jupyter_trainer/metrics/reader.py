@@ -61,7 +61,23 @@ from .line_parts import (
     line_split,
 )
 from .line_runs import read_in_runs
-from .names import BAR, COLUMNS, EPOCH, EPOCH_HEADING, NTH, RICH_BAR, STEP, STEP_HEADING, TABLE_EDGE, TABLE_ROW, TIME, VALUE, Point, metric_name, twin_key
+from .names import (
+    BAR,
+    COLUMNS,
+    EPOCH,
+    EPOCH_HEADING,
+    NTH,
+    RICH_BAR,
+    STEP,
+    STEP_HEADING,
+    TABLE_EDGE,
+    TABLE_ROW,
+    TIME,
+    VALUE,
+    Point,
+    metric_name,
+    twin_key,
+)
 
 # An endless line with no redraw in it is read in windows of WINDOW bytes, each with the
 # WINDOW_CONTEXT bytes before it (a name before its value may start there) and the WINDOW_AHEAD

@@ -17,7 +17,20 @@ from ..jobs.job import Job
 from ..jobs.status_checks import OPEN_WAIT
 from ..logs.watch import LOG_NEWS
 from .charts import MAX_CHARTS
-from .job_html import BAR_STYLES, CHOOSER_DEFAULT, STYLE, chooser_options, describe, elapsed_html, error_html, header_html, log_html, plot_html, quiet_html, saved_view_html
+from .job_html import (
+    BAR_STYLES,
+    CHOOSER_DEFAULT,
+    STYLE,
+    chooser_options,
+    describe,
+    elapsed_html,
+    error_html,
+    header_html,
+    log_html,
+    plot_html,
+    quiet_html,
+    saved_view_html,
+)
 from .monitor import JobMonitor, Snapshot
 from .poller import STREAM_KEY, PolledView
 

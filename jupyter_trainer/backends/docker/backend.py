@@ -40,7 +40,16 @@ from .clients import Clients, remember_engine, used_engines
 from .declared import NO_RESTART_FILE, RESTART_FILE, RESTARTS_FILE
 from .errors import LIST, LOOK, REACH, REMOVE, START, STOP, changed_under_the_look, engine_errors, exec_began_after_all
 from .hosts import LOCAL_SOCKET, Engine, resolve
-from .in_container import EXEC_SECONDS, STOP_GROUPS, container_file, give_stdin, job_processes, read_container_file, run_in, runs_supervisor
+from .in_container import (
+    EXEC_SECONDS,
+    STOP_GROUPS,
+    container_file,
+    give_stdin,
+    job_processes,
+    read_container_file,
+    run_in,
+    runs_supervisor,
+)
 from .links import link_run, unlink_run
 from .log_source import ContainerLogSource, SharedStreams
 from .remote_script import lies_on_host, with_script_read

@@ -31,7 +31,15 @@ from . import store_mounts
 from .errors import engine_errors, no_image, not_created
 from .hosts import LOCAL_SOCKET, Engine
 from .in_container import run_in, stops_on_term
-from .restarts import KEEPER_VERSION, LABEL_KEEPER, RESTART_POLICY, check_can_restart, has_keeper, install_keeper, keeper_command
+from .restarts import (
+    KEEPER_VERSION,
+    LABEL_KEEPER,
+    RESTART_POLICY,
+    check_can_restart,
+    has_keeper,
+    install_keeper,
+    keeper_command,
+)
 from .runtime import MOUNTED_JOBS_DIR, RUN_FILES, SHIPPED_JOBS_DIR, WORKSPACE
 
 LABEL = "jupyter_trainer"

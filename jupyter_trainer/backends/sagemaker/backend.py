@@ -22,7 +22,17 @@ from ...core.processes import ProcessIdentity
 from ...core.record import JobRecord, Observation, Status, format_duration
 from ...core.resources import Usage
 from ...core.store import JobStore
-from ..base import LOG_FILE, SCRIPT_FILE, BackendBase, FileLogSource, malformed_runtime, notify_input, prepare_supervised_run, read_runtime, write_script
+from ..base import (
+    LOG_FILE,
+    SCRIPT_FILE,
+    BackendBase,
+    FileLogSource,
+    malformed_runtime,
+    notify_input,
+    prepare_supervised_run,
+    read_runtime,
+    write_script,
+)
 from ..host import observe_supervised, start_supervised, stop_supervised
 from . import launcher
 from .cloudwatch import CloudWatchLogSync, SyncedLogSource, aws_session, client, observe_training_job
