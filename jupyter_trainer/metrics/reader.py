@@ -26,6 +26,7 @@ from __future__ import annotations
 import math
 from typing import Callable, Iterable
 
+from . import names
 from .clock import LogClock
 from .columns import MAX_COLUMNS, column_tokens
 from .line_parts import (
@@ -61,23 +62,6 @@ from .line_parts import (
     line_split,
 )
 from .line_runs import read_in_runs
-from .names import (
-    BAR,
-    COLUMNS,
-    EPOCH,
-    EPOCH_HEADING,
-    NTH,
-    RICH_BAR,
-    STEP,
-    STEP_HEADING,
-    TABLE_EDGE,
-    TABLE_ROW,
-    TIME,
-    VALUE,
-    Point,
-    metric_name,
-    twin_key,
-)
 
 # An endless line with no redraw in it is read in windows of WINDOW bytes, each with the
 # WINDOW_CONTEXT bytes before it (a name before its value may start there) and the WINDOW_AHEAD
@@ -101,7 +85,7 @@ class MetricReader:
 
     def __init__(
         self,
-        sink: Callable[[Point], None],
+        sink: Callable[[names.Point], None],
         patterns: Iterable[tuple[str, Callable]] = (),
         clock: "LogClock | None" = None,
         bulk: Callable | None = None,
@@ -119,7 +103,7 @@ class MetricReader:
         self.bar: float | None = None  # a progress bar's n, when no epoch is known
         self.axes: dict[str, str] = {}
         self.counts: dict[str, int] = {}  # values read per name
-        self.pending: dict[str, Point] = {}  # each name's latest value (shown as its newest, not yet given out)
+        self.pending: dict[str, names.Point] = {}  # each name's latest value (shown as its newest, not yet given out)
         self.segment: tuple[int, int] = (0, -1)  # the line or redraw being read
         self.heading: tuple[tuple[int, int], float] | None = None  # where the last "Epoch E/T" was, and E
         self.restarted = False  # the line being read shows a bar just reset (its values are stale)
@@ -277,16 +261,16 @@ class MetricReader:
                     values = []
                 window = at_window
             self.segment = (line_start, window)
-            if kind == VALUE:
-                if split and first_value not in overridden and twin_key(first_value) == first_value:
+            if kind == names.VALUE:
+                if split and first_value not in overridden and names.twin_key(first_value) == first_value:
                     first_value = f"{split}_{first_value}"
                 values.append((first_value, second, position))
             else:
-                if kind == TABLE_ROW:
+                if kind == names.TABLE_ROW:
                     self._table_row(first_value, second, self.position + _unshifted(position, shifts))
-                elif kind == TABLE_EDGE:
+                elif kind == names.TABLE_EDGE:
                     self._table_end()
-                elif kind == COLUMNS:
+                elif kind == names.COLUMNS:
                     self.columns = first_value
                 else:
                     self._mark(kind, first_value, second)
@@ -305,9 +289,9 @@ class MetricReader:
         if b"|" in low:
             for match in _PIPE_FIELD.finditer(low):
                 kind, name = _field_name(match.group(1))
-                if kind == VALUE and name not in overridden:
+                if kind == names.VALUE and name not in overridden:
                     taken.add(match.start(2))
-                    append((match.start(2) - 1, VALUE, name, float(match.group(2))))
+                    append((match.start(2) - 1, names.VALUE, name, float(match.group(2))))
         has_call = b"(" in low  # once: a look for each value would read the buffer again each time
         word_settings: dict[int, bool] = {}  # per line: whether it is a printed list of settings
         for match in _VALUE_AFTER.finditer(low):
@@ -330,58 +314,58 @@ class MetricReader:
                 value = float(text)
             except ValueError:
                 continue
-            if kind == VALUE:
+            if kind == names.VALUE:
                 if name in overridden:
                     continue
                 if denominator:  # "Accuracy: 9838/10000" is a fraction
                     value = value / float(denominator) if float(denominator) else float("nan")
-                append((position, VALUE, name, value))
+                append((position, names.VALUE, name, value))
             else:
                 append((position, kind, value, b"." in text))
         for match in _BARE_VALUE.finditer(low):
             if match.start(1) in taken:
                 continue
             kind, name = named_before(reversed_low, length - match.start())
-            if kind == VALUE and name not in overridden:
+            if kind == names.VALUE and name not in overridden:
                 try:
-                    append((match.start(1) - 1, VALUE, name, float(match.group(1))))
+                    append((match.start(1) - 1, names.VALUE, name, float(match.group(1))))
                 except ValueError:
                     continue
         if b"(train)" in low or b"(val)" in low or b"(test)" in low:
             for match in _MM_EPOCH.finditer(low):
-                append((match.start(), EPOCH_HEADING, float(match.group(1)), True))
+                append((match.start(), names.EPOCH_HEADING, float(match.group(1)), True))
                 if float(match.group(3)) > 0:
-                    append((match.start(2), BAR, float(match.group(2)), float(match.group(3))))
+                    append((match.start(2), names.BAR, float(match.group(2)), float(match.group(3))))
             for match in _MM_ITER.finditer(low):
-                append((match.start(), STEP_HEADING, float(match.group(1)), None))
+                append((match.start(), names.STEP_HEADING, float(match.group(1)), None))
         if b"|" in low and (low[:1] == b"|" or b"\n|" in low):
             for match in _TABLE_ROW.finditer(low):
                 number = match.group(2)
-                append((match.start(), TABLE_ROW, match.group(1).decode("ascii"), None if number is None else float(number)))
+                append((match.start(), names.TABLE_ROW, match.group(1).decode("ascii"), None if number is None else float(number)))
         if self.columns is not None or b"  " in low:
-            tokens += column_tokens(low, self.columns, metric_name, (VALUE, STEP, EPOCH_HEADING, COLUMNS))
+            tokens += column_tokens(low, self.columns, names.metric_name, (names.VALUE, names.STEP, names.EPOCH_HEADING, names.COLUMNS))
         if b"--------" in low:
             for match in _TABLE_EDGE.finditer(low):
-                append((match.start(), TABLE_EDGE, None, None))
+                append((match.start(), names.TABLE_EDGE, None, None))
         if b"train: " in low:
             for match in _TIMM_EPOCH.finditer(low):
-                append((match.start(), EPOCH_HEADING, float(match.group(1)), None))
+                append((match.start(), names.EPOCH_HEADING, float(match.group(1)), None))
         if b"[" in low:
             for match in _ROUND.finditer(low):
                 start = match.start()
                 if start == 0 or low[start - 1 : start] in (b"\n", b"\r"):
-                    append((start, STEP_HEADING, float(match.group(1)), None))
+                    append((start, names.STEP_HEADING, float(match.group(1)), None))
         for kind, heading in _HEADINGS:
             for match in heading.finditer(low):
                 total = match.group(2)
                 # a total, or (for an epoch) a pipe after it: the epoch counts from 1
-                extra = float(total) if total else (True if kind == EPOCH_HEADING and match.group(3) else None)
+                extra = float(total) if total else (True if kind == names.EPOCH_HEADING and match.group(3) else None)
                 append((match.start(), kind, float(match.group(1)), extra))
         epoch_bars = set()  # where the n of an epochs loop's bar is: an epoch, not a bar of steps
         if b"epoch" in low and b"%|" in low:
             for match in _EPOCH_BAR.finditer(low):
                 epoch_bars.add(match.start(1))
-                append((match.start(), EPOCH_HEADING, float(match.group(1)), None))
+                append((match.start(), names.EPOCH_HEADING, float(match.group(1)), None))
         for bar, openings, zero_based in _BARS:
             for match in bar.finditer(low):
                 start = match.start()
@@ -401,11 +385,11 @@ class MetricReader:
                     continue
                 total = float(match.group(1))
                 if total > 0:
-                    append((start, RICH_BAR if zero_based else BAR, float(digits.group()[::-1]), total))
+                    append((start, names.RICH_BAR if zero_based else names.BAR, float(digits.group()[::-1]), total))
         for name, finditer in self.patterns:
             for position, text in finditer(data):
                 try:
-                    append((position, VALUE, name, float(text)))
+                    append((position, names.VALUE, name, float(text)))
                 except (TypeError, ValueError):
                     pass
         return tokens
@@ -429,30 +413,30 @@ class MetricReader:
     def _mark(self, kind: str, value: float, extra) -> None:
         if not math.isfinite(value):  # "epoch: nan" says nothing of where training is
             return
-        if kind == EPOCH:  # "'epoch': 0.5" is where training is; "Epoch: 3" also starts epoch 3's bars
+        if kind == names.EPOCH:  # "'epoch': 0.5" is where training is; "Epoch: 3" also starts epoch 3's bars
             self.epoch = value
             self.epoch_base = None if extra else value
             self.bar = None
             self.epoch_total = None
-        elif kind == STEP:
+        elif kind == names.STEP:
             self.step = value
-        elif kind == EPOCH_HEADING:  # "Epoch 3/10" counts from 1 (epoch 3 ends at 3.0), "Epoch 3:" from 0
+        elif kind == names.EPOCH_HEADING:  # "Epoch 3/10" counts from 1 (epoch 3 ends at 3.0), "Epoch 3:" from 0
             self.epoch_base = value - 1 if extra else value
             self.heading = (self.segment, value) if extra else None
             self.epoch_total = None
             self.epoch = value
             self.bar = None
-        elif kind == RICH_BAR:
+        elif kind == names.RICH_BAR:
             heading = self.heading
             if heading is not None and heading[0] == self.segment:  # "Epoch 1/1 ━━━ 4/4": 1 of 0..1
                 self.epoch_base = heading[1]
             self._bar(value, extra)
-        elif kind == STEP_HEADING:
+        elif kind == names.STEP_HEADING:
             if extra:  # "Step [100/600]": how far through the epoch, as a bar would say
                 self._bar(value, extra)
             else:
                 self.step = value
-        elif kind == BAR:
+        elif kind == names.BAR:
             self._bar(value, extra)
 
     def _bar(self, done: float, total: float) -> None:
@@ -493,18 +477,18 @@ class MetricReader:
         if self.restarted:
             return
         if self.evaluating:
-            values = [(f"eval_{name}" if twin_key(name) == name else name, value, at) for name, value, at in values]
+            values = [(f"eval_{name}" if names.twin_key(name) == name else name, value, at) for name, value, at in values]
         axes, counts, held = self.axes, self.counts, self.held
         step = self.step if self.step is not None else self.bar
         timed = self.clock is not None and self.clock.known
         preferred = (
-            STEP if self.step is not None else EPOCH if self.epoch is not None else STEP if self.bar is not None
-            else TIME if timed else NTH
+            names.STEP if self.step is not None else names.EPOCH if self.epoch is not None else names.STEP if self.bar is not None
+            else names.TIME if timed else names.NTH
         )  # fmt: skip
         for name, value, at in values:
             where = at if printed_at else self.position + _unshifted(at, self._shifts)  # where in the log it was printed
             axis = axes.get(name)
-            if axis is None or (axis in (NTH, TIME) and preferred not in (NTH, TIME)):
+            if axis is None or (axis in (names.NTH, names.TIME) and preferred not in (names.NTH, names.TIME)):
                 # a name first seen with no step or epoch (a config printed before training) moves to
                 # the step or epoch once the log gives one: its numbered values were not training's
                 if axis is not None:
@@ -513,18 +497,18 @@ class MetricReader:
                     counts[name] = 0
                 axis = preferred
                 axes[name] = axis
-            if axis == STEP:
+            if axis == names.STEP:
                 x = step
-            elif axis == EPOCH:
+            elif axis == names.EPOCH:
                 x = self.epoch
-            elif axis == TIME:
+            elif axis == names.TIME:
                 x = self.clock.seconds_at(where) if timed else None
             else:
                 x = float(counts.get(name, 0) + 1)
             if x is None:
                 continue
             group = held.get(name)
-            if group is None or group[1] != x or axis in (TIME, NTH) or len(group[2]) >= MAX_HELD:
+            if group is None or group[1] != x or axis in (names.TIME, names.NTH) or len(group[2]) >= MAX_HELD:
                 # a new x: the values held at the last one are given out. The first value a redraw
                 # shows at a new x may be the last one's, drawn again as the bar moved on (tqdm
                 # redraws the postfix it has until the loop sets the next): the next value there
