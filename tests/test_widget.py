@@ -638,13 +638,16 @@ def test_the_header_says_how_far_how_long_to_go_and_whether_output_stopped(store
     assert "45% · ETA 12s" in header and "no output for" not in header
     clock.now += 299
     view.poll(now=2.0)
-    assert "no output for" not in view.header.value  # quiet, but not for five minutes yet
+    assert "no output for" not in view.clocks.value  # quiet, but not for five minutes yet
     clock.now += 2
+    header_before = view.header.value
     view.poll(now=3.0)
-    assert "no output for 5m01s" in shown_text(view.header.value)
+    # the clocks move in their own element: the rest of the header is not drawn again for them
+    assert "no output for 5m01s" in shown_text(view.clocks.value) and "elapsed" in view.clocks.value
+    assert view.header.value == header_before and "no output for" not in view.header.value and "elapsed" not in view.header.value
     append(job, "\n")
     view.poll(now=4.0)
-    assert "no output for" not in view.header.value  # it printed again
+    assert "no output for" not in view.clocks.value  # it printed again
 
 
 def test_a_failure_shows_the_exception_it_ended_with(store, fake_backend, backends):

@@ -80,13 +80,14 @@ def fields(snapshot: Snapshot) -> list[Field]:
     ]
     if record is not None:
         shown += _record_fields(snapshot, record)
-    shown.append(_field("elapsed", "elapsed", f"elapsed {format_duration(snapshot.elapsed)}", HEADER, TEXT, kind=CLOCK))
+    elapsed, quiet = clock_fields(snapshot.elapsed, snapshot.quiet_for)
+    shown.append(elapsed)
     shown += _usage_fields(snapshot.usage)
     if snapshot.progress:
         eta = f" · ETA {snapshot.progress.eta}" if snapshot.progress.eta else ""
         shown.append(_field("progress", "progress", f"{snapshot.progress.percent}%{eta}", HEADER, TEXT, kind=PROGRESS))
-    if snapshot.quiet_for:
-        shown.append(_field("quiet", "quiet", f"no output for {format_duration(snapshot.quiet_for)}", HEADER, TEXT, kind=QUIET))
+    if quiet is not None:
+        shown.append(quiet)
     if snapshot.outcome:
         shown.append(_field("outcome", "outcome", snapshot.outcome, HEADER, TEXT, LINE, kind=OUTCOME))
     if record is not None:
@@ -97,6 +98,14 @@ def fields(snapshot: Snapshot) -> list[Field]:
     shown += [_field("fact", "note", fact, HEADER, TEXT, BLOCK, kind=FACT) for fact in snapshot.facts]
     shown += [_field(key, key, "", JSON, value=value) for key, value in snapshot.own.items()]  # the backend's own (slurm_job_id, ...)
     return shown
+
+
+def clock_fields(elapsed: float | None, quiet_for: float | None) -> tuple[Field, Field | None]:
+    """What moves with the clock alone: the time since the job started, and how long it has been
+    quiet once it says so. A live view draws these again each second without a snapshot."""
+    shown = _field("elapsed", "elapsed", f"elapsed {format_duration(elapsed)}", HEADER, TEXT, kind=CLOCK)
+    quiet = _field("quiet", "quiet", f"no output for {format_duration(quiet_for)}", HEADER, TEXT, kind=QUIET) if quiet_for else None
+    return shown, quiet
 
 
 def _record_fields(snapshot: Snapshot, record: JobRecord) -> list[Field]:

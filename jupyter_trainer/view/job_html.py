@@ -12,7 +12,22 @@ from ..core.record import Status, format_duration
 from ..core.resources import describe as describe_usage
 from ..metrics.names import AXIS_TITLES
 from .charts import chart_groups, charts_html, chosen_groups, sparkline_svg
-from .fields import ASKING, FACT, HEADER, NAME, OUTCOME, PROGRESS, QUIET, STATUS, USAGE, Field, shown_in
+from .fields import (
+    ASKING,
+    CLOCK,
+    CLOCKS,
+    FACT,
+    HEADER,
+    NAME,
+    OUTCOME,
+    PROGRESS,
+    QUIET,
+    STATUS,
+    USAGE,
+    Field,
+    clock_fields,
+    shown_in,
+)
 from .monitor import Snapshot
 
 LOG_CHARS = 128 * 1024  # of the log's last lines the view shows (long lines could make megabytes)
@@ -99,12 +114,15 @@ body:not([data-jt-notify="default"]) .jupyter-trainer-job .jt-bell { display: no
 # -- a snapshot as HTML: everything a job controls is escaped -------------------------------
 
 
-def header_html(snapshot: Snapshot) -> str:
+def header_html(snapshot: Snapshot, clocks: bool = True) -> str:
     """The header: the fields shown there (fields.py), each drawn by its kind, and under it what the
-    runtime says of the job besides."""
+    runtime says of the job besides. `clocks`: with the fields that move with the clock alone (a
+    live view draws those in an element of their own: see clocks_html)."""
     parts, facts = [], []
     usage = iter(usage_html(snapshot))  # drawn with their sparklines, in the fields' order
     for field in shown_in(HEADER, snapshot):
+        if field.kind in CLOCKS and not clocks:
+            continue
         if field.kind == FACT:
             facts.append(f"<span>{html.escape(field.text)}</span>")
         elif field.kind == USAGE:
@@ -127,7 +145,7 @@ def field_html(field: Field, snapshot: Snapshot) -> str:
         return f'<span class="jt-name">{text}</span>'
     if field.kind == STATUS:
         return status_badge(snapshot.status, field.text, field.title)
-    if field.kind in (ASKING, QUIET, PROGRESS):
+    if field.kind in (ASKING, QUIET, PROGRESS, CLOCK):
         return f'<span class="jt-{field.kind}">{text}</span>'
     if field.kind == OUTCOME:
         return f'<span class="{"jt-exit" if snapshot.exit_code is not None else "jt-reason"}">{text}</span>'
@@ -140,12 +158,10 @@ def status_badge(status: Status, shown: str, title: str = "") -> str:
     return f'<span class="jt-status" style="background:{STATUS_COLOURS[status]}"{hover}>{html.escape(shown)}</span>'
 
 
-def elapsed_html(seconds: float | None) -> str:
-    return f"<span>elapsed {format_duration(seconds)}</span>"
-
-
-def quiet_html(seconds: float) -> str:
-    return f'<span class="jt-quiet">no output for {format_duration(seconds)}</span>'
+def clocks_html(elapsed: float | None, quiet_for: float | None) -> str:
+    """The fields that move with the clock alone, in their own element of a live view's header."""
+    shown = [field for field in clock_fields(elapsed, quiet_for) if field is not None]
+    return '<div class="jt-header jt-clocks">' + "".join(f'<span class="jt-{field.kind}">{html.escape(field.text)}</span>' for field in shown) + "</div>"
 
 
 # What usage_html drew last for each reading (by its id, with the reading and its series to tell a

@@ -22,13 +22,12 @@ from .job_html import (
     CHOOSER_DEFAULT,
     STYLE,
     chooser_options,
+    clocks_html,
     describe,
-    elapsed_html,
     error_html,
     header_html,
     log_html,
     plot_html,
-    quiet_html,
     saved_view_html,
 )
 from .monitor import JobMonitor, Snapshot
@@ -73,6 +72,7 @@ class JobWidget(PolledView):
         self.monitor.take_status()
         self.style = widgets.HTML(layout={"display": "none"})
         self.header = widgets.HTML()
+        self.clocks = widgets.HTML()  # the elapsed time (and quiet time): drawn alone each second
         # which chart is drawn first; shown only when the view keeps more charts than it draws
         self.chooser = widgets.Dropdown(
             options=[(CHOOSER_DEFAULT, None)], value=None, description="chart first:",
@@ -91,7 +91,11 @@ class JobWidget(PolledView):
         self.stop_button.add_class("jt-stop")
         self.box = widgets.VBox(
             [
-                self.style, widgets.HBox([self.header, self.stop_button], layout={"justify_content": "space-between"}),
+                self.style,
+                widgets.HBox(
+                    [widgets.HBox([self.header, self.clocks], layout={"flex_flow": "row wrap", "align_items": "flex-start"}), self.stop_button],
+                    layout={"justify_content": "space-between"},
+                ),
                 self.chooser, self.plot, self.log,
             ],  # fmt: skip
             layout={"padding": "6px", "width": "100%"},
@@ -115,7 +119,7 @@ class JobWidget(PolledView):
         self._header_stale = False  # only the header has news (a reading of what the job uses)
         self._shown_second = None
         # the elapsed time (and quiet warning) the header shows, while only the clock can move them
-        self._drawn_clocks: tuple[str, str | None] | None = None
+        self._clocks_shown: str | None = None  # what the clocks' element shows (None: nothing yet)
         self.charts_due = float("-inf")  # when the charts may be sent again
         self._charts_stale = False  # an update left the charts as they were: the next one draws them
         self._chart_errors: list[str] = []  # why the charts could not be drawn, the last time they were
@@ -298,39 +302,23 @@ class JobWidget(PolledView):
             self._push()
 
     def _push_header(self) -> None:
-        """Only the header again (its elapsed time), when nothing else can have changed: it still
-        says why the parts not drawn again could not be drawn the last time."""
+        """Only the header again: its clocks alone when nothing else in it can have changed (a quiet
+        job's moves once a second, and drawing the whole takes a snapshot and its sparklines), else
+        the whole, which still says why the parts not drawn again could not be drawn the last time."""
         now = self.clock()
-        moved = self._clock_moved(now)
-        if moved is not None:
+        if not self._header_stale and self._clocks_shown is not None:
             self._shown_second = int(now)
-            self.header.value = moved
+            self._show_clocks(self.monitor.elapsed(now), self.monitor.quiet_for(now))
             return
         _, header, errors = self._header(now)
         self._header_stale = False
         self.header.value = header + "".join(error_html(error) for error in errors + self._chart_errors + self._log_errors)
 
-    def _clock_moved(self, now: float) -> str | None:
-        """The header as drawn last with only its clocks moved on (the elapsed time, and how long
-        the job has been quiet once it says so), while nothing else in it can have changed (None:
-        draw it anew). A quiet job's header moves once a second, and drawing it takes a snapshot
-        and its sparklines."""
-        drawn = self._drawn_clocks
-        if drawn is None or self._header_stale:
-            return None
-        quiet = self.monitor.quiet_for(now)
-        if (quiet is None) != (drawn[1] is None):  # the quiet warning comes or goes
-            return None
-        clocks = (elapsed_html(self.monitor.elapsed(now)), quiet_html(quiet) if quiet is not None else None)
-        value = self.header.value
-        for before, after in zip(drawn, clocks):
-            if before is None:
-                continue
-            if value.count(before) != 1:  # a header drawn by a renderer of another shape
-                return None
-            value = value.replace(before, after)
-        self._drawn_clocks = clocks
-        return value
+    def _show_clocks(self, elapsed: float | None, quiet_for: float | None) -> None:
+        shown = clocks_html(elapsed, quiet_for)
+        if shown != self.clocks.value:
+            self.clocks.value = shown
+        self._clocks_shown = shown
 
     def _header(self, now: float) -> tuple:
         """The monitor's snapshot (None if it could not be taken), the header drawn from it, and
@@ -341,9 +329,8 @@ class JobWidget(PolledView):
         if snapshot:
             self._shown_asking = snapshot.asking
         header = _render(lambda: self.render_header(snapshot), "the header", errors) if snapshot else None
-        clocks_only = header is not None and not snapshot.status.is_final
-        quiet = quiet_html(snapshot.quiet_for) if snapshot and snapshot.quiet_for else None
-        self._drawn_clocks = (elapsed_html(snapshot.elapsed), quiet) if clocks_only else None
+        if snapshot:
+            self._show_clocks(snapshot.elapsed, snapshot.quiet_for)
         return snapshot, header if header is not None else f"<b>{html.escape(self.job.name)}</b>", errors
 
     def _push(self, charts: bool = True) -> int:
@@ -383,7 +370,7 @@ class JobWidget(PolledView):
         return sent
 
     # the renderers this widget uses (one may be replaced to test a failure that stays in its widget)
-    render_header = staticmethod(header_html)
+    render_header = staticmethod(lambda snapshot: header_html(snapshot, clocks=False))  # the clocks have their own element
     render_plot = staticmethod(plot_html)
     render_log = staticmethod(log_html)
 
