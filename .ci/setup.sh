@@ -16,7 +16,7 @@ with_progress() {
     # set before the step starts: a Ctrl-C the moment it has started stops it too (a step run in
     # the background ignores SIGINT, and would run on after this script); every background job of
     # this shell is its own or already ended
-    trap 'kill -TERM $(jobs -p) 2>/dev/null; wait 2>/dev/null; exit 130' INT TERM
+    trap 'kill -TERM $(jobs -p) 2>/dev/null || :; wait 2>/dev/null || :; exit 130' INT TERM
     "$@" >>"$logfile" 2>&1 </dev/null &
     local pid=$! started=$SECONDS next=$((SECONDS + 15)) last
     while kill -0 "$pid" 2>/dev/null; do

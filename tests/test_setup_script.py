@@ -26,14 +26,19 @@ def test_an_interrupted_install_does_not_run_on(tmp_path, when):
     """Ctrl-C while a step runs, however soon after it started: the step is stopped too. The step
     that starts by interrupting its own process group (`kill -INT 0`, as a Ctrl-C at that moment
     would) is that moment, whatever the machine's load."""
-    marker = f"sleep {4000 + os.getpid() % 1000}"  # one this test alone starts
+    marker = f"sleep {4000 + os.getpid() % 1000}.{len(when)}"  # one this test alone starts
     step = marker if when.startswith("a while") else f"sh -c 'kill -INT 0; exec {marker}'"
     script = tmp_path / "install.sh"
     script.write_text(
         f"set -euo pipefail\nsetup_work={tmp_path}/work\nsource {REPO}/.ci/setup.sh\n"
         f"trap 'echo cleaned up' EXIT\nwith_progress installing {tmp_path}/install.log {step}\n"
     )
-    process = subprocess.Popen(["bash", str(script)], start_new_session=True, stdout=subprocess.PIPE, text=True)
+    # as from a terminal: a shell started in the background of another (as CI may start the tests)
+    # ignores SIGINT, and what ignores it on entry cannot trap it
+    process = subprocess.Popen(
+        ["bash", str(script)], start_new_session=True, stdout=subprocess.PIPE, text=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )  # fmt: skip
     if when.startswith("a while"):
         wait_for(lambda: running(marker), what="the install to start")
         time.sleep(0.5)
