@@ -93,7 +93,8 @@ class JobWidget(PolledView):
             [
                 self.style,
                 widgets.HBox(
-                    [widgets.HBox([self.header, self.clocks], layout={"flex_flow": "row wrap", "align_items": "flex-start"}), self.stop_button],
+                    # the clocks beside Stop, on the right: the header's left part keeps its place as they move
+                    [self.header, widgets.HBox([self.clocks, self.stop_button], layout={"align_items": "flex-start", "flex": "0 0 auto"})],
                     layout={"justify_content": "space-between"},
                 ),
                 self.chooser, self.plot, self.log,
