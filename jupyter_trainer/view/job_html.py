@@ -71,6 +71,7 @@ STYLE = """<style>
   border: 1px solid var(--jt-border);
 }
 .jupyter-trainer-job .jt-header { display: flex; flex-wrap: wrap; gap: 4px 12px; align-items: center; color: var(--jt-fg); }
+.jupyter-trainer-job .jt-clocks { display: flex; gap: 4px 12px; align-items: center; color: var(--jt-fg); margin-right: 8px; }
 .jupyter-trainer-job .jt-name { font-size: 1.1em; font-weight: bold; }
 .jupyter-trainer-job .jt-status { color: #fff; border-radius: 4px; padding: 1px 8px; }
 .jupyter-trainer-job .jt-muted, .jupyter-trainer-job .jt-reading, .jupyter-trainer-job .jt-asking { color: var(--jt-muted); }
@@ -161,7 +162,7 @@ def status_badge(status: Status, shown: str, title: str = "") -> str:
 def clocks_html(elapsed: float | None, quiet_for: float | None) -> str:
     """The fields that move with the clock alone, in their own element of a live view's header."""
     shown = [field for field in clock_fields(elapsed, quiet_for) if field is not None]
-    return '<div class="jt-header jt-clocks">' + "".join(f'<span class="jt-{field.kind}">{html.escape(field.text)}</span>' for field in shown) + "</div>"
+    return '<div class="jt-clocks">' + "".join(f'<span class="jt-{field.kind}">{html.escape(field.text)}</span>' for field in shown) + "</div>"
 
 
 # What usage_html drew last for each reading (by its id, with the reading and its series to tell a
