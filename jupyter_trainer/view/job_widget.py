@@ -120,7 +120,6 @@ class JobWidget(PolledView):
         self._header_stale = False  # only the header has news (a reading of what the job uses)
         self._shown_second = None
         # the elapsed time (and quiet warning) the header shows, while only the clock can move them
-        self._clocks_shown: str | None = None  # what the clocks' element shows (None: nothing yet)
         self.charts_due = float("-inf")  # when the charts may be sent again
         self._charts_stale = False  # an update left the charts as they were: the next one draws them
         self._chart_errors: list[str] = []  # why the charts could not be drawn, the last time they were
@@ -307,7 +306,7 @@ class JobWidget(PolledView):
         job's moves once a second, and drawing the whole takes a snapshot and its sparklines), else
         the whole, which still says why the parts not drawn again could not be drawn the last time."""
         now = self.clock()
-        if not self._header_stale and self._clocks_shown is not None:
+        if not self._header_stale and self.clocks.value:  # drawn once with the header: its clocks alone now
             self._shown_second = int(now)
             self._show_clocks(self.monitor.elapsed(now), self.monitor.quiet_for(now))
             return
@@ -319,7 +318,6 @@ class JobWidget(PolledView):
         shown = clocks_html(elapsed, quiet_for)
         if shown != self.clocks.value:
             self.clocks.value = shown
-        self._clocks_shown = shown
 
     def _header(self, now: float) -> tuple:
         """The monitor's snapshot (None if it could not be taken), the header drawn from it, and

@@ -17,9 +17,9 @@ from ..core.store import JobStore
 from ..core.wording import text_table
 from ..errors import TrainerError
 from ..jobs.job import Job
-from .fields import BLOCK, LINE, TEXT, json_object, record_snapshot, row_fields, row_titles, shown_in
+from .fields import BLOCK, FACT, LINE, TEXT, USAGE, json_object, record_snapshot, row_fields, row_titles, shown_in
 from .monitor import Snapshot
-from .words import format_time, metric_text, printable, run_label
+from .words import metric_text, printable
 
 
 def record_row(record: JobRecord, backends: Backends, metric: str = "") -> tuple[str, ...]:
@@ -87,11 +87,9 @@ def status_json(record: JobRecord, backends: Backends, usage: Usage | None = Non
 def snapshot_text(snapshot: Snapshot) -> str:
     """A job's view (a monitor's Snapshot) as text, for frontends without widgets."""
     shown = shown_in(TEXT, snapshot)
-    header = [field.text if field.kind != "usage" else f"{field.label} {field.text}" for field in shown if field.kind != "fact"]
+    header = [field.text if field.kind != USAGE else f"{field.label} {field.text}" for field in shown if field.kind != FACT]
     series = snapshot.metrics
     metrics = ", ".join(f"{name} {series.last(name):.4g}" for name in series.names() if series.last(name) is not None)
-    facts = [field.text for field in shown if field.kind == "fact"]
+    facts = [field.text for field in shown if field.kind == FACT]
     return "\n".join([" ".join(header), *facts, *([f"metrics: {metrics}"] if metrics else []), *snapshot.notes, *snapshot.lines[-10:]])
 
-
-__all__ = ["format_time", "jobs_table", "one_line", "run_label", "snapshot_text", "status_block", "status_json", "stop_line"]
