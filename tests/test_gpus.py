@@ -10,7 +10,9 @@ from pathlib import Path
 import pytest
 
 from jupyter_trainer.core import gpus
-from jupyter_trainer.core.gpus import busy_gpus, look_at_gpus, offered_gpus, parse_gpu_list, parse_gpus, parse_processes
+from jupyter_trainer.core import nvidia_smi
+from jupyter_trainer.core.gpus import offered_gpus, parse_gpu_list
+from jupyter_trainer.core.nvidia_smi import busy_gpus, look_at_gpus, parse_gpus, parse_processes
 from jupyter_trainer.errors import InvalidOption, TrainerError
 
 DATA = Path(__file__).parent / "data" / "nvidia_smi"
@@ -254,7 +256,7 @@ def test_a_pool_names_gpus_by_index_or_range(text, indices):
 def test_a_bad_pool_is_one_line_saying_what_to_write(monkeypatch, text, says):
     monkeypatch.setenv("JUPYTER_TRAINER_GPUS", text)
     with pytest.raises(InvalidOption) as raised:
-        offered_gpus(look=gpus.SmiLook((), ()))
+        offered_gpus(look=nvidia_smi.SmiLook((), ()))
     message = str(raised.value)
     assert isinstance(raised.value, TrainerError) and says in message and "\n" not in message
     assert message.startswith(f"$JUPYTER_TRAINER_GPUS={text[:40]!r}") and len(message) < 200

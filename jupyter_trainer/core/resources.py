@@ -9,15 +9,12 @@ the time between them, so the first look has none: `UsageHistory` keeps the look
 from __future__ import annotations
 
 import collections
-import math
 import time
 from dataclasses import asdict, dataclass, field, replace
 
+from .nvidia_smi import MAX_GPU_INDEX, MAX_GPUS, mebibytes, plausible_number  # noqa: F401  (said here for its readers)
+
 HISTORY = 60  # readings kept per job (at one every USAGE_INTERVAL: 5 minutes)
-MIB = 1 << 20
-MAX_GPUS = 16  # a machine has 8 or 16; more lines than that are not a real nvidia-smi's
-MAX_GPU_INDEX = 1024
-MAX_GPU_MIB = 1 << 30  # a GPU with more than a PiB of memory is not one
 
 # The one question asked of nvidia-smi: one CSV line per GPU, numbers only (MiB and %).
 NVIDIA_SMI_QUERY = ("--query-gpu=index,utilization.gpu,memory.used,memory.total", "--format=csv,noheader,nounits")
@@ -113,21 +110,6 @@ def parse_nvidia_smi(text: str) -> tuple[GpuUsage, ...]:
             break
     return tuple(gpus.values())
 
-
-def plausible_number(value: str) -> float | None:
-    """A field of nvidia-smi's CSV as a finite number ("[N/A]", NaN and words are None)."""
-    try:
-        parsed = float(value.strip())
-    except ValueError:
-        return None
-    return parsed if math.isfinite(parsed) else None
-
-
-def mebibytes(value: float | None) -> int | None:
-    """MiB as nvidia-smi gives them, in bytes (None if absent, negative or absurd)."""
-    if value is None or not 0 <= value <= MAX_GPU_MIB:
-        return None
-    return int(value * MIB)
 
 
 class UsageHistory:
