@@ -37,7 +37,7 @@ def test_every_known_backend_declares_itself_in_its_own_package():
 def test_every_detached_backends_own_options_are_typed_values_of_its_own():
     detached = [declared.detached for declared in DECLARED if declared.detached is not None]
     assert {backend.name for backend in detached} == {"docker", "host", "slurm"}
-    shared = {WORKDIR.dest, ENV.dest, INTERPRETER.dest, NOTIFY.dest, "gpus"}
+    shared = {WORKDIR.dest, ENV.dest, INTERPRETER.dest, NOTIFY.dest, "gpus", "queue"}
     for backend in detached:
         typed = backend.typed
         assert issubclass(typed, BackendOptions) and dataclasses.is_dataclass(typed) and typed.__dataclass_params__.frozen
@@ -76,7 +76,7 @@ def _nice(value):
 @dataclasses.dataclass(frozen=True)
 class ToyOptions(BackendOptions):
     nice: int | None = None
-    queue: str | None = None
+    toy_queue: str | None = None
 
 
 TOY_FILE = "toy_state"
@@ -98,7 +98,7 @@ class ToyBackend(FakeBackend):
 TOY_SWITCH = Option("toy", "--toy", "run on the toy", kind="switch", config=True, default=False)
 TOY_OPTIONS = (
     Option("nice", "--toy-nice", "with --toy: how nice", "N", "int", parse=f"{__name__}:_nice"),
-    Option("queue", "--toy-queue", "with --toy: its queue", "Q", config=True),
+    Option("toy_queue", "--toy-queue", "with --toy: its queue", "Q", config=True),
 )
 TOY = Declaration(
     "toy", entry=ToyBackend, run_files=(TOY_FILE,),
@@ -131,7 +131,7 @@ def test_a_pretend_backend_handed_to_a_registry_is_parsed_checked_and_given_its_
     # the magics too, by the registry they were given
     magics = TrainerMagics(InteractiveShell.instance(), store=store, backends=backends)
     magics.train_detached("--toy --toy-queue fast --no-widget --name by-magic", "print(2)\n")
-    assert toy.specs[-1].options == ToyOptions(queue="fast")
+    assert toy.specs[-1].options == ToyOptions(toy_queue="fast")
 
     # its check is its own, and a bad value one line
     with pytest.raises(TrainerError, match="--toy-nice expects 0 to 19, got 40"):

@@ -141,7 +141,7 @@ def test_every_detached_option_is_a_spec_field_a_switch_or_a_typed_option_of_its
 @dataclasses.dataclass(frozen=True)
 class RemoteOptions(BackendOptions):
     image: str | None = None
-    queue: int | None = None
+    lane: int | None = None
 
 
 def remote_backends(*options, **declared) -> Backends:
@@ -181,30 +181,40 @@ def test_a_backend_declared_in_its_own_module_is_chosen_checked_and_configured()
 
 
 def test_an_option_of_a_switched_backend_given_without_its_switch_is_one_line():
-    """--queue belongs to --remote alone: without --remote (the default backend chosen) it is one
+    """--lane belongs to --remote alone: without --remote (the default backend chosen) it is one
     line naming the switch, never a crash; with another switch, a 0 is a value and refused too."""
-    backends = remote_backends(Option("queue", "--queue", "the cluster's queue", "N", "int"))
-    with pytest.raises(InvalidOption, match="--queue is an option of --remote") as refused:
-        backends.build_spec("print(1)", image="img", queue=3)
-    assert "add --remote, or drop --queue" in refused.value.hint
-    with pytest.raises(InvalidOption, match="--queue is an option of --remote"):
-        backends.build_spec("print(1)", host=True, workdir="/tmp", queue=0)
+    backends = remote_backends(Option("lane", "--lane", "the cluster's lane", "N", "int"))
+    with pytest.raises(InvalidOption, match="--lane is an option of --remote") as refused:
+        backends.build_spec("print(1)", image="img", lane=3)
+    assert "add --remote, or drop --lane" in refused.value.hint
+    with pytest.raises(InvalidOption, match="--lane is an option of --remote"):
+        backends.build_spec("print(1)", host=True, workdir="/tmp", lane=0)
     with pytest.raises(InvalidOption, match="--host runs without a container") as lacking:
         backends.build_spec("print(1)", host=True, workdir="/tmp", image="img")
-    assert "--queue" not in lacking.value.hint and "--remote" not in lacking.value.hint
-    assert backends.build_spec("print(1)", remote=True, workdir="/tmp", queue=0).options == RemoteOptions(queue=0)
+    assert "--lane" not in lacking.value.hint and "--remote" not in lacking.value.hint
+    assert backends.build_spec("print(1)", remote=True, workdir="/tmp", lane=0).options == RemoteOptions(lane=0)
 
 
-@pytest.mark.parametrize("flags", [{"gpus": "all"}, {"stop_container_when_done": True}])
+@pytest.mark.parametrize("flags", [{"stop_container_when_done": True}])
 def test_a_configured_host_is_overridden_only_by_what_a_container_needs(flags):
-    """--gpus or --stop-container-when-done alone do not turn a configured --host job into a container
-    job: they are refused, as --host takes neither; --image or --container do choose a container."""
+    """--stop-container-when-done alone does not turn a configured --host job into a container
+    job: it is refused, as --host does not take it; --image or --container do choose a container."""
     from jupyter_trainer.backends import detached_spec
 
     for config in ({"host": True}, {"host": True, "image": "cfg:1"}):
         with pytest.raises(InvalidOption, match="--host runs without a container"):
             detached_spec("print(1)", flags, config)
     assert detached_spec("print(1)", {**flags, "image": "img:2"}, {"host": True}).backend == "docker"
+
+
+def test_gpus_and_a_queue_keep_a_configured_host_job_on_this_machine():
+    """--host takes --gpus (a count is waited for in this machine's line) and --queue."""
+    from jupyter_trainer.backends import detached_spec
+
+    spec = detached_spec("print(1)", {"gpus": "2", "queue": "nightly"}, {"host": True})
+    assert (spec.backend, spec.gpus, spec.queue) == ("host", "2", "nightly")
+    with pytest.raises(InvalidOption, match="invalid --queue"):
+        detached_spec("print(1)", {"queue": "../etc"}, {"host": True})
 
 
 def test_a_switch_flagged_off_leaves_config_out():
@@ -216,15 +226,15 @@ def test_a_switch_flagged_off_leaves_config_out():
 def test_a_backends_own_options_reach_its_spec_typed_and_are_stored_when_given():
     """Options no spec field holds reach the spec as the backend's typed options; the given ones
     are stored (and fingerprinted) under "backend_options", as an untyped dict of them was."""
-    backends = remote_backends(Option("queue", "--queue", "a queue", "Q"))
-    given = backends.build_spec("print(1)\n", remote=True, workdir="/tmp", queue="fast")
-    assert given.options == RemoteOptions(queue="fast") and given.public_options()["backend_options"] == {"queue": "fast"}
-    other = backends.build_spec("print(1)\n", remote=True, workdir="/tmp", queue="slow")
+    backends = remote_backends(Option("lane", "--lane", "a lane", "L"))
+    given = backends.build_spec("print(1)\n", remote=True, workdir="/tmp", lane="fast")
+    assert given.options == RemoteOptions(lane="fast") and given.public_options()["backend_options"] == {"lane": "fast"}
+    other = backends.build_spec("print(1)\n", remote=True, workdir="/tmp", lane="slow")
     assert given.fingerprint(b"k") != other.fingerprint(b"k")  # another value, another cell
     plain = backends.build_spec("print(1)\n", remote=True, workdir="/tmp")
     assert "backend_options" not in plain.public_options()  # cells without any keep their fingerprints
     with pytest.raises(dataclasses.FrozenInstanceError):
-        given.options.queue = "slower"
+        given.options.lane = "slower"
 
 
 def _tenfold(value):

@@ -153,7 +153,9 @@ class BackendBase:
         return contextlib.nullcontext()
 
     def status_fields(self, record: JobRecord) -> dict:
-        return {}
+        from .turns import turn_fields  # a job that waited its turn: the GPUs it holds, or its place in line
+
+        return turn_fields(record)
 
 
 def malformed_runtime(record: JobRecord, problem: str) -> CorruptRecord:

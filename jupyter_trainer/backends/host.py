@@ -11,6 +11,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..core.lines import lines_root
 from ..core.processes import (
     ProcessIdentity,
     boot_id,
@@ -24,6 +25,7 @@ from ..core.processes import (
 from ..core.record import JobRecord, Observation
 from ..core.resources import NVIDIA_SMI_QUERY, Usage, parse_nvidia_smi
 from ..spec.job_spec import DetachedSpec
+from . import turns
 from .base import (
     LAUNCH_FILE,
     LOG_FILE,
@@ -169,7 +171,7 @@ class HostBackend(BackendBase):
     has_containers = False
 
     def preflight(self, spec: DetachedSpec, store) -> None:
-        pass
+        turns.check_gpus_offered(spec)
 
     def prepare(self, run_dir: Path, spec: DetachedSpec) -> None:
         prepare_supervised_run(run_dir, spec.script, spec.from_cell)
@@ -178,7 +180,13 @@ class HostBackend(BackendBase):
         # a script run in place is the file as named (this machine follows its links itself)
         write_launch_target(run_dir, spec, spec.workdir, record.name, ScriptPlace(spec.script_path) if spec.script_path else None)
         command = job_command(spec, str(run_dir))
-        return start_supervised(run_dir, command, cwd=spec.workdir, env=job_environment(spec), given=notify_input(record, run_dir, spec.notify))
+        env = job_environment(spec)
+        if turns.waits_in_line(spec):  # its waiter takes its turn in this machine's lines, then runs it
+            turns.prepare_turn(run_dir, record, spec, lines_root())
+            command = turns.waiting_command(str(run_dir), command)
+        elif spec.gpus and spec.gpus != "all":  # device ids: these, with no waiting
+            env = {"CUDA_DEVICE_ORDER": "PCI_BUS_ID", **env, "CUDA_VISIBLE_DEVICES": spec.gpus}
+        return start_supervised(run_dir, command, cwd=spec.workdir, env=env, given=notify_input(record, run_dir, spec.notify))
 
     def asking(self, record: JobRecord) -> str:
         return ""  # its supervisor's files and processes, on this machine
@@ -214,7 +222,11 @@ class HostBackend(BackendBase):
 
 
 def observe_supervised(run_dir: Path, supervisor: ProcessIdentity) -> Observation:
-    """What is seen of a supervised job now."""
+    """What is seen of a supervised job now (and of its turn, where it waited for one)."""
+    return turns.with_turn(_observe_supervisor(run_dir, supervisor), run_dir)
+
+
+def _observe_supervisor(run_dir: Path, supervisor: ProcessIdentity) -> Observation:
     supervisor_alive = _child_running(supervisor)
     if supervisor_alive is None:  # another process's: its pid and start time, in /proc
         supervisor_alive = supervisor.is_alive()

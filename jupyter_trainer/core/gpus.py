@@ -68,10 +68,9 @@ def parse_gpu_list(text: str, where: str) -> tuple[int, ...]:
 def offered_gpus(pool: str | None = None, *, environ: Mapping[str, str] | None = None, look: SmiLook | None = None) -> Offered:
     """What the machine offers: the caller's pool if set, else $JUPYTER_TRAINER_GPUS if set (an
     empty value counts as unset), else what nvidia-smi lists (`look`, or a look taken now)."""
-    environ = os.environ if environ is None else environ
-    for text, source in ((pool, "gpu_pool"), (environ.get(ENV_VAR), f"${ENV_VAR}")):
-        if text is not None and text.strip():
-            return Offered(parse_gpu_list(text, source), source)
+    named = named_pool(pool, environ=environ)
+    if named is not None:
+        return named
     look = look_at_gpus() if look is None else look
     if not look.present:
         return Offered((), "none")
@@ -79,3 +78,13 @@ def offered_gpus(pool: str | None = None, *, environ: Mapping[str, str] | None =
         return Offered(None, "nvidia-smi", problem=look.problem)
     whole = tuple(sorted(gpu.index for gpu in look.gpus if not gpu.mig))
     return Offered(whole, "nvidia-smi", mig=tuple(sorted(gpu.index for gpu in look.gpus if gpu.mig)))
+
+
+def named_pool(pool: str | None = None, *, environ: Mapping[str, str] | None = None) -> Offered | None:
+    """The GPUs the caller's pool names, else $JUPYTER_TRAINER_GPUS (an empty value counts as
+    unset); None when neither names any."""
+    environ = os.environ if environ is None else environ
+    for text, source in ((pool, "gpu_pool"), (environ.get(ENV_VAR), f"${ENV_VAR}")):
+        if text is not None and text.strip():
+            return Offered(parse_gpu_list(text, source), source)
+    return None

@@ -68,6 +68,11 @@ METRICS_FILE = "metrics.json"  # the metric series read so far (a cache)
 NOTIFY_FILE = "notify.py"  # with --notify: what the supervisor runs to say the job has ended
 NOTIFIED_FILE = "notified"  # with --notify: what came of it, written by notify.py
 CLOCK_FILE = "clock"  # "SECONDS BYTES" lines: the log's size now and then, written by the supervisor
+# with --gpus N or --queue NAME: what the job waits for in its machine's lines (JSON, by the
+# submitter), the waiter that waits for it, and how it waits, or what it took (JSON, by the waiter)
+LINE_FILE = "line"
+WAITER_FILE = "wait_turn.py"
+TURN_FILE = "turn"
 
 MAX_RECORD_BYTES = 1 << 20  # records are a few KB: a larger one was not written by us
 KEY_FILE = "fingerprint.key"  # in the store's home: the key of the fingerprints' HMAC
@@ -85,7 +90,7 @@ RECORD_WRITING = re.compile(r"record\.lock|\.record\.json\.[0-9]+\.[0-9a-f]{8}\.
 
 STORE_FILES = (
     RECORD_FILE, LOCK_FILE, SCRIPT_FILE, LAUNCH_FILE, LAUNCH_TARGET_FILE, SUPERVISOR_FILE, LOG_FILE, PID_FILE, EXIT_CODE_FILE,
-    METRICS_FILE, NOTIFY_FILE, NOTIFIED_FILE, CLOCK_FILE,
+    METRICS_FILE, NOTIFY_FILE, NOTIFIED_FILE, CLOCK_FILE, LINE_FILE, WAITER_FILE, TURN_FILE,
 )  # fmt: skip
 STORE = "the store"  # whose the files above are, in `run_files`
 

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 from .. import backends as _backends
 from .. import surface
+from ..backends.turns import waits_in_line
 from ..core import interrupts
 from ..core.naming import HASH_CHARS, default_name, legacy_name
 from ..core.processes import ProcessIdentity
@@ -96,7 +97,8 @@ def submit_detached(
 
     def launched(record: JobRecord) -> None:
         record.runtime = runtime
-        record.started_at = time.time() if backend.starts_at_launch else None
+        # a job that waits its turn in its machine's lines has started once its turn came
+        record.started_at = time.time() if backend.starts_at_launch and not waits_in_line(spec) else None
 
     with interrupts.held():  # it runs now: an interrupt must not leave it unrecorded
         runtime = launched_at.to_dict()

@@ -18,6 +18,7 @@ from ..errors import InvalidOption
 
 ENV_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 GPU_IDS = re.compile(r"\d+(,\d+)*")
+QUEUE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,62}")  # as core/lines.py's
 METRIC_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_.:/-]{0,127}")
 IMAGE_REF = re.compile(r"[A-Za-z0-9][A-Za-z0-9._/:@-]*")
 
@@ -49,6 +50,15 @@ def parse_gpus(spec: str | None) -> str | None:
     if text == "all" or GPU_IDS.fullmatch(text):
         return text
     raise InvalidOption(f"--gpus expects 'all', a count or device ids like 0,1; got {spec!r}")
+
+
+def parse_queue(name: str | None) -> str | None:
+    if name is None or name == "":
+        return None
+    if not QUEUE_NAME.fullmatch(name):
+        shown = name if len(name) <= 40 else name[:37] + "..."
+        raise InvalidOption(f"invalid --queue {shown!r}", "use 1 to 63 letters, digits, '_', '.' or '-', starting with a letter or digit")
+    return name
 
 
 def parse_interpreter(command: str | None) -> tuple[str, ...]:

@@ -140,6 +140,8 @@ class DetachedSpec:
     # a file of this machine whose SCRIPT also names one in a remote host's --workdir (its path
     # there), with no --sync that sends it: its backend refuses to guess which of the two is meant
     also_on_host: str | None = transient()
+    queue: str | None = added_field(None)  # --queue NAME: a line of the job's machine (backends/turns.py)
+    gpu_pool: str | None = transient()  # %config TrainerMagics.gpu_pool: the GPUs --gpus N hands out
 
     def public_options(self) -> dict:
         """The options as stored and shown: environment keys, never values."""

@@ -145,8 +145,15 @@ WORKDIR = Option(
     config=True,
 )  # parsed by its backend's settle, else as a directory of this machine (see DetachedBackend.spec_fields)
 GPUS = Option(
-    "gpus", "--gpus", "'all', a count, or device ids (0,1), as docker run --gpus; with --slurm: GPUs per node", "SPEC",
+    "gpus", "--gpus", "N: N GPUs of the job's own, waited for until no other job holds them; 'all'; or device ids "
+    "(0,1), as docker run --gpus; with --slurm: GPUs per node", "SPEC",
     config=True, parse=_CHECK + "parse_gpus",
+)
+QUEUE = Option(
+    "queue", "--queue", "wait in the named line of the job's machine: at most its --max-running jobs run at once "
+    "(set with jupyter-trainer queue NAME --max-running K; default 1)", "NAME",
+    config=True, parse=_CHECK + "parse_queue",
+    elsewhere="puts a job in a line of its machine, for the container backends and --host (Slurm and SageMaker queue jobs themselves)",
 )
 ENV = Option(
     "env", "--env", "environment for the job (repeatable); values are never stored or shown", "KEY=VALUE", "append",

@@ -69,6 +69,11 @@ def build_parser(backends: Backends = DEFAULT) -> argparse.ArgumentParser:
 
     command("stop", "stop a job (its whole process group)", JOB_NAME, WITH_CONTAINER)
 
+    queue = commands.add_parser("queue", help="this machine's GPUs and lines: who holds what, who waits, in order")
+    queue.add_argument("name", nargs="?", metavar="NAME", help="one named queue (--queue NAME)")
+    queue.add_argument("--max-running", type=int, metavar="K", help="how many of queue NAME's jobs may run at once (default 1)")
+    queue.add_argument("--json", action="store_true", help="one JSON object: gpus, and each line with its running and waiting jobs")
+
     submit = commands.add_parser(
         "submit",
         help="run a script as a detached job (the options of %%%%train_detached)",
@@ -127,6 +132,9 @@ def run(argv: list[str] | None = None, store: JobStore | None = None, backends: 
     if args.command == "compare":
         print_comparison(args, store, backends)
         return 0
+    if args.command == "queue":
+        print_lines(args)
+        return 0
     job = Job.load(args.name, store, backends)
     if args.command == "status":
         record = job.refresh().record
@@ -148,6 +156,27 @@ def run(argv: list[str] | None = None, store: JobStore | None = None, backends: 
     elif args.command == "stop":
         print(summary.stop_line(job.stop(container=args.container).record, backends))
     return 0
+
+
+def print_lines(args) -> None:
+    """`queue`: what this machine's lines hold; with NAME --max-running K, set that queue's bound first."""
+    from ..core import lines
+    from ..spec.checks import parse_queue
+    from ..view.lines_view import lines_text, machine_lines
+
+    name = parse_queue(args.name)
+    root = lines.lines_root()
+    if args.max_running is not None:
+        if name is None:
+            raise TrainerError("--max-running needs the queue's NAME", "for example: jupyter-trainer queue nightly --max-running 2")
+        try:
+            line = lines.line_dir(root, name)
+            lines.ensure_line(root, line)
+            lines.set_max_running(line, args.max_running)
+        except (lines.LineError, OSError) as problem:
+            raise TrainerError(f"cannot set queue {name}'s --max-running: {problem}") from None
+    found = machine_lines(root, only=name)
+    print(json.dumps(found, indent=1) if args.json else lines_text(found))
 
 
 def print_metrics(job: Job, as_json: bool) -> None:

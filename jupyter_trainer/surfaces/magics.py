@@ -158,6 +158,9 @@ class TrainerMagics(Magics):
     docker_hosts = Dict(
         value_trait=Unicode(), help='Docker hosts by name, for --docker-host NAME: {"gpu1": "ssh://me@gpu1"}'
     ).tag(config=True)
+    gpu_pool = Unicode(
+        "", help="the GPUs --gpus N hands out on the job's machine: 0,1,2,3 or 0-3 (default: $JUPYTER_TRAINER_GPUS, else what nvidia-smi lists)"
+    ).tag(config=True)
 
     def __init__(self, shell=None, store: JobStore | None = None, backends: Backends | None = None, **kwargs):
         """`store` and `backends`: the job store and the backends' registry the magics use (by
@@ -340,10 +343,15 @@ class TrainerMagics(Magics):
 
     def _submit(self, spec, args, label: str | None = None) -> None:
         """Submit (or attach to) the job of a cell (or a script: `label`, its name), then show it."""
+        import dataclasses
+
         from ..core.naming import notebook_label
         from ..jobs.submit import submit_detached
+        from ..spec.job_spec import DetachedSpec
 
         label = label or notebook_label(self.shell.user_ns if self.shell else None)
+        if self.gpu_pool.strip() and isinstance(spec, DetachedSpec):
+            spec = dataclasses.replace(spec, gpu_pool=self.gpu_pool)  # the pool is the notebook's, not the cell's
         submission = submit_detached(spec, name=args.name, rerun=bool(args.rerun), store=self._store(), backends=self.backends, label=label)
         if submission.attached or submission.facts:  # facts: what the launch left out, say
             print(submission.message)

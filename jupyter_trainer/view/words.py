@@ -6,6 +6,7 @@ from __future__ import annotations
 import time
 
 from ..backends import Backends
+from ..backends.turns import turn_words
 from ..core.record import JobRecord, Status
 from ..core.wording import readable
 from ..errors import TrainerError
@@ -70,7 +71,9 @@ def status_text(record: JobRecord, backends: Backends) -> str:
     """The status as the tables and the view show it: a running job that was started again says
     which start it is in ("running (restart 1)")."""
     count = restarts(record, backends) if record.status is Status.RUNNING else 0
-    return f"{record.status.value} (restart {count})" if count else record.status.value
+    text = f"{record.status.value} (restart {count})" if count else record.status.value
+    turn = turn_words(record)  # what it waits for in its machine's lines, or the GPUs it took there
+    return f"{text} · {readable(turn)}" if turn else text
 
 
 def run_label(record: JobRecord) -> str:

@@ -11,6 +11,7 @@ from ...spec.options import (
     GPUS,
     INTERPRETER,
     NOTIFY,
+    QUEUE,
     WORKDIR,
     BackendOptions,
     DetachedBackend,
@@ -87,7 +88,7 @@ class DockerOptions(BackendOptions):
 
 DETACHED = DetachedBackend(
     "docker",
-    options=(IMAGE, CONTAINER, WORKDIR, GPUS, ENV, INTERPRETER, STOP_CONTAINER_WHEN_DONE, DOCKER_HOST, SYNC, RESTARTS, NOTIFY),
+    options=(IMAGE, CONTAINER, WORKDIR, GPUS, QUEUE, ENV, INTERPRETER, STOP_CONTAINER_WHEN_DONE, DOCKER_HOST, SYNC, RESTARTS, NOTIFY),
     needs_one_of=("image", "container"),
     missing=("no image or container given", "pass --image IMAGE (or set %config TrainerMagics.image), --container NAME, or --host"),
     settle=_OWN + "spec:settle_docker_spec",

@@ -1,0 +1,261 @@
+"""A job's waiter: waits for the job's turn in its machine's lines, then becomes the job.
+
+The supervisor starts it in the job's place when the job waits in a line (`--queue NAME`, `--gpus N`):
+
+    python3 -I RUN_DIR/wait_turn.py RUN_DIR COMMAND...
+
+It reads what the job asked for from RUN_DIR/line (written by the submitter), waits in the named
+queue for a slot, then in the GPU line for its GPUs (always in that order, so two jobs never wait
+for each other), and says how it waits in RUN_DIR/turn. Once its turn has come it says what it took
+there and execs COMMAND with CUDA_VISIBLE_DEVICES naming its GPUs: the job's process, and every
+process it starts, inherits the locks on what it took, which the kernel releases once the last of
+them ends. A TERM (a stop) ends it while it waits, and its place in the line with it.
+
+Waiting costs nothing: it sleeps in inotify until a ticket ahead leaves or a token is let go (a
+process that ends closes its files, which inotify tells), and looks again; only the first in the
+GPU line asks nvidia-smi, again every RECHECK_SECONDS while a GPU it could take is busy outside
+us. Where inotify cannot be had, it looks every POLL_SECONDS.
+
+Standard library only, Python 3.7 or later: it runs on the job's python3, in its container. What it
+runs is wording.py's, nvidia_smi.py's and lines.py's code, then this file's (base.waiter_source).
+"""
+
+import json
+import os
+import select
+import sys
+import time
+
+try:  # as a module of the package; in a run, the code of these modules comes before this file's
+    from ..core.lines import (
+        GPU_LINE,
+        LineError,
+        ensure_line,
+        line_dir,
+        live_waiting_ahead,
+        max_running,
+        open_token,
+        promote,
+        remove_dead_tickets,
+        take_ticket,
+        try_lock,
+    )
+    from ..core.nvidia_smi import busy_gpus, look_at_gpus
+except ImportError:
+    pass
+
+LINE_FILE, TURN_FILE = "line", "turn"  # base.LINE_FILE, base.TURN_FILE
+RECHECK_SECONDS = 5.0
+POLL_SECONDS = 1.0
+IN_CLOSE_WRITE, IN_CLOSE_NOWRITE, IN_MOVED_FROM, IN_MOVED_TO, IN_DELETE = 0x8, 0x10, 0x40, 0x80, 0x200
+# a ticket ahead leaves: its waiter ends (closes it), it is renamed r-... or removed
+TICKETS_EVENTS = IN_CLOSE_WRITE | IN_MOVED_FROM | IN_DELETE
+TOKENS_EVENTS = IN_CLOSE_WRITE | IN_CLOSE_NOWRITE  # a holder ends
+LINE_EVENTS = IN_CLOSE_WRITE | IN_MOVED_TO  # max_running is set
+
+
+class TurnError(Exception):
+    """What keeps the job from ever getting its turn: its reason."""
+
+
+class Watcher:
+    """Sleeps until a watched directory changes (inotify), or for POLL_SECONDS where it cannot."""
+
+    def __init__(self):
+        self.fd = None
+        self.watched = set()
+        try:
+            import ctypes
+
+            self.libc = ctypes.CDLL(None, use_errno=True)
+            fd = self.libc.inotify_init1(os.O_CLOEXEC | os.O_NONBLOCK)
+        except (ImportError, OSError, AttributeError):
+            return
+        self.fd = fd if fd >= 0 else None
+
+    def watch(self, path, mask):
+        if self.fd is None or path in self.watched:
+            return
+        if self.libc.inotify_add_watch(self.fd, os.fsencode(path), mask) < 0:
+            os.close(self.fd)
+            self.fd = None
+            return
+        self.watched.add(path)
+
+    def wait(self, seconds=None):
+        if self.fd is None:
+            time.sleep(POLL_SECONDS if seconds is None else min(seconds, POLL_SECONDS))
+            return
+        if select.select([self.fd], [], [], seconds)[0]:
+            while True:  # what came meanwhile is one change: one look at the line
+                try:
+                    if not os.read(self.fd, 1 << 16):
+                        break
+                except BlockingIOError:
+                    break
+
+
+class TurnFile:
+    """RUN_DIR/turn, made by the submitter and written in place here (see the supervisor's files)."""
+
+    def __init__(self, path):
+        self.fd = os.open(path, os.O_WRONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        self.said = None
+
+    def say(self, state):
+        data = json.dumps(state, sort_keys=True).encode("utf-8")
+        if data == self.said:
+            return
+        os.ftruncate(self.fd, 0)
+        os.pwrite(self.fd, data, 0)
+        self.said = data
+
+
+class GpuLine:
+    """The machine's GPU line: its first job takes the GPUs it asked for once that many are neither
+    held by another job nor busy outside us."""
+
+    def __init__(self, root, wants, pool):
+        self.dir = line_dir(root, None)
+        self.wants = wants
+        self.pool = pool  # the GPUs offered, as the submitter's pool named them; None: nvidia-smi's
+        self.mine = {}  # index -> open token, locked: held for this job while it is first in line
+
+    def describe(self):
+        return {"line": GPU_LINE, "wants": self.wants}
+
+    def try_take(self):
+        """(the GPUs taken, {}), or (None, what keeps them, seconds until looking again or None)."""
+        look = look_at_gpus()
+        offered = self.pool
+        if offered is None:
+            if look.gpus is None:
+                return None, {"unknown": look.problem or "nvidia-smi cannot tell"}, RECHECK_SECONDS
+            offered = [gpu.index for gpu in look.gpus if not gpu.mig]
+        if len(offered) < self.wants:
+            raise TurnError("asks for %d GPUs, and this machine offers %d (%s)" % (self.wants, len(offered), _listed(offered)))
+        busy = busy_gpus(look) if look.present else frozenset()
+        if busy is None:
+            return None, {"unknown": look.problem or "nvidia-smi cannot tell"}, RECHECK_SECONDS
+        for index in offered:
+            if index not in self.mine:
+                fd = open_token(self.dir, index)
+                if try_lock(fd):
+                    self.mine[index] = fd
+                else:
+                    os.close(fd)
+        usable = sorted(index for index in self.mine if index not in busy)
+        if len(usable) >= self.wants:
+            taken = usable[: self.wants]
+            for index in list(self.mine):
+                if index not in taken:
+                    os.close(self.mine.pop(index))
+            return taken, {}, None
+        outside = sorted(index for index in self.mine if index in busy)
+        held = len([index for index in offered if index not in self.mine])
+        return None, {"held_by_others": held, "busy_outside": outside}, RECHECK_SECONDS if outside else None
+
+    def kept(self):
+        return list(self.mine.values())
+
+    def took(self, taken):
+        return {"gpus": taken}
+
+
+class QueueLine:
+    """A named queue: its first job takes a free slot below its max_running."""
+
+    def __init__(self, root, name):
+        self.dir = line_dir(root, name)
+        self.name = name
+        self.slot = None
+
+    def describe(self):
+        return {"line": "queue", "queue": self.name}
+
+    def try_take(self):
+        allowed = max_running(self.dir)
+        for slot in range(allowed):
+            fd = open_token(self.dir, slot)
+            if try_lock(fd):
+                self.slot = fd
+                return slot, {}, None
+            os.close(fd)
+        return None, {"max_running": allowed}, None
+
+    def kept(self):
+        return [self.slot]
+
+    def took(self, slot):
+        return {"queue": self.name, "slot": slot}
+
+
+def wait_in(line, root, turn, says, watcher):
+    """Waits for the job's turn in `line`: returns what it took and the open files that hold it."""
+    ensure_line(root, line.dir)
+    remove_dead_tickets(line.dir)
+    watcher.watch(os.path.join(line.dir, "tickets"), TICKETS_EVENTS)  # before looking: nothing slips by
+    ticket, path = take_ticket(line.dir, says)
+    since = time.time()
+    while True:
+        ahead = len(live_waiting_ahead(line.dir, path))
+        again = None
+        if ahead == 0:
+            watcher.watch(os.path.join(line.dir, "tokens"), TOKENS_EVENTS)
+            watcher.watch(line.dir, LINE_EVENTS)
+            taken, keeping, again = line.try_take()
+            if taken is not None:
+                promote(ticket, path, dict(says, **line.took(taken)))
+                return taken, [ticket, *line.kept()]
+        else:
+            keeping = {}
+        turn.say(dict(line.describe(), state="waiting", ahead=ahead, since=since, **keeping))
+        watcher.wait(again)
+
+
+def main(argv):
+    if len(argv) < 3:
+        raise TurnError("usage: wait_turn.py RUN_DIR COMMAND...")
+    run_dir, command = argv[1], argv[2:]
+    with open(os.path.join(run_dir, LINE_FILE), "rb") as handle:
+        asked = json.loads(handle.read(1 << 16).decode("utf-8"))
+    root = asked["root"]
+    says = {"job": asked.get("job"), "run": asked.get("run"), "user": os.getuid(), "pid": os.getpid()}
+    turn = TurnFile(os.path.join(run_dir, TURN_FILE))
+    watcher = Watcher()
+    kept, took = [], {"state": "running"}
+    if asked.get("queue"):
+        line = QueueLine(root, asked["queue"])
+        slot, files = wait_in(line, root, turn, dict(says, wants="slot"), watcher)
+        kept += files
+        took.update(line.took(slot))
+    env = dict(os.environ)
+    if asked.get("gpus"):
+        line = GpuLine(root, int(asked["gpus"]), asked.get("pool"))
+        gpus, files = wait_in(line, root, turn, dict(says, wants=line.wants), watcher)
+        kept += files
+        took.update(line.took(gpus))
+        env["CUDA_VISIBLE_DEVICES"] = ",".join(str(index) for index in gpus)
+        env.setdefault("CUDA_DEVICE_ORDER", "PCI_BUS_ID")  # CUDA's numbers as nvidia-smi's
+    took["started_at"] = time.time()
+    turn.say(took)
+    for fd in kept:  # the job and every process it starts hold what it took
+        os.set_inheritable(fd, True)
+    try:
+        os.execvpe(command[0], command, env)
+    except OSError as error:
+        raise TurnError("cannot run %s (%s)" % (command[0], error.strerror or error))
+
+
+def _listed(indices):
+    return ", ".join(str(index) for index in indices) or "none"
+
+
+if __name__ == "__main__":
+    try:
+        main(sys.argv)
+    except (TurnError, LineError, OSError, ValueError, KeyError) as problem:
+        # the job's reason, as Python says an error (the log's last line)
+        kind = type(problem).__name__ if isinstance(problem, (TurnError, LineError)) else "TurnError"
+        sys.stderr.write("%s: %s\n" % (kind, problem))
+        sys.exit(1)
