@@ -119,23 +119,41 @@ class Turn:
         return {"gpus": list(self.gpus), "queue": self.queue}
 
 
-def read_turn(run_dir: Path) -> Turn | None:
-    """The job's turn, or None for a job that waits in no line."""
-    try:
-        asked = json.loads(_fs.read_small(run_dir / LINE_FILE, TURN_BYTES))
-    except FileNotFoundError:
+def read_turn(run_dir: Path, said: dict[str, bytes] | None = None) -> Turn | None:
+    """The job's turn, or None for a job that waits in no line. `said`: the run's line and turn
+    files as read elsewhere (in a container, by name; b"" where missing), else read in `run_dir`."""
+    if said is None:
+        said = {name: _read_run_file(run_dir / name) for name in (LINE_FILE, TURN_FILE)}
+    line = said.get(LINE_FILE)
+    if not line:  # missing (never empty: the submitter writes it whole before the job starts)
         return None
-    except (OSError, ValueError, RecursionError):
-        asked = {}
-    asked = asked if isinstance(asked, dict) else {}
+    asked = _json_object(line)
+    turn = _json_object(said.get(TURN_FILE) or b"")
+    if turn.get("state") == "running":
+        return Turn(False, gpus=_indices(turn.get("gpus")), queue=_name(turn.get("queue")), started_at=_time(turn.get("started_at")))
+    return _waiting(turn, asked)
+
+
+def _read_run_file(path: Path) -> bytes:
+    """A run file's bytes (bounded), b"" when it is missing or cannot be read."""
     try:
-        said = json.loads(_fs.read_small(run_dir / TURN_FILE, TURN_BYTES) or b"{}")
-    except (OSError, ValueError, RecursionError):
-        said = {}
-    said = said if isinstance(said, dict) else {}
-    if said.get("state") == "running":
-        return Turn(False, gpus=_indices(said.get("gpus")), queue=_name(said.get("queue")), started_at=_time(said.get("started_at")))
-    return _waiting(said, asked)
+        return _fs.read_small(path, TURN_BYTES)
+    except OSError:
+        return b""
+
+
+def _json_object(data: bytes) -> dict:
+    try:
+        found = json.loads(data)
+    except (ValueError, RecursionError):
+        return {}
+    return found if isinstance(found, dict) else {}
+
+
+def may_wait(record: JobRecord) -> bool:
+    """Whether the job may wait in its machine's lines, as its stored options say."""
+    gpus, queue = record.options.get("gpus"), record.options.get("queue")
+    return (isinstance(gpus, str) and gpu_count(gpus) > 0) or (isinstance(queue, str) and bool(queue))
 
 
 def _waiting(said: dict, asked: dict) -> Turn:
@@ -194,11 +212,11 @@ def _time(value) -> float | None:
     return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) and 0 < value < 1e11 else None
 
 
-def with_turn(seen: Observation, run_dir: Path) -> Observation:
+def with_turn(seen: Observation, run_dir: Path, said: dict[str, bytes] | None = None) -> Observation:
     """An observation of a job's supervisor with what its turn file says: a job whose waiter still
     waits has not started (it is pending, for the reason the waiter gives, also when it ended
     there: stopped in line); one whose turn came started when it came."""
-    turn = read_turn(run_dir)
+    turn = read_turn(run_dir, said)
     if turn is None or seen.alive is None:
         return seen
     details = {**(seen.details or {}), **turn_details(turn)}

@@ -65,6 +65,11 @@ def line_dir(root: str, queue=None) -> str:
     return os.path.join(root, QUEUES, queue)
 
 
+def ensure_root(root: str) -> None:
+    """The lines directory itself, made (1777) where missing, checked to be a real directory."""
+    _ensure_shared_dir(root)
+
+
 def ensure_line(root: str, line: str) -> None:
     """The line's directories, made (1777) where missing, each checked to be a real directory."""
     for path in _dirs_down_to(root, line):

@@ -50,6 +50,7 @@ from .in_container import (
     run_in,
     runs_supervisor,
 )
+from .lines_mount import observed_turn, prepare_line, waiting_job
 from .links import link_run, unlink_run
 from .log_source import ContainerLogSource, SharedStreams
 from .remote_script import lies_on_host, with_script_read
@@ -68,7 +69,7 @@ from .restarts import (
     stop_container,
     why_it_restarted,
 )  # fmt: skip
-from .runtime import MOUNTED_JOBS_DIR, RUN_FILES, SHIPPED_JOBS_DIR, WORKSPACE, DockerRuntime
+from .runtime import MOUNTED_JOBS_DIR, RUN_FILES, SHIPPED_JOBS_DIR, TURN_FILES, WORKSPACE, DockerRuntime
 from .script_place import check_reachable, in_both_places, script_in_container, sent_alone, sent_alone_fact
 from .sync import sync_directory
 from .usage import ContainerUsage
@@ -148,9 +149,10 @@ class DockerBackend(BackendBase):
         write_launch_target(run_dir, spec, working_dir, record.name, script_in_container(spec, engine, container))
         relative = f"{record.name}/{record.run}"
         restarts = spec.options.restarts or 0
+        files = prepare_line(record, run_dir, spec, engine)  # the run's files, its waiter's with them where it waits its turn
         # a remote engine's containers cannot see this machine's store: the files are copied in
         shared_dir = None if engine.remote else containers.store_mount(container, jobs_dir)
-        if shared_dir is not None and not link_run(shared_dir, record.name, record.run, run_dir, RUN_FILES):
+        if shared_dir is not None and not link_run(shared_dir, record.name, record.run, run_dir, files):
             shared_dir = None  # no hard links here: copy the files in instead
         if shared_dir is not None:
             inner_run_dir = f"{MOUNTED_JOBS_DIR}/{relative}"
@@ -162,14 +164,14 @@ class DockerBackend(BackendBase):
         command = [
             "sh", f"{inner_run_dir}/{SUPERVISOR_FILE}", inner_run_dir, str(STOP_GRACE_SECONDS),
             ("2" if has_keeper(container) else "1") if spec.options.stop_container_when_done else "0",
-            *job_command(spec, inner_run_dir),
+            *waiting_job(spec, job_command(spec, inner_run_dir), inner_run_dir),
         ]  # fmt: skip
         given = notify_input(record, run_dir, spec.notify)
         if restarts:  # what the container's keeper needs to start the job again as its exec does now
             with JobStore.of_run(run_dir).writing():  # a full store: one line
                 write_in_place(run_dir / RESTART_FILE, instructions(restarts, command, job_environment(spec), WORKSPACE, given))
         if shared_dir is None:
-            containers.ship(container, run_dir, inner_run_dir)
+            containers.ship(container, run_dir, inner_run_dir, files)
         sync_facts = None
         if spec.options.sync:
             sync_facts = sync_directory(container, spec.options.sync, working_dir, jobs_dir.parent)
@@ -193,7 +195,7 @@ class DockerBackend(BackendBase):
         except BaseException as exc:
             if given or not exec_began_after_all(client, exec_id, exc):
                 if shared_dir is not None:
-                    unlink_run(shared_dir, record.name, record.run, RUN_FILES)  # the store discards the run
+                    unlink_run(shared_dir, record.name, record.run, files)  # the store discards the run
                 raise
         return DockerRuntime(
             container_id=container.id,
@@ -226,7 +228,7 @@ class DockerBackend(BackendBase):
         the engine refuses a look inside it that its inspect a moment before allowed)."""
         for _ in range(LOOKS_WHILE_CHANGING):
             try:
-                return self._look(record, run_dir)
+                return observed_turn(self._look(record, run_dir), record, run_dir, self.clients, self.engine_of(record))
             except TrainerError as error:
                 if not changed_under_the_look(error.__cause__):
                     raise
@@ -386,7 +388,7 @@ class DockerBackend(BackendBase):
                 forget_instructions(container, runtime)
         shared = runtime.shared_dir  # a name in this store's containers/, nothing else
         if shared is not None:
-            unlink_run(JobStore.of_run(run_dir).container_dir(shared), record.name, record.run, RUN_FILES)
+            unlink_run(JobStore.of_run(run_dir).container_dir(shared), record.name, record.run, RUN_FILES + TURN_FILES)
 
     @staticmethod
     def _exec_outcome(container, exec_id: str) -> str:

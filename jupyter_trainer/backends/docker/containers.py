@@ -31,6 +31,7 @@ from . import store_mounts
 from .errors import engine_errors, no_image, not_created
 from .hosts import LOCAL_SOCKET, Engine
 from .in_container import run_in, stops_on_term
+from .lines_mount import HANDED_OUT, check_lines_mounted, gpus_label, handed_out_requests, lines_volumes
 from .restarts import (
     KEEPER_VERSION,
     LABEL_KEEPER,
@@ -138,6 +139,7 @@ def _running_container(spec: DetachedSpec, jobs_dir: Path, client, engine: Engin
     if not engine.remote:  # a remote host cannot reach this machine's store, whatever it mounts
         _check_store_unreachable(container, jobs_dir)
     _check_gpus(container, spec)
+    check_lines_mounted(container, spec, engine)
     check_can_restart(container, spec.options.restarts or 0)
     if container.status != "running":
         if not is_ours(container):
@@ -196,9 +198,11 @@ def _check_store_unreachable(container, jobs_dir: Path) -> None:
 def _check_gpus(container, spec: DetachedSpec) -> None:
     """GPUs cannot be given to a container afterwards."""
     labels = container.labels
-    if spec.gpus and is_ours(container) and labels.get(LABEL_GPUS, "") != spec.gpus:
+    if spec.gpus and is_ours(container) and labels.get(LABEL_GPUS, "") != gpus_label(spec):
+        made_for = labels.get(LABEL_GPUS) or "none"
+        made_for = "N (GPUs handed out)" if made_for == HANDED_OUT else made_for
         raise InvalidOption(
-            f"container {container.name!r} was created with --gpus {labels.get(LABEL_GPUS) or 'none'}, not {spec.gpus}",
+            f"container {container.name!r} was created with --gpus {made_for}, not {spec.gpus}",
             f"stop and remove it (docker rm -f {container.name}) or choose another --container",
         )
 
@@ -221,7 +225,8 @@ def _create_container(name: str, spec: DetachedSpec, jobs_dir: Path, client):
     volumes.update({pin.source: {"bind": pin.destination, "mode": "rw"} for pin in needed.pins})
     volumes[str(own_dir)] = {"bind": MOUNTED_JOBS_DIR, "mode": "rw"}
     make_private_dir(own_dir)
-    return _run_container(client, name, spec, jobs_dir, volumes, tmpfs={cover: "ro,size=4k,mode=0500" for cover in needed.covers})
+    tmpfs = {cover: "ro,size=4k,mode=0500" for cover in needed.covers}
+    return _run_container(client, name, spec, jobs_dir, volumes, tmpfs=tmpfs, engine=Engine(LOCAL_SOCKET))
 
 
 def _create_remote_container(name: str, spec: DetachedSpec, jobs_dir: Path, client, engine: Engine):
@@ -234,7 +239,7 @@ def _create_remote_container(name: str, spec: DetachedSpec, jobs_dir: Path, clie
         workspace: {"bind": WORKSPACE, "mode": "rw"},
         _runs_volume(client, name, engine, JobStore(jobs_dir.parent)): {"bind": SHIPPED_JOBS_DIR, "mode": "rw"},
     }
-    return _run_container(client, name, spec, jobs_dir, volumes, tmpfs={})
+    return _run_container(client, name, spec, jobs_dir, volumes, tmpfs={}, engine=engine)
 
 
 def _runs_volume(client, container_name: str, engine: Engine, store: JobStore) -> str:
@@ -254,9 +259,11 @@ def _runs_volume(client, container_name: str, engine: Engine, store: JobStore) -
     return name
 
 
-def _run_container(client, name: str, spec: DetachedSpec, jobs_dir: Path, volumes: dict, tmpfs: dict):
+def _run_container(client, name: str, spec: DetachedSpec, jobs_dir: Path, volumes: dict, tmpfs: dict, engine: Engine):
     import docker
 
+    in_line, line_labels = lines_volumes(spec, engine)  # a job that waits its turn: its machine's lines
+    devices = handed_out_requests(spec, client) if gpus_label(spec) == HANDED_OUT else gpu_requests(spec.gpus)
     try:
         container = client.containers.create(
             spec.options.image,
@@ -265,19 +272,20 @@ def _run_container(client, name: str, spec: DetachedSpec, jobs_dir: Path, volume
             init=True,  # reaps what ends in it; passes TERM (or a job's USR1, see keeper.sh) on to the keeper
             restart_policy=RESTART_POLICY,
             working_dir=WORKSPACE,
-            volumes=volumes,
+            volumes={**volumes, **in_line},
             labels={
                 LABEL: "1",
                 LABEL_JOBS_DIR: str(jobs_dir),
                 LABEL_STORE: JobStore(jobs_dir.parent).store_id(),
                 LABEL_WORKDIR: spec.workdir,
-                LABEL_GPUS: spec.gpus or "",
+                LABEL_GPUS: gpus_label(spec),
                 LABEL_KEEPER: KEEPER_VERSION,
+                **line_labels,
             },
             tmpfs=tmpfs,
             # a job's --notify URL on the engine's machine is reachable from inside as host.docker.internal
             extra_hosts={"host.docker.internal": "host-gateway"},
-            device_requests=gpu_requests(spec.gpus),
+            device_requests=devices,
         )
         install_keeper(container)  # into its own file system, before its main process is started
         container.start()
@@ -343,7 +351,7 @@ def store_mount(container, jobs_dir: Path) -> Path | None:
     return None  # another store's container
 
 
-def ship(container, run_dir: Path, inner_run_dir: str) -> None:
+def ship(container, run_dir: Path, inner_run_dir: str, files: tuple[str, ...] = RUN_FILES) -> None:
     """Copy the run's files into a container that does not mount the store."""
     archive = io.BytesIO()
     with tarfile.open(fileobj=archive, mode="w") as tar:
@@ -352,7 +360,7 @@ def ship(container, run_dir: Path, inner_run_dir: str) -> None:
             info = tarfile.TarInfo("/".join(parts[:depth]))
             info.type, info.mode = tarfile.DIRTYPE, 0o700
             tar.addfile(info)
-        for name in RUN_FILES:
+        for name in files:
             tar.add(run_dir / name, arcname="/".join((*parts, name)))
     container.put_archive("/", archive.getvalue())
 

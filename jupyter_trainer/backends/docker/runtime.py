@@ -7,6 +7,7 @@ import re
 from dataclasses import dataclass
 
 from ...core.record import NAME_PATTERN, JobRecord
+from ...core.store import LINE_FILE, TURN_FILE, WAITER_FILE
 from ..base import (
     CLOCK_FILE,
     EXIT_CODE_FILE,
@@ -29,6 +30,7 @@ RUN_FILES = (
     SCRIPT_FILE, LAUNCH_FILE, LAUNCH_TARGET_FILE, SUPERVISOR_FILE, NOTIFY_FILE, LOG_FILE, PID_FILE, EXIT_CODE_FILE, NOTIFIED_FILE, CLOCK_FILE,
     RESTART_FILE, RESTARTS_FILE, NO_RESTART_FILE,
 )  # fmt: skip
+TURN_FILES = (LINE_FILE, WAITER_FILE, TURN_FILE)  # a job that waits its turn in its machine's lines: its waiter's
 # A run's directory in a container: MOUNTED_JOBS_DIR/NAME/RUN or SHIPPED_JOBS_DIR/STORE_ID/NAME/RUN
 INNER_RUN_DIR = re.compile(
     r"(?:/jupyter_trainer/jobs|/tmp/jupyter_trainer/jobs/[0-9a-f]{12})/[A-Za-z0-9][A-Za-z0-9_.-]{0,62}/[0-9]{1,9}"
