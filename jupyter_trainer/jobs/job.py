@@ -28,7 +28,8 @@ from ..errors import (
     UnknownBackend,
     Unreachable,
 )
-from ..logs.reading import LogCursor, MetricParser, read_all_lines, tail_lines, tail_screen, written_span
+from ..logs.follower import ONE_READ, Confirm, LogFollower, Read
+from ..logs.reading import MetricParser, read_all_lines, tail_lines, tail_screen, written_span
 from ..logs.source import LogSource
 from ..logs.terminal import SettledLines
 from ..metrics.clock import LogClock
@@ -122,31 +123,30 @@ class Job:
         last `tail` lines as `log_lines` shows them, then each line once it is settled (see
         terminal.SettledLines: a progress bar's redraws are not printed one by one)."""
         source = self.log_source()
-        cursor = LogCursor()
         settled = SettledLines()
+        offset = 0
         if tail is not None:
-            size = source.size()
+            offset = source.size()
             screen = tail_screen(source, tail) if tail > 0 else None
             if screen is not None:
                 yield from screen.lines()[-tail:]
                 settled = SettledLines(screen)  # the tail's bars go on drawing where they are
-            cursor = LogCursor(offset=size)
+        # a log at a path: after a removal it may be a new job's, which raises (see confirm_run)
+        follower = LogFollower(self.confirm_run, Confirm.BEFORE_READING, offset=offset)
+        printed: list[str] = []
 
-        at_a_path = source.local_file() is not None
+        def take(read: Read) -> None:
+            nonlocal settled
+            if read.truncation:  # said once, before what follows it
+                printed.extend(settled.end() + [read.truncation])
+                settled = SettledLines()
+            # (a read inside a line of megabytes, or over a hole, gives no whole line: reading goes on)
+            printed.extend(settled.feed(read.data.decode("utf-8", errors="replace")))
 
         def read() -> tuple[bool, list[str]]:
-            nonlocal settled
-            if at_a_path:  # a log at a path: after a removal it may be a new job's (see confirm_run)
-                self.confirm_run()
-            before = cursor.offset
-            data = cursor.read_bytes(source)
-            truncation = cursor.take_truncation()  # said once, before what follows it
-            lines = []
-            if truncation:
-                lines, settled = settled.end() + [truncation], SettledLines()
-            # (a read inside a line of megabytes, or over a hole, gives no whole line: reading goes on)
-            grew = cursor.offset != before or bool(truncation)
-            return grew, lines + settled.feed(data.decode("utf-8", errors="replace"))
+            printed.clear()
+            follower.open(source, final=False)  # settled below, once the job has ended
+            return follower.read(source, take, ONE_READ, look_at_size=False).moved, list(printed)
 
         while True:
             try:
@@ -162,13 +162,13 @@ class Job:
                 continue
             if self.status.is_final:
                 # the exit code is written after the job's output is closed: one more read drains it
-                source.settle()  # a streamed log: up to the end, not the stream's
+                follower.settle(source)  # a streamed log: up to the end, not the stream's
                 while True:
                     grew, lines = read()
                     yield from lines
                     if not grew:
                         break
-                yield from settled.end(cursor.pending)
+                yield from settled.end(follower.cursor.pending)
                 return
             time.sleep(interval)
 

@@ -25,7 +25,8 @@ from ..core.store import CLOCK_FILE
 from ..errors import UnknownJob
 from ..jobs.job import Job
 from ..jobs.status_checks import StatusCheck
-from ..logs.reading import LogCursor, MetricParser
+from ..logs.follower import Budget, Confirm, LogFollower, Read
+from ..logs.reading import MetricParser
 from ..metrics import comparison as rules
 from ..metrics.clock import LogClock
 from ..metrics.names import TIME
@@ -58,10 +59,11 @@ class ComparedRun:
         self.parser = MetricParser(Metric(name, regex) for name, regex in options)
         self.clock = LogClock(job.record.started_at)
         self.reader = self._new_reader()
-        self.cursor = LogCursor(chunk_size=MAX_PIECE)  # a read's budget is looked at between chunks
+        # a read's budget is looked at between chunks; a run removed meanwhile is found once its
+        # log reads as empty (caught up), wherever the log lies, and said, not raised
+        self.follower = LogFollower(job.confirm_run, Confirm.ONCE_CAUGHT_UP, chunk_size=MAX_PIECE)
         self._size = 0  # the log's size at the last read, and when
         self._now = time.time()
-        self._settled = False
         self.flushed = False
         self.caught_up = False
         self.version = 0  # moves on whenever what the comparison shows of this run may have changed
@@ -122,34 +124,17 @@ class ComparedRun:
             self.caught_up = True
             return False
         self._now = time.time() if now is None else now
-        budget = self.read_seconds if seconds is None else seconds
+        seconds = self.read_seconds if seconds is None else seconds
         source = self.job.log_source()
         final = self.record.status.is_final
-        if final and not self._settled:
-            self._settled = True
-            source.settle()  # a streamed log: up to its end, not the stream's
+        self.follower.open(source, final)
         self._size = source.size()
         self._read_clock()
         version = self.version
-        deadline = time.perf_counter() + budget
-        while True:
-            before = self.cursor.offset
-            self.cursor.read_bytes(source)
-            added = self.cursor.added
-            if self.cursor.take_truncation():
-                self._start_again()
-            elif self.cursor.offset == before:
-                break
-            elif self.cursor.skipped:  # a hole of a sparse file, passed over unread
-                self.reader.skip_hole(self.cursor.offset - len(added))
-            for begin in range(0, len(added), MAX_PIECE):  # the reader takes bytes cut anywhere
-                self.reader.feed(added[begin : begin + MAX_PIECE])
-            self.version += 1
-            if time.perf_counter() >= deadline:
-                break
-        self.caught_up = source.size() <= self.cursor.offset
-        if self.caught_up and not self._still_there():  # a log removed with its run reads as empty
-            return True
+        reading = self.follower.read(source, self._take_read, Budget(max_seconds=seconds))
+        self.caught_up = reading.caught_up
+        if reading.gone:  # a log removed with its run reads as empty
+            return self._gone()
         if final and self.caught_up and not self.flushed:
             self.reader.flush()
             self.flushed = True
@@ -163,14 +148,14 @@ class ComparedRun:
             if self.caught_up:
                 return self
 
-    def _still_there(self) -> bool:
-        """Whether the job's run is still in the store (one lstat while its record is unchanged)."""
-        try:
-            self.job.confirm_run()
-        except UnknownJob:  # removed, or removed and its name taken again (JobReplaced)
-            self._gone()
-            return False
-        return True
+    def _take_read(self, read: Read) -> None:
+        if read.truncation:
+            self._start_again()
+        elif read.hole_end is not None:  # a hole of a sparse file, passed over unread
+            self.reader.skip_hole(read.hole_end)
+        for begin in range(0, len(read.added), MAX_PIECE):  # the reader takes bytes cut anywhere
+            self.reader.feed(read.added[begin : begin + MAX_PIECE])
+        self.version += 1
 
     def _gone(self) -> bool:
         """The job was removed meanwhile: said so, and its log no longer read."""
@@ -285,7 +270,7 @@ class ComparedRun:
         points = (self.by_time if by_time else self.by_own).curve(name)
         point = self._pending(name)
         if point is not None:
-            x = self._time_of(point, self.cursor.offset) if by_time else point[2]
+            x = self._time_of(point, self.follower.cursor.offset) if by_time else point[2]
             if x is not None and _finite(x) and _finite(point[3]) and (not points or points[-1][0] <= x):
                 points.append((x, point[3]))
         return points

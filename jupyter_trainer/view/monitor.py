@@ -22,7 +22,8 @@ from ..core.resources import Usage, UsageHistory, format_bytes
 from ..core.store import CLOCK_FILE
 from ..jobs.job import Job
 from ..jobs.status_checks import StatusCheck
-from ..logs.reading import LogCursor, MetricParser, last_lines, tail_screen
+from ..logs.follower import Budget, Confirm, LogFollower, NulRuns, NulsLeft, Read
+from ..logs.reading import MetricParser, last_lines, tail_screen
 from ..logs.source import TellingLog
 from ..logs.terminal import SCREEN_ROWS, Screen
 from ..logs.watch import LOG_NEWS
@@ -47,6 +48,7 @@ USAGE_INTERVAL = 5.0  # seconds between two looks at what a running job uses (an
 # but a sparse file's hole where its holes cannot be told apart (a poll reads at most a read's worth)
 NUL_RUN_LEFT = 64 << 10
 NUL_LOOK = 4096  # bytes read first once a run was left: NULs again are left too
+NUL_RUNS = NulRuns(left_after=NUL_RUN_LEFT, look=NUL_LOOK)
 # bytes of whole lines the reader is given at a time: after each, it forgets the names the series
 # does not keep, so that a piece full of new names (per-class metrics) costs a few MB at most
 METRIC_PIECE = 64 << 10
@@ -119,21 +121,17 @@ class JobMonitor:
         self.parser = MetricParser(Metric(name, regex) for name, regex in self.metric_options)
         self.clock = LogClock(job.record.started_at)
         self.reader = MetricReader(self.metrics.add, self.parser.finders(), self.clock, bulk=self.metrics.add_many)
-        self.cursor = LogCursor(chunk_size=1 << 20)
+        # a log at a path may be another job's after a removal: the run is confirmed before each read
+        self.follower = LogFollower(job.confirm_run, Confirm.BEFORE_READING, chunk_size=1 << 20, nul_runs=NUL_RUNS)
         self.read_budget = read_budget
         self.read_seconds = read_seconds
         self.caught_up = False
-        self._settled = False  # a streamed log asked for its true end once the job has ended
-        self.history_end = 0  # log bytes that existed when the view opened (shown as a tail)
-        self.unread = 0  # bytes of the log left unread for metrics (see _leave_nuls)
-        self.in_nuls = False  # what was read last ended in a run of NULs, left unread
+        self.unread = 0  # bytes of the log left unread for metrics (see _left_nuls)
         self._saved = (0, time.monotonic())  # where the metrics cache stands, and since when
         self.last_output_at: float | None = None  # when the log last grew (wall clock), if known
         self.usage = UsageHistory()
         self._usage_looked = float("-inf")
         self._usage_pending: Future | None = None
-        self.log_file: Path | None = None  # the log's file, when it is one on this machine (see read_log)
-        self.log_stream: TellingLog | None = None  # else the stream that brings it, when it tells of its news (a remote container's)
         self._said: RecordWords | None = None
         self._clock_file: Path | None = None  # the supervisor's samples of the log's size (see LogClock)
         self.status_check = StatusCheck(job)  # the checks of a view, which may be slow to answer
@@ -141,6 +139,29 @@ class JobMonitor:
     @property
     def record(self):
         return self.job.record
+
+    @property
+    def cursor(self):
+        return self.follower.cursor
+
+    @property
+    def history_end(self) -> int:
+        """Log bytes that existed when the view opened (shown as a tail), or up to a run of NULs left."""
+        return self.follower.history_end
+
+    @history_end.setter
+    def history_end(self, offset: int) -> None:
+        self.follower.history_end = offset
+
+    @property
+    def log_file(self) -> Path | None:
+        """The log's file, when it is one on this machine (as the last read found it)."""
+        return self.follower.log_file
+
+    @property
+    def log_stream(self) -> TellingLog | None:
+        """Else the stream that brings it, when it tells of its news (a remote container's)."""
+        return self.follower.log_stream
 
     @property
     def finished(self) -> bool:
@@ -193,14 +214,8 @@ class JobMonitor:
         """Read what the log gained, up to the budget; True if anything shown changed. `now`: the
         wall clock, to tell when the job last printed."""
         source = self.job.log_source()
-        self.log_file = source.local_file()
-        self.log_stream = source if self.log_file is None and isinstance(source, TellingLog) else None
-        if self.log_file is not None:  # a log at a path: after a removal it may be another job's
-            self.job.confirm_run()
         offset_before = self.cursor.offset
-        if self.record.status.is_final and not self._settled:
-            self._settled = True
-            source.settle()  # a streamed log: read up to its end, not the stream's
+        self.follower.open(source, final=self.record.status.is_final)
         size = source.size()
         if size == offset_before and self.caught_up:
             # a quiet log costs this one look at its size (a log rewritten to the very size it had
@@ -210,77 +225,48 @@ class JobMonitor:
             return False
         if size != offset_before:  # something to read, whose values may need the clock
             self._read_clock(size, now)
-        budget = self.read_budget
         metrics_before = self.metrics.version
         pending_before = self._shown_pending()
         notes_before = self.notes()
         shown: list[bytes] = []  # the last lines of each read after the history, decoded once at the end
-        deadline = time.perf_counter() + self.read_seconds
-        at_end = False  # a read came back short: the log ended there a moment ago
-        while budget > 0:
-            in_history = self.cursor.offset < self.history_end
-            limit = min(budget, self.cursor.chunk_size, NUL_LOOK if self.in_nuls else budget)
-            before = self.cursor.offset
-            # never read across the point where the shown tail ends
-            data = self.cursor.read_bytes(source, limit=limit, until=self.history_end if in_history else None)
-            truncation = self.cursor.take_truncation()
-            if truncation:  # everything from the log's new start is news
+
+        def take(read: Read) -> None:
+            nonlocal shown
+            if read.truncation:  # everything from the log's new start is news
                 self._show(shown)
                 shown = []
-                self._note(truncation)
-                self.history_end = 0
+                self._note(read.truncation)
                 self._saved = (0, time.monotonic())
-                in_history = False
-            elif self.cursor.offset == before:
-                break
-            added = self.cursor.added
-            budget -= max(1, len(added))  # bytes read: a hole passed over is not read
-            if truncation:
                 self.reader.skip_to(0)
-            elif self.cursor.skipped:
-                self.reader.skip_hole(self.cursor.offset - len(added))
-            for begin in range(0, len(added), METRIC_PIECE):  # the reader takes bytes cut anywhere
-                self.reader.feed(added[begin : begin + METRIC_PIECE])
+            elif read.hole_end is not None:
+                self.reader.skip_hole(read.hole_end)
+            for begin in range(0, len(read.added), METRIC_PIECE):  # the reader takes bytes cut anywhere
+                self.reader.feed(read.added[begin : begin + METRIC_PIECE])
                 self._take_metrics()
-            if not in_history and data:  # a copy: the cursor reuses its buffer
-                shown.append(bytes(last_lines(data, self._kept_lines)))
-            if self.cursor.nul_run >= (NUL_LOOK if self.in_nuls else NUL_RUN_LEFT):
-                self._show(shown)
-                shown = []
-                self._leave_nuls(source)
-                break
-            self.in_nuls = False
-            if not truncation and not self.cursor.cut_short and len(added) < limit:
-                at_end = True  # no second read (nor size) to learn that nothing follows
-                break
-            if time.perf_counter() >= deadline:
-                break
+            if not read.in_history and read.data:  # a copy: the cursor reuses its buffer
+                shown.append(bytes(last_lines(read.data, self._kept_lines)))
+
+        budget = Budget(max_bytes=self.read_budget, max_seconds=self.read_seconds, stop_when_short=True)
+        reading = self.follower.read(source, take, budget)
         self._show(shown)
+        if reading.nuls_left is not None:
+            self._left_nuls(source, reading.nuls_left)
         self._take_metrics()
-        # what grows the log after a short read is news to the next poll (and to a watch)
-        self.caught_up = at_end or source.size() <= self.cursor.offset
+        self.caught_up = reading.caught_up
         if now is not None and self.cursor.offset != offset_before:
             self.last_output_at = now
         self._keep_metrics(source)
         changed_note = self._shown_pending() != pending_before or self.notes() != notes_before
         return bool(shown) or changed_note or self.metrics.version != metrics_before
 
-    def _leave_nuls(self, source) -> None:
-        """Read no more of a run of NULs (a sparse file's hole where the file system cannot tell it
-        apart: a log read through a runtime, or zeros written): go on from the log's end, its last
-        lines after the run shown, and say how much the metrics leave out. Until the log grows
-        by something else, a look at the first bytes of what it grew by finds NULs again."""
-        start = self.cursor.offset
-        shown_to = max(start, self.history_end)  # the lines before it were shown (the history's tail)
-        size = max(source.size(), start)
-        self.unread += size - start
-        self.cursor.skip_to(source, size)
-        self.reader.skip_hole(size)
-        self.history_end = size
-        self.in_nuls = True
-        if self.lines.maxlen and size > shown_to:
+    def _left_nuls(self, source, left: NulsLeft) -> None:
+        """A run of NULs was left unread (see NulRuns): say how much the metrics leave out, and show
+        the log's last lines after it."""
+        self.unread += left.end - left.start
+        self.reader.skip_hole(left.end)
+        if self.lines.maxlen and left.end > left.shown_to:
             self._note()
-            self.screen = tail_screen(source, self.lines.maxlen, end=size, start=shown_to)
+            self.screen = tail_screen(source, self.lines.maxlen, end=left.end, start=left.shown_to)
             self.lines.extend(self.screen.take_scrolled())
 
     def _take_metrics(self) -> None:
