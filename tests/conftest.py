@@ -63,6 +63,9 @@ LEFTOVERS = pytest.StashKey[Leftovers]()
 def home(tmp_path, monkeypatch):
     path = tmp_path / "home"
     monkeypatch.setenv("JUPYTER_TRAINER_HOME", str(path))
+    # the machine's lines are each test's own too (a user's jobs on this machine wait in the real ones)
+    monkeypatch.setenv("JUPYTER_TRAINER_LINES_DIR", str(tmp_path / "lines"))
+    monkeypatch.delenv("JUPYTER_TRAINER_GPUS", raising=False)
     return path
 
 

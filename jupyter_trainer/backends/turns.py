@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import json
+import time
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
@@ -69,12 +70,14 @@ def declared_pool(spec) -> list[int] | None:
     return list(named.gpus) if named is not None else None
 
 
-def prepare_turn(run_dir: Path, record: JobRecord, spec, root: str) -> None:
+def prepare_turn(run_dir: Path, record: JobRecord, spec, root: str, same_clock: bool = True) -> None:
     """What the waiter reads and runs, and the file it writes into (created here, so that it keeps
-    the store's owner and mode when a container's root writes it)."""
+    the store's owner and mode when a container's root writes it). A job's place in line is when it
+    was submitted, where its machine's clock is this one's (`same_clock`), else when its waiter
+    starts: first in, first out, whichever waiter starts first."""
     asked = {
         "root": root, "queue": spec.queue, "gpus": gpu_count(spec.gpus), "pool": declared_pool(spec),
-        "job": record.name, "run": record.run,
+        "job": record.name, "run": record.run, "since_ns": time.time_ns() if same_clock else None,
     }  # fmt: skip
     write_private_file(run_dir / LINE_FILE, json.dumps(asked).encode(), durable=False)
     write_private_file(run_dir / WAITER_FILE, waiter_source(), durable=False)

@@ -190,12 +190,14 @@ class QueueLine:
         return {"queue": self.name, "slot": slot}
 
 
-def wait_in(line, root, turn, says, watcher):
-    """Waits for the job's turn in `line`: returns what it took and the open files that hold it."""
+def wait_in(line, root, turn, says, watcher, since_ns=None):
+    """Waits for the job's turn in `line`, in its place since `since_ns` (when the job was
+    submitted: a job started again by its container's keeper keeps its place); returns what it took
+    and the open files that hold it."""
     ensure_line(root, line.dir)
     remove_dead_tickets(line.dir)
     watcher.watch(os.path.join(line.dir, "tickets"), TICKETS_EVENTS)  # before looking: nothing slips by
-    ticket, path = take_ticket(line.dir, says)
+    ticket, path = take_ticket(line.dir, says, since_ns)
     since = time.time()
     while True:
         ahead = len(live_waiting_ahead(line.dir, path))
@@ -226,13 +228,13 @@ def main(argv):
     kept, took = [], {"state": "running"}
     if asked.get("queue"):
         line = QueueLine(root, asked["queue"])
-        slot, files = wait_in(line, root, turn, dict(says, wants="slot"), watcher)
+        slot, files = wait_in(line, root, turn, dict(says, wants="slot"), watcher, asked.get("since_ns"))
         kept += files
         took.update(line.took(slot))
     env = dict(os.environ)
     if asked.get("gpus"):
         line = GpuLine(root, int(asked["gpus"]), asked.get("pool"))
-        gpus, files = wait_in(line, root, turn, dict(says, wants=line.wants), watcher)
+        gpus, files = wait_in(line, root, turn, dict(says, wants=line.wants), watcher, asked.get("since_ns"))
         kept += files
         took.update(line.took(gpus))
         env["CUDA_VISIBLE_DEVICES"] = ",".join(str(index) for index in gpus)

@@ -135,9 +135,10 @@ def tickets(line: str) -> list:
     return sorted(found, key=lambda ticket: ticket.order)
 
 
-def take_ticket(line: str, says: dict):
-    """A new ticket at the end of the line, locked by the caller: (its open file, its path). It is
-    locked before it has its name, so that nobody can take it for a dead one's."""
+def take_ticket(line: str, says: dict, since_ns=None):
+    """A new ticket in the line, locked by the caller: (its open file, its path). Its place is
+    `since_ns` (when the job was submitted), else now. It is locked before it has its name, so that
+    nobody can take it for a dead one's."""
     tickets_dir = os.path.join(line, TICKETS)
     key = os.urandom(8).hex()
     new = os.path.join(tickets_dir, ".new-" + key)
@@ -146,7 +147,8 @@ def take_ticket(line: str, says: dict):
         os.fchmod(fd, 0o644)
         fcntl.flock(fd, fcntl.LOCK_EX)
         _rewrite(fd, says)
-        path = os.path.join(tickets_dir, "w-%020d-%s" % (time.time_ns(), key))
+        since = since_ns if isinstance(since_ns, int) and 0 < since_ns < 10**20 else time.time_ns()
+        path = os.path.join(tickets_dir, "w-%020d-%s" % (since, key))
         os.rename(new, path)
     except BaseException:
         os.close(fd)

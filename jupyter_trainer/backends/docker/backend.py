@@ -1,8 +1,7 @@
 """The Docker backend: the job's supervisor runs in a persistent container through a detached exec.
 
 Which container, and how it is made, is containers.py; every call to an engine goes through
-`Clients.calling` (clients.py), which words its failures (errors.py).
-"""
+`Clients.calling` (clients.py), which words its failures (errors.py)."""
 
 from __future__ import annotations
 
@@ -50,7 +49,7 @@ from .in_container import (
     run_in,
     runs_supervisor,
 )
-from .lines_mount import observed_turn, prepare_line, waiting_job
+from .lines_mount import check_offered, observed_turn, prepare_line, waiting_job
 from .links import link_run, unlink_run
 from .log_source import ContainerLogSource, SharedStreams
 from .remote_script import lies_on_host, with_script_read
@@ -116,6 +115,7 @@ class DockerBackend(BackendBase):
     def preflight(self, spec: DetachedSpec, store: JobStore) -> DetachedSpec | None:
         engine = self._spec_engine(spec)
         check_reachable(spec, engine)
+        check_offered(spec, engine)  # --gpus N: no more than the engine's machine offers
         if spec.script_on_host:  # its text, read there, is what the job is
             with self.clients.calling(engine, REACH) as client:
                 return with_script_read(spec, client, engine, store)
@@ -469,15 +469,15 @@ class DockerBackend(BackendBase):
         return shown or [f"--restarts {runtime.restarts_allowed}: none needed{'' if record.status.is_final else ' so far'}"]
 
     def status_fields(self, record: JobRecord) -> dict:
-        """What `status --json` says of a Docker job besides the common fields: how often it was
-        started again (0 for a job run without --restarts)."""
+        """What `status --json` says of a Docker job besides the common fields: how often it was started again (0 without --restarts)."""
         try:
             runtime = DockerRuntime.of(record) if record.runtime else None
         except CorruptRecord:
             runtime = None
+        turn = super().status_fields(record)  # the GPUs it took in line, or its place there
         if runtime is None:
-            return {"restarts": 0}
-        return {"restarts": runtime.restarts or 0, **({"restarts_allowed": runtime.restarts_allowed} if runtime.restarts_allowed else {})}
+            return {**turn, "restarts": 0}
+        return {**turn, "restarts": runtime.restarts or 0, **({"restarts_allowed": runtime.restarts_allowed} if runtime.restarts_allowed else {})}
 
     def lingering(self, record: JobRecord, run_dir: Path) -> list[str]:
         return []  # what it left stays in its container, which `stop --container` ends

@@ -62,6 +62,16 @@ def handed_out_requests(spec: DetachedSpec, client) -> list:
     return [DeviceRequest(count=-1, capabilities=[["gpu"]])]
 
 
+def check_offered(spec: DetachedSpec, engine: Engine) -> None:
+    """`--gpus N` asks for no more GPUs than the engine's machine offers: one line otherwise, before
+    anything is recorded. This machine's are known here; a remote host's only where a pool names
+    them (else its waiter finds too few, and the job fails saying so)."""
+    if not engine.remote:
+        turns.check_gpus_offered(spec)
+    elif declared_pool(spec) is not None:
+        turns.check_gpus_offered(spec, engine.label)
+
+
 def check_lines_mounted(container, spec: DetachedSpec, engine: Engine) -> None:
     """A job that waits in a line needs a container that mounts its machine's lines."""
     if not waits_in_line(spec):
@@ -83,7 +93,7 @@ def prepare_line(record: JobRecord, run_dir: Path, spec: DetachedSpec, engine: E
     its turn (in the lines of the engine's machine)."""
     if not waits_in_line(spec):
         return RUN_FILES
-    turns.prepare_turn(run_dir, record, spec, lines_root_of(engine))
+    turns.prepare_turn(run_dir, record, spec, lines_root_of(engine), same_clock=not engine.remote)
     return RUN_FILES + TURN_FILES
 
 
