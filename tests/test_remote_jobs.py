@@ -623,3 +623,25 @@ def test_a_new_job_in_a_removed_runs_place_on_the_host_is_not_shown_the_old_runs
         assert "the removed job speaks" not in view.log.value
     finally:
         cli("stop", "same")
+
+
+def test_a_remote_host_keeps_its_own_line_of_gpus(laptop, home, tmp_path, monkeypatch):
+    """--gpus N on a remote host waits in that host's line (its lines directory, there), not in the
+    laptop's: the second job waits, through the engine the laptop sees it wait, and it starts once
+    the first lets its GPU go."""
+    remote = laptop
+    monkeypatch.setenv("JUPYTER_TRAINER_GPUS", "0")  # the pool names the remote host's GPUs
+    script = tmp_path / "hold.py"
+    script.write_text("import os, time\nprint('gpus', os.environ.get('CUDA_VISIBLE_DEVICES'), flush=True)\ntime.sleep(8)\n")
+    for name in ("one", "two"):
+        submitted = cli("submit", str(script), "--name", name, "--docker-host", remote.url, "--image", TEST_IMAGE, "--gpus", "1")
+        assert submitted.returncode == 0, submitted.stderr
+    waiting = wait_for(lambda: (lambda shown: shown if "next in line" in shown["reason"] else None)(status("two")), what="the second to wait in line")
+    assert waiting["status"] == "pending" and waiting["reason"].startswith("waiting for 1 GPU; next in line"), waiting
+    assert waiting["position"] == 1
+    tickets = remote.exec("ls /var/tmp/jupyter-trainer-lines/gpus/tickets").output
+    assert tickets.count("r-") == 1 and tickets.count("w-") == 1, tickets
+    assert not (home.parent / "lines").exists()  # the laptop's own lines are not used
+    wait_for(lambda: status("two")["status"] == "completed", timeout=60, what="the second job to have its turn and end")
+    assert status("one")["status"] == "completed" and status("two")["gpus"] == [0]
+    assert "gpus 0" in cli("logs", "two").stdout
