@@ -78,6 +78,7 @@ def prepare_turn(run_dir: Path, record: JobRecord, spec, root: str, same_clock: 
     asked = {
         "root": root, "queue": spec.queue, "gpus": gpu_count(spec.gpus), "pool": declared_pool(spec),
         "job": record.name, "run": record.run, "since_ns": time.time_ns() if same_clock else None,
+        "max_running": spec.max_running,
     }  # fmt: skip
     write_private_file(run_dir / LINE_FILE, json.dumps(asked).encode(), durable=False)
     write_private_file(run_dir / WAITER_FILE, waiter_source(), durable=False)

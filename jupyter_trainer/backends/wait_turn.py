@@ -165,16 +165,17 @@ class GpuLine:
 class QueueLine:
     """A named queue: its first job takes a free slot below its max_running."""
 
-    def __init__(self, root, name):
+    def __init__(self, root, name, bound=None):
         self.dir = line_dir(root, name)
         self.name = name
+        self.bound = bound  # a sweep's --max-running, else the queue's own setting
         self.slot = None
 
     def describe(self):
         return {"line": "queue", "queue": self.name}
 
     def try_take(self):
-        allowed = max_running(self.dir)
+        allowed = self.bound if isinstance(self.bound, int) and self.bound > 0 else max_running(self.dir)
         for slot in range(allowed):
             fd = open_token(self.dir, slot)
             if try_lock(fd):
@@ -227,7 +228,7 @@ def main(argv):
     watcher = Watcher()
     kept, took = [], {"state": "running"}
     if asked.get("queue"):
-        line = QueueLine(root, asked["queue"])
+        line = QueueLine(root, asked["queue"], asked.get("max_running"))
         slot, files = wait_in(line, root, turn, dict(says, wants="slot"), watcher, asked.get("since_ns"))
         kept += files
         took.update(line.took(slot))

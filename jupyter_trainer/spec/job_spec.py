@@ -142,6 +142,10 @@ class DetachedSpec:
     also_on_host: str | None = transient()
     queue: str | None = added_field(None)  # --queue NAME: a line of the job's machine (backends/turns.py)
     gpu_pool: str | None = transient()  # %config TrainerMagics.gpu_pool: the GPUs --gpus N hands out
+    # a sweep's run (jobs/sweeps.py): its values, its sweep, and how many of the sweep's line run at once
+    params: tuple[tuple[str, str], ...] = added_field(())
+    sweep: str | None = added_field(None)
+    max_running: int | None = added_field(None)
 
     def public_options(self) -> dict:
         """The options as stored and shown: environment keys, never values."""

@@ -127,6 +127,14 @@ JOB = (
     Option("metrics", "--metric", "a metric to parse from the log (repeatable; one capture group)", "NAME=REGEX", "append"),
     Option("no_widget", "--no-widget", "print a one-line summary instead of displaying the widget", kind="switch"),
     Option("rerun", "--rerun", "train again under the name of a finished job", kind="switch"),
+    Option(
+        "sweep", "--sweep", "run once per combination of values (repeatable; the runs are jobs NAME-1 ... NAME-N, the "
+        "last KEY varying fastest); each run gets --KEY VALUE after the script's arguments, or its value where they hold "
+        "{KEY}; with --trials N, a KEY may be a range: loguniform(1e-5,1e-2), uniform(A,B), randint(A,B), choice(A,B)",
+        "KEY=V1,V2", "append",
+    ),
+    Option("trials", "--trials", "with --sweep: N runs, each drawing its values (from ranges, or lists)", "N", "int"),
+    Option("max_running", "--max-running", "with --sweep: at most K of its runs at once, the others waiting their turn", "K", "int"),
 )
 
 # Both cell magics take it: a detached job's supervisor, wherever it runs, sends the message.

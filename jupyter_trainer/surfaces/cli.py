@@ -102,12 +102,16 @@ def run(argv: list[str] | None = None, store: JobStore | None = None, backends: 
     store = store or JobStore()
     if args.command == "submit":
         return submit(args, script_args, store, backends)
+    if args.command in ("status", "stop", "rm", "logs", "metrics") and _sweep_command(args, store, backends):
+        return 0
     if args.command in ("list", "status", "stop"):
         from ..view import summary
     if args.command in ("prune", "rm"):
         from ..jobs import housekeeping
     if args.command == "list":
-        items = refreshed_records(store, all_runs=args.all, backends=backends)
+        from ..jobs.sweeps import with_sweeps
+
+        items = with_sweeps(refreshed_records(store, all_runs=args.all, backends=backends), store, args.all)
         if args.json:
             rows = [_status_json(item, backends) for item in items if isinstance(item, JobRecord)]
             print(json.dumps(rows, indent=1))
@@ -132,6 +136,7 @@ def run(argv: list[str] | None = None, store: JobStore | None = None, backends: 
     if args.command == "compare":
         print_comparison(args, store, backends)
         return 0
+
     if args.command == "queue":
         print_lines(args)
         return 0
@@ -156,6 +161,31 @@ def run(argv: list[str] | None = None, store: JobStore | None = None, backends: 
     elif args.command == "stop":
         print(summary.stop_line(job.stop(container=args.container).record, backends))
     return 0
+
+
+def _sweep_command(args, store: JobStore, backends: Backends) -> bool:
+    """`status`, `stop` and `rm` given a sweep's name act on the whole sweep; False: NAME names no sweep."""
+    from ..jobs import sweeps
+
+    sweep = sweeps.load_sweep(store, args.name) if store.latest_run(args.name) is None else None
+    if sweep is None:
+        return False
+    if args.command == "status":
+        from ..view.sweep_text import sweep_json, sweep_text
+
+        print(json.dumps(sweep_json(args.name, store, backends), indent=1) if args.json else sweep_text(args.name, store, backends))
+    elif args.command == "stop":
+        from ..view import summary
+
+        for job in sweeps.stop_sweep(store, sweep, backends, container=args.container):
+            print(summary.stop_line(job.record, backends))
+    elif args.command == "rm":
+        if args.run is not None:
+            raise TrainerError(f"{args.name} is a sweep: --run names a run of a job", f"remove one of its runs: jupyter-trainer rm {sweep.runs[0]}")
+        print("\n".join(sweeps.remove_sweep(store, sweep, backends)))
+    else:
+        raise TrainerError(f"{args.name} is a sweep of {len(sweep.runs)} runs", f"give one of them: jupyter-trainer {args.command} {sweep.runs[0]}")
+    return True
 
 
 def print_lines(args) -> None:
@@ -270,11 +300,12 @@ def _whole(xs: list) -> bool:
 
 def print_comparison(args, store: JobStore, backends: Backends) -> None:
     """The jobs' table of one metric (as %train_compare prints it); as JSON, one object per job."""
+    from ..jobs.sweeps import runs_named
     from ..metrics.comparison import rows_json, table_text
     from ..view.compare_runs import compare, load_runs
 
     # the table shows each run's last and best value and its count: no curve is kept to show them
-    runs = [run.read_all() for run in load_runs(args.names, args.metric, store, backends, curves=False)]
+    runs = [run.read_all() for run in load_runs(runs_named(args.names, store), args.metric, store, backends, curves=False)]
     comparison = compare(runs, args.metric, args.x == "time")
     if not args.json:
         print(table_text(comparison.rows, comparison.note))
@@ -294,6 +325,17 @@ def submit(args, script_args: list[str], store: JobStore, backends: Backends) ->
     defaults = configured_defaults(declared.options)
     hosts = defaults.pop("docker_hosts", {})
     spec = detached_in_place(declared, args.script, vars(args), defaults, script_args, hosts)
+    if args.sweep or args.trials is not None or args.max_running is not None:
+        from ..jobs.sweeps import submit_sweep
+        from ..view.sweep_text import sweep_text
+
+        sweep = submit_sweep(
+            spec, args.sweep, name=args.name, trials=args.trials, max_running=args.max_running, rerun=bool(args.rerun),
+            store=store, backends=backends, label=Path(args.script).stem,
+        )  # fmt: skip
+        print(sweep.message)
+        print(sweep_text(sweep.sweep.name, store, backends))
+        return 0
     submission = submit_detached(spec, name=args.name, rerun=bool(args.rerun), store=store, backends=backends, label=Path(args.script).stem)
     if submission.attached or submission.facts:  # facts: what the launch left out, say
         print(submission.message)

@@ -213,6 +213,8 @@ class TrainerMagics(Magics):
 
         words, script_args = options_and_arguments(line)
         args = (SAGEMAKER_PARSER if cell is not None else SAGEMAKER_LINE_PARSER).parse_args(words)
+        if args.sweep or args.trials is not None or args.max_running is not None:
+            raise InvalidOption("%sagemaker_fit takes no --sweep, --trials or --max-running (SageMaker's own tuning jobs are the way there)", "sweep with %%train_detached")
         given, config, label = vars(args), self._config(SAGEMAKER), None
         fallbacks = {"fallback_role": notebook_instance_role, "args": script_args, "fallback_output": notebook_default_output}
         if cell is not None:
@@ -352,10 +354,29 @@ class TrainerMagics(Magics):
         label = label or notebook_label(self.shell.user_ns if self.shell else None)
         if self.gpu_pool.strip() and isinstance(spec, DetachedSpec):
             spec = dataclasses.replace(spec, gpu_pool=self.gpu_pool)  # the pool is the notebook's, not the cell's
+        if args.sweep or args.trials is not None or args.max_running is not None:
+            self._submit_sweep(spec, args, label)
+            return
         submission = submit_detached(spec, name=args.name, rerun=bool(args.rerun), store=self._store(), backends=self.backends, label=label)
         if submission.attached or submission.facts:  # facts: what the launch left out, say
             print(submission.message)
         self._show(submission.job, widget=not args.no_widget and self.widget, fresh=not submission.attached)
+
+    def _submit_sweep(self, spec, args, label: str) -> None:
+        """A sweep: its runs submitted (or attached to), then shown as one."""
+        from ..jobs.sweeps import submit_sweep
+
+        sweep = submit_sweep(
+            spec, args.sweep, name=args.name, trials=args.trials, max_running=args.max_running, rerun=bool(args.rerun),
+            store=self._store(), backends=self.backends, label=label,
+        )  # fmt: skip
+        print(sweep.message)
+        self._show_sweep(sweep.sweep.name, widget=not args.no_widget and self.widget)
+
+    def _show_sweep(self, name: str, widget: bool) -> None:
+        from ..view.sweep_text import sweep_text
+
+        print(sweep_text(name, self._store(), self.backends))
 
     # -- display -----------------------------------------------------------------
 

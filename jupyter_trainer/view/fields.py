@@ -147,11 +147,20 @@ def _json_only(snapshot: Snapshot, record: JobRecord, reason: str) -> list[Field
     if record.unreachable_since is not None and not record.status.is_final:
         shown.append(_field("unreachable_since", "unreachable since", "", JSON, value=record.unreachable_since))
     shown.append(_field("options", "options", "", JSON, value=record.options))
+    shown.append(_field("params", "params", "", JSON, value=run_params(record)))
     if record.notification:
         shown.append(_field("notification", "notification", "", JSON, value=record.notification))
     if snapshot.usage is not None:
         shown.append(_field("resources", "resources", "", JSON, value=resources_json(snapshot.usage)))
     return shown
+
+
+def run_params(record: JobRecord) -> dict[str, str]:
+    """A sweep's run's values, as its options keep them ([[KEY, VALUE], ...]); {} for any other job."""
+    kept = record.options.get("params")
+    if not isinstance(kept, list):
+        return {}
+    return {pair[0]: pair[1] for pair in kept if isinstance(pair, list) and len(pair) == 2 and all(isinstance(part, str) for part in pair)}
 
 
 def run_label(snapshot: Snapshot) -> str:

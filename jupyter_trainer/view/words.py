@@ -70,6 +70,8 @@ def restarts(record: JobRecord, backends: Backends) -> int:
 def status_text(record: JobRecord, backends: Backends) -> str:
     """The status as the tables and the view show it: a running job that was started again says
     which start it is in ("running (restart 1)")."""
+    if record.options.get("sweep_of"):  # a sweep's row (jobs/sweeps.py: sweep_row): its progress
+        return f"{record.status.value} · sweep: {readable(record.reason)}"
     count = restarts(record, backends) if record.status is Status.RUNNING else 0
     text = f"{record.status.value} (restart {count})" if count else record.status.value
     turn = turn_words(record)  # what it waits for in its machine's lines, or the GPUs it took there
