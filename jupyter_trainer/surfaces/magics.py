@@ -271,6 +271,9 @@ class TrainerMagics(Magics):
         args = parse_line(self.train_attach, line)
         from ..jobs.job import Job
 
+        if self._sweep(args.name) is not None:
+            self._show_sweep(args.name, widget=self.widget)
+            return
         self._show(Job.load(args.name, self._store(), self.backends), widget=self.widget, detailed=True)
 
     @documented("train_logs")
@@ -304,6 +307,14 @@ class TrainerMagics(Magics):
         from ..jobs.housekeeping import describe_removed, remove_runs
 
         args = parse_line(self.train_rm, line)
+        sweep = self._sweep(args.name)
+        if sweep is not None:
+            from ..jobs.sweeps import remove_sweep
+
+            if args.run is not None:
+                raise InvalidOption(f"{args.name} is a sweep: --run names a run of a job", f"remove one of its runs: %train_rm {sweep.runs[0]}")
+            print("\n".join(remove_sweep(self._store(), sweep, self.backends)))
+            return
         print(describe_removed(remove_runs(args.name, args.run, self._store(), self.backends)))
 
     @documented("train_stop")
@@ -315,6 +326,13 @@ class TrainerMagics(Magics):
         from ..jobs.job import Job
         from ..view import summary
 
+        sweep = self._sweep(args.name)
+        if sweep is not None:
+            from ..jobs.sweeps import stop_sweep
+
+            for job in stop_sweep(self._store(), sweep, self.backends, container=args.container):
+                print(summary.stop_line(job.record, self.backends))
+            return
         job = Job.load(args.name, self._store(), self.backends).stop(container=args.container)
         print(summary.stop_line(job.record, self.backends))
 
@@ -329,7 +347,10 @@ class TrainerMagics(Magics):
 
         widget = self.widget and not args.no_widget and widgets_supported(self.shell)
         # an unknown name: one line; the view asks for the statuses itself, without waiting for a slow backend
-        runs = load_runs(args.names, args.metric, self._store(), self.backends, refresh=not widget, curves=widget)
+        from ..jobs.sweeps import runs_named
+
+        names = runs_named(args.names, self._store())  # a sweep's name stands for its runs
+        runs = load_runs(names, args.metric, self._store(), self.backends, refresh=not widget, curves=widget)
         by_time = args.x == "time"
         if widget:
             from IPython.display import display
@@ -374,9 +395,34 @@ class TrainerMagics(Magics):
         self._show_sweep(sweep.sweep.name, widget=not args.no_widget and self.widget)
 
     def _show_sweep(self, name: str, widget: bool) -> None:
+        """The sweep's view where a frontend can show it, else its text."""
+        from ..jobs.sweeps import load_sweep
+        from ..view.poller import poller, widgets_supported
+
+        store = self._store()
+        if widget and widgets_supported(self.shell):
+            from IPython.display import display
+
+            from ..view.compare_runs import load_runs
+            from ..view.sweep_view import SweepWidget
+
+            sweep = load_sweep(store, name)
+            present = [run for run in sweep.runs if store.latest_run(run) is not None]  # a run removed from under it is left out
+            view = SweepWidget(sweep, load_runs(present, None, store, self.backends, refresh=False), store, self.backends)
+            display(view)
+            if not view.finished:
+                poller().watch(view)
+            return
         from ..view.sweep_text import sweep_text
 
-        print(sweep_text(name, self._store(), self.backends))
+        print(sweep_text(name, store, self.backends))
+
+    def _sweep(self, name: str):
+        """The sweep `name` names, if it names one and no job."""
+        from ..jobs.sweeps import load_sweep
+
+        store = self._store()
+        return load_sweep(store, name) if store.latest_run(name) is None else None
 
     # -- display -----------------------------------------------------------------
 

@@ -11,6 +11,7 @@ last and best value and how many values it has.
 
 from __future__ import annotations
 
+import dataclasses
 import html
 import math
 import threading
@@ -47,10 +48,20 @@ COMPARE_STYLE = """<style>
 </style>"""
 
 
-def comparison_html(comparison: Comparison, statuses: list[Status], asking: list[str] | None = None) -> str:
+def comparison_html(
+    comparison: Comparison, statuses: list[Status], asking: list[str] | None = None, params: list[dict] | None = None, most_rows: int | None = None,
+) -> str:
     """The chart, the notes and the table of a comparison (`asking`: what each job's status check
-    under way says, if any). Everything a job controls is escaped."""
+    under way says, if any; `params`: each run's values, shown as columns of their own, and the
+    best run marked, as a sweep's view shows them; `most_rows`: the table's rows at most, the best
+    and the unfinished first). Everything a job controls is escaped."""
     colours = [RUN_PALETTE[index % len(RUN_PALETTE)] for index in range(len(comparison.rows))]
+    best = best_row(comparison) if params is not None else None
+    if best is not None:
+        comparison = dataclasses.replace(
+            comparison,
+            curves=tuple((f"{label} (best)" if index == best else label, points) for index, (label, points) in enumerate(comparison.curves)),
+        )
     metric = comparison.metric
     if metric is None:
         title = "no metric in these jobs' logs yet"
@@ -63,7 +74,7 @@ def comparison_html(comparison: Comparison, statuses: list[Status], asking: list
         most = max(MIN_CURVE_POINTS, CHART_POINTS // max(1, len(comparison.curves)))
         curves = [(label, thinned(points, most), colour) for (label, points), colour in zip(comparison.curves, colours)]
         parts.append(chart_svg(metric, comparison.axis, curves, CHART_WIDTH, CHART_HEIGHT, wrap_legend=True))
-    parts.append(table_html(comparison, statuses, colours, asking))
+    parts.append(table_html(comparison, statuses, colours, asking, params, best, most_rows))
     notes = rules.notes(comparison.rows)  # the comparison's own note is under its title
     if len(comparison.rows) > len(RUN_PALETTE):
         notes.append(f"more jobs than colours: every {len(RUN_PALETTE)}th job has the same colour (the table's order is the legend's)")
@@ -87,25 +98,49 @@ def thinned(points: list[tuple[float, float]], most: int) -> list[tuple[float, f
     return kept
 
 
-def table_html(comparison: Comparison, statuses: list[Status], colours: list[str], asking: list[str] | None = None) -> str:
+def best_row(comparison: Comparison) -> int | None:
+    """Which row has the best value of the metric, where its name says which way is best."""
+    way = rules.direction(comparison.metric) if comparison.metric else None
+    found = [(row.best, index) for index, row in enumerate(comparison.rows) if row.best is not None and math.isfinite(row.best)]
+    if way is None or not found:
+        return None
+    return (min(found) if way == "lowest" else max(found, key=lambda pair: (pair[0], -pair[1])))[1]
+
+
+def table_html(
+    comparison: Comparison, statuses: list[Status], colours: list[str], asking: list[str] | None = None,
+    params: list[dict] | None = None, best: int | None = None, most_rows: int | None = None,
+) -> str:
     """The table as the text one has it (metrics/comparison.py: columns, cells), each run's status
-    a badge and its colour the chart's."""
-    head = "".join(f"<th>{html.escape(title)}</th>" for title in rules.columns(comparison.metric))
+    a badge and its colour the chart's; a sweep's runs with their values."""
+    keys = list(dict.fromkeys(key for each in params or () for key in each))
+    titles = rules.columns(comparison.metric)
+    head = "".join(f"<th>{html.escape(title)}</th>" for title in (titles[0], *keys, *titles[1:]))
     body = []
-    for row, status, colour, words in zip(comparison.rows, statuses, colours, asking or [""] * len(statuses)):
+    order = list(range(len(comparison.rows)))
+    if most_rows is not None and len(order) > most_rows:  # the best, the unfinished, then the rest
+        order.sort(key=lambda index: (index != best, statuses[index].is_final))
+        order = sorted(order[:most_rows])
+    shown = [(comparison.rows[index], statuses[index], colours[index], (asking or [""] * len(statuses))[index], index) for index in order]
+    for row, status, colour, words, index in shown:
         name, shown_status, *numbers = rules.cells(row)
+        values = "".join(f"<td>{html.escape(str((params or [{}] * (index + 1))[index].get(key, '-')))}</td>" for key in keys)
+        if index == best:
+            name += " \u2605 best"
         metric, numbers = numbers[0], numbers[1:]
         badge = f'<span class="jt-status" style="background:{STATUS_COLOURS[status]}">{html.escape(shown_status)}</span>'
         if words:  # the status shown is the last known
             badge += f' <span class="jt-asking">{html.escape(words)}</span>'
         body.append(
             "<tr>"
-            f'<td><span class="jt-key" style="background:{colour}"></span>{html.escape(name)}</td>'
+            f'<td><span class="jt-key" style="background:{colour}"></span>{html.escape(name)}</td>{values}'
             f"<td>{badge}</td><td>{html.escape(metric)}</td>"
             + "".join(f'<td class="jt-number">{html.escape(number)}</td>' for number in numbers)
             + "</tr>"
         )
-    return f'<table class="jt-compare-table"><thead><tr>{head}</tr></thead><tbody>{"".join(body)}</tbody></table>'
+    more = len(comparison.rows) - len(shown)
+    tail = f'<div class="jt-compare-note">and {more} more (jupyter-trainer status NAME shows them all)</div>' if more else ""
+    return f'<table class="jt-compare-table"><thead><tr>{head}</tr></thead><tbody>{"".join(body)}</tbody></table>{tail}'
 
 
 class CompareWidget(PolledView):
