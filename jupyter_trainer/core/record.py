@@ -87,6 +87,8 @@ class JobRecord:
     # a failure's reason that says more than a line: what went wrong in one, as its backend read it
     # (SageMaker's: the exception in its FailureReason); "": the reason's first line says it
     headline: str = ""
+    # what produced the run, where known: {"git": {"commit", "dirty", "untracked", "diff"}} (jobs/provenance.py)
+    provenance: dict[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         data = dataclasses.asdict(self)
@@ -123,7 +125,7 @@ _FIELD_TYPES: dict[str, tuple[type, ...]] = {
     "exit_code": (int, type(None)), "created_at": _NUMBER, "started_at": (*_NUMBER, type(None)),
     "ended_at": (*_NUMBER, type(None)), "fingerprint": (str,), "options": (dict,), "runtime": (dict,),
     "submitter": (dict,), "stop_requested": (bool,), "stop_sent": (bool, type(None)), "notification": (dict,),
-    "unreachable_since": (*_NUMBER, type(None)), "unreachable_host": (str,),
+    "unreachable_since": (*_NUMBER, type(None)), "unreachable_host": (str,), "provenance": (dict,),
 }  # fmt: skip
 # Numbers a record can hold: times are seconds since 1970 (until the year 5000), runs and exit
 # codes are small. Anything else (nan, inf, 1e309, 300 digits) was not written by us.

@@ -73,6 +73,7 @@ CLOCK_FILE = "clock"  # "SECONDS BYTES" lines: the log's size now and then, writ
 LINE_FILE = "line"
 WAITER_FILE = "wait_turn.py"
 TURN_FILE = "turn"
+GIT_DIFF_FILE = "git.diff"  # the uncommitted diff of the repository the job's working directory lies in (jobs/provenance.py)
 
 MAX_RECORD_BYTES = 1 << 20  # records are a few KB: a larger one was not written by us
 KEY_FILE = "fingerprint.key"  # in the store's home: the key of the fingerprints' HMAC
@@ -90,7 +91,7 @@ RECORD_WRITING = re.compile(r"record\.lock|\.record\.json\.[0-9]+\.[0-9a-f]{8}\.
 
 STORE_FILES = (
     RECORD_FILE, LOCK_FILE, SCRIPT_FILE, LAUNCH_FILE, LAUNCH_TARGET_FILE, SUPERVISOR_FILE, LOG_FILE, PID_FILE, EXIT_CODE_FILE,
-    METRICS_FILE, NOTIFY_FILE, NOTIFIED_FILE, CLOCK_FILE, LINE_FILE, WAITER_FILE, TURN_FILE,
+    METRICS_FILE, NOTIFY_FILE, NOTIFIED_FILE, CLOCK_FILE, LINE_FILE, WAITER_FILE, TURN_FILE, GIT_DIFF_FILE,
 )  # fmt: skip
 STORE = "the store"  # whose the files above are, in `run_files`
 

@@ -25,6 +25,7 @@ from ..core.store import JobStore
 from ..errors import NameInUse, TrainerError
 from ..spec.job_spec import DetachedSpec
 from .job import Job, mark_stop_sent
+from .provenance import git_state, keep_diff, local_directory
 
 
 @dataclass
@@ -68,6 +69,7 @@ def submit_detached(
         named_by = _without_text(spec).fingerprint(store.fingerprint_key()) if in_place else fingerprint
         name = _named_before(store, fingerprint) or default_name(label, named_by)
     validate_name(name)
+    git, diff = git_state(local_directory(spec))  # before the claim: git may take a moment
 
     with store.claiming(name):  # looking for the name's runs and creating the next is one step
         store.remove_abandoned(name)  # what a submission killed half-way left: its run number is free again
@@ -85,10 +87,12 @@ def submit_detached(
             fingerprint=fingerprint,
             options=spec.public_options(),
             submitter=ProcessIdentity.current().to_dict(),
+            provenance={"git": git} if git else {},
         )
         run_dir = store.create(record)
     try:
         with store.writing():
+            keep_diff(run_dir, diff)
             backend.prepare(run_dir, spec)
         launched_at = backend.launch(record, run_dir, spec)
     except BaseException:

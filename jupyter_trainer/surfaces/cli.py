@@ -209,6 +209,15 @@ def print_lines(args) -> None:
     print(json.dumps(found, indent=1) if args.json else lines_text(found))
 
 
+def table_text_of(rows: list[list[str]], titles: list[str]) -> str:
+    """Columns of words, as the other tables are laid out."""
+    from ..core.wording import readable
+
+    table = [titles] + [[readable(str(cell)) for cell in row] for row in rows]
+    widths = [max(len(line[column]) for line in table) for column in range(len(titles))]
+    return "\n".join("  ".join(cell.ljust(width) for cell, width in zip(line, widths)).rstrip() for line in table)
+
+
 def print_metrics(job: Job, as_json: bool) -> None:
     """As JSON, `job.metrics()` itself (a value that is not a number is null); as text, a
     tab-separated table that pandas or awk read."""
@@ -301,16 +310,20 @@ def _whole(xs: list) -> bool:
 def print_comparison(args, store: JobStore, backends: Backends) -> None:
     """The jobs' table of one metric (as %train_compare prints it); as JSON, one object per job."""
     from ..jobs.sweeps import runs_named
-    from ..metrics.comparison import rows_json, table_text
-    from ..view.compare_runs import compare, load_runs
+    from ..metrics.comparison import table_text
+    from ..view.compare_runs import compare, load_runs, what_differs
 
     # the table shows each run's last and best value and its count: no curve is kept to show them
     runs = [run.read_all() for run in load_runs(runs_named(args.names, store), args.metric, store, backends, curves=False)]
     comparison = compare(runs, args.metric, args.x == "time")
+    differs = what_differs([run.record for run in runs])
     if not args.json:
         print(table_text(comparison.rows, comparison.note))
+        if differs and differs[0]:  # what tells the runs apart: their values, arguments, commit, image
+            print("\nwhat differs:\n" + table_text_of([[run.label, *each.values()] for run, each in zip(runs, differs)], ["name", *differs[0]]))
         return
-    print(rows_json(comparison.rows))
+    objects = [dict(row.as_json(), **({"differs": each} if each else {})) for row, each in zip(comparison.rows, differs)]
+    print(json.dumps(objects, indent=1))
     for row in comparison.rows:
         if row.note:  # a job with no value of the metric: said beside the JSON, not in it
             print(f"jupyter-trainer: {row.note}", file=sys.stderr)

@@ -33,7 +33,7 @@ from ..metrics.names import TIME
 from ..metrics.reader import MetricReader
 from ..metrics.series import MetricSeries
 from ..spec.job_spec import Metric
-from .words import run_label
+from .words import run_label, run_params
 
 READ_SECONDS = 0.02  # of reading per run and poll (a backlog is read over several polls)
 MAX_PIECE = 64 << 10  # bytes fed to the reader at once at most (between two looks at the clock)
@@ -324,3 +324,26 @@ def _finite(value) -> bool:
         return math.isfinite(value)
     except (OverflowError, TypeError):
         return False
+
+
+def what_differs(records: list) -> list[dict[str, str]]:
+    """For each run, what tells it from the others it is compared with: its values (a sweep's), its
+    script's arguments, its git commit, its image, each where they differ between the runs."""
+    facts = [_run_facts(record) for record in records]
+    keys = list(dict.fromkeys(key for each in facts for key in each))
+    differing = [key for key in keys if len({each.get(key) for each in facts}) > 1]
+    return [{key: each.get(key, "-") for key in differing} for each in facts]
+
+
+def _run_facts(record) -> dict[str, str]:
+    facts = dict(run_params(record))
+    args = record.options.get("args")
+    if isinstance(args, list) and all(isinstance(word, str) for word in args) and not facts:
+        facts["args"] = " ".join(args) or "-"
+    git = record.provenance.get("git") if isinstance(record.provenance, dict) else None
+    if isinstance(git, dict) and isinstance(git.get("commit"), str):
+        facts["commit"] = git["commit"][:10] + (" (dirty)" if git.get("dirty") else "")
+    image = record.options.get("image")
+    if isinstance(image, str):
+        facts["image"] = image
+    return facts

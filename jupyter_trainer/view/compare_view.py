@@ -22,7 +22,7 @@ from ..core.record import Status
 from ..jobs.status_checks import wait_for_answers
 from ..metrics import comparison as rules
 from .charts import RUN_PALETTE, chart_svg
-from .compare_runs import ComparedRun, Comparison, compare
+from .compare_runs import ComparedRun, Comparison, compare, what_differs
 from .job_html import STATUS_COLOURS, STYLE, describe, error_html
 from .poller import PolledView
 
@@ -241,7 +241,8 @@ class CompareWidget(PolledView):
 
     def _push(self) -> None:
         comparison = compare(self.runs, self.metric, self.by_time)
-        value = comparison_html(comparison, [run.record.status for run in self.runs], self._asking)
+        differs = what_differs([run.record for run in self.runs])  # what tells the runs apart, as columns
+        value = comparison_html(comparison, [run.record.status for run in self.runs], self._asking, differs if differs and differs[0] else None)
         value += "".join(error_html(error) for error in self.errors.values())
         if value != self.body.value:
             self.body.value = value

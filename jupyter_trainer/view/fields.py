@@ -22,7 +22,7 @@ from ..core.resources import describe as describe_usage
 from ..core.wording import readable
 from ..metrics.series import MetricSeries
 from .monitor import Snapshot
-from .words import facts, format_time, host, own_fields, printable, short_time, status_text, where
+from .words import facts, format_time, host, own_fields, printable, run_params, short_time, status_text, where
 
 # Where a field is shown.
 HEADER = "header"  # the live view's header, and the copy saved in the notebook
@@ -148,19 +148,14 @@ def _json_only(snapshot: Snapshot, record: JobRecord, reason: str) -> list[Field
         shown.append(_field("unreachable_since", "unreachable since", "", JSON, value=record.unreachable_since))
     shown.append(_field("options", "options", "", JSON, value=record.options))
     shown.append(_field("params", "params", "", JSON, value=run_params(record)))
+    git = record.provenance.get("git")
+    if isinstance(git, dict):  # the repository its working directory lies in (absent outside one)
+        shown.append(_field("git", "git", "", JSON, value=git))
     if record.notification:
         shown.append(_field("notification", "notification", "", JSON, value=record.notification))
     if snapshot.usage is not None:
         shown.append(_field("resources", "resources", "", JSON, value=resources_json(snapshot.usage)))
     return shown
-
-
-def run_params(record: JobRecord) -> dict[str, str]:
-    """A sweep's run's values, as its options keep them ([[KEY, VALUE], ...]); {} for any other job."""
-    kept = record.options.get("params")
-    if not isinstance(kept, list):
-        return {}
-    return {pair[0]: pair[1] for pair in kept if isinstance(pair, list) and len(pair) == 2 and all(isinstance(part, str) for part in pair)}
 
 
 def run_label(snapshot: Snapshot) -> str:

@@ -101,3 +101,11 @@ def own_fields(record: JobRecord, backends: Backends) -> dict:
 def metric_text(values: dict[str, float]) -> str:
     name = main_metric(values)
     return "" if name is None else f"{name} {values[name]:.4g}"
+
+
+def run_params(record: JobRecord) -> dict[str, str]:
+    """A sweep's run's values, as its options keep them ([[KEY, VALUE], ...]); {} for any other job."""
+    kept = record.options.get("params")
+    if not isinstance(kept, list):
+        return {}
+    return {pair[0]: pair[1] for pair in kept if isinstance(pair, list) and len(pair) == 2 and all(isinstance(part, str) for part in pair)}

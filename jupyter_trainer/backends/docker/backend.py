@@ -198,8 +198,7 @@ class DockerBackend(BackendBase):
                     unlink_run(shared_dir, record.name, record.run, files)  # the store discards the run
                 raise
         return DockerRuntime(
-            container_id=container.id,
-            container_name=container.name,
+            container_id=container.id, container_name=container.name, image_id=container.attrs.get("Image"),
             container_started_at=container.attrs["State"]["StartedAt"],
             exec_id=exec_id,
             run_dir=inner_run_dir,
@@ -477,7 +476,8 @@ class DockerBackend(BackendBase):
         turn = super().status_fields(record)  # the GPUs it took in line, or its place there
         if runtime is None:
             return {**turn, "restarts": 0}
-        return {**turn, "restarts": runtime.restarts or 0, **({"restarts_allowed": runtime.restarts_allowed} if runtime.restarts_allowed else {})}
+        image = {"image_id": runtime.image_id} if runtime.image_id else {}  # the image it runs, as docker image inspect gives its id
+        return {**turn, **image, "restarts": runtime.restarts or 0, **({"restarts_allowed": runtime.restarts_allowed} if runtime.restarts_allowed else {})}
 
     def lingering(self, record: JobRecord, run_dir: Path) -> list[str]:
         return []  # what it left stays in its container, which `stop --container` ends

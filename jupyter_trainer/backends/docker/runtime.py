@@ -55,6 +55,7 @@ class DockerRuntime:
     restarts_allowed: int | None = None  # --restarts N: how often its container's keeper may start it again
     restarts: int | None = None  # how often it was started again, as last seen (container_started_at is that start's)
     restart_causes: list | None = None  # why each start again was needed, in words
+    image_id: str | None = None  # the container's image (sha256:...), as `docker image inspect` gives its id
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -63,7 +64,8 @@ class DockerRuntime:
     def of(cls, record: JobRecord) -> "DockerRuntime":
         kinds = {"container_id": str, "container_name": str, "container_started_at": str, "exec_id": str, "run_dir": str}
         runtime = read_runtime(cls, record, {**kinds, "mounted": bool, "shared_dir": (str, "optional"), "engine": (dict, "optional"), "sync_facts": (list, "optional"),
-            "restarts_allowed": (int, "optional"), "restarts": (int, "optional"), "restart_causes": (list, "optional")})
+            "restarts_allowed": (int, "optional"), "restarts": (int, "optional"), "restart_causes": (list, "optional"),
+            "image_id": (str, "optional")})
         if runtime.sync_facts is not None and not all(isinstance(fact, str) for fact in runtime.sync_facts):
             raise malformed_runtime(record, "sync_facts is not a list of words")
         if runtime.restart_causes is not None and not all(isinstance(cause, str) for cause in runtime.restart_causes):
