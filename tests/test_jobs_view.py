@@ -141,3 +141,28 @@ def test_every_button_of_an_earlier_runs_row_acts_on_that_run(home, workdir, cap
     shown = capsys.readouterr().out + "".join(o.get("text", "") for o in table.detail.outputs)
     assert "the first run" in shown and "the second run" not in shown and "--- twice: the last" in shown
     second.stop()
+
+
+def test_a_sweep_is_one_row_and_its_runs_rows_come_with_all(home, workdir, quiet_comm):
+    """The jobs table shows a sweep as one row (its progress in its status), as `list` does; with
+    --all its runs have rows of their own; its Stop stops every run."""
+    from jupyter_trainer.core.store import JobStore
+    from jupyter_trainer.jobs.sweeps import submit_sweep
+
+    spec = build_spec("import time\nprint('loss 0.5', flush=True)\ntime.sleep(60)\n", host=True, image=None, container=None, workdir=str(workdir), gpus=None)
+    sweep = submit_sweep(spec, ["lr=1,2,3"], name="grid", max_running=1)
+    assert [each.job.name for each in sweep.submissions] == ["grid-1", "grid-2", "grid-3"]
+    table = JobsTable(JobStore(home))
+    wait_for(lambda: (rescan_sweeps(table) or True) and "1 running" in text_of(table.sweep_rows["grid"].cells[3].value), what="the sweep's row to say one runs")
+    assert len(table.body.children) == 1 and table.body.children[0] is table.sweep_rows["grid"].box
+    assert "running · sweep: 0 of 3 done, 1 running, 2 waiting" in text_of(table.sweep_rows["grid"].cells[3].value)
+    everything = JobsTable(JobStore(home), all_runs=True)
+    assert len(everything.body.children) == 3 and not everything.sweep_rows
+    table.sweep_rows["grid"].buttons[2].click()
+    wait_for(lambda: all(get_job(f"grid-{index}").status is Status.STOPPED for index in (1, 2, 3)), timeout=60, what="every run to stop")
+    assert get_job("grid-3").record.started_at is None  # stopped while it waited: never started
+
+
+def rescan_sweeps(table):
+    table.last_scan = float("-inf")
+    table.poll(table.clock())

@@ -63,11 +63,12 @@ def status_json(name):
 
 def test_jobs_in_a_container_and_on_the_host_wait_in_one_line(docker_image, docker_client, workdir, home, monkeypatch):
     monkeypatch.setenv("JUPYTER_TRAINER_GPUS", "0-1")
+    # submitted one after the other, they take their turns in that order, whichever waiter starts first
     first = submit("first", workdir, in_container(docker_image))
     second = submit("second", workdir, ON_HOST)
+    third = submit("third", workdir, in_container(docker_image))
     held = {gpus_of(first), gpus_of(second)}
     assert held == {"0", "1"}
-    third = submit("third", workdir, in_container(docker_image))
     wait_for(lambda: "waiting for 1 GPU; next in line" in get_job("third").reason, what="the third to wait")
     assert status("third") is Status.PENDING and "gpus " not in third.logs()
     assert status_json("third")["position"] == 1

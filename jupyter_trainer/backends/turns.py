@@ -12,12 +12,14 @@ from __future__ import annotations
 import dataclasses
 import functools
 import json
+import os
 import time
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 
 from ..core import files as _fs
+from ..core import lines
 from ..core.files import create_private_file, write_private_file
 from ..core.gpus import named_pool, offered_gpus
 from ..core.lines import MAX_RUNNING_LIMIT, QUEUE_NAME
@@ -75,14 +77,29 @@ def prepare_turn(run_dir: Path, record: JobRecord, spec, root: str, same_clock: 
     the store's owner and mode when a container's root writes it). A job's place in line is when it
     was submitted, where its machine's clock is this one's (`same_clock`), else when its waiter
     starts: first in, first out, whichever waiter starts first."""
+    since_ns = time.time_ns() if same_clock else None
     asked = {
         "root": root, "queue": spec.queue, "gpus": gpu_count(spec.gpus), "pool": declared_pool(spec),
-        "job": record.name, "run": record.run, "since_ns": time.time_ns() if same_clock else None,
-        "max_running": spec.max_running,
+        "job": record.name, "run": record.run, "since_ns": since_ns, "max_running": spec.max_running,
+        "ticket": keep_place(root, spec.queue, since_ns, record) if same_clock else None,
     }  # fmt: skip
     write_private_file(run_dir / LINE_FILE, json.dumps(asked).encode(), durable=False)
     write_private_file(run_dir / WAITER_FILE, waiter_source(), durable=False)
     create_private_file(run_dir / TURN_FILE)
+
+
+def keep_place(root: str, queue: str | None, since_ns: int, record: JobRecord) -> str | None:
+    """The job's place in its first line, kept from now until its waiter comes (lines.reserve_place),
+    where this machine's lines are the job's; its key (None where it cannot be kept: the waiter then
+    takes its place when it comes)."""
+    key = os.urandom(8).hex()
+    line = lines.line_dir(root, queue)
+    try:
+        lines.ensure_line(root, line)
+        lines.reserve_place(line, since_ns, key, {"job": record.name, "run": record.run, "user": os.getuid(), "kept": True})
+    except (lines.LineError, OSError):
+        return None
+    return key
 
 
 def waiting_command(inner_run_dir: str, command: list[str]) -> list[str]:

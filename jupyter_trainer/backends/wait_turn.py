@@ -37,6 +37,7 @@ try:  # as a module of the package; in a run, the code of these modules comes be
         open_token,
         promote,
         remove_dead_tickets,
+        reserved_until,
         take_ticket,
         try_lock,
     )
@@ -191,22 +192,23 @@ class QueueLine:
         return {"queue": self.name, "slot": slot}
 
 
-def wait_in(line, root, turn, says, watcher, since_ns=None):
+def wait_in(line, root, turn, says, watcher, since_ns=None, key=None):
     """Waits for the job's turn in `line`, in its place since `since_ns` (when the job was
     submitted: a job started again by its container's keeper keeps its place); returns what it took
     and the open files that hold it."""
     ensure_line(root, line.dir)
     remove_dead_tickets(line.dir)
     watcher.watch(os.path.join(line.dir, "tickets"), TICKETS_EVENTS)  # before looking: nothing slips by
-    ticket, path = take_ticket(line.dir, says, since_ns)
+    ticket, path = take_ticket(line.dir, says, since_ns, key)
     since = time.time()
     while True:
-        ahead = len(live_waiting_ahead(line.dir, path))
-        again = None
+        waiting = live_waiting_ahead(line.dir, path)
+        ahead = len(waiting)
+        again = reserved_until(waiting)  # a place kept ahead of this one stops counting then
         if ahead == 0:
             watcher.watch(os.path.join(line.dir, "tokens"), TOKENS_EVENTS)
             watcher.watch(line.dir, LINE_EVENTS)
-            taken, keeping, again = line.try_take()
+            taken, keeping, again = line.try_take()  # (nothing is kept ahead of the first in line)
             if taken is not None:
                 promote(ticket, path, dict(says, **line.took(taken)))
                 return taken, [ticket, *line.kept()]
@@ -229,13 +231,14 @@ def main(argv):
     kept, took = [], {"state": "running"}
     if asked.get("queue"):
         line = QueueLine(root, asked["queue"], asked.get("max_running"))
-        slot, files = wait_in(line, root, turn, dict(says, wants="slot"), watcher, asked.get("since_ns"))
+        slot, files = wait_in(line, root, turn, dict(says, wants="slot"), watcher, asked.get("since_ns"), asked.get("ticket"))
         kept += files
         took.update(line.took(slot))
     env = dict(os.environ)
     if asked.get("gpus"):
         line = GpuLine(root, int(asked["gpus"]), asked.get("pool"))
-        gpus, files = wait_in(line, root, turn, dict(says, wants=line.wants), watcher, asked.get("since_ns"))
+        place = None if asked.get("queue") else asked.get("ticket")  # its place was kept in its first line only
+        gpus, files = wait_in(line, root, turn, dict(says, wants=line.wants), watcher, asked.get("since_ns"), place)
         kept += files
         took.update(line.took(gpus))
         env["CUDA_VISIBLE_DEVICES"] = ",".join(str(index) for index in gpus)

@@ -7,7 +7,9 @@ keeps a GPU. Everything lies under the machine's lines directory:
 
     ROOT/                      $JUPYTER_TRAINER_LINES_DIR, else /var/tmp/jupyter-trainer-lines
       gpus/                    the machine's GPU line
-        tickets/w-NS-ID        a job waiting since NS (ns since 1970): locked by its waiter
+        tickets/p-NS-ID        a place kept by the submitter for a job submitted at NS (ns since 1970),
+                               until its waiter comes (at most RESERVED_SECONDS)
+        tickets/w-NS-ID        a job waiting since NS: locked by its waiter
         tickets/r-NS-ID        a job whose turn came: locked by the job's processes
         tokens/INDEX           one per GPU: locked by the job that holds it
       queues/NAME/             a named queue (`jupyter-trainer queue NAME --max-running K`)
@@ -41,7 +43,8 @@ TICKETS = "tickets"
 TOKENS = "tokens"
 MAX_RUNNING_FILE = "max_running"
 QUEUE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,62}")
-TICKET_NAME = re.compile(r"([wr])-(\d{20})-([0-9a-f]{16})")
+TICKET_NAME = re.compile(r"([wrp])-(\d{20})-([0-9a-f]{16})")
+RESERVED_SECONDS = 30.0  # how long a place kept at submission waits for its waiter (see reserve_place)
 TICKET_BYTES = 4096  # what a ticket says is a few hundred bytes
 MAX_RUNNING_LIMIT = 10000
 SHARED_DIR_MODE = 0o1777
@@ -106,12 +109,13 @@ def _ensure_shared_dir(path: str) -> None:
 
 
 class Ticket:
-    """A ticket in a line: its file's name, whether its turn has come, since when it waits."""
+    """A ticket in a line: its file's name, whether its turn has come (or it is a place kept for a
+    waiter to come), since when it waits."""
 
-    __slots__ = ("path", "name", "running", "since_ns")
+    __slots__ = ("path", "name", "running", "reserved", "since_ns")
 
-    def __init__(self, path: str, name: str, running: bool, since_ns: int):
-        self.path, self.name, self.running, self.since_ns = path, name, running, since_ns
+    def __init__(self, path: str, name: str, running: bool, since_ns: int, reserved: bool = False):
+        self.path, self.name, self.running, self.since_ns, self.reserved = path, name, running, since_ns, reserved
 
     @property
     def order(self) -> str:
@@ -131,16 +135,31 @@ def tickets(line: str) -> list:
     for name in names:
         match = TICKET_NAME.fullmatch(name)
         if match:
-            found.append(Ticket(os.path.join(line, TICKETS, name), name, match[1] == "r", int(match[2])))
+            found.append(Ticket(os.path.join(line, TICKETS, name), name, match[1] == "r", int(match[2]), match[1] == "p"))
     return sorted(found, key=lambda ticket: ticket.order)
 
 
-def take_ticket(line: str, says: dict, since_ns=None):
+def reserve_place(line: str, since_ns: int, key: str, says: dict) -> str:
+    """Keep a job's place in line from its submission until its waiter comes (a waiter starts a
+    moment after its job is submitted, and one submitted after it may start first): a ticket
+    p-NS-KEY that counts as waiting for RESERVED_SECONDS, which the waiter takes (`take_ticket`)."""
+    path = os.path.join(line, TICKETS, "p-%020d-%s" % (since_ns, key))
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+    try:
+        os.fchmod(fd, 0o644)
+        _rewrite(fd, says)
+    finally:
+        os.close(fd)
+    return path
+
+
+def take_ticket(line: str, says: dict, since_ns=None, key=None):
     """A new ticket in the line, locked by the caller: (its open file, its path). Its place is
-    `since_ns` (when the job was submitted), else now. It is locked before it has its name, so that
-    nobody can take it for a dead one's."""
+    `since_ns` (when the job was submitted), else now; the place kept for it under `key`, if any, is
+    taken over. It is locked before it has its name, so that nobody can take it for a dead one's."""
     tickets_dir = os.path.join(line, TICKETS)
-    key = os.urandom(8).hex()
+    kept = isinstance(key, str) and re.fullmatch(r"[0-9a-f]{16}", key) is not None
+    key = key if kept else os.urandom(8).hex()
     new = os.path.join(tickets_dir, ".new-" + key)
     fd = os.open(new, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
     try:
@@ -154,6 +173,8 @@ def take_ticket(line: str, says: dict, since_ns=None):
         os.close(fd)
         _unlink_quietly(new)
         raise
+    if kept:  # its place is this ticket's now (after it is there: the place is never empty meanwhile)
+        _unlink_quietly(os.path.join(tickets_dir, "p-%020d-%s" % (since, key)))
     return fd, path
 
 
@@ -208,13 +229,20 @@ def read_ticket(path: str) -> dict:
     return said if isinstance(said, dict) else {}
 
 
-def live_waiting_ahead(line: str, mine: str) -> list:
-    """The tickets ahead of the one at path `mine` that still wait, and whose waiters live. A dead
-    one of this user's is removed on the way."""
+def live_waiting_ahead(line: str, mine: str, now_ns=None) -> list:
+    """The tickets ahead of the one at path `mine` that still wait, and whose waiters live (or whose
+    place is kept for a waiter to come). A dead one of this user's is removed on the way."""
     order = os.path.basename(mine)[2:]
+    now_ns = time.time_ns() if now_ns is None else now_ns
     ahead = []
     for ticket in tickets(line):
         if ticket.order >= order or ticket.running:
+            continue
+        if ticket.reserved:
+            if now_ns - ticket.since_ns < RESERVED_SECONDS * 1e9:
+                ahead.append(ticket)
+            else:
+                remove_if_dead(ticket.path)  # its waiter never came (its launch failed)
             continue
         if is_held(ticket.path):
             ahead.append(ticket)
@@ -242,8 +270,16 @@ def remove_if_dead(path: str) -> None:
 
 
 def remove_dead_tickets(line: str) -> None:
+    now_ns = time.time_ns()
     for ticket in tickets(line):
-        remove_if_dead(ticket.path)
+        if not ticket.reserved or now_ns - ticket.since_ns >= RESERVED_SECONDS * 1e9:
+            remove_if_dead(ticket.path)
+
+
+def reserved_until(ahead: list):
+    """Seconds until the first place kept ahead stops counting (None: none is kept ahead)."""
+    kept = [ticket.since_ns for ticket in ahead if ticket.reserved]
+    return max(0.05, (min(kept) + RESERVED_SECONDS * 1e9 - time.time_ns()) / 1e9) if kept else None
 
 
 # -- tokens: one per GPU, one per slot of a queue --------------------------------------------------
@@ -346,8 +382,10 @@ def line_now(line: str) -> tuple:
     """(the jobs whose turn came and that still run, the jobs that wait), each as its ticket says
     (with `since`: seconds since 1970), oldest first. Tickets whose holders have gone are left out."""
     running, waiting = [], []
+    now_ns = time.time_ns()
     for ticket in tickets(line):
-        if not is_held(ticket.path):
+        kept = ticket.reserved and now_ns - ticket.since_ns < RESERVED_SECONDS * 1e9
+        if not kept and not is_held(ticket.path):
             continue
         said = read_ticket(ticket.path)
         said["since"] = ticket.since_ns / 1e9

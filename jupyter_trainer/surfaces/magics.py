@@ -258,9 +258,10 @@ class TrainerMagics(Magics):
             poller().watch(table)
             return
         from ..jobs.job import refreshed_records
+        from ..jobs.sweeps import with_sweeps
         from ..view import summary
 
-        items = refreshed_records(self._store(), all_runs=args.all, backends=self.backends)
+        items = with_sweeps(refreshed_records(self._store(), all_runs=args.all, backends=self.backends), self._store(), args.all)
         print(summary.jobs_table(items, self.backends, summary.main_metrics(items, self._store(), self.backends)))
 
     @documented("train_attach")

@@ -22,10 +22,12 @@ from ..core.store import JobStore
 from ..errors import TrainerError
 from ..jobs.job import Job, one_poll
 from ..jobs.status_checks import StatusCheck, wait_for_answers
+from ..jobs.sweeps import sweep_names
 from .fields import ROW_COLUMNS, STATUS, record_snapshot, row_fields, row_titles
 from .job_html import STYLE, describe, error_html, status_badge
 from .job_widget import stop_in_background
 from .poller import PolledView
+from .sweep_rows import SweepRow, attach_sweep, grouped, stop_sweep_in_background
 from .words import metric_text, run_label
 
 SCAN_INTERVAL = 2.0  # seconds between two looks at the store (new jobs, records changed elsewhere)
@@ -112,6 +114,7 @@ class JobsTable(PolledView):
         self.log_lines = log_lines
         self.clock = clock
         self.rows: dict[tuple[str, int], Row] = {}
+        self.sweep_rows: dict[str, SweepRow] = {}  # each sweep's runs, shown as one row (but with --all)
         self.problems: list[str] = []
         self.error = ""
         self.last_scan = float("-inf")
@@ -195,6 +198,7 @@ class JobsTable(PolledView):
             self._arrange()
         else:
             self._show_counts()
+        self._draw_sweeps()
 
     def _refresh(self, row: Row, now: float, ask: bool = True) -> None:
         """Bring a row up to date: a running job's status at its backend's pace (`ask`: a check may
@@ -230,6 +234,8 @@ class JobsTable(PolledView):
             self._arrange()
         elif changed:
             self._show_counts()
+        if changed:
+            self._draw_sweeps()
 
     def _read_metric(self, row: Row) -> None:
         size = row.job.log_source().size()
@@ -239,8 +245,11 @@ class JobsTable(PolledView):
 
     # -- drawing -------------------------------------------------------------------------
 
-    def _give_widgets(self, row: Row) -> None:
+    def _give_widgets(self, row: Row | SweepRow) -> None:
         """A row about to be shown for the first time: its widgets, and what it says."""
+        if isinstance(row, SweepRow):
+            self._give_sweep_widgets(row)
+            return
         widgets, job = self.widgets, row.job
         cells = [widgets.HTML() for _ in ROW_COLUMNS]
         attach = widgets.Button(description="Attach", tooltip=f"show {job.name}'s view below")
@@ -265,9 +274,23 @@ class JobsTable(PolledView):
             self.problems.append(f"{job.name}: {describe(exc)}")
         self._draw(row)
 
-    def _draw(self, row: Row) -> None:
+    def _give_sweep_widgets(self, row: SweepRow) -> None:
+        widgets = self.widgets
+        row.cells = [widgets.HTML() for _ in ROW_COLUMNS]
+        attach = widgets.Button(description="Attach", tooltip=f"show sweep {row.name}'s view below")
+        log = widgets.Button(description="Log", disabled=True, tooltip="a sweep has no log of its own: Attach shows its runs")
+        stop = widgets.Button(description="Stop", tooltip=f"stop every run of sweep {row.name}, the waiting ones first")
+        attach.on_click(lambda _b: attach_sweep(self, row))
+        stop.on_click(lambda _b: stop_sweep_in_background(self, row))
+        row.pick = widgets.Checkbox(value=False, indent=False, disabled=True, tooltip="compare a sweep's runs with Attach")
+        row.buttons = [attach, log, stop]
+        row.box = widgets.HBox([row.pick, *row.cells, widgets.HBox(row.buttons)])
+        row.box.add_class("jt-row")
+        self._draw(row)
+
+    def _draw(self, row: Row | SweepRow) -> None:
         record = row.record
-        row.asking = row.check.words()
+        row.asking = row.check.words() if isinstance(row, Row) else ""
         values = row_html(record, self.backends, row.metric, row.asking)
         if values != row.shown:
             for cell, value, before in zip(row.cells, values, row.shown or (None,) * len(values)):
@@ -281,7 +304,7 @@ class JobsTable(PolledView):
     def _arrange(self) -> None:
         """The rows the filter lets through, newest first."""
         chosen = None if self.filter.value == "all" else Status(self.filter.value)
-        rows = sorted(self.rows.values(), key=lambda row: (row.record.created_at, row.record.run), reverse=True)
+        rows = sorted([*self._gather_sweeps(), *self.sweep_rows.values()], key=lambda row: (row.record.created_at, row.record.run), reverse=True)
         for row in rows:
             row.arranged_as = row.record.status
         shown = [row for row in rows if chosen is None or row.record.status is chosen]
@@ -291,6 +314,26 @@ class JobsTable(PolledView):
         self.body.children = [row.box for row in shown[:MAX_ROWS]]
         more = len(shown) - MAX_ROWS
         self._show_counts(f"{more} older jobs not shown" if more > 0 else "")
+
+    def _gather_sweeps(self) -> list:
+        """The rows of jobs in no sweep; each sweep's runs gathered in one row (self.sweep_rows), kept
+        from one arrangement to the next (its widgets with it). With --all, every run has its row."""
+        if self.all_runs:
+            self.sweep_rows = {}
+            return list(self.rows.values())
+        alone, together = grouped(self.rows, set(sweep_names(self.store)))
+        for name, fresh in together.items():
+            kept = self.sweep_rows.get(name)
+            if kept is not None:
+                kept.members = fresh.members
+                together[name] = kept
+        self.sweep_rows = together
+        return alone
+
+    def _draw_sweeps(self) -> None:
+        for row in self.sweep_rows.values():
+            if row.box is not None:
+                self._draw(row)
 
     def _show_counts(self, extra: str = "") -> None:
         counts = {}
