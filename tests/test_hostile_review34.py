@@ -192,4 +192,13 @@ def test_a_chart_of_hundreds_of_curves_stays_small_and_keeps_their_spikes():
     shown = comparison_html(Comparison("loss", "step", "x: step", rows, tuple(curves)), [Status.RUNNING] * 500)
     assert len(shown) < 1_000_000
     ticks = re.findall(r'<text class="jt-tick"[^>]*>([^<]*)</text>', shown)
-    assert ticks[:2] == ["50", "0.001"] and ticks[-1] == "999"  # the spike, the lowest value and the last step are still drawn
+    assert ticks[:5] == ["0.001", "0.01", "0.1", "1", "10"]  # round values of the log scale, up to the spike's decade
+    frame = re.search(r'<rect class="jt-frame" x="([\d.]+)" y="([\d.]+)" width="([\d.]+)"', shown)
+    left, top, width = (float(group) for group in frame.groups())
+
+    def drawn(name):
+        points = re.search(r'points="([^"]*)"><title>' + name + "</title>", shown)[1]
+        return [tuple(map(float, pair.split(","))) for pair in points.split()]
+
+    assert min(y for _, y in drawn("job-7")) == top  # the spike (the highest value) is still drawn
+    assert max(x for x, _ in drawn("job-0")) == left + width  # and the last step

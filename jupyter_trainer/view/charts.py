@@ -39,6 +39,43 @@ def _format(value: float) -> str:
 
 
 
+def nice_ticks(low: float, high: float, most: int = 5) -> list[float]:
+    """Round values between `low` and `high` to mark an axis with (1, 2 or 5 times a power of ten
+    apart), at most `most` of them; none when the range is empty or not finite."""
+    if not (_finite(low) and _finite(high)) or high <= low or not _finite(high - low):
+        return []
+    raw = (high - low) / max(1, most)
+    power = 10 ** math.floor(math.log10(raw))
+    step = next(factor * power for factor in (1, 2, 5, 10) if factor * power >= raw)
+    first = math.ceil(low / step) * step
+    ticks = []
+    value = first
+    while value <= high + step * 1e-9 and len(ticks) <= most:
+        ticks.append(0.0 if abs(value) < step * 1e-9 else round(value, 12))
+        value = first + step * len(ticks)
+    return ticks
+
+
+def log_ticks(low: float, high: float, most: int = 6) -> list[float]:
+    """Powers of ten between `low` and `high` (positive), every few when there are many; with fewer
+    than two, 1, 2 and 5 times them."""
+    if not (low > 0 and high > low and _finite(high)):
+        return []
+    first, last = math.ceil(math.log10(low)), math.floor(math.log10(high))
+    decades = list(range(first, last + 1))
+    if len(decades) >= 2:
+        every = max(1, math.ceil(len(decades) / most))
+        return [10.0**power for power in decades[::every]]
+    candidates = [factor * 10.0**power for power in range(first - 1, last + 2) for factor in (1, 2, 5)]
+    return [value for value in candidates if low <= value <= high][:most]
+
+
+def _tick(value: float) -> str:
+    """A round value as an axis shows it: 0.2, 1e-05, 2e+05 (an end of the range: as values are)."""
+    text = f"{value:g}"
+    return text if len(text) <= 8 else _format(value)
+
+
 def _fraction(value: float, low: float, high: float) -> float:
     """Where `value` lies from `low` (0) to `high` (1); the middle when they are equal. Computed
     so that no finite input overflows (1e308 - -1e308 is inf) or divides by zero."""
@@ -120,16 +157,33 @@ def chart_svg(
         if len(points) == 1:  # a one-point line draws nothing: show the point
             px, py = position(*points[0])
             lines.append(f'<circle cx="{px:.1f}" cy="{py:.1f}" r="2.5" style="fill:{html.escape(colour)}"/>')
-    top_label, bottom_label = (max(ys), min(ys)) if logarithmic else (y1, y0)
     axis_title = AXIS_TITLES.get(axis, axis) + (" · log scale" if logarithmic else "")
-    axes = (
-        f'<text class="jt-tick" x="{left - 4}" y="{top + 9}" text-anchor="end">{_format(top_label)}</text>'
-        f'<text class="jt-tick" x="{left - 4}" y="{top + plot_h}" text-anchor="end">{_format(bottom_label)}</text>'
-        f'<text class="jt-tick" x="{left}" y="{top + plot_h + 12}">{_format(x0)}</text>'
-        f'<text class="jt-tick" x="{left + plot_w}" y="{top + plot_h + 12}" text-anchor="end">{_format(x1)}</text>'
-        f'<text class="jt-axis-title" x="{left + plot_w / 2:.0f}" y="{height - 4}" text-anchor="middle">{html.escape(axis_title)}</text>'
+    axes = _ticks_svg(
+        log_ticks(min(ys), max(ys)) if logarithmic else nice_ticks(y0, y1), nice_ticks(x0, x1), position, (x0, x1), (min(ys), max(ys)),
+        left, top, plot_w, plot_h,
     )
+    axes += f'<text class="jt-axis-title" x="{left + plot_w / 2:.0f}" y="{height - 4}" text-anchor="middle">{html.escape(axis_title)}</text>'
     return head + legend_svg + frame + axes + "".join(lines) + _hover_bands(curves, x0, x1, left, top, plot_w, plot_h, axis) + "</svg>"
+
+
+def _ticks_svg(y_ticks, x_ticks, position, x_range, y_range, left, top, plot_w, plot_h) -> str:
+    """Round values along each axis, with faint grid lines across the plot; where an axis has fewer
+    than two round values inside its range, its two ends instead."""
+    parts = []
+    if len(y_ticks) < 2:
+        y_ticks = list(y_range)
+    if len(x_ticks) < 2:
+        x_ticks = list(x_range)
+    for value in y_ticks:
+        _, py = position(x_range[0], value)
+        parts.append(f'<line class="jt-grid" x1="{left}" x2="{left + plot_w}" y1="{py:.1f}" y2="{py:.1f}"/>')
+        parts.append(f'<text class="jt-tick" x="{left - 4}" y="{py + 3:.1f}" text-anchor="end">{_tick(value)}</text>')
+    for index, value in enumerate(x_ticks):
+        px, _ = position(value, y_range[0])
+        anchor = "start" if px <= left + 1 else "end" if px >= left + plot_w - 1 else "middle"
+        parts.append(f'<line class="jt-grid" x1="{px:.1f}" x2="{px:.1f}" y1="{top}" y2="{top + plot_h}"/>')
+        parts.append(f'<text class="jt-tick" x="{px:.1f}" y="{top + plot_h + 12}" text-anchor="{anchor}">{_tick(value)}</text>')
+    return "".join(parts)
 
 
 def _legend_entry(name: str, points: list[tuple[float, float]], colour: str, gap: bool = False) -> str:

@@ -93,6 +93,7 @@ STYLE = """<style>
 .jupyter-trainer-job .jt-chart .jt-name { font-weight: bold; }
 .jupyter-trainer-job .jt-chart .jt-tick, .jupyter-trainer-job .jt-chart .jt-axis-title { fill: var(--jt-muted); }
 .jupyter-trainer-job .jt-chart .jt-frame { fill: none; stroke: var(--jt-border); }
+.jupyter-trainer-job .jt-chart .jt-grid { stroke: var(--jt-border); stroke-width: 0.5; opacity: 0.7; }
 .jupyter-trainer-job .jt-chart .jt-line { fill: none; stroke-width: 1.6; }
 .jupyter-trainer-job .jt-chart .jt-hover { fill: transparent; }
 .jupyter-trainer-job .jt-chart .jt-hover:hover { fill: var(--jt-border); fill-opacity: 0.35; }
