@@ -171,6 +171,7 @@ class HostBackend(BackendBase):
     has_containers = False
 
     def preflight(self, spec: DetachedSpec, store) -> None:
+        turns.check_lines(spec, lines_root())
         turns.check_gpus_offered(spec)
 
     def prepare(self, run_dir: Path, spec: DetachedSpec) -> None:

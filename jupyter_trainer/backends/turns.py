@@ -44,6 +44,20 @@ def waits_in_line(spec) -> bool:
     return isinstance(spec, DetachedSpec) and (gpu_count(spec.gpus) > 0 or bool(spec.queue))
 
 
+def check_lines(spec, root: str) -> None:
+    """The lines a job would wait in are usable on this machine: one line otherwise, before anything
+    is recorded (a directory of theirs that is a link or a file)."""
+    if not waits_in_line(spec):
+        return
+    try:
+        for line in [lines.line_dir(root, spec.queue)] if spec.queue else []:
+            lines.check_line(root, line)
+        if gpu_count(spec.gpus):
+            lines.check_line(root, lines.line_dir(root))
+    except lines.LineError as problem:
+        raise InvalidOption(f"this machine's lines cannot be used: {problem}", f"remove what is there, or set {lines.LINES_ENV} to another directory") from None
+
+
 def check_gpus_offered(spec, machine: str = "this machine") -> None:
     """`--gpus N` asks for at most the GPUs the job's machine offers: one line otherwise, before
     anything is recorded."""
@@ -149,18 +163,25 @@ def read_turn(run_dir: Path, said: dict[str, bytes] | None = None) -> Turn | Non
     if not line:  # missing (never empty: the submitter writes it whole before the job starts)
         return None
     asked = _json_object(line)
-    turn = _json_object(said.get(TURN_FILE) or b"")
+    written = said.get(TURN_FILE)
+    if written is None:  # there, but not a file that can be read (the job made it a link, a FIFO): says nothing
+        return None
+    turn = _json_object(written)
     if turn.get("state") == "running":
         return Turn(False, gpus=_indices(turn.get("gpus")), queue=_name(turn.get("queue")), started_at=_time(turn.get("started_at")))
-    return _waiting(turn, asked)
+    if turn.get("state") == "waiting" or not written.strip():  # said by the waiter, or not yet
+        return _waiting(turn, asked)
+    return None  # anything else was not written by a waiter (the job can write the file too): it says nothing
 
 
-def _read_run_file(path: Path) -> bytes:
-    """A run file's bytes (bounded), b"" when it is missing or cannot be read."""
+def _read_run_file(path: Path) -> bytes | None:
+    """A run file's bytes (bounded); b"" when it is missing, None when it cannot be read."""
     try:
         return _fs.read_small(path, TURN_BYTES)
-    except OSError:
+    except FileNotFoundError:
         return b""
+    except OSError:
+        return None
 
 
 def _json_object(data: bytes) -> dict:
@@ -188,7 +209,7 @@ def _waiting(said: dict, asked: dict) -> Turn:
     if line == "queue":
         what = f"waiting for a slot in queue {_name(said.get('queue')) or '?'}"
     else:
-        what = f"waiting for {_gpus(_count(said.get('wants')) or 0)}"
+        what = f"waiting for {_gpus(_count(said.get('wants')) or _count(asked.get('gpus')) or 1)}"
     if ahead:
         return Turn(True, f"{what}; {ahead} job{'s' if ahead != 1 else ''} ahead", ahead, line)
     return Turn(True, f"{what}; next in line{_what_keeps(said)}", ahead, line)

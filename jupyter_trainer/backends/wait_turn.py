@@ -25,6 +25,7 @@ import os
 import select
 import sys
 import time
+import traceback
 
 try:  # as a module of the package; in a run, the code of these modules comes before this file's
     from ..core.lines import (
@@ -120,7 +121,11 @@ class GpuLine:
         self.dir = line_dir(root, None)
         self.wants = wants
         self.pool = pool  # the GPUs offered, as the submitter's pool named them; None: nvidia-smi's
-        self.mine = {}  # index -> open token, locked: held for this job while it is first in line
+        # index -> its token, opened once and kept open while the job waits: closing one it could
+        # not lock would wake this very waiter (its watch sees every close), which would look again
+        # at once, and again, for as long as it waits
+        self.tokens = {}
+        self.mine = set()  # the indices whose tokens it locked: held for this job while it is first in line
 
     def describe(self):
         return {"line": GPU_LINE, "wants": self.wants}
@@ -140,24 +145,24 @@ class GpuLine:
             return None, {"unknown": look.problem or "nvidia-smi cannot tell"}, RECHECK_SECONDS
         for index in offered:
             if index not in self.mine:
-                fd = open_token(self.dir, index)
-                if try_lock(fd):
-                    self.mine[index] = fd
-                else:
-                    os.close(fd)
+                if index not in self.tokens:
+                    self.tokens[index] = open_token(self.dir, index)
+                if try_lock(self.tokens[index]):
+                    self.mine.add(index)
         usable = sorted(index for index in self.mine if index not in busy)
         if len(usable) >= self.wants:
             taken = usable[: self.wants]
-            for index in list(self.mine):
+            for index in list(self.tokens):
                 if index not in taken:
-                    os.close(self.mine.pop(index))
+                    os.close(self.tokens.pop(index))
+            self.mine = set(taken)
             return taken, {}, None
         outside = sorted(index for index in self.mine if index in busy)
         held = len([index for index in offered if index not in self.mine])
         return None, {"held_by_others": held, "busy_outside": outside}, RECHECK_SECONDS if outside else None
 
     def kept(self):
-        return list(self.mine.values())
+        return [self.tokens[index] for index in sorted(self.mine)]
 
     def took(self, taken):
         return {"gpus": taken}
@@ -170,6 +175,7 @@ class QueueLine:
         self.dir = line_dir(root, name)
         self.name = name
         self.bound = bound  # a sweep's --max-running, else the queue's own setting
+        self.tokens = {}  # slot -> its token, kept open while the job waits (see GpuLine.tokens)
         self.slot = None
 
     def describe(self):
@@ -178,11 +184,14 @@ class QueueLine:
     def try_take(self):
         allowed = self.bound if isinstance(self.bound, int) and self.bound > 0 else max_running(self.dir)
         for slot in range(allowed):
-            fd = open_token(self.dir, slot)
-            if try_lock(fd):
-                self.slot = fd
+            if slot not in self.tokens:
+                self.tokens[slot] = open_token(self.dir, slot)
+            if try_lock(self.tokens[slot]):
+                self.slot = self.tokens.pop(slot)
+                for other in self.tokens.values():
+                    os.close(other)
+                self.tokens.clear()
                 return slot, {}, None
-            os.close(fd)
         return None, {"max_running": allowed}, None
 
     def kept(self):
@@ -261,7 +270,8 @@ if __name__ == "__main__":
     try:
         main(sys.argv)
     except (TurnError, LineError, OSError, ValueError, KeyError) as problem:
-        # the job's reason, as Python says an error (the log's last line)
-        kind = type(problem).__name__ if isinstance(problem, (TurnError, LineError)) else "TurnError"
-        sys.stderr.write("%s: %s\n" % (kind, problem))
+        # the job's reason, said as Python says an uncaught error, in one frame: a failed job's
+        # reason is the last line after a traceback in its log (see notify.exception_line)
+        said = problem if isinstance(problem, (TurnError, LineError)) else TurnError(problem).with_traceback(problem.__traceback__)
+        traceback.print_exception(type(said), said, said.__traceback__, limit=-1, chain=False)
         sys.exit(1)

@@ -89,6 +89,20 @@ def _dirs_down_to(root: str, line: str) -> list:
     return paths
 
 
+def check_line(root: str, line: str) -> None:
+    """A LineError where a directory of the line (its root down to its tickets and tokens) is there
+    but is not a real directory; nothing is made, and what is missing is fine (nothing waits yet)."""
+    for path in [*_dirs_down_to(root, line), os.path.join(line, TICKETS), os.path.join(line, TOKENS)]:
+        try:
+            found = os.lstat(path)
+        except FileNotFoundError:
+            return
+        except OSError as error:
+            raise LineError("cannot look at %s (%s)" % (path, error.strerror or error))
+        if not stat.S_ISDIR(found.st_mode):
+            raise LineError("%s is not a directory (a link, or a file)" % path)
+
+
 def _ensure_shared_dir(path: str) -> None:
     try:
         os.mkdir(path, SHARED_DIR_MODE)
@@ -129,7 +143,7 @@ def tickets(line: str) -> list:
     """The line's tickets, oldest first (neither their holders' life nor what they say is checked)."""
     try:
         names = os.listdir(os.path.join(line, TICKETS))
-    except FileNotFoundError:
+    except OSError:  # missing: nobody waits yet; not a directory: nobody can wait there
         return []
     found = []
     for name in names:
@@ -290,9 +304,14 @@ def open_token(line: str, token: int) -> int:
     another user's."""
     path = os.path.join(line, TOKENS, str(token))
     try:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK, 0o644)
-    except PermissionError:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK, 0o644)
+        except PermissionError:
+            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
+    except OSError as error:
+        if error.errno == errno.ELOOP:  # what it links to is nobody's token: never followed
+            raise LineError("%s is a symbolic link, not a regular file" % path)
+        raise
     if not stat.S_ISREG(os.fstat(fd).st_mode):
         os.close(fd)
         raise LineError("%s is not a regular file" % path)

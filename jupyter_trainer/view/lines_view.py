@@ -15,11 +15,17 @@ from ..core.gpus import offered_gpus
 from ..core.nvidia_smi import busy_gpus, look_at_gpus
 from ..core.record import NAME_PATTERN
 from ..core.wording import readable
+from ..errors import TrainerError
 
 
 def machine_lines(root: str, pool: str | None = None, only: str | None = None) -> dict:
     """What `queue --json` prints: `gpus` (one object per GPU offered: `index`, `held_by`, `busy_outside`),
     and `lines` (the GPU line, then each named queue, or the one `only` names)."""
+    for line in [lines.line_dir(root)] + [lines.line_dir(root, name) for name in ([only] if only else lines.queue_names(root))]:
+        try:
+            lines.check_line(root, line)
+        except lines.LineError as problem:  # what the jobs' waiters refuse to use is not shown either
+            raise TrainerError(f"cannot read this machine's lines: {problem}", f"remove what is there, or set ${lines.LINES_ENV} to another directory") from None
     found: dict = {"lines_dir": root, "lines": []}
     if only is None:
         found["gpus"] = _gpus(root, pool)
