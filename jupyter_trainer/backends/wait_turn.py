@@ -23,6 +23,7 @@ runs is wording.py's, nvidia_smi.py's and lines.py's code, then this file's (bas
 import json
 import os
 import select
+import struct
 import sys
 import time
 import traceback
@@ -32,10 +33,10 @@ try:  # as a module of the package; in a run, the code of these modules comes be
         GPU_LINE,
         LineError,
         ensure_line,
+        kept_token,
         line_dir,
         live_waiting_ahead,
         max_running,
-        open_token,
         promote,
         remove_dead_tickets,
         reserved_until,
@@ -65,7 +66,7 @@ class Watcher:
 
     def __init__(self):
         self.fd = None
-        self.watched = set()
+        self.watched = {}  # the directories watched, by watch descriptor
         try:
             import ctypes
 
@@ -76,25 +77,41 @@ class Watcher:
         self.fd = fd if fd >= 0 else None
 
     def watch(self, path, mask):
-        if self.fd is None or path in self.watched:
+        if self.fd is None or path in self.watched.values():
             return
-        if self.libc.inotify_add_watch(self.fd, os.fsencode(path), mask) < 0:
+        descriptor = self.libc.inotify_add_watch(self.fd, os.fsencode(path), mask)
+        if descriptor < 0:
             os.close(self.fd)
             self.fd = None
             return
-        self.watched.add(path)
+        self.watched[descriptor] = path
 
     def wait(self, seconds=None):
+        """What changed, as (directory, file name) pairs ([] after `seconds`; None where it cannot
+        tell: without inotify, after POLL_SECONDS)."""
         if self.fd is None:
             time.sleep(POLL_SECONDS if seconds is None else min(seconds, POLL_SECONDS))
-            return
+            return None
+        changed = []
         if select.select([self.fd], [], [], seconds)[0]:
             while True:  # what came meanwhile is one change: one look at the line
                 try:
-                    if not os.read(self.fd, 1 << 16):
-                        break
+                    data = os.read(self.fd, 1 << 16)
                 except BlockingIOError:
                     break
+                if not data:
+                    break
+                changed += self._names(data)
+        return changed
+
+    def _names(self, data):
+        found, at = [], 0
+        while at + 16 <= len(data):
+            descriptor, _mask, _cookie, size = struct.unpack_from("iIII", data, at)
+            name = data[at + 16 : at + 16 + size].split(b"\0", 1)[0].decode("utf-8", "replace")
+            found.append((self.watched.get(descriptor, ""), name))
+            at += 16 + size
+        return found
 
 
 class TurnFile:
@@ -145,8 +162,7 @@ class GpuLine:
             return None, {"unknown": look.problem or "nvidia-smi cannot tell"}, RECHECK_SECONDS
         for index in offered:
             if index not in self.mine:
-                if index not in self.tokens:
-                    self.tokens[index] = open_token(self.dir, index)
+                self.tokens[index] = kept_token(self.dir, index, self.tokens.get(index))
                 if try_lock(self.tokens[index]):
                     self.mine.add(index)
         usable = sorted(index for index in self.mine if index not in busy)
@@ -184,8 +200,7 @@ class QueueLine:
     def try_take(self):
         allowed = self.bound if isinstance(self.bound, int) and self.bound > 0 else max_running(self.dir)
         for slot in range(allowed):
-            if slot not in self.tokens:
-                self.tokens[slot] = open_token(self.dir, slot)
+            self.tokens[slot] = kept_token(self.dir, slot, self.tokens.get(slot))
             if try_lock(self.tokens[slot]):
                 self.slot = self.tokens.pop(slot)
                 for other in self.tokens.values():
@@ -224,7 +239,20 @@ def wait_in(line, root, turn, says, watcher, since_ns=None, key=None):
         else:
             keeping = {}
         turn.say(dict(line.describe(), state="waiting", ahead=ahead, since=since, **keeping))
-        watcher.wait(again)
+        while True:  # a ticket coming or going behind this one changes nothing for it: it sleeps on
+            changed = watcher.wait(again)
+            if changed is None or not changed or not all(_behind(where, name, line.dir, path) for where, name in changed):
+                break
+
+
+def _behind(directory, name, line, mine):
+    """Whether a change to file `name` of `directory` is about a ticket behind the one at `mine` (or a
+    ticket being made, not yet in line)."""
+    if directory != os.path.join(line, "tickets"):
+        return False
+    if name.startswith("."):
+        return True
+    return len(name) > 2 and name[2:] > os.path.basename(mine)[2:] and name[0] in "wrp"
 
 
 def main(argv):

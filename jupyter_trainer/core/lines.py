@@ -318,6 +318,16 @@ def open_token(line: str, token: int) -> int:
     return fd
 
 
+def kept_token(line: str, token: int, fd=None) -> int:
+    """The token's file as kept open by a waiter: `fd`, unless the file at its name is another by
+    now (replaced, or removed and made again): then that one, opened."""
+    if fd is not None:
+        if _same_file(fd, os.path.join(line, TOKENS, str(token))):
+            return fd
+        os.close(fd)
+    return open_token(line, token)
+
+
 def try_lock(fd: int) -> bool:
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)

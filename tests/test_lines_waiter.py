@@ -1,0 +1,132 @@
+"""A job's waiter sleeps while it waits: a look at its line does not wake it again (a token's file
+closed is what tells the first in line that a holder ended), and it takes its turn once the
+holder's lock is let go. The cost in time and CPU is measured in benchmarks/line_handoff.py."""
+
+import fcntl
+import json
+import os
+import select
+import subprocess
+import sys
+import time
+
+import pytest
+
+from jupyter_trainer.backends import wait_turn
+from jupyter_trainer.backends.turns import waiter_source
+from jupyter_trainer.core.lines import TOKENS, ensure_line, line_dir, open_token, set_max_running
+from jupyter_trainer.core.nvidia_smi import SmiLook
+
+pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="inotify")
+
+
+@pytest.fixture
+def no_nvidia_smi(monkeypatch):
+    monkeypatch.setattr(wait_turn, "look_at_gpus", lambda: SmiLook((), (), present=False))
+
+
+def held_token(line, token):
+    """The token locked by another open file, as another job's process holds it."""
+    fd = open_token(line, token)
+    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    return fd
+
+
+def woken(watcher, seconds=0.2):
+    return bool(select.select([watcher.fd], [], [], seconds)[0])
+
+
+def watching_tokens(line):
+    watcher = wait_turn.Watcher()
+    assert watcher.fd is not None, "inotify cannot be had here"
+    watcher.watch(os.path.join(line, TOKENS), wait_turn.TOKENS_EVENTS)
+    return watcher
+
+
+@pytest.mark.parametrize("kind", ["gpus", "queue"])
+def test_a_look_at_a_held_line_does_not_wake_the_waiter_that_looked(tmp_path, no_nvidia_smi, kind):
+    root = str(tmp_path / "lines")
+    line = wait_turn.GpuLine(root, 1, [0, 1]) if kind == "gpus" else wait_turn.QueueLine(root, "q")
+    ensure_line(root, line.dir)
+    if kind == "queue":
+        set_max_running(line.dir, 2)
+    holders = [held_token(line.dir, 0), held_token(line.dir, 1)]
+    watcher = watching_tokens(line.dir)
+    for _ in range(3):  # as the waiter's loop: look, sleep, look
+        assert line.try_take()[0] is None
+        assert not woken(watcher), "the waiter's own look at the tokens woke it: it would never sleep"
+    os.close(holders.pop(1))  # a holder ends
+    assert woken(watcher)
+    watcher.wait(0)
+    taken = line.try_take()[0]
+    assert taken == ([1] if kind == "gpus" else 1)
+    assert len(line.kept()) == 1
+    for token in (0, 1):  # the other holder still holds its own; the waiter holds what it took
+        other = open_token(line.dir, token)
+        with pytest.raises(BlockingIOError):
+            fcntl.flock(other, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        os.close(other)
+    os.close(holders[0])
+
+
+def test_a_token_replaced_under_the_waiter_is_the_one_it_locks(tmp_path, no_nvidia_smi):
+    root = str(tmp_path / "lines")
+    line = wait_turn.GpuLine(root, 1, [0])
+    ensure_line(root, line.dir)
+    holder = held_token(line.dir, 0)
+    assert line.try_take()[0] is None
+    os.unlink(os.path.join(line.dir, TOKENS, "0"))  # the old file, still locked, is no token any more
+    assert line.try_take()[0] == [0]
+    fresh = open_token(line.dir, 0)
+    with pytest.raises(BlockingIOError):
+        fcntl.flock(fresh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    os.close(fresh)
+    os.close(holder)
+
+
+def cpu_seconds(pid):
+    with open(f"/proc/{pid}/stat") as handle:
+        fields = handle.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def test_a_waiting_job_sleeps_until_the_holder_ends_then_runs(tmp_path):
+    """The waiter as the supervisor runs it, on python3, behind a job that holds the one GPU."""
+    root = tmp_path / "lines"
+    line = line_dir(str(root))
+    ensure_line(str(root), line)
+    holder = held_token(line, 0)
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    asked = {"root": str(root), "queue": None, "gpus": 1, "pool": [0], "job": "j", "run": 1}
+    (run_dir / "line").write_text(json.dumps(asked))
+    (run_dir / "turn").write_bytes(b"")
+    (run_dir / "wait_turn.py").write_bytes(waiter_source())
+    ran = tmp_path / "ran"
+    job = "import os, sys; open(sys.argv[1], 'w').write(os.environ['CUDA_VISIBLE_DEVICES'])"
+    command = [sys.executable, "-I", "-S", "-c", job, str(ran)]
+    (tmp_path / "bin").mkdir()
+    env = {**os.environ, "PATH": str(tmp_path / "bin")}  # no nvidia-smi
+    argv = [sys.executable, "-I", str(run_dir / "wait_turn.py"), str(run_dir), *command]
+    waiter = subprocess.Popen(argv, env=env, stderr=subprocess.PIPE)
+    try:
+        deadline = time.monotonic() + 30
+        while b"waiting" not in (run_dir / "turn").read_bytes():
+            assert waiter.poll() is None, waiter.stderr.read()
+            assert time.monotonic() < deadline, "the waiter never said it waits"
+            time.sleep(0.05)
+        before = cpu_seconds(waiter.pid)
+        time.sleep(2)
+        spent = cpu_seconds(waiter.pid) - before
+        # a waiter that looks again at once spends about a core's worth (2 s); one that sleeps, none
+        assert spent < 0.5, f"the waiter spent {spent:.2f} s of CPU in 2 s of waiting"
+        assert not ran.exists()
+        os.close(holder)
+        assert waiter.wait(30) == 0, waiter.stderr.read()
+        assert ran.read_text() == "0"
+        assert json.loads((run_dir / "turn").read_bytes())["gpus"] == [0]
+    finally:
+        if waiter.poll() is None:
+            waiter.kill()
+            waiter.wait()
+        waiter.stderr.close()
