@@ -266,9 +266,11 @@ def sweep_row(name: str, records: list[JobRecord]) -> JobRecord:
 
 
 def runs_named(names: list[str], store: JobStore) -> list[str]:
-    """Job names, with a sweep's name standing for its runs (compare NAME compares a sweep's runs)."""
+    """Job names, with a sweep's name standing for its runs (compare NAME compares a sweep's runs;
+    one removed from under it is left out, unless none is left)."""
     found: list[str] = []
     for name in names:
         sweep = load_sweep(store, name) if store.latest_run(name) is None else None
-        found += sweep.runs if sweep is not None else [name]
+        present = [run for run in sweep.runs if store.latest_run(run) is not None] if sweep is not None else []
+        found += present or (sweep.runs if sweep is not None else [name])
     return found
