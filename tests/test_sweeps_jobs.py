@@ -84,9 +84,22 @@ def most_at_once(found):
     return max(sum(span["start"] <= each["start"] < span.get("end", float("inf")) for span in spans.values()) for each in spans.values())
 
 
-def let_go_in_turn(workdir, total, most, timeout=30):
+def others_wait(sweep, total, most):
+    """Once `most` of the sweep's runs run, each of the others is pending in its line, saying so."""
+    from jupyter_trainer.jobs.job import get_job
+
+    def waiting():
+        jobs = [get_job(f"{sweep}-{index}") for index in range(1, total + 1)]
+        pending = [job for job in jobs if job.status.value == "pending"]
+        return len(pending) == total - most and all(job.reason.startswith("waiting for a slot in queue sweep-") for job in pending)
+
+    wait_for(waiting, what=f"the runs of {sweep} beyond {most} to wait in line")
+
+
+def let_go_in_turn(workdir, total, most, sweep=None, timeout=30):
     """Let the runs go one at a time, the earliest started first, each time once `most` run (or all
-    that are left): they must reach `most` at once, and each next one start by itself."""
+    that are left): they must reach `most` at once, and each next one start by itself. With
+    `sweep`, the others are seen waiting in line before the first is let go."""
     released = []
     while len(released) < total:
         expected = min(most, total - len(released))
@@ -94,6 +107,8 @@ def let_go_in_turn(workdir, total, most, timeout=30):
             lambda: (now := [event for event in started(workdir) if event["id"] not in released]) and len(now) >= expected and now,
             timeout=timeout, what=f"{expected} runs to run at once ({len(released)} let go)",
         )  # fmt: skip
+        if sweep and not released:
+            others_wait(sweep, total, most)
         first = running[0]["id"]
         (workdir / f"release-{first}").touch()
         released.append(first)
@@ -114,7 +129,7 @@ def test_a_grid_on_the_host_runs_at_most_max_running_at_once_and_is_one_thing(ho
     out = cli("submit", str(script), "--host", "--name", "grid", "--sweep", "loss=0.5,0.25", "--sweep", "tag=" + json.dumps(odd),
               "--max-running", "2", "--", "--epochs", "3", cwd=workdir).stdout  # fmt: skip
     assert "Sweep 'grid': 4 runs (4 started); at most 2 at once." in out, out
-    found = let_go_in_turn(workdir, 4, 2)
+    found = let_go_in_turn(workdir, 4, 2, "grid")
     assert most_at_once(found) == 2, found
     expected = [["--epochs", "3", "--loss", loss, "--tag", tag] for loss in ("0.5", "0.25") for tag in odd]
     assert sorted(event["argv"] for event in found if event["event"] == "start") == sorted(expected)
@@ -170,7 +185,7 @@ def test_a_sweep_from_a_kernel_runs_every_run_in_order_with_no_kernel_running(ho
     out = submit_from_a_kernel("--host --name fromk --sweep i=1,2,3,4,5 --max-running 2 --no-widget", cell)
     assert "Sweep 'fromk': 5 runs (5 started); at most 2 at once." in out, out
     order = {run_id(["--i", str(i)]): i for i in range(1, 6)}
-    found = let_go_in_turn(workdir, 5, 2)
+    found = let_go_in_turn(workdir, 5, 2, "fromk")
     assert most_at_once(found) == 2
     starts = {order[event["id"]]: event["t"] for event in found if event["event"] == "start"}
     assert sorted(starts) == [1, 2, 3, 4, 5]
@@ -248,6 +263,8 @@ def test_the_same_sweep_again_attaches_and_other_values_under_its_name_are_refus
     cli("submit", str(script), "--host", "--name", "same", "--sweep", "i=7,8", "--rerun", cwd=workdir)
     wait_for(lambda: sweep_status("same") == "completed", what="the new values to run")
     assert [run["params"] for run in status_json("same")["sweep"]] == [{"i": "7"}, {"i": "8"}]
+    row = next(line for line in cli("list").stdout.splitlines() if line.startswith("same "))
+    assert "sweep: 2 of 2 done" in row, row  # its runs now: not same-3 and same-4 of the values before
 
     cli("submit", str(script), "--host", "--name", "plain", cwd=workdir)
     taken = cli("submit", str(script), "--host", "--name", "plain", "--sweep", "i=1,2", cwd=workdir, ok=False)
@@ -290,7 +307,7 @@ def test_max_running_with_gpus_gives_each_running_run_its_own_gpu(home, workdir,
     monkeypatch.setenv("JUPYTER_TRAINER_GPUS", "0-2")
     script = hold_script(workdir)
     cli("submit", str(script), "--host", "--name", "gpu", "--gpus", "1", "--sweep", "i=1,2,3,4", "--max-running", "2", cwd=workdir)
-    found = let_go_in_turn(workdir, 4, 2)
+    found = let_go_in_turn(workdir, 4, 2, "gpu")
     assert most_at_once(found) == 2
     spans = {}
     for event in found:
@@ -385,6 +402,8 @@ def test_a_run_removed_from_under_its_sweep_is_said_removed(home, workdir, quiet
     text = cli("status", "holey")
     assert "Traceback" not in text.stderr and text.stdout.startswith("sweep holey: 2 of 3 done, 1 removed (completed)")
     assert [line.split()[:3] for line in text.stdout.splitlines()[2:]] == [["holey-1", "0.5", "completed"], ["holey-2", "0.25", "removed"], ["holey-3", "0.75", "completed"]]
+    row = next(line for line in cli("list").stdout.splitlines() if line.startswith("holey "))
+    assert "sweep: 2 of 3 done, 1 removed" in row, row
     runs = status_json("holey")["sweep"]
     assert runs[1] == {"name": "holey-2", "params": {"loss": "0.25"}, "status": "removed", "last": None, "best": None}
     compared = cli("compare", "holey", "--json", ok=False)
