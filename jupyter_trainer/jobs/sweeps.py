@@ -229,46 +229,64 @@ SWEEP_OF = "sweep_of"  # in a sweep's row's options: how many runs it has (see s
 
 def with_sweeps(items: list, store: JobStore, all_runs: bool = False) -> list:
     """A jobs list with each sweep's runs as one row (`sweep_row`), where its first run was; with
-    `all_runs`, its runs follow it."""
-    names = set(sweep_names(store))
+    `all_runs`, its runs follow it. A sweep's runs are those its record names (a run of values it
+    had before --rerun is a job of its own)."""
+    member: dict[str, str] = {}  # a run's name: its sweep's
+    sizes: dict[str, int] = {}
+    for name in sweep_names(store):
+        try:
+            sweep = load_sweep(store, name)
+        except TrainerError:  # a record that cannot be read: its runs are listed as jobs
+            continue
+        if sweep is not None:
+            sizes[name] = len(sweep.runs)
+            member.update((run, name) for run in sweep.runs)
+
+    def sweep_of(item) -> str | None:
+        sweep = item.options.get("sweep") if isinstance(item, JobRecord) else None
+        return sweep if isinstance(sweep, str) and member.get(item.name) == sweep else None
+
     grouped: dict[str, list[JobRecord]] = {}
     for item in items:
-        sweep = item.options.get("sweep") if isinstance(item, JobRecord) else None
-        if isinstance(sweep, str) and sweep in names:
-            grouped.setdefault(sweep, []).append(item)
+        if sweep_of(item) is not None:
+            grouped.setdefault(sweep_of(item), []).append(item)
     shown, placed = [], set()
     for item in items:
-        sweep = item.options.get("sweep") if isinstance(item, JobRecord) else None
-        if sweep not in grouped:
+        sweep = sweep_of(item)
+        if sweep is None:
             shown.append(item)
             continue
         if sweep not in placed:
             placed.add(sweep)
-            shown.append(sweep_row(sweep, grouped[sweep]))
+            shown.append(sweep_row(sweep, grouped[sweep], sizes[sweep]))
         if all_runs:
             shown.append(item)
     return shown
 
 
-def sweep_row(name: str, records: list[JobRecord]) -> JobRecord:
-    """A record standing for a whole sweep in a jobs table: its status, its progress as its reason,
-    from its first start to its last end."""
+def sweep_row(name: str, records: list[JobRecord], size: int | None = None) -> JobRecord:
+    """A record standing for a whole sweep in a jobs table: its status, its progress as its reason
+    (`size`: its runs, those removed from under it counted as such), from its first start to its
+    last end."""
     latest = {record.name: record for record in records}  # each run's latest
     runs = list(latest.values())
     started = [record.started_at for record in runs if record.started_at is not None]
     status = sweep_status(runs)
     ended = [record.ended_at for record in runs if record.ended_at is not None]
+    removed = [TrainerError("removed")] * max(0, (size or 0) - len(runs))
     return JobRecord(
-        name=name, backend=runs[0].backend, status=status, reason=progress_text(runs),
+        name=name, backend=runs[0].backend, status=status, reason=progress_text([*runs, *removed]),
         created_at=min(record.created_at for record in runs), started_at=min(started) if started else None,
         ended_at=max(ended) if status.is_final and ended else None, options={SWEEP_OF: len(runs)},
     )  # fmt: skip
 
 
 def runs_named(names: list[str], store: JobStore) -> list[str]:
-    """Job names, with a sweep's name standing for its runs (compare NAME compares a sweep's runs)."""
+    """Job names, with a sweep's name standing for its runs (compare NAME compares a sweep's runs;
+    one removed from under it is left out, unless none is left)."""
     found: list[str] = []
     for name in names:
         sweep = load_sweep(store, name) if store.latest_run(name) is None else None
-        found += sweep.runs if sweep is not None else [name]
+        present = [run for run in sweep.runs if store.latest_run(run) is not None] if sweep is not None else []
+        found += present or (sweep.runs if sweep is not None else [name])
     return found

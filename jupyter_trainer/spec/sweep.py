@@ -17,7 +17,7 @@ Other keys of the sweep (a list of values) are drawn from too, one of their valu
 
 Each run gets its values as arguments after the script's own (`--KEY VALUE`), or, where the words
 after `--` hold `{KEY}`, substituted there (`-- lr={lr}` for Hydra-style scripts). Values are text,
-as given (drawn numbers: as `repr` writes them, shortened to 6 significant digits).
+as given (drawn numbers: shortened to 6 significant digits, unless that leaves the range).
 
 Pure logic: nothing here touches a job.
 """
@@ -120,7 +120,9 @@ def _drawn(draw: random.Random, values) -> str:
     if kind == "randint":
         return str(draw.randint(low, high))
     value = math.exp(draw.uniform(math.log(low), math.log(high))) if kind == "loguniform" else draw.uniform(low, high)
-    return f"{value:.6g}"
+    value = min(max(value, low), high)  # exp(log(x)) may differ from x in its last bit
+    short = f"{value:.6g}"
+    return short if low <= float(short) <= high else repr(value)  # bounds given finer than 6 digits
 
 
 def run_arguments(args: tuple[str, ...], params: dict[str, str]) -> tuple[str, ...]:
@@ -139,6 +141,6 @@ def run_arguments(args: tuple[str, ...], params: dict[str, str]) -> tuple[str, .
 
 
 def _substituted(word: str, params: dict[str, str]) -> str:
-    for key, value in params.items():
-        word = word.replace("{" + key + "}", value)
-    return word
+    # in one pass: a value that holds "{KEY}" reaches the script as it is, not substituted again
+    placeholder = re.compile("|".join(re.escape("{" + key + "}") for key in params))
+    return placeholder.sub(lambda found: params[found[0][1:-1]], word)
