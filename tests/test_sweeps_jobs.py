@@ -193,12 +193,8 @@ def test_a_sweep_from_a_kernel_runs_every_run_in_order_with_no_kernel_running(ho
     assert [run["status"] for run in status_json("fromk")["sweep"]] == ["completed"] * 5
 
 
-@pytest.mark.xfail(
-    reason="core/lines.py + backends/wait_turn.py: a run's ticket is taken by its waiter once that process runs, so a later "
-    "run whose waiter is quicker takes a free slot before an earlier run's ticket exists (first in, first out broken)",
-    strict=False,
-)
 def test_the_runs_of_a_sweep_start_in_order(home, workdir):
+    """Each run's place is kept from its submission (core/lines.py: reserve_place), whichever waiter starts first."""
     cell = textwrap.dedent(HOLD.format(here=str(workdir)))
     submit_from_a_kernel("--host --name inorder --sweep i=1,2,3,4,5,6 --max-running 2 --no-widget", cell)
     order = {run_id(["--i", str(i)]): i for i in range(1, 7)}
@@ -215,7 +211,8 @@ def test_a_sweep_stopped_midway_stops_its_running_runs_and_never_starts_the_wait
     script = hold_script(workdir)
     cli("submit", str(script), "--host", "--name", "halt", "--sweep", "i=1,2,3,4", "--max-running", "1", cwd=workdir)
     (first,) = wait_for(lambda: started(workdir), what="the first run to start")
-    ran = int(first["argv"][1])  # 1, but for the lines' race (see test_the_runs_of_a_sweep_start_in_order)
+    ran = int(first["argv"][1])
+    assert ran == 1  # first in, first out
     refused = cli("rm", "halt", ok=False)
     assert refused.returncode == 1 and refused.stderr.count("\n") == 1 and "have not ended: halt-1" in refused.stderr, refused.stderr
     assert sorted(run["status"] for run in status_json("halt")["sweep"]) == ["pending"] * 3 + ["running"]

@@ -263,6 +263,8 @@ def with_turn(seen: Observation, run_dir: Path, said: dict[str, bytes] | None = 
         return seen
     details = {**(seen.details or {}), **turn_details(turn)}
     if turn.waiting:
+        if seen.exit_code is not None and seen.stopped:  # stopped in line: no exit code of the job's, which never ran
+            return Observation(alive=False, started=False, why_gone="stopped while it waited for its turn", details=details)
         reason = turn.reason if seen.alive else seen.reason
         return dataclasses.replace(seen, started=False, started_at=None, reason=reason, details=details)
     return dataclasses.replace(seen, started_at=turn.started_at or seen.started_at, details=details)
