@@ -9,8 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from jupyter_trainer.core import gpus
-from jupyter_trainer.core import nvidia_smi
+from jupyter_trainer.core import gpus, nvidia_smi
 from jupyter_trainer.core.gpus import offered_gpus, parse_gpu_list
 from jupyter_trainer.core.nvidia_smi import busy_gpus, look_at_gpus, parse_gpus, parse_processes
 from jupyter_trainer.errors import InvalidOption, TrainerError
