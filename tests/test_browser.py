@@ -737,3 +737,62 @@ def test_compare_two_jobs_live_in_both_themes_and_from_the_jobs_table(lab, brows
     finally:
         _set_theme(page, "JupyterLab Light")
         page.close()
+
+
+# -- a sweep, as one thing -----------------------------------------------------------------------
+
+SWEEP_CELL = """%%train_detached --host --name swept --sweep decay=5,10,20 --max-running 2
+import math, sys, time
+decay = float(sys.argv[-1])
+for step in range(25):
+    print(f"step {step} loss: {2 * math.exp(-step / decay) + 0.1:.4f}", flush=True)
+    time.sleep(0.1)
+"""
+
+
+def test_a_sweep_is_one_view_and_one_row_in_both_themes(lab, browser):
+    _write_notebook(lab, "sweep.ipynb", "%load_ext jupyter_trainer", SWEEP_CELL, "%train_jobs")
+    page = _open_notebook(browser, lab, "sweep.ipynb")
+    panel = f"#{page.evaluate('window.jupyterapp.shell.currentWidget.id')}"
+    news = page.locator(".jp-toast-button", has_text="No")
+    try:
+        with contextlib.suppress(Exception):
+            news.first.click(timeout=5_000)
+        for index in range(2):
+            _run_cell(page, index)
+        view = page.locator(f"{panel} .jupyter-trainer-compare").first
+        view.wait_for()
+        # live: progress, the runs' table with their values, one chart of every run, one Stop
+        view.locator(".jt-compare-title", has_text="sweep swept").wait_for()
+        view.locator(":text('3 of 3 done')").wait_for(timeout=120_000)
+        page.wait_for_function(
+            f"[...document.querySelectorAll('{panel} .jupyter-trainer-compare .jt-compare-table tbody tr')]"
+            ".every(row => row.cells[6].textContent === '25')", timeout=30_000,
+        )  # fmt: skip
+        heads = view.locator(".jt-compare-table th").all_inner_texts()
+        assert heads[:2] == ["name", "decay"] and "best (lowest)" in heads, heads
+        names = [row[0] for row in (view.locator(".jt-compare-table tbody tr").nth(index).locator("td").all_inner_texts() for index in range(3))]
+        assert names == ["swept-1 ★ best", "swept-2", "swept-3"], names  # the quickest decay ends lowest
+        chart = view.locator("svg.jt-chart")
+        assert chart.count() == 1 and chart.locator("polyline").count() == 3
+        assert "swept-1 (best)" in " ".join(chart.locator(".jt-legend").all_text_contents())
+        assert view.locator("button", has_text="Stop sweep").is_disabled()  # nothing left to stop
+        for theme, name in (("JupyterLab Light", "light"), ("JupyterLab Dark", "dark")):
+            _set_theme(page, theme)
+            view.scroll_into_view_if_needed()
+            view.screenshot(path=str(ARTIFACTS / f"sweep-{name}.png"))
+            for selector in (".jt-compare-table td", ".jt-compare-table th", ".jt-chart .jt-legend", ".jt-chart .jt-tick", ".jt-compare-title"):
+                ratio = _readable(view, selector)
+                assert ratio >= 4.5, f"{selector} in the {name} theme: contrast {ratio:.2f}"
+        _set_theme(page, "JupyterLab Light")
+        # the jobs table: the sweep is one row, with its progress
+        _run_cell(page, 2)
+        table = page.locator(f"{panel} .jupyter-trainer-jobs").first
+        row = table.locator(".jt-row", has_text="swept").first
+        row.locator(":text('sweep: 3 of 3 done')").wait_for(timeout=30_000)
+        assert table.locator(".jt-row", has_text="swept-1").count() == 0
+        table.scroll_into_view_if_needed()
+        table.screenshot(path=str(ARTIFACTS / "jobs-table-sweep.png"))
+    finally:
+        _set_theme(page, "JupyterLab Light")
+        page.close()

@@ -155,7 +155,7 @@ def test_a_sweep_is_one_row_and_its_runs_rows_come_with_all(home, workdir, quiet
     table = JobsTable(JobStore(home))
     wait_for(lambda: (rescan_sweeps(table) or True) and "1 running" in text_of(table.sweep_rows["grid"].cells[3].value), what="the sweep's row to say one runs")
     assert len(table.body.children) == 1 and table.body.children[0] is table.sweep_rows["grid"].box
-    assert "running · sweep: 0 of 3 done, 1 running, 2 waiting" in text_of(table.sweep_rows["grid"].cells[3].value)
+    assert "running sweep: 0 of 3 done, 1 running, 2 waiting" in text_of(table.sweep_rows["grid"].cells[3].value)
     everything = JobsTable(JobStore(home), all_runs=True)
     assert len(everything.body.children) == 3 and not everything.sweep_rows
     table.sweep_rows["grid"].buttons[2].click()

@@ -75,6 +75,7 @@ STYLE = """<style>
 .jupyter-trainer-job .jt-name { font-size: 1.1em; font-weight: bold; }
 .jupyter-trainer-job .jt-status { color: #fff; border-radius: 4px; padding: 1px 8px; }
 .jupyter-trainer-job .jt-muted, .jupyter-trainer-job .jt-reading, .jupyter-trainer-job .jt-asking { color: var(--jt-muted); }
+.jupyter-trainer-job .jt-status-words { color: var(--jt-muted); white-space: normal; }
 .jupyter-trainer-job .jt-usage { color: var(--jt-muted); white-space: nowrap; }
 .jupyter-trainer-job .jt-spark { vertical-align: middle; }
 .jupyter-trainer-job .jt-reading { font-size: 11px; }
@@ -155,9 +156,13 @@ def field_html(field: Field, snapshot: Snapshot) -> str:
 
 
 def status_badge(status: Status, shown: str, title: str = "") -> str:
-    """The status in its colour (`shown`: as the fields word it), its reason on hover."""
+    """The status in its colour (`shown`: as the fields word it), its reason on hover; what the
+    words say after a " · " (what a job waits for, a sweep's progress) beside the badge, in the
+    muted colour, free to wrap."""
     hover = f' title="{html.escape(title)}"' if title else ""
-    return f'<span class="jt-status" style="background:{STATUS_COLOURS[status]}"{hover}>{html.escape(shown)}</span>'
+    badge, _, more = shown.partition(" · ")
+    beside = f' <span class="jt-status-words">{html.escape(more)}</span>' if more else ""
+    return f'<span class="jt-status" style="background:{STATUS_COLOURS[status]}"{hover}>{html.escape(badge)}</span>{beside}'
 
 
 def clocks_html(elapsed: float | None, quiet_for: float | None) -> str:
