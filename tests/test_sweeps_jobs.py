@@ -398,7 +398,8 @@ def test_a_run_removed_from_under_its_sweep_is_said_removed(home, workdir, quiet
     cli("rm", "holey-2")
     text = cli("status", "holey")
     assert "Traceback" not in text.stderr and text.stdout.startswith("sweep holey: 2 of 3 done, 1 removed (completed)")
-    assert [line.split()[:3] for line in text.stdout.splitlines()[2:]] == [["holey-1", "0.5", "completed"], ["holey-2", "0.25", "removed"], ["holey-3", "0.75", "completed"]]
+    assert [line.split()[:3] for line in text.stdout.splitlines()[2:5]] == [["holey-1", "0.5", "completed"], ["holey-2", "0.25", "removed"], ["holey-3", "0.75", "completed"]]
+    assert text.stdout.splitlines()[5:] == ["best: holey-1"]  # of the runs still there
     row = next(line for line in cli("list").stdout.splitlines() if line.startswith("holey "))
     assert "sweep: 2 of 3 done, 1 removed" in row, row
     runs = status_json("holey")["sweep"]

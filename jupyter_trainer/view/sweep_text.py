@@ -8,7 +8,7 @@ from ..core.store import JobStore
 from ..core.wording import readable
 from ..errors import TrainerError
 from ..jobs.sweeps import SweepRecord, load_sweep, progress_text, sweep_jobs, sweep_status
-from ..metrics.comparison import columns, format_value
+from ..metrics.comparison import LOWEST, columns, direction, format_value
 from .compare_runs import ComparedRun, compare
 
 
@@ -51,14 +51,26 @@ def sweep_text(name: str, store: JobStore, backends, metric: str | None = None) 
     records: list[JobRecord | TrainerError] = [row["record"] if row["record"] is not None else TrainerError("removed") for row in rows]
     keys = list(dict.fromkeys(key for params in sweep.params for key in params))
     titles = ["name", *keys, "status", "last", columns(metric)[4] if metric else "best"]
+    best = best_run(rows, metric)
     table = [titles] + [
-        [row["name"], *(readable(row["params"].get(key, "-")) for key in keys), row["status"], format_value(row["last"]), format_value(row["best"])]
+        [row["name"], *(readable(row["params"].get(key, "-")) for key in keys), row["status"],
+         format_value(row["last"]), format_value(row["best"])]
         for row in rows
-    ]
+    ]  # fmt: skip
     widths = [max(len(line[column]) for line in table) for column in range(len(titles))]
     lines = ["  ".join(cell.ljust(width) for cell, width in zip(line, widths)).rstrip() for line in table]
     head = f"sweep {sweep.name}: {progress_text(records)} ({sweep_status(records).value})" + (f"; metric {metric}" if metric else "")
-    return "\n".join([head, *lines])
+    tail = [f"best: {rows[best]['name']}"] if best is not None else []
+    return "\n".join([head, *lines, *tail])
+
+
+def best_run(rows: list[dict], metric: str | None) -> int | None:
+    """Which run has the best value of the metric, where its name says which way is best."""
+    way = direction(metric) if metric else None
+    found = [(row["best"], index) for index, row in enumerate(rows) if isinstance(row["best"], (int, float))]
+    if way is None or not found:
+        return None
+    return (min(found) if way == LOWEST else max(found, key=lambda pair: (pair[0], -pair[1])))[1]
 
 
 def _sweep(name: str, store: JobStore) -> SweepRecord:
