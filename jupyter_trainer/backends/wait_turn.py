@@ -32,6 +32,7 @@ try:  # as a module of the package; in a run, the code of these modules comes be
     from ..core.lines import (
         GPU_LINE,
         LineError,
+        claimed,
         ensure_line,
         kept_token,
         line_dir,
@@ -165,7 +166,8 @@ class GpuLine:
                 self.tokens[index] = kept_token(self.dir, index, self.tokens.get(index))
                 if try_lock(self.tokens[index]):
                     self.mine.add(index)
-        usable = sorted(index for index in self.mine if index not in busy)
+        taken_by_others = claimed(self.dir, "gpus")  # held still, whatever became of their tokens' files
+        usable = sorted(index for index in self.mine if index not in busy and index not in taken_by_others)
         if len(usable) >= self.wants:
             taken = usable[: self.wants]
             for index in list(self.tokens):
@@ -173,8 +175,8 @@ class GpuLine:
                     os.close(self.tokens.pop(index))
             self.mine = set(taken)
             return taken, {}, None
-        outside = sorted(index for index in self.mine if index in busy)
-        held = len([index for index in offered if index not in self.mine])
+        outside = sorted(index for index in self.mine if index in busy and index not in taken_by_others)
+        held = len([index for index in offered if index not in self.mine or index in taken_by_others])
         return None, {"held_by_others": held, "busy_outside": outside}, RECHECK_SECONDS if outside else None
 
     def kept(self):
@@ -199,7 +201,10 @@ class QueueLine:
 
     def try_take(self):
         allowed = self.bound if isinstance(self.bound, int) and self.bound > 0 else max_running(self.dir)
+        taken_by_others = claimed(self.dir, "slot")  # held still, whatever became of their tokens' files
         for slot in range(allowed):
+            if slot in taken_by_others:
+                continue
             self.tokens[slot] = kept_token(self.dir, slot, self.tokens.get(slot))
             if try_lock(self.tokens[slot]):
                 self.slot = self.tokens.pop(slot)

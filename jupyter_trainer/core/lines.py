@@ -265,6 +265,20 @@ def live_waiting_ahead(line: str, mine: str, now_ns=None) -> list:
     return ahead
 
 
+def claimed(line: str, key: str) -> set:
+    """What the jobs whose turn came and that still run say they took (their tickets' `key`: "gpus",
+    a list of indices, or "slot", one): a second claim besides the tokens' locks, which a job can
+    undo by removing or replacing its token's file while it runs on what the token gave it."""
+    found = set()
+    for ticket in tickets(line):
+        if ticket.running and is_held(ticket.path):
+            took = read_ticket(ticket.path).get(key)
+            for index in took if isinstance(took, list) else [took]:
+                if isinstance(index, int) and not isinstance(index, bool) and 0 <= index < MAX_RUNNING_LIMIT:
+                    found.add(index)
+    return found
+
+
 def remove_if_dead(path: str) -> None:
     """A ticket of this user's whose holder has gone is removed (a sticky directory lets nobody
     remove another's; theirs are passed over until their owner's next waiter removes them)."""
