@@ -41,6 +41,7 @@ try:  # as a module of the package; in a run, the code of these modules comes be
         promote,
         remove_dead_tickets,
         reserved_until,
+        still_in_line,
         take_ticket,
         try_lock,
     )
@@ -52,6 +53,7 @@ LINE_FILE, TURN_FILE = "line", "turn"  # base.LINE_FILE, base.TURN_FILE
 RECHECK_SECONDS = 5.0
 POLL_SECONDS = 1.0
 IN_CLOSE_WRITE, IN_CLOSE_NOWRITE, IN_MOVED_FROM, IN_MOVED_TO, IN_DELETE = 0x8, 0x10, 0x40, 0x80, 0x200
+IN_IGNORED = 0x8000  # the watched directory is gone (removed): it is watched again once made again
 # a ticket ahead leaves: its waiter ends (closes it), it is renamed r-... or removed
 TICKETS_EVENTS = IN_CLOSE_WRITE | IN_MOVED_FROM | IN_DELETE
 TOKENS_EVENTS = IN_CLOSE_WRITE | IN_CLOSE_NOWRITE  # a holder ends
@@ -78,7 +80,9 @@ class Watcher:
         self.fd = fd if fd >= 0 else None
 
     def watch(self, path, mask):
-        if self.fd is None or path in self.watched.values():
+        """Watches the directory at `path` (again: it may be another by now, made again where it was
+        removed; the same one keeps its watch)."""
+        if self.fd is None:
             return
         descriptor = self.libc.inotify_add_watch(self.fd, os.fsencode(path), mask)
         if descriptor < 0:
@@ -108,9 +112,11 @@ class Watcher:
     def _names(self, data):
         found, at = [], 0
         while at + 16 <= len(data):
-            descriptor, _mask, _cookie, size = struct.unpack_from("iIII", data, at)
+            descriptor, mask, _cookie, size = struct.unpack_from("iIII", data, at)
             name = data[at + 16 : at + 16 + size].split(b"\0", 1)[0].decode("utf-8", "replace")
             found.append((self.watched.get(descriptor, ""), name))
+            if mask & IN_IGNORED:
+                self.watched.pop(descriptor, None)
             at += 16 + size
         return found
 
@@ -231,6 +237,12 @@ def wait_in(line, root, turn, says, watcher, since_ns=None, key=None):
     ticket, path = take_ticket(line.dir, says, since_ns, key)
     since = time.time()
     while True:
+        ensure_line(root, line.dir)  # made again where removed (the lines wiped under it)
+        watcher.watch(os.path.join(line.dir, "tickets"), TICKETS_EVENTS)
+        if not still_in_line(ticket, path):  # its ticket removed too: back in its place
+            place, key = os.path.basename(path).split("-")[1:]
+            os.close(ticket)
+            ticket, path = take_ticket(line.dir, says, int(place), key)
         waiting = live_waiting_ahead(line.dir, path)
         ahead = len(waiting)
         again = reserved_until(waiting)  # a place kept ahead of this one stops counting then

@@ -192,6 +192,11 @@ def take_ticket(line: str, says: dict, since_ns=None, key=None):
     return fd, path
 
 
+def still_in_line(fd: int, path: str) -> bool:
+    """Whether the ticket open at `fd` is still the file at `path` (not removed, nor replaced)."""
+    return _same_file(fd, path)
+
+
 def promote(fd: int, path: str, says: dict) -> str:
     """The ticket of a job whose turn has come: what it took written in, renamed r-... (which wakes
     those behind it). Returns its new path."""
