@@ -87,3 +87,18 @@ def test_a_running_job_that_deletes_its_slots_token_does_not_let_one_more_run(ma
     assert machine.status("q2")["reason"] == "waiting for a slot in queue hostile; next in line (1 of 1 running)"
     machine.go("q1")
     machine.wait_started("q2")
+
+
+def test_a_place_kept_before_the_clock_went_back_an_hour_does_not_hold_the_line_an_hour(tmp_path):
+    root = str(tmp_path / "lines")
+    line = lines.line_dir(root)
+    lines.ensure_line(root, line)
+    then = time.time_ns() + 3600 * 10**9  # the clock read an hour later when both came, then was set back
+    lines.reserve_place(line, then, "a" * 16, {"job": "never-came"})
+    fd, mine = lines.take_ticket(line, {"job": "next"}, then + 1)
+    try:
+        ahead = lines.live_waiting_ahead(line, mine)
+        assert ahead == [] and lines.reserved_until(ahead) is None, ahead
+        assert lines.line_now(line)[1] == [{"job": "next", "since": (then + 1) / 1e9}]
+    finally:
+        os.close(fd)

@@ -258,7 +258,7 @@ def live_waiting_ahead(line: str, mine: str, now_ns=None) -> list:
         if ticket.order >= order or ticket.running:
             continue
         if ticket.reserved:
-            if now_ns - ticket.since_ns < RESERVED_SECONDS * 1e9:
+            if still_kept(ticket, now_ns):
                 ahead.append(ticket)
             else:
                 remove_if_dead(ticket.path)  # its waiter never came (its launch failed)
@@ -305,8 +305,14 @@ def remove_if_dead(path: str) -> None:
 def remove_dead_tickets(line: str) -> None:
     now_ns = time.time_ns()
     for ticket in tickets(line):
-        if not ticket.reserved or now_ns - ticket.since_ns >= RESERVED_SECONDS * 1e9:
+        if not still_kept(ticket, now_ns):
             remove_if_dead(ticket.path)
+
+
+def still_kept(ticket: Ticket, now_ns: int) -> bool:
+    """Whether a place kept at submission still counts: for RESERVED_SECONDS after it was kept, by
+    this machine's clock; one that clock puts further ahead (set back since) counts no longer."""
+    return ticket.reserved and abs(now_ns - ticket.since_ns) < RESERVED_SECONDS * 1e9
 
 
 def reserved_until(ahead: list):
@@ -432,7 +438,7 @@ def line_now(line: str) -> tuple:
     running, waiting = [], []
     now_ns = time.time_ns()
     for ticket in tickets(line):
-        kept = ticket.reserved and now_ns - ticket.since_ns < RESERVED_SECONDS * 1e9
+        kept = still_kept(ticket, now_ns)
         if not kept and not is_held(ticket.path):
             continue
         said = read_ticket(ticket.path)
