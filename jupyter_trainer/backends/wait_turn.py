@@ -269,7 +269,8 @@ def _behind(directory, name, line, mine):
         return False
     if name.startswith("."):
         return True
-    return len(name) > 2 and name[2:] > os.path.basename(mine)[2:] and name[0] in "wrp"
+    # a running job's ticket closed or removed: it ended, and what it claimed is free (wherever its place was)
+    return len(name) > 2 and name[2:] > os.path.basename(mine)[2:] and name[0] in "wp"
 
 
 def main(argv):
