@@ -32,6 +32,7 @@ try:  # as a module of the package; in a run, the code of these modules comes be
     from ..core.lines import (
         GPU_LINE,
         LineError,
+        claimed,
         ensure_line,
         kept_token,
         line_dir,
@@ -40,6 +41,7 @@ try:  # as a module of the package; in a run, the code of these modules comes be
         promote,
         remove_dead_tickets,
         reserved_until,
+        still_in_line,
         take_ticket,
         try_lock,
     )
@@ -51,6 +53,7 @@ LINE_FILE, TURN_FILE = "line", "turn"  # base.LINE_FILE, base.TURN_FILE
 RECHECK_SECONDS = 5.0
 POLL_SECONDS = 1.0
 IN_CLOSE_WRITE, IN_CLOSE_NOWRITE, IN_MOVED_FROM, IN_MOVED_TO, IN_DELETE = 0x8, 0x10, 0x40, 0x80, 0x200
+IN_IGNORED = 0x8000  # the watched directory is gone (removed): it is watched again once made again
 # a ticket ahead leaves: its waiter ends (closes it), it is renamed r-... or removed
 TICKETS_EVENTS = IN_CLOSE_WRITE | IN_MOVED_FROM | IN_DELETE
 TOKENS_EVENTS = IN_CLOSE_WRITE | IN_CLOSE_NOWRITE  # a holder ends
@@ -77,7 +80,9 @@ class Watcher:
         self.fd = fd if fd >= 0 else None
 
     def watch(self, path, mask):
-        if self.fd is None or path in self.watched.values():
+        """Watches the directory at `path` (again: it may be another by now, made again where it was
+        removed; the same one keeps its watch)."""
+        if self.fd is None:
             return
         descriptor = self.libc.inotify_add_watch(self.fd, os.fsencode(path), mask)
         if descriptor < 0:
@@ -107,9 +112,11 @@ class Watcher:
     def _names(self, data):
         found, at = [], 0
         while at + 16 <= len(data):
-            descriptor, _mask, _cookie, size = struct.unpack_from("iIII", data, at)
+            descriptor, mask, _cookie, size = struct.unpack_from("iIII", data, at)
             name = data[at + 16 : at + 16 + size].split(b"\0", 1)[0].decode("utf-8", "replace")
             found.append((self.watched.get(descriptor, ""), name))
+            if mask & IN_IGNORED:
+                self.watched.pop(descriptor, None)
             at += 16 + size
         return found
 
@@ -165,7 +172,8 @@ class GpuLine:
                 self.tokens[index] = kept_token(self.dir, index, self.tokens.get(index))
                 if try_lock(self.tokens[index]):
                     self.mine.add(index)
-        usable = sorted(index for index in self.mine if index not in busy)
+        taken_by_others = claimed(self.dir, "gpus")  # held still, whatever became of their tokens' files
+        usable = sorted(index for index in self.mine if index not in busy and index not in taken_by_others)
         if len(usable) >= self.wants:
             taken = usable[: self.wants]
             for index in list(self.tokens):
@@ -173,8 +181,8 @@ class GpuLine:
                     os.close(self.tokens.pop(index))
             self.mine = set(taken)
             return taken, {}, None
-        outside = sorted(index for index in self.mine if index in busy)
-        held = len([index for index in offered if index not in self.mine])
+        outside = sorted(index for index in self.mine if index in busy and index not in taken_by_others)
+        held = len([index for index in offered if index not in self.mine or index in taken_by_others])
         return None, {"held_by_others": held, "busy_outside": outside}, RECHECK_SECONDS if outside else None
 
     def kept(self):
@@ -199,7 +207,10 @@ class QueueLine:
 
     def try_take(self):
         allowed = self.bound if isinstance(self.bound, int) and self.bound > 0 else max_running(self.dir)
+        taken_by_others = claimed(self.dir, "slot")  # held still, whatever became of their tokens' files
         for slot in range(allowed):
+            if slot in taken_by_others:
+                continue
             self.tokens[slot] = kept_token(self.dir, slot, self.tokens.get(slot))
             if try_lock(self.tokens[slot]):
                 self.slot = self.tokens.pop(slot)
@@ -226,6 +237,12 @@ def wait_in(line, root, turn, says, watcher, since_ns=None, key=None):
     ticket, path = take_ticket(line.dir, says, since_ns, key)
     since = time.time()
     while True:
+        ensure_line(root, line.dir)  # made again where removed (the lines wiped under it)
+        watcher.watch(os.path.join(line.dir, "tickets"), TICKETS_EVENTS)
+        if not still_in_line(ticket, path):  # its ticket removed too: back in its place
+            place, key = os.path.basename(path).split("-")[1:]
+            os.close(ticket)
+            ticket, path = take_ticket(line.dir, says, int(place), key)
         waiting = live_waiting_ahead(line.dir, path)
         ahead = len(waiting)
         again = reserved_until(waiting)  # a place kept ahead of this one stops counting then
@@ -252,7 +269,8 @@ def _behind(directory, name, line, mine):
         return False
     if name.startswith("."):
         return True
-    return len(name) > 2 and name[2:] > os.path.basename(mine)[2:] and name[0] in "wrp"
+    # a running job's ticket closed or removed: it ended, and what it claimed is free (wherever its place was)
+    return len(name) > 2 and name[2:] > os.path.basename(mine)[2:] and name[0] in "wp"
 
 
 def main(argv):

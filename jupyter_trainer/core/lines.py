@@ -192,6 +192,11 @@ def take_ticket(line: str, says: dict, since_ns=None, key=None):
     return fd, path
 
 
+def still_in_line(fd: int, path: str) -> bool:
+    """Whether the ticket open at `fd` is still the file at `path` (not removed, nor replaced)."""
+    return _same_file(fd, path)
+
+
 def promote(fd: int, path: str, says: dict) -> str:
     """The ticket of a job whose turn has come: what it took written in, renamed r-... (which wakes
     those behind it). Returns its new path."""
@@ -253,7 +258,7 @@ def live_waiting_ahead(line: str, mine: str, now_ns=None) -> list:
         if ticket.order >= order or ticket.running:
             continue
         if ticket.reserved:
-            if now_ns - ticket.since_ns < RESERVED_SECONDS * 1e9:
+            if still_kept(ticket, now_ns):
                 ahead.append(ticket)
             else:
                 remove_if_dead(ticket.path)  # its waiter never came (its launch failed)
@@ -263,6 +268,20 @@ def live_waiting_ahead(line: str, mine: str, now_ns=None) -> list:
         else:
             remove_if_dead(ticket.path)
     return ahead
+
+
+def claimed(line: str, key: str) -> set:
+    """What the jobs whose turn came and that still run say they took (their tickets' `key`: "gpus",
+    a list of indices, or "slot", one): a second claim besides the tokens' locks, which a job can
+    undo by removing or replacing its token's file while it runs on what the token gave it."""
+    found = set()
+    for ticket in tickets(line):
+        if ticket.running and is_held(ticket.path):
+            took = read_ticket(ticket.path).get(key)
+            for index in took if isinstance(took, list) else [took]:
+                if isinstance(index, int) and not isinstance(index, bool) and 0 <= index < MAX_RUNNING_LIMIT:
+                    found.add(index)
+    return found
 
 
 def remove_if_dead(path: str) -> None:
@@ -286,8 +305,14 @@ def remove_if_dead(path: str) -> None:
 def remove_dead_tickets(line: str) -> None:
     now_ns = time.time_ns()
     for ticket in tickets(line):
-        if not ticket.reserved or now_ns - ticket.since_ns >= RESERVED_SECONDS * 1e9:
+        if not still_kept(ticket, now_ns):
             remove_if_dead(ticket.path)
+
+
+def still_kept(ticket: Ticket, now_ns: int) -> bool:
+    """Whether a place kept at submission still counts: for RESERVED_SECONDS after it was kept, by
+    this machine's clock; one that clock puts further ahead (set back since) counts no longer."""
+    return ticket.reserved and abs(now_ns - ticket.since_ns) < RESERVED_SECONDS * 1e9
 
 
 def reserved_until(ahead: list):
@@ -413,7 +438,7 @@ def line_now(line: str) -> tuple:
     running, waiting = [], []
     now_ns = time.time_ns()
     for ticket in tickets(line):
-        kept = ticket.reserved and now_ns - ticket.since_ns < RESERVED_SECONDS * 1e9
+        kept = still_kept(ticket, now_ns)
         if not kept and not is_held(ticket.path):
             continue
         said = read_ticket(ticket.path)
