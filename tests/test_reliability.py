@@ -352,6 +352,12 @@ BAD_INPUTS = [
     ("magic", "%train_compare keep ghost", "no job named 'ghost'", False),
     ("cli", "compare keep ghost", "no job named 'ghost'", False),
     ("cli", "compare keep --x sideways", "invalid choice", False),
+    ("cli", "queue ../up", "invalid --queue '../up'", False),
+    ("cli", "queue --max-running 2", "--max-running needs the queue's NAME", False),
+    ("cli", "queue nightly --max-running 0", "--max-running must be between 1 and", False),
+    ("magic", "%%train_detached --host --gpus 3\nprint(1)", "--gpus 3 asks for more GPUs than this machine offers", False),
+    ("magic", "%%train_detached --host --sweep lr\nprint(1)", "--sweep expects KEY=V1,V2", False),
+    ("magic", "%%train_detached --host --max-running 2\nprint(1)", "--trials and --max-running go with --sweep", False),
 ]
 
 

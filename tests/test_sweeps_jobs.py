@@ -326,6 +326,7 @@ def test_sagemaker_fit_refuses_a_sweep_in_one_line(home, workdir, monkeypatch, c
     monkeypatch.chdir(workdir)
     shell = InteractiveShell.instance()
     shell.run_line_magic("load_ext", "jupyter_trainer")
+    capsys.readouterr()  # another test of this process may have loaded it: IPython then says so
     for options in ("--sweep a=1,2", "--trials 3 --sweep a=uniform(0,1)", "--max-running 2"):
         result = shell.run_cell(f"%%sagemaker_fit --instance-type local --name sm {options}\nprint(1)\n")
         out, err = capsys.readouterr()

@@ -194,7 +194,8 @@ def _json_object(data: bytes) -> dict:
 
 def may_wait(record: JobRecord) -> bool:
     """Whether the job may wait in its machine's lines, as its stored options say."""
-    gpus, queue = record.options.get("gpus"), record.options.get("queue")
+    options = record.options if isinstance(record, JobRecord) and isinstance(record.options, dict) else {}
+    gpus, queue = options.get("gpus"), options.get("queue")
     return (isinstance(gpus, str) and gpu_count(gpus) > 0) or (isinstance(queue, str) and bool(queue))
 
 

@@ -227,7 +227,7 @@ class DockerBackend(BackendBase):
         the engine refuses a look inside it that its inspect a moment before allowed)."""
         for _ in range(LOOKS_WHILE_CHANGING):
             try:
-                return observed_turn(self._look(record, run_dir), record, run_dir, self.clients, self.engine_of(record))
+                return observed_turn(self._look(record, run_dir), record, run_dir, self.clients, self.engine_of)
             except TrainerError as error:
                 if not changed_under_the_look(error.__cause__):
                     raise

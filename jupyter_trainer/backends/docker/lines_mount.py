@@ -102,9 +102,9 @@ def waiting_job(spec: DetachedSpec, job: list[str], inner_run_dir: str) -> list[
     return turns.waiting_command(inner_run_dir, job) if waits_in_line(spec) else job
 
 
-def observed_turn(seen: Observation, record: JobRecord, run_dir: Path, clients, engine: Engine) -> Observation:
+def observed_turn(seen: Observation, record: JobRecord, run_dir: Path, clients, engine_of) -> Observation:
     """What its turn file says of a job that may wait in its machine's lines: read in the store
-    where its container mounts it, else through the engine, while the job is pending."""
+    where its container mounts it, else through the engine (`engine_of(record)`), while the job is pending."""
     if not turns.may_wait(record):
         return seen
     runtime = DockerRuntime.of(record)
@@ -112,7 +112,7 @@ def observed_turn(seen: Observation, record: JobRecord, run_dir: Path, clients, 
         return turns.with_turn(seen, run_dir)
     if record.status is not Status.PENDING:
         return seen
-    with clients.calling(engine, LOOK) as client:
+    with clients.calling(engine_of(record), LOOK) as client:
         container = client.containers.get(runtime.container_id)
         said = {name: read_container_file(container, f"{runtime.run_dir}/{name}", limit=turns.TURN_BYTES) for name in (LINE_FILE, TURN_FILE)}
     return turns.with_turn(seen, run_dir, said)
