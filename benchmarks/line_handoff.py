@@ -53,12 +53,25 @@ spun on a core (`--checkout` of that version, `--only cpu --seconds 10`):
     100 waiting, 10 s: preempted    1.01e+03    0           inf
     100 joining the line: wall      38.29 s     2.85 s      13.41x
 
-What is left costs only while the line moves: every change to the tickets directory (a job
-joining, a ticket promoted, a holder's ticket closed) wakes every waiter, and each one looks at
-every ticket ahead of it (a flock test each): about N*N/2 wake-ups for N joining, about 2 per
-waiting job per hand-off, hence the drain's ratio.
-An earlier run on a quieter machine (load 0.9): hand-off with 20 waiting 27.0 ms median, 70.8 ms
-p95 (flock 15.2, 27.3); 100 through 2 GPUs 5.12 s (flock 0.83 s, 6.15x); 100 joining 10.5 s CPU.
+Since then a waiter sleeps on through changes behind its own place (a ticket made, taken or gone
+behind it), and reads its GPUs' tokens through files it keeps open (wait_turn.py). Measured again
+2026-12-03 on a quiet machine (load 0.66):
+
+    handoff, 1 waiting: median                   24.7 ms     15.5 ms     1.60x   < 1 s
+    handoff, 1 waiting: p95                      31.4 ms     17.7 ms     1.77x   < 1 s
+    handoff, 20 waiting: median                  26.9 ms     15.1 ms     1.79x   < 1 s
+    handoff, 20 waiting: p95                     37.9 ms     19.2 ms     1.98x   < 1 s
+    handoff, 20 waiting: wake-ups of each other  2.2         0           inf
+    100 waiting, 20 s: CPU                       0 s CPU     0 s CPU     1.00x   ~ 0
+    100 joining the line: CPU                    9.47 s CPU  6.4 s CPU   1.48x
+    100 joining the line: wall                   10.48 s     9.51 s      1.10x
+    100 through 2 GPUs: all ran                  6.29 s      840.5 ms    7.48x
+      per job                                    62.9 ms     8.4 ms      7.48x
+
+What is left costs only while the line moves: a hand-off wakes each waiter about twice (a ticket
+ahead promoted, a holder's ticket closed), and each looks at every ticket ahead of it; a job's
+turn costs its waiter's start (python3, the lines code) and a look at nvidia-smi, hence the drain's
+ratio of trivial jobs.
 """
 
 from __future__ import annotations

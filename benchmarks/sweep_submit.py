@@ -12,6 +12,14 @@ mostly the submitting process). Both arms run the same script, `print(1)`, with 
 
 Then, on the sweep's store: `jupyter-trainer list` (one row for the sweep) and `status NAME --json`
 (every run's last and best value) against `list` and `status --json` of a store with one job.
+
+Measured 2026-12-03 on this machine (2 cores, quiet), `--runs 50 --rounds 2`:
+
+    one submit --sweep     wall   5.93 s   CPU  10.52 s
+    50 submits in a loop   wall  21.20 s   CPU  19.87 s
+    ratio (sweep / loop)   wall   0.28x    CPU   0.53x
+    views of a 50-run sweep against one job's: list 0.30 s vs 0.30 s (1.00x),
+    status --json 0.35 s vs 0.29 s (1.21x)
 """
 
 from __future__ import annotations
