@@ -102,3 +102,24 @@ def test_a_place_kept_before_the_clock_went_back_an_hour_does_not_hold_the_line_
         assert lines.line_now(line)[1] == [{"job": "next", "since": (then + 1) / 1e9}]
     finally:
         os.close(fd)
+
+
+def test_a_lines_dir_of_another_user_that_is_not_sticky_is_refused_before_anything_is_recorded(tmp_path, monkeypatch):
+    """Its owner could swap the tickets and tokens in it: refused in one line at submission, the
+    store left as it was (the job was recorded and then failed in its waiter before)."""
+    from jupyter_trainer.backends import build_spec
+    from jupyter_trainer.core.store import JobStore
+    from jupyter_trainer.errors import InvalidOption
+    from jupyter_trainer.jobs.submit import submit_detached
+
+    root = tmp_path / "foreign-lines"
+    root.mkdir(mode=0o755)
+    os.chown(root, 12345, 12345)
+    home = tmp_path / "home"
+    monkeypatch.setenv("JUPYTER_TRAINER_HOME", str(home))
+    monkeypatch.setenv("JUPYTER_TRAINER_LINES_DIR", str(root))
+    monkeypatch.setenv("JUPYTER_TRAINER_GPUS", "0")
+    spec = build_spec("print(1)\n", host=True, image=None, container=None, workdir=str(tmp_path), gpus="1")
+    with pytest.raises(InvalidOption, match="belongs to another user and is not sticky"):
+        submit_detached(spec, name="foreign")
+    assert JobStore(home).runs("foreign") == [] and os.listdir(root) == []

@@ -45,15 +45,22 @@ def waits_in_line(spec) -> bool:
 
 
 def check_lines(spec, root: str) -> None:
-    """The lines a job would wait in are usable on this machine: one line otherwise, before anything
-    is recorded (a directory of theirs that is a link or a file)."""
+    """The lines a job would wait in are usable on this machine, made where missing: one line
+    otherwise, before anything is recorded (a directory of theirs that is a link or a file, one
+    that cannot be made or written, another user's that is not sticky)."""
     if not waits_in_line(spec):
         return
     try:
         for line in [lines.line_dir(root, spec.queue)] if spec.queue else []:
             lines.check_line(root, line)
+            lines.ensure_line(root, line)
         if gpu_count(spec.gpus):
             lines.check_line(root, lines.line_dir(root))
+            lines.ensure_line(root, lines.line_dir(root))
+        if not os.access(os.path.join(lines.line_dir(root, spec.queue) if spec.queue else lines.line_dir(root), lines.TICKETS), os.W_OK):
+            raise lines.LineError(f"{root} cannot be written here (read-only, or not this user's to write)")
+    except OSError as problem:
+        raise InvalidOption(f"this machine's lines cannot be used: {problem.strerror or problem}", f"set {lines.LINES_ENV} to another directory") from None
     except lines.LineError as problem:
         raise InvalidOption(f"this machine's lines cannot be used: {problem}", f"remove what is there, or set {lines.LINES_ENV} to another directory") from None
 
