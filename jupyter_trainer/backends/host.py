@@ -171,8 +171,8 @@ class HostBackend(BackendBase):
     has_containers = False
 
     def preflight(self, spec: DetachedSpec, store) -> None:
-        turns.check_lines(spec, lines_root())
         turns.check_gpus_offered(spec)
+        turns.check_lines(spec, lines_root())
 
     def prepare(self, run_dir: Path, spec: DetachedSpec) -> None:
         prepare_supervised_run(run_dir, spec.script, spec.from_cell)

@@ -44,6 +44,7 @@ try:  # as a module of the package; in a run, the code of these modules comes be
         still_in_line,
         take_ticket,
         try_lock,
+        unlock,
     )
     from ..core.nvidia_smi import busy_gpus, look_at_gpus
 except ImportError:
@@ -51,6 +52,7 @@ except ImportError:
 
 LINE_FILE, TURN_FILE = "line", "turn"  # base.LINE_FILE, base.TURN_FILE
 RECHECK_SECONDS = 5.0
+CLAIM_RECHECK_SECONDS = 1.0
 POLL_SECONDS = 1.0
 IN_CLOSE_WRITE, IN_CLOSE_NOWRITE, IN_MOVED_FROM, IN_MOVED_TO, IN_DELETE = 0x8, 0x10, 0x40, 0x80, 0x200
 IN_IGNORED = 0x8000  # the watched directory is gone (removed): it is watched again once made again
@@ -183,7 +185,11 @@ class GpuLine:
             return taken, {}, None
         outside = sorted(index for index in self.mine if index in busy and index not in taken_by_others)
         held = len([index for index in offered if index not in self.mine or index in taken_by_others])
-        return None, {"held_by_others": held, "busy_outside": outside}, RECHECK_SECONDS if outside else None
+        # a token it holds that a running job's ticket still claims: that job is ending (its ticket is
+        # let go a moment after its token) or removed its token's file; no event may come of either
+        claimed_only = any(index in taken_by_others for index in self.mine)
+        again = RECHECK_SECONDS if outside else CLAIM_RECHECK_SECONDS if claimed_only else None
+        return None, {"held_by_others": held, "busy_outside": outside}, again
 
     def kept(self):
         return [self.tokens[index] for index in sorted(self.mine)]
@@ -208,17 +214,20 @@ class QueueLine:
     def try_take(self):
         allowed = self.bound if isinstance(self.bound, int) and self.bound > 0 else max_running(self.dir)
         taken_by_others = claimed(self.dir, "slot")  # held still, whatever became of their tokens' files
+        claimed_only = False
         for slot in range(allowed):
-            if slot in taken_by_others:
-                continue
             self.tokens[slot] = kept_token(self.dir, slot, self.tokens.get(slot))
             if try_lock(self.tokens[slot]):
+                if slot in taken_by_others:  # free, yet a running job's ticket claims it (see GpuLine)
+                    unlock(self.tokens[slot])  # let go, not closed: a close would wake this very waiter
+                    claimed_only = True
+                    continue
                 self.slot = self.tokens.pop(slot)
                 for other in self.tokens.values():
                     os.close(other)
                 self.tokens.clear()
                 return slot, {}, None
-        return None, {"max_running": allowed}, None
+        return None, {"max_running": allowed}, CLAIM_RECHECK_SECONDS if claimed_only else None
 
     def kept(self):
         return [self.slot]

@@ -363,6 +363,10 @@ def try_lock(fd: int) -> bool:
     return True
 
 
+def unlock(fd: int) -> None:
+    fcntl.flock(fd, fcntl.LOCK_UN)
+
+
 def token_held(line: str, token: int) -> bool:
     return is_held(os.path.join(line, TOKENS, str(token)))
 

@@ -67,8 +67,8 @@ def check_offered(spec: DetachedSpec, engine: Engine) -> None:
     anything is recorded. This machine's are known here; a remote host's only where a pool names
     them (else its waiter finds too few, and the job fails saying so)."""
     if not engine.remote:
-        turns.check_lines(spec, lines_root_of(engine))
         turns.check_gpus_offered(spec)
+        turns.check_lines(spec, lines_root_of(engine))
     elif declared_pool(spec) is not None:
         turns.check_gpus_offered(spec, engine.label)
 
