@@ -536,7 +536,7 @@ def test_restarts_on_the_remote_host_with_the_laptop_offline(laptop):
     from test_restarts import STEPS, step_lines
 
     remote = laptop
-    submit_from_a_kernel(f"--name remote-restarts --docker-host {remote.alias_url} --image {TEST_IMAGE} --restarts 1 --env SECRET=hunter2 --no-widget -- 30", STEPS)
+    submit_from_a_kernel(f"--name remote-restarts --docker-host {remote.alias_url} --image {TEST_IMAGE} --restarts 1 --env SECRET=hunter2 --no-widget -- 60", STEPS)  # 24 s: still training when its container restarts, on a loaded machine too
     wait_for(lambda: status("remote-restarts")["status"] == "running", timeout=60, what="the job to run")
     wait_for(lambda: "step 3" in cli("logs", "remote-restarts").stdout, timeout=60, what="step 3")
     remote.stop_sshd()  # the laptop goes offline
@@ -547,7 +547,7 @@ def test_restarts_on_the_remote_host_with_the_laptop_offline(laptop):
     final = wait_for(lambda: (s := status("remote-restarts"))["status"] != "running" and s, timeout=120, what="the job's end")
     log = cli("logs", "remote-restarts").stdout
     assert final["status"] == "completed" and final["restarts"] == 1, (final, log)
-    assert step_lines(log) == [f"step {i}" for i in range(30)], log
+    assert step_lines(log) == [f"step {i}" for i in range(60)], log
     assert "started again after its container restarted (restart 1 of 1)" in log
     assert "restart 1 of 1: the container was restarted (docker restart)" in cli("status", "remote-restarts").stdout
     # what the container needed to start it again (its environment) is no longer kept there
