@@ -146,7 +146,7 @@ def docker_image(docker_client, home):
     """The test image; containers created for any store of this test (all under its tmp_path) are removed afterwards."""
     yield TEST_IMAGE
     test_dir = str(home.parent) + "/"
-    for container in docker_client.containers.list(all=True, filters={"label": "jupyter_trainer"}):
+    for container in docker_client.containers.list(all=True, filters={"label": "jupyter_trainer"}, ignore_removed=True):
         if container.labels.get("jupyter_trainer.jobs_dir", "").startswith(test_dir):
             container.remove(force=True)
 

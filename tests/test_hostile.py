@@ -423,7 +423,7 @@ def test_a_container_job_can_neither_move_nor_replace_a_store_deep_in_its_worksp
     finally:
         import docker
 
-        for container in docker.from_env().containers.list(all=True, filters={"label": "jupyter_trainer"}):
+        for container in docker.from_env().containers.list(all=True, filters={"label": "jupyter_trainer"}, ignore_removed=True):
             if container.labels.get("jupyter_trainer.jobs_dir") == str(home / "jobs"):
                 container.remove(force=True)
 
@@ -646,7 +646,7 @@ def test_a_store_named_through_a_bind_mount_of_the_workspace_is_still_covered(do
     finally:
         import docker
 
-        for container in docker.from_env().containers.list(all=True, filters={"label": "jupyter_trainer"}):
+        for container in docker.from_env().containers.list(all=True, filters={"label": "jupyter_trainer"}, ignore_removed=True):
             if container.labels.get("jupyter_trainer.jobs_dir") == str(home / "jobs"):
                 container.remove(force=True)
 

@@ -515,7 +515,7 @@ class DockerBackend(BackendBase):
         for engine in [Engine(LOCAL_SOCKET), *used_engines(store.home)]:
             try:
                 with self.clients.calling(engine, LIST) as client:
-                    listed = client.containers.list(all=True, filters={"label": f"{containers.LABEL}=1"})
+                    listed = client.containers.list(all=True, filters={"label": f"{containers.LABEL}=1"}, ignore_removed=True)
             except TrainerError as error:
                 if engine.remote:
                     failed.append(f"the containers on {engine.label} ({error.message})")

@@ -384,7 +384,7 @@ def remove_stale_scratch(client, store: JobStore) -> None:
     the rest."""
     mine = {"label": [f"{LABEL_SCRATCH}", f"{LABEL_STORE}={store.store_id()}", f"{LABEL_JOBS_DIR}={store.jobs_dir}"]}
     with contextlib.suppress(*engine_errors()):
-        for container in client.containers.list(all=True, filters=mine):
+        for container in client.containers.list(all=True, filters=mine, ignore_removed=True):
             made = container.labels.get(LABEL_SCRATCH, "")
             if made.isdigit() and time.time() - int(made) > SCRATCH_STALE_SECONDS:
                 container.remove(force=True)
@@ -431,7 +431,7 @@ def remove_compose_project(project: str, timeout: float = 8.0) -> None:
     try:
         deadline = time.monotonic() + timeout
         while True:
-            left = client.containers.list(all=True, filters={"label": f"{COMPOSE_PROJECT}={project}"})
+            left = client.containers.list(all=True, filters={"label": f"{COMPOSE_PROJECT}={project}"}, ignore_removed=True)
             if not left:
                 return
             for container in left:
