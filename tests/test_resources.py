@@ -264,3 +264,28 @@ def test_proportional_memory_is_read_now_and_then_and_moves_with_the_resident_se
     assert reads == [4242, 4242, 4242]
     monkeypatch.setattr(proc, "_read_pss", lambda pid: None)  # the kernel does not say: the resident set
     assert proc._proportional_memory(99, 1, 5) == 5 * page
+
+
+class SlowToAnswer:
+    """A container whose engine read its counters a second apart, but whose answers came at once
+    one after the other (or late): the CPU % is over the engine's time between its readings."""
+
+    status = "running"
+    id = "slow"
+
+    def __init__(self):
+        self.readings = iter([("2026-12-03T10:00:00.000000000Z", 5.0), ("2026-12-03T10:00:01.000000000Z", 5.5)])
+
+    def stats(self, stream, one_shot):
+        read, cpu_seconds = next(self.readings)
+        return {"read": read, "cpu_stats": {"cpu_usage": {"total_usage": int(cpu_seconds * 1e9)}}, "memory_stats": {}}
+
+
+def test_a_containers_cpu_is_over_the_engines_time_between_its_readings():
+    from jupyter_trainer.backends.docker.usage import ContainerUsage
+    from jupyter_trainer.core.resources import cpu_between
+
+    usage, container = ContainerUsage(), SlowToAnswer()
+    usage._without_gpus.add(container.id)  # no nvidia-smi asked
+    first, second = usage.of(container), usage.of(container)
+    assert cpu_between(first, second).cpu_percent == pytest.approx(50.0)

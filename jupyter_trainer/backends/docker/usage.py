@@ -4,6 +4,7 @@ shows them), and its GPUs from nvidia-smi inside it when it has one."""
 from __future__ import annotations
 
 import time
+from datetime import datetime
 
 from ...core.resources import NVIDIA_SMI_QUERY, Usage, parse_nvidia_smi
 from ...errors import BackendUnavailable
@@ -40,6 +41,7 @@ class ContainerUsage:
             used -= details.get("inactive_file", details.get("total_inactive_file", 0))
         return Usage(
             "container",
+            taken_at=read_at(stats),
             cpu_seconds=None if cpu is None else cpu / 1e9,
             memory_bytes=used,
             memory_limit_bytes=memory.get("limit"),
@@ -61,3 +63,13 @@ class ContainerUsage:
             self._without_gpus.add(container.id)
             return ()
         return parse_nvidia_smi(text)
+
+
+def read_at(stats: dict) -> float:
+    """When the engine read the container's counters, in seconds. The CPU % is the CPU time used
+    between two looks over the time between them: the engine's own time of each reading, not when
+    its answer came (a slow answer, or the nvidia-smi asked after it, would stretch or shrink it)."""
+    try:
+        return datetime.fromisoformat(stats["read"]).timestamp()
+    except (KeyError, TypeError, ValueError):
+        return time.monotonic()
