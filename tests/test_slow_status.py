@@ -44,7 +44,7 @@ while not (here / "go").exists() and time.monotonic() < deadline:
 if (here / "delay").exists():
     time.sleep(float((here / "delay").read_text()))
 fields = sys.argv[sys.argv.index("-O") + 1]
-separator = fields[len("JobID:") : fields.index(",State:")]
+separator = fields[len("JobArrayID:") : fields.index(",State:")]
 job = json.loads((here / "job.json").read_text())
 submitted = time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(job["submitted_at"]))
 values = [job["id"], "RUNNING", "None", job["node"], "debug", submitted, "0", "UNLIMITED", str(os.getuid()), job["log"], "slurm_batch.sh", job["name"]]

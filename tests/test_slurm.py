@@ -520,3 +520,64 @@ def test_the_secrets_are_removed_once_the_job_has_ended_however_it_ended(slurm, 
     kept = submit("print(2)\n", workdir, "secret-requeue", env=["API_KEY=hunter2"], requeue=True)
     assert kept.wait(timeout=60) is Status.COMPLETED
     assert not (kept.run_dir / "slurm_env").exists()
+
+
+# -- a sweep: one job array ---------------------------------------------------------------------
+
+SWEPT = """\
+import sys, time
+print("values", sys.argv[1:], flush=True)
+time.sleep(4)
+print("loss", float(sys.argv[-1]) / 10, flush=True)
+"""
+
+
+def test_a_sweep_is_one_job_array_its_tasks_its_runs_at_most_max_running_at_once(slurm, workdir, home):
+    from jupyter_trainer.jobs.sweeps import submit_sweep
+
+    calls = dict(commands.CALLS)
+    spec = build_spec(SWEPT, workdir=str(workdir), slurm=True)
+    sweep = submit_sweep(spec, ["lr=3,1,2"], name="arr", max_running=2)
+    assert commands.CALLS["sbatch"] - calls.get("sbatch", 0) == 1  # the whole sweep, one submission
+    jobs = [each.job for each in sweep.submissions]
+    ids = [slurm_id(job) for job in jobs]
+    array = ids[0].split("_")[0]
+    assert ids == [f"{array}_0", f"{array}_1", f"{array}_2"]
+    # Slurm itself holds the array's bound: its task limit
+    shown = slurm.run("scontrol", "show", "job", "--oneliner", ids[2], check=True).stdout
+    assert "ArrayTaskThrottle=2" in shown and "JobName=arr " in shown
+    for job in jobs:
+        assert job.wait(timeout=120) is Status.COMPLETED, (job.name, job.record.reason, job.logs())
+    for job, lr in zip(jobs, ("3", "1", "2")):
+        assert f"values ['--lr', '{lr}']" in job.logs() and job.record.options["params"] == [["lr", lr]]
+        assert job.record.exit_code == 0 and job.record.started_at is not None
+    spans = sorted((job.record.started_at, job.record.ended_at) for job in jobs)
+    assert spans[2][0] >= min(spans[0][1], spans[1][1]) - 1  # the third began as one of the first two ended
+    status = json.loads(cli("status", "arr", "--json").stdout)
+    assert [(run["name"], run["status"], run["best"]) for run in status["sweep"]] == [
+        ("arr-1", "completed", 0.3), ("arr-2", "completed", 0.1), ("arr-3", "completed", 0.2),
+    ]  # fmt: skip
+    assert json.loads(cli("status", "arr-2", "--json").stdout)["slurm_job_id"] == ids[1]
+
+    # the cell run again attaches: no second array
+    again = submit_sweep(spec, ["lr=3,1,2"], name="arr", max_running=2)
+    assert all(each.attached for each in again.submissions) and commands.CALLS["sbatch"] - calls.get("sbatch", 0) == 1
+
+
+def test_a_sweep_stopped_midway_is_one_scancel_of_its_array_and_its_waiting_runs_never_start(slurm, workdir, home, monkeypatch):
+    from jupyter_trainer.jobs.sweeps import load_sweep, stop_sweep, submit_sweep
+
+    script = "import time\nprint('training', flush=True)\ntime.sleep(600)\n"
+    sweep = submit_sweep(build_spec(script, workdir=str(workdir), slurm=True), ["seed=1,2,3"], name="halt", max_running=1)
+    first, *waiting = (each.job for each in sweep.submissions)
+    wait_for(lambda: "training" in first.logs(), timeout=60, what="the first run to start")
+    assert all(job.refresh().record.status is Status.PENDING for job in waiting)
+    cancels = []
+    real_run = slurm_backend.run
+    monkeypatch.setattr(slurm_backend, "run", lambda *args, **keys: (cancels.append(args) if args[0] == "scancel" else None, real_run(*args, **keys))[1])
+    stop_sweep(JobStore(), load_sweep(JobStore(), "halt"))
+    array = slurm_id(first).split("_")[0]
+    assert cancels[0] == ("scancel", array)  # the array, at once; a task's own stop follows only while it still ends
+    for job in (first, *waiting):
+        assert job.wait(timeout=60) is Status.STOPPED, (job.name, job.record.reason)
+    assert all(job.record.started_at is None and "training" not in job.logs() for job in waiting)

@@ -211,6 +211,29 @@ def test_scontrol_shows_the_token_in_the_command():
     assert parse_scontrol(line.format(token="a" * 32), "8", identity) is None  # the earlier run's
 
 
+def test_scontrol_names_an_array_task_by_its_own_id_and_its_arrays():
+    identity = JobIdentity("grid", 1000.0, "/h/sweeps/grid.d/array-x/%a/output.log", "c" * 32)
+    line = (
+        "JobId={own} ArrayJobId={array} ArrayTaskId={task} ArrayTaskThrottle=2 JobName=grid UserId=x({uid}) JobState=PENDING "
+        "Reason=JobArrayTaskLimit SubmitTime=2026-01-02T03:04:05 Partition=debug NodeList= Command=/h/sweeps/grid.d/array-x/slurm_array.sh "
+        "/h/sweeps/grid.d/array-x {token} 1 0 10 WorkDir=/w StdErr=/x\n"
+    )
+    shown = {"own": 12, "array": 10, "task": 2, "uid": os.getuid(), "token": "c" * 32}
+    job = parse_scontrol(line.format(**shown), "10_2", identity)
+    assert job.job_id == "10_2" and job.waiting and job.reason == "JobArrayTaskLimit"
+    assert parse_scontrol(line.format(**{**shown, "token": "d" * 32}), "10_2", identity) is None  # another sweep's array
+    with pytest.raises(UnusableAnswer):  # an answer for another task is no answer for this one
+        parse_scontrol(line.format(**{**shown, "task": 3}), "10_2", identity)
+
+
+def test_an_array_is_asked_for_as_a_range_or_a_list_with_its_bound():
+    from jupyter_trainer.backends.slurm.array import array_spec, arrays_of
+
+    assert array_spec([0, 1, 2, 3], 2) == "0-3%2" and array_spec([0, 1, 2], None) == "0-2"
+    assert array_spec([4], 1) == "4%1" and array_spec([5, 1, 3], 2) == "1,3,5%2"  # what a re-run cell still lacks
+    assert arrays_of(["10_0", "10_3", "11_0", "12"]) == ["10", "11"]
+
+
 def test_a_slurm_command_that_fails_is_one_line_for_the_user():
     error = SlurmCommandFailed("squeue", "squeue: error: slurm_load_jobs error: Protocol authentication error")
     assert isinstance(error, TrainerError) and isinstance(error, BackendUnavailable)

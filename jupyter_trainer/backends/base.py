@@ -82,6 +82,9 @@ class Backend(Protocol):
     # whether a launched job has started; False: it may wait in a queue first (Slurm's), and its
     # record gets its start once it is seen started (a job stopped while it waited never started)
     starts_at_launch: bool
+    # whether a sweep's runs are submitted as one thing of the runtime's own (`batch`: a Slurm job
+    # array), which bounds how many run at once itself; False: the machine's lines bound them
+    batches_sweeps: bool
 
     def preflight(self, spec: JobSpec, store: JobStore) -> JobSpec | None:
         """Raise a TrainerError if the runtime cannot take the job (checked before anything is
@@ -138,12 +141,33 @@ class Backend(Protocol):
         """What `status --json` says of the job besides the fields every job has (a Slurm job's
         `slurm_job_id`, how often a job was started again: `restarts`). BackendBase: nothing."""
 
+    def batch(self, spec: JobSpec, store: JobStore, name: str, indices: list[int], max_running: int | None) -> "RunBatch | None":
+        """The runs `indices` (0-based) of sweep `name` submitted as one thing of the runtime's own
+        (a Slurm job array, at most `max_running` at once), or None: each run is submitted alone,
+        and the machine's lines bound how many run at once. BackendBase: None."""
+
+    def stop_together(self, runs: list[tuple[JobRecord, Path]]) -> list[str]:
+        """Stop these runs (a sweep's) at once where the runtime can (one scancel of their array);
+        the names of those it sent the stop to. Each run's own `stop` follows. BackendBase: none."""
+
+
+class RunBatch(Protocol):
+    """Several runs submitted as one: made held, then each run made knowing its place in it
+    (`for_run`), then let go (`release`); `cancel` if a run could not be made."""
+
+    def for_run(self, index: int, spec: JobSpec) -> JobSpec: ...
+
+    def release(self) -> None: ...
+
+    def cancel(self) -> str: ...
+
 
 class BackendBase:
     """The defaults of Backend's members that not every backend needs: every backend inherits
     them, so that one that leaves them out behaves as these say."""
 
     status_interval: float
+    batches_sweeps = False
 
     @property
     def watched_status_interval(self) -> float:
@@ -156,6 +180,12 @@ class BackendBase:
         from .turns import turn_fields  # a job that waited its turn: the GPUs it holds, or its place in line
 
         return turn_fields(record)
+
+    def batch(self, spec, store: JobStore, name: str, indices: list[int], max_running: int | None) -> RunBatch | None:
+        return None
+
+    def stop_together(self, runs: list[tuple[JobRecord, Path]]) -> list[str]:
+        return []
 
 
 def malformed_runtime(record: JobRecord, problem: str) -> CorruptRecord:

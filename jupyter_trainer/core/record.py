@@ -249,3 +249,27 @@ def parse_notification(data: bytes, check: str) -> dict[str, Any] | None:
         "attempts": attempts if isinstance(attempts, int) and not isinstance(attempts, bool) and 0 <= attempts < 100 else None,
         "at": at if isinstance(at, (int, float)) and not isinstance(at, bool) and math.isfinite(at) else None,
     }
+
+
+# Changes of a record around a stop (store.update applies them under the record's lock)
+
+
+def mark_stop(record: JobRecord) -> None:
+    record.stop_requested = True
+    record.stop_sent = record.stop_sent is True  # until the backend has it
+
+
+def unmark_stop(was_requested: bool):
+    """A change that takes back a stop the backend did not take (one asked for before stays)."""
+
+    def unmark(record: JobRecord) -> None:
+        if not was_requested and not record.stop_sent:
+            record.stop_requested = False
+
+    return unmark
+
+
+def mark_stop_sent(record: JobRecord) -> None:
+    """The backend has taken the stop: a job that vanishes now was stopped, not lost."""
+    if record.stop_requested:
+        record.stop_sent = True

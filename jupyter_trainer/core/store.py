@@ -77,6 +77,7 @@ GIT_DIFF_FILE = "git.diff"  # the uncommitted diff of the repository the job's w
 
 MAX_RECORD_BYTES = 1 << 20  # records are a few KB: a larger one was not written by us
 KEY_FILE = "fingerprint.key"  # in the store's home: the key of the fingerprints' HMAC
+SWEEPS_DIR = "sweeps"
 CONTAINERS_DIR = "containers"  # in the store's home: the directory each container we create mounts
 REMOVING_PREFIX = ".removing-"  # in a job's directory: a run taken out of the listings, its files not all deleted yet
 LEFTOVER = re.compile(re.escape(REMOVING_PREFIX) + r"([0-9]{1,9})-[0-9a-f]{8}")  # REMOVING_PREFIX RUN-TOKEN
@@ -133,6 +134,15 @@ class JobStore:
     @property
     def containers_dir(self) -> Path:
         return self.home / CONTAINERS_DIR
+
+    @property
+    def sweeps_dir(self) -> Path:
+        """The sweeps' records (jobs/sweeps.py), each `NAME.json`, and beside it `NAME.d`, what its
+        backend keeps for it (a Slurm job array's links to its runs), removed with it."""
+        return self.home / SWEEPS_DIR
+
+    def sweep_files(self, name: str) -> Path:
+        return self.sweeps_dir / f"{validate_name(name, 'sweep name')}.d"
 
     def container_dir(self, container_name: str) -> Path:
         """The directory of this store that a container we created mounts (its runs' files)."""

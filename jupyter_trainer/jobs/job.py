@@ -16,7 +16,16 @@ from ..backends.base import Backend, notification_check
 from ..backends.notify import PYTHON_RAISED, exception_line
 from ..core import files as _fs
 from ..core.processes import ProcessIdentity
-from ..core.record import JobRecord, Observation, Status, parse_notification, resolve
+from ..core.record import (
+    JobRecord,
+    Observation,
+    Status,
+    mark_stop,
+    mark_stop_sent,
+    parse_notification,
+    resolve,
+    unmark_stop,
+)
 from ..core.resources import Usage, cpu_between
 from ..core.store import CLOCK_FILE, NOTIFIED_FILE, RECORD_FILE, JobStore
 from ..errors import (
@@ -289,22 +298,30 @@ class Job:
             return self
         was_requested = self.record.stop_requested
         if not self.record.status.is_final:
-
-            def mark(record: JobRecord) -> None:
-                record.stop_requested = True
-                record.stop_sent = record.stop_sent is True  # until the backend has it (below)
-
-            self.record = self._update_or_hold(mark)
+            self.request_stop()
         if self.record.runtime:
             try:
                 backend.stop(self.record, self.run_dir, container=container)
             except TrainerError:
                 # not stopped: a later end by someone else must not read as this user's stop
-                self.record = self._update_or_hold(_unmark_stop(was_requested))
+                self.undo_stop_request(was_requested)
                 raise
-            self.record = self._update_or_hold(mark_stop_sent)
+            self.stop_sent()
         self.wait(STOP_WAIT_SECONDS if wait is None else wait, interval=1.0)
         return self
+
+    def request_stop(self) -> bool:
+        """Record the user's stop before it is sent (the job's end then reads as it, whoever ends
+        it); whether it had been asked before, for `undo_stop_request` if it cannot be sent."""
+        was_requested = self.record.stop_requested
+        self.record = self._update_or_hold(mark_stop)
+        return was_requested
+
+    def undo_stop_request(self, was_requested: bool) -> None:
+        self.record = self._update_or_hold(unmark_stop(was_requested))
+
+    def stop_sent(self) -> None:  # its backend has the stop: a job that vanishes now was stopped
+        self.record = self._update_or_hold(mark_stop_sent)
 
     def wait(self, timeout: float | None = None, interval: float = 0.5) -> Status:
         """Block until the job ends (or `timeout` seconds pass); return its status."""
@@ -581,19 +598,3 @@ def list_jobs(store: JobStore | None = None, all_runs: bool = False, backends: _
     store = store or JobStore()
     items = refreshed_records(store, all_runs, backends)
     return [Job(item, store, backends) for item in items if isinstance(item, JobRecord)]
-
-
-def _unmark_stop(was_requested: bool):
-    """A change that takes back a stop the backend did not take (one asked for before stays)."""
-
-    def unmark(record: JobRecord) -> None:
-        if not was_requested and not record.stop_sent:
-            record.stop_requested = False
-
-    return unmark
-
-
-def mark_stop_sent(record: JobRecord) -> None:
-    """The backend has taken the stop: a job that vanishes now was stopped, not lost."""
-    if record.stop_requested:
-        record.stop_sent = True

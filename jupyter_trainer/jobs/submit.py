@@ -20,11 +20,11 @@ from ..backends.turns import waits_in_line
 from ..core import interrupts
 from ..core.naming import HASH_CHARS, default_name, legacy_name
 from ..core.processes import ProcessIdentity
-from ..core.record import JobRecord, validate_name
+from ..core.record import JobRecord, mark_stop_sent, validate_name
 from ..core.store import JobStore
 from ..errors import NameInUse, TrainerError
 from ..spec.job_spec import DetachedSpec
-from .job import Job, mark_stop_sent
+from .job import Job
 from .provenance import git_state, keep_diff, local_directory
 
 

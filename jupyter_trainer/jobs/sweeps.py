@@ -15,6 +15,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import shutil
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -30,7 +31,6 @@ from ..spec.sweep import parse_axes, run_arguments, runs_of
 from .job import Job
 from .submit import Submission, submit_detached
 
-SWEEPS_DIR = "sweeps"
 SWEEP_FILE_LIMIT = 4 << 20  # 1000 runs and their values
 
 
@@ -70,7 +70,7 @@ class SweepRecord:
 
 
 def sweep_path(store: JobStore, name: str) -> Path:
-    return store.home / SWEEPS_DIR / f"{validate_name(name, 'sweep name')}.json"
+    return store.sweeps_dir / f"{validate_name(name, 'sweep name')}.json"
 
 
 def load_sweep(store: JobStore, name: str) -> SweepRecord | None:
@@ -91,7 +91,7 @@ def load_sweep(store: JobStore, name: str) -> SweepRecord | None:
 
 def sweep_names(store: JobStore) -> list[str]:
     try:
-        entries = (store.home / SWEEPS_DIR).iterdir()
+        entries = (store.sweeps_dir).iterdir()
         return sorted(entry.name[: -len(".json")] for entry in entries if entry.name.endswith(".json") and not entry.name.startswith("."))
     except FileNotFoundError:
         return []
@@ -126,8 +126,6 @@ def submit_sweep(
     store = store or JobStore()
     backends = backends or _backends.DEFAULT
     axes = parse_axes(sweep)
-    if spec.backend == "slurm":
-        raise InvalidOption("--sweep with --slurm is not available yet (it will be one job array)", "submit the runs one by one for now")
     if max_running is not None and max_running < 1:
         raise InvalidOption(f"--max-running {max_running}: give 1 or more")
     if max_running is not None and spec.queue:
@@ -137,7 +135,6 @@ def submit_sweep(
     params = runs_of(axes, trials, name)
     if len(f"{name}-{len(params)}") > 63:
         raise InvalidOption(f"sweep name {name!r} is too long for its runs' names ({name}-{len(params)})", "choose a shorter --name")
-    queue = sweep_queue(store, name) if max_running else spec.queue
     record = SweepRecord(name, [f"{name}-{index}" for index in range(1, len(params) + 1)], params, max_running, backend=spec.backend)
     with store.claiming(name):  # a job of that name cannot be made meanwhile, nor the sweep twice
         if store.runs(name):
@@ -149,14 +146,32 @@ def submit_sweep(
                 "choose another --name, or pass --rerun to run these values under it",
             )
         with store.writing():
-            (store.home / SWEEPS_DIR).mkdir(mode=0o700, parents=True, exist_ok=True)
+            (store.sweeps_dir).mkdir(mode=0o700, parents=True, exist_ok=True)
             write_private_file(sweep_path(store, name), record.to_json())
+    # the runs not made yet (a re-run cell attaches to the others), submitted as one thing of the
+    # runtime's own where it has one (a Slurm job array, which bounds how many run at once itself)
+    backend = backends.get(spec.backend)
+    new = [index for index, run_name in enumerate(record.runs) if rerun or not store.runs(run_name)]
+    batch = backend.batch(spec, store, name, new, max_running) if new and backend.batches_sweeps else None
+    queue = sweep_queue(store, name) if max_running and not backend.batches_sweeps else spec.queue
     submissions = []
-    for run_name, values in zip(record.runs, params):
-        run_spec = dataclasses.replace(
-            spec, args=run_arguments(spec.args, values), params=tuple(values.items()), sweep=name, queue=queue, max_running=max_running,
-        )  # fmt: skip
-        submissions.append(submit_detached(run_spec, name=run_name, rerun=rerun, store=store, backends=backends, label=label))
+    try:
+        for index, (run_name, values) in enumerate(zip(record.runs, params)):
+            run_spec = dataclasses.replace(
+                spec, args=run_arguments(spec.args, values), params=tuple(values.items()), sweep=name, queue=queue, max_running=max_running,
+            )  # fmt: skip
+            if batch is not None and index in new:
+                run_spec = batch.for_run(index, run_spec)
+            submissions.append(submit_detached(run_spec, name=run_name, rerun=rerun, store=store, backends=backends, label=label))
+    except BaseException as error:
+        if batch is not None:
+            said = batch.cancel()
+            if isinstance(error, TrainerError):
+                error.message = f"{error.message} (sweep {name!r}: {said})"
+                error.args = (error.render(),)
+        raise
+    if batch is not None:
+        batch.release()
     return SweepSubmission(record, submissions)
 
 
@@ -200,6 +215,19 @@ def stop_sweep(store: JobStore, sweep: SweepRecord, backends: _backends.Backends
     """Stop the whole sweep: its waiting runs first, so that none starts as a running one ends, then
     its running ones. Returns the runs (a removed one is passed over)."""
     jobs = [job.refresh() for job in sweep_jobs(store, sweep, backends) if isinstance(job, Job)]
+    unfinished = [job for job in jobs if not job.record.status.is_final]
+    asked_before = {job.name: job.request_stop() for job in unfinished}  # each run's end then reads as this stop
+    try:
+        sent: list[str] = []
+        for backend in {id(job.backend_impl()): job.backend_impl() for job in unfinished}.values():
+            sent += backend.stop_together([(job.record, job.run_dir) for job in unfinished if job.backend_impl() is backend])
+        for job in unfinished:
+            if job.name in sent:
+                job.stop_sent()
+    except TrainerError:
+        for job in unfinished:
+            job.undo_stop_request(asked_before[job.name])
+        raise
     for job in sorted(jobs, key=lambda job: job.record.status is not Status.PENDING):
         if not job.record.status.is_final or container:
             job.stop(container=container)
@@ -221,6 +249,7 @@ def remove_sweep(store: JobStore, sweep: SweepRecord, backends: _backends.Backen
     said = [describe_removed(remove_runs(job.name, None, store, backends)) for job in jobs]
     with store.writing():
         sweep_path(store, sweep.name).unlink(missing_ok=True)
+        shutil.rmtree(store.sweep_files(sweep.name), ignore_errors=True)  # links, never followed
     return [*said, f"removed sweep {sweep.name}"]
 
 

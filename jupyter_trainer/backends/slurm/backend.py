@@ -47,12 +47,14 @@ from ..base import (
 )
 from ..host import _inherited_environment
 from . import states
+from .array import SlurmArray, arrays_of, link_task
 from .commands import SlurmCommandFailed, printed_before, refused, require, run, sbatch_environment
 from .declared import BATCH_FILE, ENV_FILE, NODE_FILE, NOTIFY_INPUT_FILE, SECRET_FILES, START_FILE, SlurmOptions
 from .queue import QUEUE, JobIdentity, SlurmJob, find_by_identity
-from .spec import check_gpus
+from .spec import check_gpus, sbatch_options
 
-JOB_ID = re.compile(r"(\d{1,12})(?:;([A-Za-z0-9_.-]{1,64}))?")
+# a job's id, or a sweep's run's task of its job array (ARRAY_TASK); sbatch adds ";CLUSTER" on a federation
+JOB_ID = re.compile(r"(\d{1,12}(?:_\d{1,10})?)(?:;([A-Za-z0-9_.-]{1,64}))?")
 TOKEN = re.compile(r"[0-9a-f]{32}")
 OOM_TAIL_BYTES = 16 << 10
 CLOCK_SKEW = 86400.0  # seconds another machine's clock may run ahead of the submitting one's
@@ -79,6 +81,9 @@ class SlurmRuntime:
     pending_reason: str | None = None
     restarts: int | None = None
     token: str | None = None
+    # a task of a sweep's job array: the array's name and --output (a lone job's are its run's)
+    job_name: str | None = None
+    output: str | None = None
 
     def to_dict(self) -> dict:
         return {key: value for key, value in self.__dict__.items() if value is not None}
@@ -89,7 +94,7 @@ class SlurmRuntime:
             cls, record,
             {"job_id": str, "submitted_at": (int, float), "nodes": (int, "optional"), "cluster": (str, "optional"), "state": (str, "optional"),
              "partition": (str, "optional"), "node_list": (str, "optional"), "pending_reason": (str, "optional"), "restarts": (int, "optional"),
-             "token": (str, "optional")},
+             "token": (str, "optional"), "job_name": (str, "optional"), "output": (str, "optional")},
         )  # fmt: skip
         if not JOB_ID.fullmatch(runtime.job_id):
             from ..base import malformed_runtime
@@ -127,6 +132,7 @@ class SlurmBackend(BackendBase):
     usage_outlives_the_job = False
     has_containers = False
     starts_at_launch = False  # a job waits in Slurm's queue first: it has started once Slurm runs it
+    batches_sweeps = True  # a sweep is one job array (array.py), which Slurm runs K at a time
 
     def polling(self):
         """Around a poll of many jobs (job.refreshed_records): one squeue answers for all of them."""
@@ -159,18 +165,13 @@ class SlurmBackend(BackendBase):
         # a script run in place is the file as named (the nodes see this machine's paths, and follow its links)
         write_launch_target(run_dir, spec, spec.workdir, record.name, ScriptPlace(spec.script_path) if spec.script_path else None)
         command = job_command(spec, str(run_dir))
-        args = [
-            "--parsable", f"--job-name={record.name}", f"--chdir={spec.workdir}", f"--output={output_option(run_dir)}", "--open-mode=append",
-            "--export=ALL", f"--nodes={nodes}", "--requeue" if requeue else "--no-requeue",
-        ]  # fmt: skip
-        if nodes > 1:
-            args.append("--ntasks-per-node=1")
-        for flag, value in (("--partition", options.partition), ("--time", options.time), ("--account", options.account), ("--qos", options.qos)):
-            if value:
-                args.append(f"{flag}={value}")
-        if spec.gpus:
-            args.append(f"--gpus-per-node={spec.gpus}")
-        args += list(options.sbatch_args)
+        if options.array_task is not None:  # a sweep's run: its task of the array submitted for the sweep
+            task = options.array_task
+            link_task(task, run_dir, command)
+            return SlurmRuntime(
+                task.job_id, task.submitted_at, nodes, state="PENDING", token=task.token, job_name=task.job_name, output=task.output,
+            )  # fmt: skip
+        args = ["--parsable", f"--job-name={record.name}", f"--output={output_option(run_dir)}", *sbatch_options(spec, options)]
         # "--" ends sbatch's options: a last --sbatch-arg that wants a value it was not given
         # ("--comment") takes this one, never the batch file that follows. The token, new for
         # each submission, is in the job's command, which squeue shows and nobody can change
@@ -284,6 +285,34 @@ class SlurmBackend(BackendBase):
     def usage(self, record: JobRecord, run_dir: Path) -> Usage | None:
         return None  # on another machine: sstat could tell, at a cost to the controller
 
+    def batch(self, spec, store, name: str, indices: list[int], max_running: int | None) -> SlurmArray:
+        """A sweep's runs as one job array, submitted held (array.py)."""
+        self.preflight(spec, store)
+        return SlurmArray(self, spec, store, name, indices, max_running).submit()
+
+    def stop_together(self, runs: list[tuple[JobRecord, Path]]) -> list[str]:
+        """One scancel for each job array of these runs that still has a task of theirs queued or
+        running (each task is checked to be the run's, by squeue, as a lone job's stop does)."""
+        QUEUE.forget()
+        live: dict[str, str] = {}  # a task's id: its run's name
+        for record, run_dir in runs:
+            if not record.runtime:
+                continue
+            runtime = SlurmRuntime.of(record)
+            job = QUEUE.job(runtime.job_id, _identity(record, runtime, run_dir))
+            if job is not None and job.active:
+                live[job.job_id] = record.name
+        stopped: list[str] = []
+        for array in arrays_of(list(live)):
+            try:
+                run("scancel", array, timeout=30)
+            except SlurmCommandFailed as error:
+                if not (error.unknown_job or error.job_ending):
+                    raise InvalidOption(f"scancel refused job array {array}: {error.said}") from None
+            stopped += [name for job_id, name in live.items() if job_id.split("_")[0] == array]
+        QUEUE.forget()
+        return stopped
+
     def stop(self, record: JobRecord, run_dir: Path, container: bool = False) -> None:
         """scancel: a pending job is just cancelled; a running one gets TERM, and KILL after
         Slurm's KillWait. Returns once Slurm has it; the job's end is observed as usual. Only a
@@ -322,7 +351,9 @@ def output_option(run_dir: Path) -> str:
 
 
 def _identity(record: JobRecord, runtime: SlurmRuntime, run_dir: Path) -> JobIdentity:
-    return JobIdentity(record.name, runtime.submitted_at, output_option(run_dir), runtime.token or "")
+    """What tells the run's Slurm job: a lone job's name and log are the run's; a sweep's run's
+    task has its array's."""
+    return JobIdentity(runtime.job_name or record.name, runtime.submitted_at, runtime.output or output_option(run_dir), runtime.token or "")
 
 
 def _slurms_view(job_id: str, identity: JobIdentity, facts, run_dir: Path) -> SlurmJob | None:

@@ -4,7 +4,9 @@ the registry, and the files it keeps in a run directory. Read at %load_ext: its 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any
 
 from ...spec.options import (
     ENV,
@@ -57,6 +59,11 @@ class SlurmOptions(BackendOptions):
     qos: str | None = None
     sbatch_args: tuple[str, ...] = ()
     requeue: bool = False
+    # a sweep's run: its task of the sweep's job array (array.py), given by the sweep, never stored
+    array_task: Any = field(default=None, compare=False)
+
+    def stored(self) -> dict[str, Any]:
+        return BackendOptions.stored(dataclasses.replace(self, array_task=None))
 
 
 # its workdir is this machine's, which the nodes must see at the same path

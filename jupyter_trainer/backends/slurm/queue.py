@@ -45,8 +45,9 @@ SUBMIT_SLACK = 120.0  # seconds a submission time may be earlier than recorded (
 MAX_ANSWER_CHARS = 64 << 20  # an squeue answer past this is not read (a user's jobs take a few MB)
 
 # squeue -O: the name last, the one field a user's other jobs fill with anything (the command too)
-SQUEUE_FIELDS = ("JobID", "State", "Reason", "NodeList", "Partition", "SubmitTime", "RestartCnt", "TimeLimit", "UserID", "STDOUT", "Command", "Name")
-SACCT_FIELDS = ("JobIDRaw", "State", "Reason", "NodeList", "Partition", "Submit", "ExitCode", "Timelimit", "JobName")
+# (JobArrayID: a job's id, or an array's task as ARRAY_TASK, which -r lists one per line)
+SQUEUE_FIELDS = ("JobArrayID", "State", "Reason", "NodeList", "Partition", "SubmitTime", "RestartCnt", "TimeLimit", "UserID", "STDOUT", "Command", "Name")
+SACCT_FIELDS = ("JobID", "State", "Reason", "NodeList", "Partition", "Submit", "ExitCode", "Timelimit", "JobName")
 
 ACTIVE_STATES = {
     "PENDING", "CONFIGURING", "RUNNING", "COMPLETING", "SUSPENDED", "STOPPED", "SIGNALING", "STAGE_OUT", "RESIZING",
@@ -60,6 +61,7 @@ FINAL_STATES = {"BOOT_FAIL", "CANCELLED", "COMPLETED", "DEADLINE", "FAILED", "NO
 SQUEUE_JOB_ID = re.compile(r"\d{1,12}(?:_(?:\d{1,10}|\[[0-9,%\-]{1,200}\]))?(?:\+\d{1,6})?")
 STATE_WORD = re.compile(r"[A-Z][A-Z_]{0,31}")
 OUR_JOB_ID = re.compile(r"\d{1,12}")
+ARRAY_TASK_ID = re.compile(r"(\d{1,12})_(\d{1,10})")  # one task of a job array, as squeue -r and sacct name it
 
 
 @dataclass(frozen=True)
@@ -193,12 +195,13 @@ def parse_scontrol(output: str, job_id: str, identity: JobIdentity) -> SlurmJob 
     """`scontrol show job --oneliner ID`'s answer, if it is the job of `identity` (its name, which
     has no space, then the fields read: none of them a user's text). None: another job has the id."""
     line = output.split("\n", 1)[0]
-    prefix = f"JobId={job_id} JobName={identity.name} "
     # the command runs to the fields that follow it (its arguments are a user's text)
     command_at = line.find(" Command=")
     command = line[command_at + len(" Command=") :].split(" WorkDir=", 1)[0] if command_at >= 0 else ""
-    if not line.startswith(f"JobId={job_id} "):
+    head = _scontrol_head(job_id).match(line)
+    if head is None:
         raise UnusableAnswer("scontrol", f"no JobId={job_id} at its start")
+    prefix = f"{head.group(0)}JobName={identity.name} "
     if not line.startswith(prefix):
         return None
     values: dict[str, str] = {}
@@ -220,6 +223,15 @@ def parse_scontrol(output: str, job_id: str, identity: JobIdentity) -> SlurmJob 
     if job.user_id != str(os.getuid()) or not job.is_the_job(identity):
         return None
     return job
+
+
+def _scontrol_head(job_id: str) -> re.Pattern:
+    """What `scontrol show job` begins with for `job_id`: "JobId=ID ", or for an array's task
+    "JobId=ITS_OWN_ID ArrayJobId=ARRAY ArrayTaskId=TASK " (and its throttle, if set)."""
+    task = ARRAY_TASK_ID.fullmatch(job_id)
+    if task is None:
+        return re.compile(f"JobId={re.escape(job_id)} ")
+    return re.compile(rf"JobId=\d{{1,12}} ArrayJobId={task.group(1)} ArrayTaskId={task.group(2)} (?:ArrayTaskThrottle=\d{{1,10}} )?")
 
 
 def parse_sacct(output: str) -> dict[str, SlurmJob]:
@@ -249,7 +261,7 @@ def find_by_identity(identity: JobIdentity, timeout: float) -> SlurmJob | None:
     """The job squeue shows as the one of `identity`, asked now and alone (a submission that
     failed or was interrupted may have left it)."""
     separator = new_separator()
-    output = run("squeue", "--me", "--states=all", "--noheader", f"--name={identity.name}", "-O", squeue_format(separator), timeout=timeout)
+    output = run("squeue", "--me", "--states=all", "--array", "--noheader", f"--name={identity.name}", "-O", squeue_format(separator), timeout=timeout)
     return newest_of(parse_squeue(output, separator, str(os.getuid())).values(), identity)
 
 
@@ -352,7 +364,7 @@ class Queue:
             if stale:
                 try:
                     separator = new_separator()
-                    output = run("squeue", "--me", "--states=all", "--noheader", "-O", squeue_format(separator))
+                    output = run("squeue", "--me", "--states=all", "--array", "--noheader", "-O", squeue_format(separator))
                     jobs, error = parse_squeue(output, separator, str(os.getuid())), None
                 except Exception as failure:  # kept: every job of this poll is told the same
                     jobs, error = {}, failure

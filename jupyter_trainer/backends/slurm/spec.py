@@ -118,3 +118,18 @@ def check_gpus(gpus: str | None) -> None:
     """With --slurm, --gpus (checked first as every backend's) is a count of GPUs per node."""
     if gpus is not None and not GPUS.fullmatch(gpus):
         raise InvalidOption(f"with --slurm, --gpus is a count of GPUs per node (or TYPE:COUNT), not {gpus!r}", "for example --gpus 2")
+
+
+def sbatch_options(spec, options) -> list[str]:
+    """sbatch's options for the job besides its name and log: the same for a lone job and a
+    sweep's job array."""
+    nodes = options.nodes or 1
+    args = [f"--chdir={spec.workdir}", "--open-mode=append", "--export=ALL", f"--nodes={nodes}", "--requeue" if options.requeue else "--no-requeue"]
+    if nodes > 1:
+        args.append("--ntasks-per-node=1")
+    for flag, value in (("--partition", options.partition), ("--time", options.time), ("--account", options.account), ("--qos", options.qos)):
+        if value:
+            args.append(f"{flag}={value}")
+    if spec.gpus:
+        args.append(f"--gpus-per-node={spec.gpus}")
+    return args + list(options.sbatch_args)

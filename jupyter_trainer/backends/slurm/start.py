@@ -1,4 +1,5 @@
-"""Starts a Slurm job's supervisor on the batch node: `python3 -I -S slurm_start.py RUN_DIR NODES REQUEUE GRACE CMD...`.
+"""Starts a Slurm job's supervisor on the batch node: `python3 -I -S slurm_start.py RUN_DIR NODES REQUEUE GRACE CMD...`
+(a task of a sweep's job array gives no CMD: its run's `slurm_command` holds it).
 
 Copied into each run; runs alone on the node's python3 and imports nothing of ours. It
 
@@ -103,6 +104,10 @@ def main():
     run_dir, nodes, requeue, grace = sys.argv[1], int(sys.argv[2]), sys.argv[3] == "1", _grace(sys.argv[4])
     command = sys.argv[5:]
     try:
+        if not command:  # a task of a sweep's job array: its run's command is in the run
+            command = [os.fsdecode(word) for word in _read_secret(os.path.join(run_dir, "slurm_command"), True).split(b"\0")]
+            if command == [""]:
+                raise OSError("its slurm_command is missing or empty")
         env = json.loads(_read_secret(os.path.join(run_dir, "slurm_env"), requeue) or b"{}")
         given = _read_secret(os.path.join(run_dir, "slurm_notify"), requeue)
         restarts = int(os.environ.get("SLURM_RESTART_COUNT") or 0)

@@ -1,0 +1,164 @@
+"""A sweep on Slurm: one job array, `sbatch --array=0-(N-1)%K`, its task T the sweep's run T+1.
+
+The array is submitted held, before its runs are made. Each run is then made as any job is (its
+record, its run directory), knowing its task (`ArrayTask`, in its options): its launch writes the
+run's command into the run and links the array directory's entry T to the run directory. Once
+every run is made, the array is released; if one cannot be made, the array is cancelled.
+
+A task runs `slurm_array.sh ARRAY_DIR TOKEN NODES REQUEUE GRACE`, which finds its run directory by
+its task id and starts it as batch.sh starts a job. Its log is the run's own, through that link
+(`--output=ARRAY_DIR/%a/output.log`, which squeue shows as given). Every task's command holds the
+array's token, so each run's task is told from any other job as a lone job's is (queue.py).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import os
+import secrets
+import shutil
+import time
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+
+from ...core.files import write_private_file
+from ...core.store import LOG_FILE, JobStore
+from ...errors import InvalidOption, TrainerError
+from ..base import STOP_GRACE_SECONDS, BackendBase
+from ..host import _inherited_environment
+from .commands import SlurmCommandFailed, refused, run, sbatch_environment
+from .declared import SlurmOptions
+from .queue import ARRAY_TASK_ID, QUEUE
+from .spec import sbatch_options
+
+ARRAY_BATCH_FILE = "slurm_array.sh"  # in the array's directory: what each task runs
+COMMAND_FILE = "slurm_command"  # in an array task's run: its command, NUL-separated (start.py reads it)
+
+
+@dataclass(frozen=True)
+class ArrayTask:
+    """A run's place in its sweep's job array, known before the run is made."""
+
+    job_id: str  # ARRAY_TASK, as squeue -r, sacct and scancel name it
+    token: str
+    submitted_at: float
+    job_name: str  # the array's --job-name: the sweep's name
+    output: str  # the array's --output, as squeue shows it for every task
+    directory: str  # the array's directory, where the task's entry links to the run
+
+    @property
+    def task(self) -> int:
+        return int(self.job_id.rsplit("_", 1)[1])
+
+
+def array_spec(indices: list[int], max_running: int | None) -> str:
+    """sbatch's --array for these tasks: `0-11%3`, or `2,5,7%3` for some of them."""
+    ordered = sorted(indices)
+    if ordered == list(range(ordered[0], ordered[-1] + 1)):
+        tasks = f"{ordered[0]}-{ordered[-1]}" if len(ordered) > 1 else str(ordered[0])
+    else:
+        tasks = ",".join(map(str, ordered))
+    return f"{tasks}%{max_running}" if max_running else tasks
+
+
+def output_pattern(directory: Path) -> str:
+    """The array's --output: each task's log through its entry (sbatch reads % as its patterns)."""
+    return str(directory).replace("%", "%%") + f"/%a/{LOG_FILE}"
+
+
+class SlurmArray:
+    """One sweep's job array, submitted held (`submit`), then each run given its task."""
+
+    def __init__(self, backend: BackendBase, spec, store: JobStore, name: str, indices: list[int], max_running: int | None):
+        self.backend, self.spec, self.store, self.name = backend, spec, store, name
+        self.indices, self.max_running = indices, max_running
+        self.token = secrets.token_hex(16)
+        self.directory = store.sweep_files(name) / f"array-{self.token[:12]}"
+        self.job_id: str | None = None
+        self.submitted_at = 0.0
+
+    def submit(self) -> "SlurmArray":
+        options = self.spec.options if isinstance(self.spec.options, SlurmOptions) else SlurmOptions()
+        with self.store.writing():
+            self.store.sweeps_dir.mkdir(mode=0o700, exist_ok=True)
+            self.directory.parent.mkdir(mode=0o700, exist_ok=True)
+            self.directory.mkdir(mode=0o700)
+            source = resources.files("jupyter_trainer.backends.slurm").joinpath("array.sh").read_bytes()
+            write_private_file(self.directory / ARRAY_BATCH_FILE, source, durable=False)
+        args = [
+            "--parsable", "--hold", f"--array={array_spec(self.indices, self.max_running)}", f"--job-name={self.name}",
+            f"--output={output_pattern(self.directory)}", *sbatch_options(self.spec, options),
+            "--", str(self.directory / ARRAY_BATCH_FILE), str(self.directory), self.token, str(options.nodes or 1),
+            "1" if options.requeue else "0", str(STOP_GRACE_SECONDS),
+        ]  # fmt: skip
+        self.submitted_at = time.time()
+        try:
+            output = run("sbatch", *args, env=sbatch_environment(_inherited_environment()))
+        except SlurmCommandFailed as error:
+            self._remove_directory()
+            raise refused(error, f"sweep {self.name!r} as a job array") from None
+        except BaseException:
+            self._remove_directory()
+            raise
+        finally:
+            QUEUE.forget()
+        answer = output.strip().splitlines()[-1].split(";", 1)[0].strip() if output.strip() else ""
+        if not answer.isascii() or not answer.isdigit():
+            self._remove_directory()
+            raise InvalidOption(f"sbatch answered {answer[:80]!r}, not a job id", "check sbatch --parsable by hand on this machine")
+        self.job_id = answer
+        return self
+
+    def for_run(self, index: int, spec):
+        """The run's spec, with its task of the array."""
+        task = ArrayTask(f"{self.job_id}_{index}", self.token, self.submitted_at, self.name, output_pattern(self.directory), str(self.directory))
+        options = spec.options if isinstance(spec.options, SlurmOptions) else SlurmOptions()
+        return dataclasses.replace(spec, options=dataclasses.replace(options, array_task=task))
+
+    def release(self) -> None:
+        """Let the tasks run: every run has been made."""
+        try:
+            run("scontrol", "release", str(self.job_id), timeout=30)
+        except SlurmCommandFailed as error:
+            raise InvalidOption(
+                f"the job array {self.job_id} of sweep {self.name!r} is held and could not be released: {error.said}",
+                f"release it by hand: scontrol release {self.job_id}",
+            ) from None
+        finally:
+            QUEUE.forget()
+
+    def cancel(self) -> str:
+        """The whole array cancelled (a run could not be made): what came of it, in words."""
+        try:
+            run("scancel", str(self.job_id), timeout=30)
+        except (TrainerError, KeyboardInterrupt):
+            return f"its job array {self.job_id} could not be cancelled: scancel {self.job_id}"
+        finally:
+            QUEUE.forget()
+        return f"its job array {self.job_id} was cancelled"
+
+    def _remove_directory(self) -> None:
+        with contextlib.suppress(OSError):
+            shutil.rmtree(self.directory)
+
+
+def link_task(task: ArrayTask, run_dir: Path, command: list[str]) -> None:
+    """What a task needs of its run, written at the run's launch: its command, and the array
+    directory's entry that leads the task (and its log) to the run."""
+    write_private_file(run_dir / COMMAND_FILE, b"\0".join(os.fsencode(word) for word in command), durable=False)
+    entry = Path(task.directory) / str(task.task)
+    with contextlib.suppress(FileNotFoundError):
+        entry.unlink()
+    os.symlink(run_dir, entry)
+
+
+def arrays_of(job_ids: list[str]) -> list[str]:
+    """The job arrays these ids are tasks of, each once, in order."""
+    found: list[str] = []
+    for job_id in job_ids:
+        task = ARRAY_TASK_ID.fullmatch(job_id)
+        if task is not None and task.group(1) not in found:
+            found.append(task.group(1))
+    return found
