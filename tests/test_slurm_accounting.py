@@ -74,6 +74,23 @@ def test_jobs_the_controller_forgot_are_read_from_accounting_in_one_query(slurm,
     assert records["acct-cancelled"].reason == "cancelled by root"
 
 
+def test_a_sweeps_tasks_the_controller_forgot_are_read_from_accounting_by_their_array_ids(slurm, workdir):
+    from jupyter_trainer.backends import build_spec
+    from jupyter_trainer.jobs.sweeps import submit_sweep
+
+    script = "import sys, time\nprint('up', flush=True)\nif sys.argv[-1] == '1':\n    time.sleep(600)\nsys.exit(int(sys.argv[-1]) * 3 - 3)\n"
+    sweep = submit_sweep(build_spec(script, workdir=str(workdir), slurm=True), ["code=1,2"], name="acct-sweep")
+    waiting, failing = (each.job for each in sweep.submissions)
+    wait_for(lambda: "up" in waiting.logs(), timeout=60, what="the first task to start")
+    slurm.run("scancel", slurm_id(waiting), check=True)  # one task, from the shell
+    wait_for(lambda: forgotten(slurm, waiting, failing), timeout=90, interval=1, what="the controller to forget the tasks")
+    before = dict(commands.CALLS)
+    records = {record.name: record for record in refreshed_records()}
+    assert commands.CALLS["sacct"] - before.get("sacct", 0) == 1
+    assert records["acct-sweep-1"].status is Status.STOPPED and records["acct-sweep-1"].reason == "cancelled by root"  # accounting's word
+    assert records["acct-sweep-2"].status is Status.FAILED and records["acct-sweep-2"].exit_code == 3
+
+
 CHECKPOINTING = """\
 import os, time
 path = "checkpoint.txt"
