@@ -89,6 +89,20 @@ def load_sweep(store: JobStore, name: str) -> SweepRecord | None:
         raise TrainerError(f"the record of sweep {name!r} cannot be read ({exc})", f"inspect or remove {sweep_path(store, name)}") from None
 
 
+NOTIFIED_FILE = "notified"  # in the sweep's own files: what came of its --notify message (surfaces/sweep_notify.py)
+
+
+def sweep_notification(store: JobStore, name: str) -> dict | None:
+    """What came of the sweep's --notify message, once it was sent."""
+    from ..core.files import read_small
+
+    try:
+        found = json.loads(read_small(store.sweep_files(name) / NOTIFIED_FILE, 64 << 10))
+    except (OSError, ValueError):
+        return None
+    return found if isinstance(found, dict) else None
+
+
 def sweep_names(store: JobStore) -> list[str]:
     try:
         entries = (store.sweeps_dir).iterdir()
@@ -157,8 +171,10 @@ def submit_sweep(
     submissions = []
     try:
         for index, (run_name, values) in enumerate(zip(record.runs, params)):
+            # --notify tells of the whole sweep, once (surfaces/sweep_notify.py): no run of it tells its own end
             run_spec = dataclasses.replace(
                 spec, args=run_arguments(spec.args, values), params=tuple(values.items()), sweep=name, queue=queue, max_running=max_running,
+                notify=None,
             )  # fmt: skip
             if batch is not None and index in new:
                 run_spec = batch.for_run(index, run_spec)

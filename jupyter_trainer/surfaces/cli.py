@@ -346,6 +346,10 @@ def submit(args, script_args: list[str], store: JobStore, backends: Backends) ->
             spec, args.sweep, name=args.name, trials=args.trials, max_running=args.max_running, rerun=bool(args.rerun),
             store=store, backends=backends, label=Path(args.script).stem,
         )  # fmt: skip
+        if spec.notify:
+            from .sweep_notify import start
+
+            start(store, sweep.sweep.name, spec.notify)
         print(sweep.message)
         print(sweep_text(sweep.sweep.name, store, backends))
         return 0

@@ -392,6 +392,10 @@ class TrainerMagics(Magics):
             spec, args.sweep, name=args.name, trials=args.trials, max_running=args.max_running, rerun=bool(args.rerun),
             store=self._store(), backends=self.backends, label=label,
         )  # fmt: skip
+        if spec.notify:
+            from .sweep_notify import start
+
+            start(self._store(), sweep.sweep.name, spec.notify)
         print(sweep.message)
         self._show_sweep(sweep.sweep.name, widget=not args.no_widget and self.widget)
 

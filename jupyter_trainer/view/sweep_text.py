@@ -7,7 +7,7 @@ from ..core.record import JobRecord
 from ..core.store import JobStore
 from ..core.wording import readable
 from ..errors import TrainerError
-from ..jobs.sweeps import SweepRecord, load_sweep, progress_text, sweep_jobs, sweep_status
+from ..jobs.sweeps import SweepRecord, load_sweep, progress_text, sweep_jobs, sweep_notification, sweep_status
 from ..metrics.comparison import LOWEST, columns, direction, format_value
 from .compare_runs import ComparedRun, compare
 
@@ -41,6 +41,7 @@ def sweep_json(name: str, store: JobStore, backends, metric: str | None = None) 
         "name": sweep.name, "kind": "sweep", "status": sweep_status(records).value, "progress": progress_text(records),
         "backend": sweep.backend, "max_running": sweep.max_running, "metric": metric,
         "sweep": [{key: row[key] for key in ("name", "params", "status", "last", "best")} for row in rows],
+        **({"notification": told} if (told := sweep_notification(store, sweep.name)) is not None else {}),
     }  # fmt: skip
 
 
