@@ -23,9 +23,10 @@ REPO = Path(__file__).resolve().parent.parent
 
 def pytest_configure(config):
     config.pluginmanager.register(FileTimes(), "file_times")
-    # CPython 3.11.0 to 3.11.4 (Debian bookworm has 3.11.2) can crash pytest while it formats a
-    # failure (gh-106905, "AST constructor recursion depth mismatch"); Python's own tracebacks do not
-    if (3, 11) <= sys.version_info[:2] and sys.version_info < (3, 11, 5) and config.option.tbstyle == "auto":
+    # CPython 3.11 (Debian bookworm's 3.11.2, and 3.11.7 too) can crash pytest while it formats a
+    # failure (gh-106905, "AST constructor recursion depth mismatch"): under xdist the worker dies,
+    # the run stops there and says nothing of the tests it ran. Python's own tracebacks do not
+    if sys.version_info[:2] == (3, 11) and config.option.tbstyle == "auto":
         config.option.tbstyle = "native"
 
 
