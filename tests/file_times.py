@@ -44,7 +44,7 @@ EXPECTED_S: dict[str, float] = {
     "tests/test_real_outputs.py": 204,
     "tests/test_hostile.py": 166,
     "tests/test_restarts_hostile.py": 152,
-    "tests/test_slurm.py": 149,
+    "tests/test_slurm.py": 175,
     "tests/test_restarts.py": 121,
     "tests/test_slurm_accounting.py": 116,
     "tests/test_one_series.py": 109,
@@ -52,6 +52,7 @@ EXPECTED_S: dict[str, float] = {
     "tests/test_detached.py": 85,
     "tests/test_housekeeping.py": 66,
     "tests/test_sagemaker_hostile.py": 52,
+    "tests/test_sweep_many.py": 50,
 }
 DEFAULT_S = 30.0
 
