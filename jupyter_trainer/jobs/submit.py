@@ -72,6 +72,9 @@ def submit_detached(
     git, diff = git_state(local_directory(spec))  # before the claim: git may take a moment
 
     with store.claiming(name):  # looking for the name's runs and creating the next is one step
+        from .sweeps import refuse_sweep_name
+
+        refuse_sweep_name(store, name)
         store.remove_abandoned(name)  # what a submission killed half-way left: its run number is free again
         latest = store.latest_run(name)
         run = max(store.runs(name), default=0) + 1  # past a run directory an earlier version may be creating

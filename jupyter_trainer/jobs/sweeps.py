@@ -84,8 +84,11 @@ def load_sweep(store: JobStore, name: str) -> SweepRecord | None:
     except OSError as exc:
         raise TrainerError(f"cannot read sweep {name!r} ({exc.strerror or exc})") from None
     try:
-        return SweepRecord.from_json(data)
-    except (ValueError, TrainerError) as exc:
+        sweep = SweepRecord.from_json(data)
+        if sweep.name != name or sweep.runs != [f"{name}-{index}" for index in range(1, len(sweep.runs) + 1)]:
+            raise ValueError(f"it names other runs than {name}-1 ... {name}-{len(sweep.runs)}")  # never another job's
+        return sweep
+    except (ValueError, TrainerError, RecursionError) as exc:
         raise TrainerError(f"the record of sweep {name!r} cannot be read ({exc})", f"inspect or remove {sweep_path(store, name)}") from None
 
 
@@ -150,9 +153,16 @@ def submit_sweep(
     if len(f"{name}-{len(params)}") > 63:
         raise InvalidOption(f"sweep name {name!r} is too long for its runs' names ({name}-{len(params)})", "choose a shorter --name")
     record = SweepRecord(name, [f"{name}-{index}" for index in range(1, len(params) + 1)], params, max_running, backend=spec.backend)
+    data = record.to_json()
+    if len(data) > SWEEP_FILE_LIMIT:  # written, it could not be read back: its runs would be strays
+        raise InvalidOption(
+            f"the sweep's values take {len(data) >> 20} MiB, more than the {SWEEP_FILE_LIMIT >> 20} MiB a sweep may hold",
+            "sweep fewer or shorter values (a long value can be a file the script reads, named by a short one)",
+        )
     with store.claiming(name):  # a job of that name cannot be made meanwhile, nor the sweep twice
         if store.runs(name):
             raise NameInUse(f"{name!r} is the name of a job, not of a sweep", "choose another --name for the sweep")
+        refuse_run_names(store, name, record.runs)
         before = load_sweep(store, name)
         if before is not None and (before.runs, before.params) != (record.runs, record.params) and not rerun:
             raise NameInUse(
@@ -161,7 +171,7 @@ def submit_sweep(
             )
         with store.writing():
             (store.sweeps_dir).mkdir(mode=0o700, parents=True, exist_ok=True)
-            write_private_file(sweep_path(store, name), record.to_json())
+            write_private_file(sweep_path(store, name), data)
     # the runs not made yet (a re-run cell attaches to the others), submitted as one thing of the
     # runtime's own where it has one (a Slurm job array, which bounds how many run at once itself)
     backend = backends.get(spec.backend)
@@ -189,6 +199,41 @@ def submit_sweep(
     if batch is not None:
         batch.release()
     return SweepSubmission(record, submissions)
+
+
+def refuse_run_names(store: JobStore, name: str, runs: list[str]) -> None:
+    """A sweep's name and its runs' names are no other sweep's: a sweep NAME-3 beside sweep NAME's
+    run NAME-3 would leave one of them unreachable by name (status, stop and rm find the job)."""
+    prefix, _, number = name.rpartition("-")
+    if prefix and number.isdigit() and _is_name(prefix):
+        other = load_sweep_or_none(store, prefix)
+        if other is not None and name in other.runs:
+            raise NameInUse(f"{name!r} is the name of a run of sweep {prefix!r}", "choose another --name for the sweep")
+    taken = next((run for run in runs if sweep_path(store, run).exists()), None)
+    if taken is not None:
+        raise NameInUse(f"the sweep's run {taken!r} would have the name of a sweep", "choose another --name for the sweep")
+
+
+def refuse_sweep_name(store: JobStore, name: str) -> None:
+    """A job may not take a sweep's name (under the name's claim): the sweep would be hidden by it."""
+    if sweep_path(store, name).exists():
+        raise NameInUse(f"{name!r} is the name of a sweep", f"choose another --name, or remove the sweep first: jupyter-trainer rm {name}")
+
+
+def _is_name(name: str) -> bool:
+    try:
+        validate_name(name)
+    except TrainerError:
+        return False
+    return True
+
+
+def load_sweep_or_none(store: JobStore, name: str) -> SweepRecord | None:
+    """The sweep, or None if there is none or its record cannot be read."""
+    try:
+        return load_sweep(store, name)
+    except TrainerError:
+        return None
 
 
 def sweep_jobs(store: JobStore, sweep: SweepRecord, backends: _backends.Backends | None = None) -> list[Job | TrainerError]:

@@ -30,6 +30,7 @@ import json
 import math
 import random
 import re
+import unicodedata
 
 from ..errors import InvalidOption
 
@@ -70,6 +71,12 @@ def _values(key: str, text: str) -> list[str]:
         raise InvalidOption(f"--sweep {key} has an empty value", f"list its values: --sweep {key}=V1,V2")
     if any(len(value) > MAX_VALUE_CHARS or "\0" in value for value in values):
         raise InvalidOption(f"--sweep {key} has a value longer than {MAX_VALUE_CHARS} characters, or a NUL")
+    # a newline or an escape in a value would break the runs' table, and the terminal showing it
+    odd = next((value for value in values if any(unicodedata.category(char) == "Cc" for char in value)), None)
+    if odd is not None:
+        raise InvalidOption(f"--sweep {key} has a value with a control character ({odd[:40]!r})", "give values on one line, without tabs or escapes")
+    if any(value in ("Infinity", "-Infinity", "NaN") for value in values) and text.startswith("["):
+        raise InvalidOption(f"--sweep {key}=[...] has a number that is not finite")
     return values
 
 
