@@ -3,6 +3,7 @@ too large to read back, a sweep's record corrupted or pointing at other jobs. Ea
 line, and the store is left as it was."""
 
 import json
+import os
 import subprocess
 import sys
 
@@ -88,3 +89,23 @@ def test_a_deeply_nested_sweep_record_is_one_line(home):
     sweep_path(store, "deep").parent.mkdir(parents=True)
     sweep_path(store, "deep").write_text("[" * 200_000)
     assert "cannot be read" in one_line_error(cli("status", "deep"))
+
+
+def test_a_sweep_asks_git_once_for_all_its_runs(home, store, workdir, backends, tmp_path, monkeypatch):
+    """In a repository whose git is slow (a huge diff, a slow disk: each ask bounded at seconds), a
+    sweep of many runs asked it once per run: minutes before its last run was made."""
+    subprocess.run(["git", "init", "-q", str(workdir)], check=True)
+    (workdir / "t.py").write_text("print(1)\n")
+    subprocess.run(["git", "-C", str(workdir), "add", "t.py"], check=True)
+    subprocess.run(["git", "-C", str(workdir), "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "t"], check=True)
+    real = subprocess.run(["which", "git"], capture_output=True, text=True, check=True).stdout.strip()
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "git").write_text(f"#!/bin/sh\necho \"$*\" >> {tmp_path / 'asked'}\nexec {real} \"$@\"\n")
+    (bin_dir / "git").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
+    spec = DetachedSpec(script="print(1)", backend="fake", workdir=str(workdir))
+    sweep = submit_sweep(spec, ["x=1,2,3,4"], name="g", store=store, backends=backends)
+    asked = (tmp_path / "asked").read_text().splitlines()
+    assert sum("rev-parse" in line for line in asked) == 1, asked
+    assert all(each.job.record.provenance["git"]["commit"] for each in sweep.submissions)

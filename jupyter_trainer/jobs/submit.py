@@ -53,6 +53,7 @@ def submit_detached(
     store: JobStore | None = None,
     backends: _backends.Backends | None = None,
     label: str | None = None,
+    git: tuple[dict | None, bytes] | None = None,
 ) -> Submission:
     """Launch `spec` as job `name` (default: `label`, the notebook's or script's name, and a hash
     of the cell), or attach to the job this very cell already started."""
@@ -69,7 +70,8 @@ def submit_detached(
         named_by = _without_text(spec).fingerprint(store.fingerprint_key()) if in_place else fingerprint
         name = _named_before(store, fingerprint) or default_name(label, named_by)
     validate_name(name)
-    git, diff = git_state(local_directory(spec))  # before the claim: git may take a moment
+    # before the claim: git may take a moment (a sweep asks once, for all its runs: `git`)
+    git, diff = git if git is not None else git_state(local_directory(spec))
 
     with store.claiming(name):  # looking for the name's runs and creating the next is one step
         from .sweeps import refuse_sweep_name

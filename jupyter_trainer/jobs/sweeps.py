@@ -29,6 +29,7 @@ from ..errors import InvalidOption, NameInUse, TrainerError
 from ..spec.job_spec import DetachedSpec
 from ..spec.sweep import parse_axes, run_arguments, runs_of
 from .job import Job
+from .provenance import git_state, local_directory
 from .submit import Submission, submit_detached
 
 SWEEP_FILE_LIMIT = 4 << 20  # 1000 runs and their values
@@ -178,6 +179,7 @@ def submit_sweep(
     new = [index for index, run_name in enumerate(record.runs) if rerun or not store.runs(run_name)]
     batch = backend.batch(spec, store, name, new, max_running) if new and backend.batches_sweeps else None
     queue = sweep_queue(store, name) if max_running and not backend.batches_sweeps else spec.queue
+    git = git_state(local_directory(spec)) if new else None  # once: each run was made from the same tree
     submissions = []
     try:
         for index, (run_name, values) in enumerate(zip(record.runs, params)):
@@ -188,7 +190,7 @@ def submit_sweep(
             )  # fmt: skip
             if batch is not None and index in new:
                 run_spec = batch.for_run(index, run_spec)
-            submissions.append(submit_detached(run_spec, name=run_name, rerun=rerun, store=store, backends=backends, label=label))
+            submissions.append(submit_detached(run_spec, name=run_name, rerun=rerun, store=store, backends=backends, label=label, git=git))
     except BaseException as error:
         if batch is not None:
             said = batch.cancel()
