@@ -141,6 +141,9 @@ class JobStore:
         backend keeps for it (a Slurm job array's links to its runs), removed with it."""
         return self.home / SWEEPS_DIR
 
+    def sweep_record(self, name: str) -> Path:
+        return self.sweeps_dir / f"{validate_name(name, 'sweep name')}.json"
+
     def sweep_files(self, name: str) -> Path:
         return self.sweeps_dir / f"{validate_name(name, 'sweep name')}.d"
 

@@ -71,7 +71,7 @@ class SweepRecord:
 
 
 def sweep_path(store: JobStore, name: str) -> Path:
-    return store.sweeps_dir / f"{validate_name(name, 'sweep name')}.json"
+    return store.sweep_record(name)
 
 
 def load_sweep(store: JobStore, name: str) -> SweepRecord | None:
@@ -214,12 +214,6 @@ def refuse_run_names(store: JobStore, name: str, runs: list[str]) -> None:
     taken = next((run for run in runs if sweep_path(store, run).exists()), None)
     if taken is not None:
         raise NameInUse(f"the sweep's run {taken!r} would have the name of a sweep", "choose another --name for the sweep")
-
-
-def refuse_sweep_name(store: JobStore, name: str) -> None:
-    """A job may not take a sweep's name (under the name's claim): the sweep would be hidden by it."""
-    if sweep_path(store, name).exists():
-        raise NameInUse(f"{name!r} is the name of a sweep", f"choose another --name, or remove the sweep first: jupyter-trainer rm {name}")
 
 
 def _is_name(name: str) -> bool:
