@@ -202,9 +202,10 @@ def test_the_view_draws_one_curve_per_job_with_its_colour_legend_and_row(store, 
     append(c, "hello\n")
     view = view_of([ComparedRun(a), ComparedRun(b), ComparedRun(c)], clock=lambda: 0.0)
     html = view.body.value
-    assert html.count("<polyline") == 2 and html.count("<svg") == 1
+    # a raw line per job at each scale, linear and log (the smoothed ones beside them: test_charts.py)
+    assert html.count('<polyline class="jt-line jt-raw') == 4 and html.count("<svg") == 1
     for colour in RUN_PALETTE[:2]:
-        assert f"stroke:{colour}" in html and f"fill:{colour}" in html  # the line and its legend swatch
+        assert f"stroke:{colour}" in html and f"color:{colour}" in html  # the line and its legend swatch
     assert f"background:{RUN_PALETTE[2]}" in html  # the empty job's key in the table
     text = text_of(html)
     assert "loss of 3 jobs" in text and "x: step" in text
@@ -445,6 +446,6 @@ def test_ticked_rows_of_the_jobs_table_are_compared_below_it(store, fake_backend
     button.click()
     view = table.compared
     assert isinstance(view, CompareWidget) and [run.label for run in view.runs] == ["t1", "t3"]
-    assert view.body.value.count("<polyline") == 2
+    assert view.body.value.count('<g class="jt-run-') == 4  # two jobs' lines, at two scales
     table.rows[("t1", 1)].pick.value = False
     assert button.disabled and button.description == "Compare"

@@ -197,7 +197,7 @@ def test_a_chart_of_hundreds_of_curves_stays_small_and_keeps_their_spikes():
     left, top, width = (float(group) for group in frame.groups())
 
     def drawn(name):
-        points = re.search(r'points="([^"]*)"><title>' + name + "</title>", shown)[1]
+        points = re.search(r"<title>" + name + r'</title><polyline class="[^"]*" points="([^"]*)"', shown)[1]
         return [tuple(map(float, pair.split(","))) for pair in points.split()]
 
     assert min(y for _, y in drawn("job-7")) == top  # the spike (the highest value) is still drawn

@@ -13,9 +13,11 @@ from __future__ import annotations
 
 import html
 import math
+from collections.abc import Collection
 
 from ..metrics.names import AXIS_TITLES, twin_key
 from ..metrics.series import MetricSeries, _finite
+from .chart_controls import SMOOTHING, ChartControls, controls_html, ema
 
 # Colours that read on a light and on a dark background alike (and tell a metric from its twin).
 PALETTE = ("#3b82f6", "#ef4444", "#22a06b", "#f59e0b", "#a855f7", "#ec4899")
@@ -26,7 +28,9 @@ LEGEND_LINE = 15  # pixels between two lines of a legend that wraps
 LEGEND_CHAR = 7  # about how wide a legend's character is, in pixels
 MAX_CHARTS = 6  # charts a view draws at once
 LOG_SCALE_SPAN = 100  # a chart goes logarithmic when its positive values span more than this factor
-HOVER_BANDS = 48  # vertical strips of a chart, each with a tooltip of the values nearest to it
+SMOOTH_POINTS = 150  # points of a smoothed curve at most (it has no spike to keep)
+HOVER_BANDS = 48
+HIDDEN = ' display="none"'  # an alternative not shown by default: a presentation attribute, so any CSS rule overrides it  # vertical strips of a chart, each with a tooltip of the values nearest to it
 
 
 def _format(value: float) -> str:
@@ -105,15 +109,23 @@ def uses_log_scale(ys: list[float]) -> bool:
 
 def chart_svg(
     title: str, axis: str, curves: list[tuple[str, list[tuple[float, float]], str]], width: int = 360, height: int = 170,
-    wrap_legend: bool = False,
+    wrap_legend: bool = False, controls: ChartControls | None = None, smooth_points: int = SMOOTH_POINTS,
+    smoothed_runs: Collection[int] | None = None,
 ) -> str:
     """One chart: each curve (name, points, colour) over one x axis; its range, its latest values,
     what x is. Any numbers give coordinates inside the chart: values that are not finite (which a
     metrics cache on disk could hold) are left out. `wrap_legend`: the legend goes on as many
-    lines as its entries need (a chart of many runs), the plot below it."""
+    lines as its entries need (a chart of many runs), the plot below it.
+
+    With `controls` (see chart_controls.py) the chart is HTML: a bar of y scale and smoothing, a
+    legend whose entries hide their run, and the SVG with every alternative drawn (the smoothed
+    curves at `smooth_points` points at most each; only those of `smoothed_runs`, by place, if
+    given), the default view shown."""
     left, right, top, bottom = 58, 10, 22, 32
     curves = [(name, [(x, y) for x, y in points if _finite(x) and _finite(y)], colour) for name, points, colour in curves]
-    if wrap_legend:
+    if controls is not None:
+        top = 10
+    elif wrap_legend:
         rows = _legend_rows(curves, width - left - right)
         top += LEGEND_LINE * (len(rows) - 1)
         height += LEGEND_LINE * (len(rows) - 1)
@@ -124,62 +136,146 @@ def chart_svg(
         f'viewBox="0 0 {width} {height}" role="img" aria-label="{label}" class="jt-chart">'
     )
     frame = f'<rect class="jt-frame" x="{left}" y="{top}" width="{plot_w}" height="{plot_h}"/>'
-    legend = "".join(
-        f'<tspan class="jt-swatch" style="fill:{html.escape(colour)}">■</tspan>'
-        f'<tspan class="jt-name"> {html.escape(name)}</tspan> {_format(points[-1][1]) if points else "no finite value"}  '
-        for name, points, colour in curves
-    )
-    legend_svg = f'<text class="jt-legend" x="{left}" y="14">{legend}</text>'
-    if wrap_legend:
+    if controls is not None:
+        legend_svg = ""
+    elif wrap_legend:
         legend_svg = "".join(
             f'<text class="jt-legend" x="{left}" y="{14 + LEGEND_LINE * index}">{"".join(_legend_entry(*curve, gap=bool(at)) for at, curve in enumerate(row))}</text>'
             for index, row in enumerate(rows)
         )
+    else:
+        legend = "".join(
+            f'<tspan class="jt-swatch" style="fill:{html.escape(colour)}">■</tspan>'
+            f'<tspan class="jt-name"> {html.escape(name)}</tspan> {_format(points[-1][1]) if points else "no finite value"}  '
+            for name, points, colour in curves
+        )
+        legend_svg = f'<text class="jt-legend" x="{left}" y="14">{legend}</text>'
     everything = [point for _, points, _ in curves for point in points]
     if not everything:
-        return head + legend_svg + frame + "</svg>"
+        return _with_controls(head + legend_svg + frame + "</svg>", curves, controls, False, width)
     xs = [x for x, _ in everything]
     ys = [y for _, y in everything]
     x0, x1 = min(xs), max(xs)
     logarithmic = uses_log_scale(ys)
+    box = (left, top, plot_w, plot_h)
+    x_axis = _x_ticks_svg(nice_ticks(x0, x1), (x0, x1), left, top, plot_w, plot_h)
+    if controls is None:
+        y_axis, lines = _layer(curves, logarithmic, axis, (x0, x1), ys, box)
+        layers = y_axis + x_axis + lines
+    else:  # both scales (log where every value is positive), the one the chart chose shown
+        scales = [False, True] if min(ys) > 0 else [False]
+        smoothed = [
+            _smoothed(points, smooth_points) if smoothed_runs is None or index in smoothed_runs else []
+            for index, (_, points, _) in enumerate(curves)
+        ]
+        layers = x_axis + "".join(
+            f'<g class="jt-scale-{"log" if log else "lin"}"{"" if log == logarithmic else HIDDEN}>'
+            + "".join(_layer(curves, log, axis, (x0, x1), ys, box, smoothed))
+            + "</g>"
+            for log in scales
+        )
+    svg = head + legend_svg + frame + layers + _hover_bands(curves, x0, x1, left, top, plot_w, plot_h, axis) + "</svg>"
+    return _with_controls(svg, curves, controls, min(ys) > 0, width)
+
+
+def _layer(curves, logarithmic: bool, axis: str, x_range, ys: list[float], box, smoothed: list | None = None) -> tuple[str, str]:
+    """What a y scale draws: its ticks and grid with the axis title, and the curves (with `smoothed`,
+    each curve's points at each smoothing level after the first, drawn but not shown: see
+    chart_controls.py)."""
+    left, top, plot_w, plot_h = box
+    x0, x1 = x_range
     scale = math.log10 if logarithmic else (lambda value: value)
     y0, y1 = (math.log10(min(ys)), math.log10(max(ys))) if logarithmic else _value_range(ys)
 
     def position(x: float, y: float) -> tuple[float, float]:
         return left + _fraction(x, x0, x1) * plot_w, top + (1 - _fraction(scale(y), y0, y1)) * plot_h
 
+    def polyline(points, css: str, hidden: bool = False) -> str:
+        path = " ".join(f"{px:.1f},{py:.1f}" for px, py in (position(x, y) for x, y in points))
+        return f'<polyline class="{css}"{HIDDEN if hidden else ""} points="{path}"/>'
+
     lines = []
-    for name, points, colour in curves:
+    for index, (name, points, colour) in enumerate(curves):
         if not points:
             continue
-        path = " ".join(f"{px:.1f},{py:.1f}" for px, py in (position(x, y) for x, y in points))
-        lines.append(f'<polyline class="jt-line" style="stroke:{html.escape(colour)}" points="{path}"><title>{html.escape(name)}</title></polyline>')
+        levels = smoothed[index] if smoothed else []
+        drawn = [polyline(points, "jt-line jt-raw jt-smoothed" if levels else "jt-line")]
         if len(points) == 1:  # a one-point line draws nothing: show the point
             px, py = position(*points[0])
-            lines.append(f'<circle cx="{px:.1f}" cy="{py:.1f}" r="2.5" style="fill:{html.escape(colour)}"/>')
+            drawn.append(f'<circle cx="{px:.1f}" cy="{py:.1f}" r="2.5" style="fill:{html.escape(colour)}"/>')
+        drawn += [polyline(kept, f"jt-line jt-sm{level}", hidden=True) for level, kept in enumerate(levels, 1)]
+        # the colour and the name (the tooltip over the line) once for the run's lines
+        group = f'<g class="jt-run-{index}" style="stroke:{html.escape(colour)}"><title>{html.escape(name)}</title>'
+        lines.append(group + "".join(drawn) + "</g>")
+    ticks = log_ticks(min(ys), max(ys)) if logarithmic else nice_ticks(y0, y1)
     axis_title = AXIS_TITLES.get(axis, axis) + (" · log scale" if logarithmic else "")
-    axes = _ticks_svg(
-        log_ticks(min(ys), max(ys)) if logarithmic else nice_ticks(y0, y1), nice_ticks(x0, x1), position, (x0, x1), (min(ys), max(ys)),
-        left, top, plot_w, plot_h,
+    return (
+        _y_ticks_svg(ticks, position, x0, (min(ys), max(ys)), left, plot_w)
+        + f'<text class="jt-axis-title" x="{left + plot_w / 2:.0f}" y="{top + plot_h + 28}" text-anchor="middle">{html.escape(axis_title)}</text>',
+        "".join(lines),
     )
-    axes += f'<text class="jt-axis-title" x="{left + plot_w / 2:.0f}" y="{height - 4}" text-anchor="middle">{html.escape(axis_title)}</text>'
-    return head + legend_svg + frame + axes + "".join(lines) + _hover_bands(curves, x0, x1, left, top, plot_w, plot_h, axis) + "</svg>"
 
 
-def _ticks_svg(y_ticks, x_ticks, position, x_range, y_range, left, top, plot_w, plot_h) -> str:
-    """Round values along each axis, with faint grid lines across the plot; where an axis has fewer
-    than two round values inside its range, its two ends instead."""
+def _smoothed(points: list[tuple[float, float]], most: int) -> list[list[tuple[float, float]]]:
+    """The curve at each smoothing level after the first (none for a curve of two points or fewer),
+    at most `most` points each."""
+    if len(points) <= 2:
+        return []
+    xs = [x for x, _ in points]
+    return [_evenly(list(zip(xs, ema([y for _, y in points], weight))), most) for weight in SMOOTHING[1:]]
+
+
+def _evenly(points: list[tuple[float, float]], most: int) -> list[tuple[float, float]]:
+    """At most `most` of the points, evenly spaced in order, the first and the last kept (a smoothed
+    curve has no spike to keep)."""
+    if len(points) <= most:
+        return points
+    step = (len(points) - 1) / max(1, most - 1)
+    return [points[round(index * step)] for index in range(most)]
+
+
+def _with_controls(svg: str, curves, controls: ChartControls | None, log_possible: bool, width: int) -> str:
+    """The chart alone, or with its control bar and a legend whose entries hide their run."""
+    if controls is None:
+        return svg
+    keys = []
+    for index, (name, points, colour) in enumerate(curves):
+        latest = _format(points[-1][1]) if points else "no value"
+        entry = (
+            f'<span class="jt-swatch" style="color:{html.escape(colour)}">■</span> <span class="jt-name">{html.escape(name)}</span> {latest}'
+        )
+        if index < controls.hideable:
+            keys.append(
+                f'<label class="jt-key jt-key-{index}" for="{controls.input_id(f"h{index}")}" title="hide or show {html.escape(name)}">{entry}</label>'
+            )
+        else:
+            keys.append(f'<span class="jt-key">{entry}</span>')
+    return (
+        f'<div class="jt-plot jt-slot-{controls.slot}" style="width:{width}px">' + controls_html(controls, log_possible)
+        + f'<div class="jt-legend jt-keys">{"".join(keys)}</div>' + svg + "</div>"
+    )
+
+
+def _y_ticks_svg(y_ticks, position, x0: float, y_range, left, plot_w) -> str:
+    """Round values along the y axis, with faint grid lines across the plot; where it has fewer than
+    two round values inside its range, its two ends instead."""
     parts = []
     if len(y_ticks) < 2:
         y_ticks = list(y_range)
-    if len(x_ticks) < 2:
-        x_ticks = list(x_range)
     for value in y_ticks:
-        _, py = position(x_range[0], value)
+        _, py = position(x0, value)
         parts.append(f'<line class="jt-grid" x1="{left}" x2="{left + plot_w}" y1="{py:.1f}" y2="{py:.1f}"/>')
         parts.append(f'<text class="jt-tick" x="{left - 4}" y="{py + 3:.1f}" text-anchor="end">{_tick(value)}</text>')
-    for index, value in enumerate(x_ticks):
-        px, _ = position(value, y_range[0])
+    return "".join(parts)
+
+
+def _x_ticks_svg(x_ticks, x_range, left, top, plot_w, plot_h) -> str:
+    """The same along the x axis (which every scale of the y axis shares)."""
+    parts = []
+    if len(x_ticks) < 2:
+        x_ticks = list(x_range)
+    for value in x_ticks:
+        px = left + _fraction(value, *x_range) * plot_w
         anchor = "start" if px <= left + 1 else "end" if px >= left + plot_w - 1 else "middle"
         parts.append(f'<line class="jt-grid" x1="{px:.1f}" x2="{px:.1f}" y1="{top}" y2="{top + plot_h}"/>')
         parts.append(f'<text class="jt-tick" x="{px:.1f}" y="{top + plot_h + 12}" text-anchor="{anchor}">{_tick(value)}</text>')

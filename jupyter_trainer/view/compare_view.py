@@ -21,7 +21,8 @@ from typing import Callable
 from ..core.record import Status
 from ..jobs.status_checks import wait_for_answers
 from ..metrics import comparison as rules
-from .charts import RUN_PALETTE, chart_svg
+from .chart_controls import HOST, STATE, ChartControls, new_prefix, state_html
+from .charts import RUN_PALETTE, SMOOTH_POINTS, chart_svg
 from .compare_runs import ComparedRun, Comparison, compare, what_differs
 from .job_html import STATUS_COLOURS, STYLE, describe, error_html
 from .poller import PolledView
@@ -33,6 +34,12 @@ CHART_WIDTH, CHART_HEIGHT = 640, 260
 # browser at every update and drawn in about a second (a few pixels of width per point at most)
 CHART_POINTS = 8000
 MIN_CURVE_POINTS = 32
+# the smoothed curves' points in all, at each of two levels and two scales (see chart_controls.py):
+# a smoothed curve has no spike to keep, so a few dozen points draw it; of a hundred runs at most,
+# the best ones (the others' raw lines stay as they are when smoothing is chosen)
+SMOOTHED_POINTS = 1200
+MIN_SMOOTHED_POINTS = 12
+HIDEABLE_RUNS = 256  # runs the legend can hide (each has a checkbox and two rules, sent once)
 
 COMPARE_STYLE = """<style>
 .jupyter-trainer-compare .widget-html-content { line-height: 1.4; }
@@ -50,11 +57,13 @@ COMPARE_STYLE = """<style>
 
 def comparison_html(
     comparison: Comparison, statuses: list[Status], asking: list[str] | None = None, params: list[dict] | None = None, most_rows: int | None = None,
+    controls: ChartControls | None = None,
 ) -> str:
     """The chart, the notes and the table of a comparison (`asking`: what each job's status check
     under way says, if any; `params`: each run's values, shown as columns of their own, and the
     best run marked, as a sweep's view shows them; `most_rows`: the table's rows at most, the best
-    and the unfinished first). Everything a job controls is escaped."""
+    and the unfinished first; `controls`: the chart's smoothing, scale and legend, see
+    chart_controls.py). Everything a job controls is escaped."""
     colours = [RUN_PALETTE[index % len(RUN_PALETTE)] for index in range(len(comparison.rows))]
     best = best_row(comparison) if params is not None else None
     if best is not None:
@@ -71,9 +80,18 @@ def comparison_html(
     if comparison.note:
         parts.append(f'<div class="jt-compare-note">{html.escape(comparison.note)}</div>')
     if metric is not None:
-        most = max(MIN_CURVE_POINTS, CHART_POINTS // max(1, len(comparison.curves)))
+        # with controls each curve is drawn at both scales (see chart_controls.py): half as many points each
+        scales = 2 if controls else 1
+        most = max(MIN_CURVE_POINTS // scales, CHART_POINTS // max(1, len(comparison.curves) * scales))
         curves = [(label, thinned(points, most), colour) for (label, points), colour in zip(comparison.curves, colours)]
-        parts.append(chart_svg(metric, comparison.axis, curves, CHART_WIDTH, CHART_HEIGHT, wrap_legend=True))
+        smoothed = ranked_rows(comparison)[: SMOOTHED_POINTS // MIN_SMOOTHED_POINTS]
+        smooth = min(SMOOTH_POINTS, max(MIN_SMOOTHED_POINTS, SMOOTHED_POINTS // max(1, len(smoothed))))
+        parts.append(
+            chart_svg(
+                metric, comparison.axis, curves, CHART_WIDTH, CHART_HEIGHT, wrap_legend=True, controls=controls,
+                smooth_points=smooth, smoothed_runs=set(smoothed),
+            )
+        )
     parts.append(table_html(comparison, statuses, colours, asking, params, best, most_rows))
     notes = rules.notes(comparison.rows)  # the comparison's own note is under its title
     if len(comparison.rows) > len(RUN_PALETTE):
@@ -105,6 +123,22 @@ def best_row(comparison: Comparison) -> int | None:
     if way is None or not found:
         return None
     return (min(found) if way == "lowest" else max(found, key=lambda pair: (pair[0], -pair[1])))[1]
+
+
+def ranked_rows(comparison: Comparison) -> list[int]:
+    """The rows from the best value of the metric to the worst (where its name says which way is
+    best; else in their order), those with no value last: the runs smoothed first."""
+    way = rules.direction(comparison.metric) if comparison.metric else None
+    order = list(range(len(comparison.rows)))
+    if way is None:
+        return order
+
+    def key(index: int) -> tuple[bool, float]:
+        best = comparison.rows[index].best
+        known = best is not None and math.isfinite(best)
+        return (not known, (best if way == "lowest" else -best) if known else 0.0)
+
+    return sorted(order, key=key)
 
 
 def table_html(
@@ -161,11 +195,16 @@ class CompareWidget(PolledView):
         self._lock = threading.RLock()  # the poller's thread and the kernel's (the first push) both draw
         self.last_push = float("-inf")
         self._dirty = True
-        self.style = widgets.HTML(STYLE + COMPARE_STYLE, layout={"display": "none"})
+        # the chart's choices live in the style's element, which is never redrawn: the chart's
+        # labels toggle them, and a choice outlives the updates that redraw the chart
+        self.controls = ChartControls(new_prefix(), 0, min(len(runs), HIDEABLE_RUNS))
+        self.style = widgets.HTML(STYLE + COMPARE_STYLE + state_html([self.controls]), layout={"display": "none"})
+        self.style.add_class(STATE)
         self.body = widgets.HTML()
         self.box = widgets.VBox([self.style, self.body], layout={"padding": "6px", "width": "100%"})
         self.box.add_class("jupyter-trainer-job")  # the views' colours and theme variables
         self.box.add_class("jupyter-trainer-compare")
+        self.box.add_class(HOST)
         # the statuses as the backends say them now, if they answer within a moment
         for index, run in enumerate(runs):
             self._step(index, "cannot check its status", lambda run=run: run.ask_status() and False)
@@ -242,7 +281,9 @@ class CompareWidget(PolledView):
     def _push(self) -> None:
         comparison = compare(self.runs, self.metric, self.by_time)
         differs = what_differs([run.record for run in self.runs])  # what tells the runs apart, as columns
-        value = comparison_html(comparison, [run.record.status for run in self.runs], self._asking, differs if differs and differs[0] else None)
+        value = comparison_html(
+            comparison, [run.record.status for run in self.runs], self._asking, differs if differs and differs[0] else None, controls=self.controls,
+        )
         value += "".join(error_html(error) for error in self.errors.values())
         if value != self.body.value:
             self.body.value = value

@@ -69,7 +69,7 @@ class SweepWidget(CompareWidget):
     def _push(self) -> None:
         comparison = compare(self.runs, self.metric, self.by_time)
         statuses = [run.record.status for run in self.runs]
-        value = comparison_html(comparison, statuses, self._asking, self.params, MOST_ROWS)
+        value = comparison_html(comparison, statuses, self._asking, self.params, MOST_ROWS, self.controls)
         value += "".join(error_html(error) for error in self.errors.values())
         if value != self.body.value:
             self.body.value = value
