@@ -796,3 +796,79 @@ def test_a_sweep_is_one_view_and_one_row_in_both_themes(lab, browser):
     finally:
         _set_theme(page, "JupyterLab Light")
         page.close()
+
+
+# -- a chart's controls: no script, the state kept across the view's updates -----------------------
+
+LONG_COMPARED_CELL = COMPARED_CELL.replace("range(30)", "range(90)")
+
+
+def _shown(locator):
+    """Whether the element is drawn: Playwright's visibility (a box, no display: none on the way up)."""
+    return locator.first.is_visible()
+
+
+def test_the_comparison_chart_scale_smoothing_and_legend_in_both_themes(lab, browser):
+    _write_notebook(
+        lab, "controls.ipynb", "%load_ext jupyter_trainer",
+        LONG_COMPARED_CELL.format(name="ctl-fast", scale=2.0, decay=5), LONG_COMPARED_CELL.format(name="ctl-slow", scale=2.5, decay=30),
+        "%train_compare ctl-fast ctl-slow",
+    )  # fmt: skip
+    page = _open_notebook(browser, lab, "controls.ipynb")
+    panel = f"#{page.evaluate('window.jupyterapp.shell.currentWidget.id')}"
+    news = page.locator(".jp-toast-button", has_text="No")
+    docs = REPO / "docs"
+    try:
+        with contextlib.suppress(Exception):
+            news.first.click(timeout=5_000)
+        for index in range(4):
+            _run_cell(page, index)
+        view = page.locator(f"{panel} .jupyter-trainer-compare").first
+        plot = view.locator(".jt-plot")
+        plot.locator(".jt-scale-lin polyline").first.wait_for()
+        rows = view.locator(".jt-compare-table tbody tr")
+        rows.nth(0).locator(".jt-status", has_text="running").wait_for(timeout=60_000)
+        # the default: the scale the chart chose (linear here), raw lines, both runs
+        assert plot.locator(".jt-chart-controls").is_visible()
+        assert _shown(plot.locator(".jt-scale-lin")) and not _shown(plot.locator(".jt-scale-log"))
+        assert not _shown(plot.locator(".jt-scale-lin .jt-sm2"))
+        # the choices, made while the jobs run and the view is redrawn twice a second
+        plot.locator("label.jt-pick-ylog").click()
+        plot.locator("label.jt-pick-s2").click()
+        plot.locator("label.jt-entry-1").click()
+        before = view.locator(".jt-compare-table").inner_text()
+        page.wait_for_function(  # the chart was redrawn since (its table says more values)
+            f"document.querySelector('{panel} .jupyter-trainer-compare .jt-compare-table').innerText !== {json.dumps(before)}"
+        )
+        page.wait_for_timeout(1200)
+        log, linear = plot.locator(".jt-scale-log"), plot.locator(".jt-scale-lin")
+        assert _shown(log) and not _shown(linear)
+        assert "log scale" in log.locator(".jt-axis-title").text_content()
+        assert any(tick in ("0.1", "1") for tick in log.locator(".jt-tick").all_text_contents())
+        fast = log.locator(".jt-run-0")
+        assert _shown(fast.locator(".jt-sm2")) and not _shown(fast.locator(".jt-sm1"))
+        assert fast.locator(".jt-raw").evaluate("line => getComputedStyle(line).strokeOpacity") == "0.35"  # faint behind
+        assert not _shown(log.locator(".jt-run-1")) and not _shown(log.locator(".jt-run-1 .jt-raw"))
+        assert "line-through" in plot.locator(".jt-entry-1").evaluate("key => getComputedStyle(key).textDecorationLine")
+        for theme, name in (("JupyterLab Light", "light"), ("JupyterLab Dark", "dark")):
+            _set_theme(page, theme)
+            view.scroll_into_view_if_needed()
+            plot.screenshot(path=str(docs / f"chart-controls-{name}.png"))
+            for selector in (".jt-entries .jt-name", ".jt-pick-ylog", ".jt-pick-ylin", ".jt-scale-log .jt-tick"):
+                ratio = _readable(view, selector)
+                assert ratio >= 4.5, f"{selector} in the {name} theme: contrast {ratio:.2f}"
+        _set_theme(page, "JupyterLab Light")
+        # back: the run shown again, linear, no smoothing; then the chart's own choice of scale
+        plot.locator("label.jt-entry-1").click()
+        plot.locator("label.jt-pick-ylin").click()
+        plot.locator("label.jt-pick-s0").click()
+        assert _shown(plot.locator(".jt-scale-lin .jt-run-1 .jt-raw")) and not _shown(plot.locator(".jt-scale-log"))
+        assert not _shown(plot.locator(".jt-scale-lin .jt-sm2"))
+        plot.locator("label.jt-pick-yauto").click()
+        assert _shown(plot.locator("g.jt-scale-lin:not([display]), g.jt-scale-log:not([display])"))
+        assert not _shown(plot.locator("g.jt-scale-lin[display], g.jt-scale-log[display]"))
+    finally:
+        _set_theme(page, "JupyterLab Light")
+        page.close()
+        for job in ("ctl-fast", "ctl-slow"):
+            subprocess.run([sys.executable, "-m", "jupyter_trainer", "stop", job], env={**os.environ, "JUPYTER_TRAINER_HOME": str(lab["home"])}, capture_output=True)

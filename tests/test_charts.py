@@ -128,7 +128,7 @@ def test_a_legend_entry_hides_its_own_run():
     chart = chart_svg("loss", "step", RUNS, 640, 260, wrap_legend=True, controls=controls)
     rules = state_html([controls])
     for index, (name, _, _) in enumerate(RUNS):
-        label = re.search(rf'<label class="jt-key jt-key-{index}" for="([^"]*)"[^>]*>(.*?)</label>', chart)
+        label = re.search(rf'<label class="jt-entry jt-entry-{index}" for="([^"]*)"[^>]*>(.*?)</label>', chart)
         assert label[1] == f"jt-k0-h{index}" and f">{name}<" in label[2]
         # the rule for that checkbox hides the groups of that run's lines, named as the run
         assert re.search(rf":has\(> \.jt-chart-state \.jt-k0-h{index}:checked\) \.jt-slot-0 \.jt-run-{index} {{ display: none; }}", rules)
@@ -136,4 +136,4 @@ def test_a_legend_entry_hides_its_own_run():
         assert groups == [name, name]  # at each scale
     # past the runs that can be hidden, the legend says the run and offers nothing
     few = chart_svg("loss", "step", RUNS, controls=ChartControls("jt", 0, hideable=1))
-    assert '<span class="jt-key">' in few and "jt-k0-h1" not in few
+    assert '<span class="jt-entry">' in few and "jt-k0-h1" not in few

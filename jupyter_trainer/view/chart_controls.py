@@ -90,10 +90,10 @@ def _rules(controls: ChartControls) -> str:
     for level in range(1, len(SMOOTHING)):
         rules.append(f"{when(f's{level}')} .jt-sm{level} {{ display: inline; }}")
     faint = ", ".join(f"{when(f's{level}')} .jt-raw.jt-smoothed" for level in range(1, len(SMOOTHING)))
-    rules.append(f"{faint} {{ stroke-opacity: 0.25; stroke-width: 1; }}")
+    rules.append(f"{faint} {{ stroke-opacity: 0.35; stroke-width: 1.2; }}")
     for index in range(controls.hideable):
         rules.append(f"{when(f'h{index}')} .jt-run-{index} {{ display: none; }}")
-        rules.append(f"{when(f'h{index}')} .jt-key-{index} {{ opacity: 0.45; text-decoration: line-through; }}")
+        rules.append(f"{when(f'h{index}')} .jt-entry-{index} {{ opacity: 0.45; text-decoration: line-through; }}")
     return "\n".join(rules)
 
 

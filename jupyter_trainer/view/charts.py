@@ -246,13 +246,13 @@ def _with_controls(svg: str, curves, controls: ChartControls | None, log_possibl
         )
         if index < controls.hideable:
             keys.append(
-                f'<label class="jt-key jt-key-{index}" for="{controls.input_id(f"h{index}")}" title="hide or show {html.escape(name)}">{entry}</label>'
+                f'<label class="jt-entry jt-entry-{index}" for="{controls.input_id(f"h{index}")}" title="hide or show {html.escape(name)}">{entry}</label>'
             )
         else:
-            keys.append(f'<span class="jt-key">{entry}</span>')
+            keys.append(f'<span class="jt-entry">{entry}</span>')
     return (
         f'<div class="jt-plot jt-slot-{controls.slot}" style="width:{width}px">' + controls_html(controls, log_possible)
-        + f'<div class="jt-legend jt-keys">{"".join(keys)}</div>' + svg + "</div>"
+        + f'<div class="jt-legend jt-entries">{"".join(keys)}</div>' + svg + "</div>"
     )
 
 

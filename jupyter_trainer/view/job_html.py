@@ -105,12 +105,12 @@ STYLE = """<style>
 .jupyter-trainer-job .jt-pick { padding: 0 6px; margin-left: 3px; border: 1px solid var(--jt-border); border-radius: 3px;
   cursor: pointer; user-select: none; color: var(--jt-muted); }
 .jupyter-trainer-job .jt-pick:hover { color: var(--jt-fg); }
-.jupyter-trainer-job .jt-keys { display: flex; flex-wrap: wrap; gap: 0 14px; margin-left: 58px; font-size: 12px; color: var(--jt-fg);
+.jupyter-trainer-job .jt-entries { display: flex; flex-wrap: wrap; gap: 0 14px; margin-left: 58px; font-size: 12px; color: var(--jt-fg);
   font-family: var(--jp-ui-font-family, sans-serif); }
-.jupyter-trainer-job .jt-keys .jt-name { font-size: inherit; font-weight: bold; }
-.jupyter-trainer-job .jt-key { white-space: nowrap; }
-.jupyter-trainer-job label.jt-key { cursor: pointer; user-select: none; }
-.jupyter-trainer-job label.jt-key:hover .jt-name { text-decoration: underline; }
+.jupyter-trainer-job .jt-entries .jt-name { font-size: inherit; font-weight: bold; }
+.jupyter-trainer-job .jt-entry { white-space: nowrap; }
+.jupyter-trainer-job label.jt-entry { cursor: pointer; user-select: none; }
+.jupyter-trainer-job label.jt-entry:hover .jt-name { text-decoration: underline; }
 .jupyter-trainer-job .jt-disconnected { display: none; }
 .jupyter-trainer-job.jupyter-widgets-disconnected .jt-disconnected { display: block; color: var(--jt-warn-fg);
   background: var(--jt-warn-bg); padding: 2px 6px; border-radius: 4px; }
