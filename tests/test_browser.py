@@ -207,7 +207,7 @@ def test_widget_in_jupyterlab(lab, browser):
     widget.locator(".jt-log", has_text="training done").wait_for()  # the log's last update may follow the header's
     log_text = widget.locator(".jt-log").inner_text()
     assert "step  39" in log_text and "training done" in log_text
-    assert widget.locator("svg.jt-chart polyline").count() == 1
+    assert widget.locator("svg.jt-chart polyline:visible").count() == 1
     assert "loss" in widget.locator("svg.jt-chart").text_content()
     assert "exit code 0" in widget.inner_text()
     widget.screenshot(path=str(ARTIFACTS / "widget-completed.png"))
@@ -235,7 +235,7 @@ def test_widget_in_jupyterlab(lab, browser):
     attached = page.locator(".jupyter-trainer-job").first
     attached.locator(".jt-status", has_text="completed").wait_for()
     assert "training done" in attached.locator(".jt-log").inner_text()
-    assert attached.locator("svg.jt-chart polyline").count() == 1
+    assert attached.locator("svg.jt-chart polyline:visible").count() == 1
     attached.screenshot(path=str(ARTIFACTS / "widget-attached-after-restart.png"))
     page.close()
 
@@ -363,14 +363,14 @@ def test_the_view_reads_well_in_the_light_and_the_dark_theme(lab, browser):
         widget.locator(".jt-status", has_text="failed").wait_for(timeout=90_000)
         assert "KeyError: 'images'" in widget.locator(".jt-header").first.inner_text()
         chart = widget.locator("svg.jt-chart").first
-        assert chart.locator("polyline").count() == 2  # loss and val_loss share one chart
+        assert chart.locator("polyline:visible").count() == 2  # loss and val_loss share one chart
         assert "epoch" in chart.locator(".jt-axis-title:visible").text_content()
         assert "val_loss" in chart.locator("rect.jt-hover title").last.text_content()  # what hovering shows
         for theme, name in (("JupyterLab Light", "light"), ("JupyterLab Dark", "dark")):
             _set_theme(page, theme)
             widget.scroll_into_view_if_needed()
             widget.screenshot(path=str(ARTIFACTS / f"widget-{name}.png"))
-            for selector in (".jt-log", ".jt-chart .jt-legend", ".jt-chart .jt-axis-title", ".jt-header span"):
+            for selector in (".jt-log", ".jt-legend .jt-name", ".jt-chart .jt-axis-title", ".jt-header span"):
                 ratio = _readable(widget, selector)
                 assert ratio >= 4.5, f"{selector} in the {name} theme: contrast {ratio:.2f}"
     finally:
@@ -468,7 +468,7 @@ def test_a_reopened_notebook_shows_the_saved_view_not_model_not_found(lab, brows
     assert saved.is_visible() and "completed" in saved.locator(".jt-status").inner_text()
     text = saved.inner_text()
     assert "training done" in text and "%train_attach saved-job" in text and "Run this cell again" in text
-    assert saved.locator("svg.jt-chart polyline").count() == 1
+    assert saved.locator("svg.jt-chart polyline:visible").count() == 1
     errors = page.get_by_text("Error displaying widget")
     assert all(not errors.nth(index).is_visible() for index in range(errors.count()))
     page.locator(f"{panel} .jp-Cell").nth(1).screenshot(path=str(ARTIFACTS / "widget-saved-view.png"))
@@ -576,12 +576,12 @@ def test_the_view_in_notebook_7_in_both_themes(lab, notebook7, browser):
         widget = page.locator(".jupyter-trainer-job:not(.jt-saved)").first
         widget.locator(".jt-status", has_text="failed").wait_for(timeout=90_000)
         assert "KeyError: 'images'" in widget.locator(".jt-header").first.inner_text()
-        assert widget.locator("svg.jt-chart polyline").count() == 2
+        assert widget.locator("svg.jt-chart polyline:visible").count() == 2
         assert not page.locator(".jt-saved").first.is_visible()
         for theme, name in (("JupyterLab Light", "light"), ("JupyterLab Dark", "dark")):
             _set_theme(page, theme)
             widget.screenshot(path=str(ARTIFACTS / f"notebook7-{name}.png"))
-            for selector in (".jt-log", ".jt-chart .jt-legend", ".jt-header span"):
+            for selector in (".jt-log", ".jt-legend .jt-name", ".jt-header span"):
                 ratio = _readable(widget, selector)
                 assert ratio >= 4.5, f"{selector} in Notebook 7's {name} theme: contrast {ratio:.2f}"
     finally:

@@ -137,3 +137,16 @@ def test_a_legend_entry_hides_its_own_run():
     # past the runs that can be hidden, the legend says the run and offers nothing
     few = chart_svg("loss", "step", RUNS, controls=ChartControls("jt", 0, hideable=1))
     assert '<span class="jt-entry">' in few and "jt-k0-h1" not in few
+
+
+def test_a_job_views_charts_keep_their_state_beside_them_in_the_saved_copy():
+    from jupyter_trainer.metrics.series import MetricSeries
+    from jupyter_trainer.view.charts import charts_html, job_chart_controls
+
+    series = MetricSeries()
+    series.add_many("loss", "step", [float(step) for step in range(20)], [1 / (step + 1) for step in range(20)])
+    live, saved = charts_html(series, prefix="jtlive"), charts_html(series, prefix="jtlives")
+    targets = set(re.findall(r' for="([^"]*)"', live)) | set(re.findall(r' for="([^"]*)"', saved))
+    ids = re.findall(r' id="([^"]*)"', state_html(job_chart_controls("jtlive")) + state_html(job_chart_controls("jtlives")))
+    assert targets <= set(ids) and len(ids) == len(set(ids)) and "jtlive-k0-ylog" in targets and "jtlives-k0-ylog" in targets
+    assert charts_html(series).count("<label") == 0  # without a prefix: the chart as before, no control

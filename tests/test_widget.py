@@ -371,7 +371,7 @@ def test_text_summary_without_a_widget_frontend(store, fake_backend, backends):
 # one: an error message quotes what it read there), in the reason a runtime gives. None of it may
 # become markup.
 PAYLOAD = '<img src=x onerror="window.__jt_pwned=1"><script>window.__jt_pwned=1</script>'
-OWN_TAGS = {"div", "span", "b", "pre", "svg", "g", "text", "tspan", "rect", "polyline", "line", "circle", "path", "title", "button", "label"}  # path: the bell
+OWN_TAGS = {"div", "span", "b", "pre", "svg", "g", "text", "tspan", "rect", "polyline", "line", "circle", "path", "title", "button", "label", "input"}  # path: the bell
 
 
 class _Markup(HTMLParser):

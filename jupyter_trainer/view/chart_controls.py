@@ -94,13 +94,13 @@ def _rules(controls: ChartControls) -> str:
     for index in range(controls.hideable):
         rules.append(f"{when(f'h{index}')} .jt-run-{index} {{ display: none; }}")
         rules.append(f"{when(f'h{index}')} .jt-entry-{index} {{ opacity: 0.45; text-decoration: line-through; }}")
-    return "\n".join(rules)
+    return " ".join(rules)
 
 
 def state_html(charts: list[ChartControls]) -> str:
     """The choices of these charts, and the rules that apply them: to be put, once, in a child of the
     element (`HOST`) that holds the charts. Hidden: the labels on the charts are what is clicked."""
-    style = "<style>\n" + "\n".join(_rules(controls) for controls in charts) + "\n</style>"
+    style = "<style>" + " ".join(_rules(controls) for controls in charts) + "</style>"  # one line: the saved copy's lines are few
     return style + f'<div class="{STATE}" hidden>' + "".join(_inputs(controls) for controls in charts) + "</div>"
 
 

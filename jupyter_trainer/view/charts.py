@@ -351,15 +351,27 @@ def chosen_groups(series: MetricSeries, limit: int = MAX_CHARTS) -> list[tuple[s
     return sorted(chart_groups(series), key=rank, reverse=True)[:limit]
 
 
-def charts_html(series: MetricSeries, groups: list[tuple[str, str, list[str]]] | None = None) -> str:
-    """The charts of `groups` (by default those chosen_groups gives)."""
+JOB_HIDEABLE = 4  # curves of a job's chart (a metric and its twins) whose legend entry hides them
+
+
+def job_chart_controls(prefix: str) -> list[ChartControls]:
+    """The controls of a job view's charts, one per place (see chart_controls.py)."""
+    return [ChartControls(prefix, slot, JOB_HIDEABLE) for slot in range(MAX_CHARTS)]
+
+
+def charts_html(series: MetricSeries, groups: list[tuple[str, str, list[str]]] | None = None, prefix: str | None = None) -> str:
+    """The charts of `groups` (by default those chosen_groups gives); with `prefix`, with the
+    controls of job_chart_controls(prefix)."""
     if not series:
         return ""
     if groups is None:
         groups = chosen_groups(series)
+    controls = job_chart_controls(prefix) if prefix else [None] * len(groups)
     charts = [
-        chart_svg(title, axis, [(name, series.curve(name), PALETTE[index % len(PALETTE)]) for index, name in enumerate(names)])
-        for title, axis, names in groups
+        chart_svg(
+            title, axis, [(name, series.curve(name), PALETTE[index % len(PALETTE)]) for index, name in enumerate(names)], controls=each,
+        )
+        for (title, axis, names), each in zip(groups, controls)
     ]
     return '<div class="jt-charts">' + "".join(charts) + "</div>"
 

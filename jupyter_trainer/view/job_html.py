@@ -11,7 +11,8 @@ import time
 from ..core.record import Status, format_duration
 from ..core.resources import describe as describe_usage
 from ..metrics.names import AXIS_TITLES
-from .charts import chart_groups, charts_html, chosen_groups, sparkline_svg
+from .chart_controls import HOST, state_html
+from .charts import chart_groups, charts_html, chosen_groups, job_chart_controls, sparkline_svg
 from .fields import (
     ASKING,
     CLOCK,
@@ -99,7 +100,8 @@ STYLE = """<style>
 .jupyter-trainer-job .jt-chart .jt-hover { fill: transparent; }
 .jupyter-trainer-job .jt-chart .jt-hover:hover { fill: var(--jt-border); fill-opacity: 0.35; }
 .jupyter-trainer-job .jt-plot { flex: none; }
-.jupyter-trainer-job .jt-chart-controls { gap: 2px 16px; flex-wrap: wrap; align-items: center; margin: 2px 0 4px 58px;
+.jupyter-trainer-job .jt-chart-controls, .jupyter-trainer-job .jt-entries { line-height: 1.6; }  /* not a widget's 28px lines */
+.jupyter-trainer-job .jt-chart-controls { gap: 2px 12px; flex-wrap: wrap; align-items: center; margin: 2px 0 2px 16px;
   font-size: 11px; color: var(--jt-muted); font-family: var(--jp-ui-font-family, sans-serif); }
 @supports selector(:has(*)) { .jupyter-trainer-job .jt-chart-controls[hidden] { display: flex; } }
 .jupyter-trainer-job .jt-pick { padding: 0 6px; margin-left: 3px; border: 1px solid var(--jt-border); border-radius: 3px;
@@ -242,13 +244,14 @@ def _last_lines(lines: tuple[str, ...], limit: int) -> list[str]:
     return kept[::-1]
 
 
-def plot_html(snapshot: Snapshot) -> str:
+def plot_html(snapshot: Snapshot, prefix: str | None = None) -> str:
     """The notes, a few charts (see chosen_groups) and how many metrics are not drawn: bounded
-    whatever the log holds."""
+    whatever the log holds. `prefix`: the charts have the controls whose state is
+    state_html(job_chart_controls(prefix))."""
     notes = "".join(f'<div class="jt-reading">{html.escape(note)}</div>' for note in snapshot.notes)
     groups = chosen_groups(snapshot.metrics)
     drawn = sum(len(names) for _, _, names in groups)
-    return notes + charts_html(snapshot.metrics, groups) + more_metrics_html(snapshot, drawn)
+    return notes + charts_html(snapshot.metrics, groups, prefix) + more_metrics_html(snapshot, drawn)
 
 
 def more_metrics_html(snapshot: Snapshot, drawn: int) -> str:
@@ -303,11 +306,13 @@ def saved_view_html(snapshot: Snapshot, view_id: str, saved_at: float) -> str:
     hide_dead_widget = (
         f".jp-OutputArea-child:has(+ .jp-OutputArea-child .jt-saved-{view_id}):not(:has(.jupyter-trainer-job)) {{ display: none; }}"
     )
+    prefix = f"jt{view_id}s"  # the live view's charts are on the page too: ids of its own
     return (
         STYLE + f"<style>{hide_dead_widget}</style>"
-        f'<div class="jupyter-trainer-job jt-saved jt-saved-{view_id}" style="padding:6px">'
+        f'<div class="jupyter-trainer-job jt-saved jt-saved-{view_id} {HOST}" style="padding:6px">'
+        + state_html(job_chart_controls(prefix))
         + header_html(shown) + f'<div class="jt-saved-note">{html.escape(how)}</div>'
-        + plot_html(shown) + log_html(shown, SAVED_LOG_CHARS) + "</div>"
+        + plot_html(shown, prefix) + log_html(shown, SAVED_LOG_CHARS) + "</div>"
         + notification_script(snapshot)
     )
 

@@ -16,7 +16,8 @@ from ..errors import JobReplaced, Unreachable
 from ..jobs.job import Job
 from ..jobs.status_checks import OPEN_WAIT
 from ..logs.watch import LOG_NEWS
-from .charts import MAX_CHARTS
+from .chart_controls import HOST, STATE, state_html
+from .charts import MAX_CHARTS, job_chart_controls
 from .job_html import (
     BAR_STYLES,
     CHOOSER_DEFAULT,
@@ -105,6 +106,12 @@ class JobWidget(PolledView):
         self.view_id = secrets.token_hex(8)
         # while this view is drawn, the copy saved in the notebook is not shown
         self.style.value = STYLE + f"<style>.jt-saved-{self.view_id} {{ display: none; }}</style>"
+        # the charts' choices (chart_controls.py) live in the style's element, never redrawn: they
+        # outlive the updates that redraw the charts
+        self.chart_prefix = f"jt{self.view_id}"
+        self.style.value += state_html(job_chart_controls(self.chart_prefix))
+        self.style.add_class(STATE)
+        self.box.add_class(HOST)
         self._saved_handle = None  # the display of the saved copy, once the view is shown in a notebook
         self._saved_state = None  # what the saved copy last showed: status and when
         self.error = ""  # the last failure, shown under the header until the step that failed succeeds
@@ -370,7 +377,8 @@ class JobWidget(PolledView):
 
     # the renderers this widget uses (one may be replaced to test a failure that stays in its widget)
     render_header = staticmethod(lambda snapshot: header_html(snapshot, clocks=False))  # the clocks have their own element
-    render_plot = staticmethod(plot_html)
+    def render_plot(self, snapshot: Snapshot) -> str:
+        return plot_html(snapshot, self.chart_prefix)
     render_log = staticmethod(log_html)
 
     def _offer_charts(self, snapshot: Snapshot) -> None:
