@@ -52,7 +52,6 @@ EXPECTED_S: dict[str, float] = {
     "tests/test_detached.py": 85,
     "tests/test_housekeeping.py": 66,
     "tests/test_sagemaker_hostile.py": 52,
-    "tests/test_sweep_many.py": 50,
 }
 DEFAULT_S = 30.0
 

@@ -108,7 +108,7 @@ if sys.argv[1] == "forget":
 if sys.argv[1] == "raise":
     text = open(f"{run}/restart").read().replace("restarts 1\\n", "restarts 50\\n")
     open(f"{run}/restart", "w").write(text)
-time.sleep(0.5)
+time.sleep(2)  # running long enough for a look (a few docker execs on a loaded machine) to see it
 os.kill(1, signal.SIGTERM)
 time.sleep(30)
 """

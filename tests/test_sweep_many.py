@@ -5,6 +5,7 @@ import json
 import subprocess
 import sys
 
+import pytest
 from conftest import wait_for
 
 from jupyter_trainer.core.store import JobStore
@@ -20,6 +21,7 @@ def cli(*args, cwd=None):
     return done.stdout
 
 
+@pytest.mark.machine_wide  # 200 runs' processes, 20 at once: alone, not beside other tests' timings
 def test_a_sweep_of_200_runs_is_one_row_one_bounded_view_and_every_run_ends_with_its_values(home, workdir, quiet_comm):
     from jupyter_trainer.backends import DEFAULT
     from jupyter_trainer.jobs.sweeps import load_sweep
