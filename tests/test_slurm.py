@@ -477,7 +477,7 @@ def ctrl_c_then(function):  # one Ctrl-C, landing just as this first runs
     return interrupted
 
 if sys.argv[3] == "reading sbatch's answer":
-    backend._job_id_in = ctrl_c_then(backend._job_id_in)
+    backend.job_id_in = ctrl_c_then(backend.job_id_in)
 else:  # saving the run with its job
     JobStore.update = ctrl_c_then(JobStore.update)
 try:

@@ -109,7 +109,7 @@ def sweep_notification(store: JobStore, name: str) -> dict | None:
 
 def sweep_names(store: JobStore) -> list[str]:
     try:
-        entries = (store.sweeps_dir).iterdir()
+        entries = store.sweeps_dir.iterdir()
         return sorted(entry.name[: -len(".json")] for entry in entries if entry.name.endswith(".json") and not entry.name.startswith("."))
     except FileNotFoundError:
         return []
@@ -171,7 +171,7 @@ def submit_sweep(
                 "choose another --name, or pass --rerun to run these values under it",
             )
         with store.writing():
-            (store.sweeps_dir).mkdir(mode=0o700, parents=True, exist_ok=True)
+            store.sweeps_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
             write_private_file(sweep_path(store, name), data)
     # the runs not made yet (a re-run cell attaches to the others), submitted as one thing of the
     # runtime's own where it has one (a Slurm job array, which bounds how many run at once itself)

@@ -68,8 +68,9 @@ class ContainerUsage:
 def read_at(stats: dict) -> float:
     """When the engine read the container's counters, in seconds. The CPU % is the CPU time used
     between two looks over the time between them: the engine's own time of each reading, not when
-    its answer came (a slow answer, or the nvidia-smi asked after it, would stretch or shrink it)."""
+    its answer came (a slow answer, or the nvidia-smi asked after it, would stretch or shrink it).
+    Without it, this machine's clock of the same kind (the two looks are compared)."""
     try:
         return datetime.fromisoformat(stats["read"]).timestamp()
     except (KeyError, TypeError, ValueError):
-        return time.monotonic()
+        return time.time()

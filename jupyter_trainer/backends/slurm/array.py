@@ -28,7 +28,7 @@ from ...core.store import LOG_FILE, JobStore
 from ...errors import InvalidOption, TrainerError
 from ..base import STOP_GRACE_SECONDS, BackendBase
 from ..host import _inherited_environment
-from .commands import SlurmCommandFailed, refused, run, sbatch_environment
+from .commands import SlurmCommandFailed, job_id_in, refused, run, sbatch_environment
 from .declared import SlurmOptions
 from .queue import ARRAY_TASK_ID, QUEUE
 from .spec import sbatch_options
@@ -104,11 +104,12 @@ class SlurmArray:
             raise
         finally:
             QUEUE.forget()
-        answer = output.strip().splitlines()[-1].split(";", 1)[0].strip() if output.strip() else ""
-        if not answer.isascii() or not answer.isdigit():
+        answer = job_id_in(output)
+        if answer is None:
             self._remove_directory()
-            raise InvalidOption(f"sbatch answered {answer[:80]!r}, not a job id", "check sbatch --parsable by hand on this machine")
-        self.job_id = answer
+            said = output.strip().splitlines()[-1].strip() if output.strip() else ""
+            raise InvalidOption(f"sbatch answered {said[:80]!r}, not a job id", "check sbatch --parsable by hand on this machine")
+        self.job_id = answer.group(1)
         return self
 
     def for_run(self, index: int, spec):

@@ -48,12 +48,12 @@ from ..base import (
 from ..host import _inherited_environment
 from . import states
 from .array import SlurmArray, arrays_of, link_task
-from .commands import SlurmCommandFailed, printed_before, refused, require, run, sbatch_environment
+from .commands import SlurmCommandFailed, job_id_in, printed_before, refused, require, run, sbatch_environment
 from .declared import BATCH_FILE, ENV_FILE, NODE_FILE, NOTIFY_INPUT_FILE, SECRET_FILES, START_FILE, SlurmOptions
 from .queue import QUEUE, JobIdentity, SlurmJob, find_by_identity
 from .spec import check_gpus, sbatch_options
 
-# a job's id, or a sweep's run's task of its job array (ARRAY_TASK); sbatch adds ";CLUSTER" on a federation
+# a job's id as its record keeps it: sbatch's (with ";CLUSTER" on a federation), or a sweep's run's task of its job array (ARRAY_TASK)
 JOB_ID = re.compile(r"(\d{1,12}(?:_\d{1,10})?)(?:;([A-Za-z0-9_.-]{1,64}))?")
 TOKEN = re.compile(r"[0-9a-f]{32}")
 OOM_TAIL_BYTES = 16 << 10
@@ -192,7 +192,7 @@ class SlurmBackend(BackendBase):
             raise
         try:
             QUEUE.forget()
-            match = _job_id_in(output)
+            match = job_id_in(output)
             if match is None:
                 cancelled = _cancel_submitted(output, identity)
                 answer = output.strip().splitlines()[-1].strip() if output.strip() else ""
@@ -370,18 +370,12 @@ def _slurms_view(job_id: str, identity: JobIdentity, facts, run_dir: Path) -> Sl
     return job
 
 
-def _job_id_in(output: str):
-    """sbatch --parsable's answer (its last line: "ID" or "ID;CLUSTER"), if it is one."""
-    answer = output.strip().splitlines()[-1].strip() if output.strip() else ""
-    return JOB_ID.fullmatch(answer)
-
-
 def _cancel_submitted(output: str, identity: JobIdentity) -> str:
     """Cancel what a failed or interrupted sbatch may have submitted after all: the job squeue
     shows with this run's name, log and token (never the id sbatch printed alone, nor an earlier
     run's job of the same name and log). Best effort; what was done, as words for the error (""
     when no job was found)."""
-    match = _job_id_in(output or "")
+    match = job_id_in(output or "")
     printed = match.group(1) if match else None
     job_id = None
     try:

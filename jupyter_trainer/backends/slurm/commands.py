@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import collections
 import os
+import re
 import shutil
 import subprocess
 
@@ -186,3 +187,13 @@ def refused(error: SlurmCommandFailed, what: str) -> InvalidOption:
     if error.broken_here:
         return InvalidOption(f"sbatch cannot submit {what}: {message}", "check that Slurm works on this machine (sinfo; SLURM_CONF, munge)")
     return InvalidOption(f"Slurm refused {what}: {message}", "check the --slurm options (sinfo lists partitions, sacctmgr show assoc your accounts)")
+
+
+# sbatch --parsable's answer, its last line: "ID", or "ID;CLUSTER" on a federation (a job array's too)
+SBATCH_ANSWER = re.compile(r"(\d{1,12})(?:;([A-Za-z0-9_.-]{1,64}))?")
+
+
+def job_id_in(output: str):
+    """sbatch --parsable's answer (the id, and the cluster if any, as the match's groups), if it is one."""
+    answer = output.strip().splitlines()[-1].strip() if output.strip() else ""
+    return SBATCH_ANSWER.fullmatch(answer)
