@@ -338,6 +338,21 @@ def _set_theme(page, theme):
     page.wait_for_timeout(500)  # the theme's stylesheet applied
 
 
+def _in_both_themes(page, scope, selectors, path, shot=None, where="the {} theme", also=None):
+    """Each theme in turn: a screenshot of `shot` (default `scope`) at `path` (its `{}` the theme's
+    name), every selector's text in `scope` readable (4.5:1), and `also(name)`, what a test checks
+    more in it."""
+    for theme, name in (("JupyterLab Light", "light"), ("JupyterLab Dark", "dark")):
+        _set_theme(page, theme)
+        scope.scroll_into_view_if_needed()
+        (shot or scope).screenshot(path=path.format(name))
+        for selector in selectors:
+            ratio = _readable(scope, selector)
+            assert ratio >= 4.5, f"{selector} in {where.format(name)}: contrast {ratio:.2f}"
+        if also is not None:
+            also(name)
+
+
 def _readable(widget, selector):
     # the view's HTML is replaced on every update (the elapsed time ticks), so the element found may
     # be gone before its colours are read: read again from the one there now
@@ -366,13 +381,7 @@ def test_the_view_reads_well_in_the_light_and_the_dark_theme(lab, browser):
         assert chart.locator("polyline:visible").count() == 2  # loss and val_loss share one chart
         assert "epoch" in chart.locator(".jt-axis-title:visible").text_content()
         assert "val_loss" in chart.locator("rect.jt-hover title").last.text_content()  # what hovering shows
-        for theme, name in (("JupyterLab Light", "light"), ("JupyterLab Dark", "dark")):
-            _set_theme(page, theme)
-            widget.scroll_into_view_if_needed()
-            widget.screenshot(path=str(ARTIFACTS / f"widget-{name}.png"))
-            for selector in (".jt-log", ".jt-legend .jt-name", ".jt-chart .jt-axis-title", ".jt-header span"):
-                ratio = _readable(widget, selector)
-                assert ratio >= 4.5, f"{selector} in the {name} theme: contrast {ratio:.2f}"
+        _in_both_themes(page, widget, (".jt-log", ".jt-legend .jt-name", ".jt-chart .jt-axis-title", ".jt-header span"), str(ARTIFACTS / "widget-{}.png"))
     finally:
         _set_theme(page, "JupyterLab Light")
         page.close()
@@ -401,13 +410,7 @@ def test_the_live_jobs_table_in_both_themes(lab, browser):
         # the text table's columns (fields.ROW_COLUMNS), the status a badge of its own
         cells = row.locator(".jt-cell").all_inner_texts()
         assert cells[:3] == ["table-job", "host", "-"] and cells[5] == "-" and cells[6] == "loss 0.2", cells
-        for theme, name in (("JupyterLab Light", "light"), ("JupyterLab Dark", "dark")):
-            _set_theme(page, theme)
-            table.scroll_into_view_if_needed()
-            table.screenshot(path=str(ARTIFACTS / f"jobs-table-{name}.png"))
-            for selector in (".jt-row .jt-cell", ".jt-head .jt-cell", ".jt-count"):
-                ratio = _readable(table, selector)
-                assert ratio >= 4.5, f"{selector} in the {name} theme: contrast {ratio:.2f}"
+        _in_both_themes(page, table, (".jt-row .jt-cell", ".jt-head .jt-cell", ".jt-count"), str(ARTIFACTS / "jobs-table-{}.png"))
         _set_theme(page, "JupyterLab Light")
         # Attach shows the job's own view under the table
         row.locator(".jt-attach").click()
@@ -578,12 +581,7 @@ def test_the_view_in_notebook_7_in_both_themes(lab, notebook7, browser):
         assert "KeyError: 'images'" in widget.locator(".jt-header").first.inner_text()
         assert widget.locator("svg.jt-chart polyline:visible").count() == 2
         assert not page.locator(".jt-saved").first.is_visible()
-        for theme, name in (("JupyterLab Light", "light"), ("JupyterLab Dark", "dark")):
-            _set_theme(page, theme)
-            widget.screenshot(path=str(ARTIFACTS / f"notebook7-{name}.png"))
-            for selector in (".jt-log", ".jt-legend .jt-name", ".jt-header span"):
-                ratio = _readable(widget, selector)
-                assert ratio >= 4.5, f"{selector} in Notebook 7's {name} theme: contrast {ratio:.2f}"
+        _in_both_themes(page, widget, (".jt-log", ".jt-legend .jt-name", ".jt-header span"), str(ARTIFACTS / "notebook7-{}.png"), where="Notebook 7's {} theme")
     finally:
         _set_theme(page, "JupyterLab Light")
         page.close()
@@ -631,13 +629,7 @@ def test_a_remote_job_while_its_host_cannot_be_reached(lab, browser, docker_clie
                 remote.stop_sshd()
                 widget.locator(".jt-reason", has_text="cannot reach jt-remote-test since").wait_for(timeout=60_000)
                 assert widget.locator(".jt-status").inner_text() == "running"
-                for theme, name in (("JupyterLab Light", "light"), ("JupyterLab Dark", "dark")):
-                    _set_theme(page, theme)
-                    widget.scroll_into_view_if_needed()
-                    widget.screenshot(path=str(ARTIFACTS / f"remote-unreachable-{name}.png"))
-                    for selector in (".jt-reason", ".jt-header span"):
-                        ratio = _readable(widget, selector)
-                        assert ratio >= 4.5, f"{selector} in the {name} theme: contrast {ratio:.2f}"
+                _in_both_themes(page, widget, (".jt-reason", ".jt-header span"), str(ARTIFACTS / "remote-unreachable-{}.png"))
                 _set_theme(page, "JupyterLab Light")
                 shown = widget.locator(".jt-log").inner_text()
                 last = max(int(line.split()[1]) for line in shown.splitlines() if line.startswith("step"))
@@ -704,19 +696,17 @@ def test_compare_two_jobs_live_in_both_themes_and_from_the_jobs_table(lab, brows
         assert [cell[0] for cell in cells] == ["cmp-lr-0.1", "cmp-lr-0.01"] and all(cell[2] == "loss" for cell in cells)
         assert "best (lowest)" in view.locator(".jt-compare-table th").all_inner_texts()
         assert view.locator(".jt-error").count() == 0, view.inner_text()  # nothing went wrong on the way
-        for theme, name in (("JupyterLab Light", "light"), ("JupyterLab Dark", "dark")):
-            _set_theme(page, theme)
-            view.scroll_into_view_if_needed()
-            view.screenshot(path=str(ARTIFACTS / f"compare-{name}.png"))
-            for selector in (".jt-compare-table td", ".jt-compare-table th", ".jt-legend .jt-name", ".jt-chart .jt-axis-title", ".jt-compare-title"):
-                ratio = _readable(view, selector)
-                assert ratio >= 4.5, f"{selector} in the {name} theme: contrast {ratio:.2f}"
-            for line in range(2):  # each job's line stands out from the background (3:1, as graphics need)
+
+        def lines_stand_out(name):  # each job's line from the background (3:1, as graphics need)
+            for line in range(2):
                 stroke = chart.locator("polyline:visible").nth(line).evaluate(
                     "line => getComputedStyle(line).stroke.match(/\\d+/g).slice(0, 3).map(Number)"
                 )
                 background = view.evaluate(COLOURS_OF)[1]
                 assert _contrast(stroke, background) >= 3, f"line {line} in the {name} theme"
+
+        selectors = (".jt-compare-table td", ".jt-compare-table th", ".jt-legend .jt-name", ".jt-chart .jt-axis-title", ".jt-compare-title")
+        _in_both_themes(page, view, selectors, str(ARTIFACTS / "compare-{}.png"), also=lines_stand_out)
         _set_theme(page, "JupyterLab Light")
 
         # the jobs table: tick both jobs' rows, Compare shows their comparison below it
@@ -777,13 +767,7 @@ def test_a_sweep_is_one_view_and_one_row_in_both_themes(lab, browser):
         assert chart.count() == 1 and chart.locator("polyline:visible").count() == 3
         assert "swept-1 (best)" in " ".join(view.locator(".jt-legend").all_text_contents())
         assert view.locator("button", has_text="Stop sweep").is_disabled()  # nothing left to stop
-        for theme, name in (("JupyterLab Light", "light"), ("JupyterLab Dark", "dark")):
-            _set_theme(page, theme)
-            view.scroll_into_view_if_needed()
-            view.screenshot(path=str(ARTIFACTS / f"sweep-{name}.png"))
-            for selector in (".jt-compare-table td", ".jt-compare-table th", ".jt-legend .jt-name", ".jt-chart .jt-tick", ".jt-compare-title"):
-                ratio = _readable(view, selector)
-                assert ratio >= 4.5, f"{selector} in the {name} theme: contrast {ratio:.2f}"
+        _in_both_themes(page, view, (".jt-compare-table td", ".jt-compare-table th", ".jt-legend .jt-name", ".jt-chart .jt-tick", ".jt-compare-title"), str(ARTIFACTS / "sweep-{}.png"))
         _set_theme(page, "JupyterLab Light")
         # the jobs table: the sweep is one row, with its progress
         _run_cell(page, 2)
@@ -850,13 +834,7 @@ def test_the_comparison_chart_scale_smoothing_and_legend_in_both_themes(lab, bro
         assert fast.locator(".jt-raw").evaluate("line => getComputedStyle(line).strokeOpacity") == "0.35"  # faint behind
         assert not _shown(log.locator(".jt-run-1")) and not _shown(log.locator(".jt-run-1 .jt-raw"))
         assert "line-through" in plot.locator(".jt-entry-1").evaluate("key => getComputedStyle(key).textDecorationLine")
-        for theme, name in (("JupyterLab Light", "light"), ("JupyterLab Dark", "dark")):
-            _set_theme(page, theme)
-            view.scroll_into_view_if_needed()
-            plot.screenshot(path=str(docs / f"chart-controls-{name}.png"))
-            for selector in (".jt-entries .jt-name", ".jt-pick-ylog", ".jt-pick-ylin", ".jt-scale-log .jt-tick"):
-                ratio = _readable(view, selector)
-                assert ratio >= 4.5, f"{selector} in the {name} theme: contrast {ratio:.2f}"
+        _in_both_themes(page, view, (".jt-entries .jt-name", ".jt-pick-ylog", ".jt-pick-ylin", ".jt-scale-log .jt-tick"), str(docs / "chart-controls-{}.png"), shot=plot)
         _set_theme(page, "JupyterLab Light")
         # back: the run shown again, linear, no smoothing; then the chart's own choice of scale
         plot.locator("label.jt-entry-1").click()
