@@ -84,12 +84,18 @@ def _ask_all(batch: list[_Question]) -> None:
         for question in batch:
             question.answer.set_running_or_notify_cancel()
             try:
-                question.answer.set_result(question.ask())
+                answer, failure = question.ask(), None
             except BaseException as exc:  # told to the one who asked, in its thread; this one goes on
-                question.answer.set_exception(exc)
+                answer, failure = None, exc
+            # no longer under way before it is answered: a check that gave it up asks again once it
+            # is answered, and must then get a new question, never this one's dropped answer
             with _places_lock:
                 if _under_way.get(question.key) is question:
                     del _under_way[question.key]
+            if failure is None:
+                question.answer.set_result(answer)
+            else:
+                question.answer.set_exception(failure)
             _tell_answered()
 
 
@@ -137,6 +143,12 @@ def _send(words: str, job: Job, ask: Callable[[], Observation]) -> _Question:
             place.thread.start()
         place.questions.put(question)
         return question
+
+
+def questions_under_way() -> int:
+    """How many questions were sent and not answered yet (waiting for their place's thread, or asked)."""
+    with _places_lock:
+        return len(_under_way)
 
 
 def asking_threads() -> int:
