@@ -35,6 +35,23 @@ def moto_server():
 
 
 @pytest.fixture
+def local_containers(tmp_path, monkeypatch):
+    """This test's local-mode containers alone (other tests' may run beside it, on the same engine):
+    the runner makes its compose project in TMPDIR, set here to a directory of the test's own, and
+    docker-compose labels each container with its project's directory."""
+    root = tmp_path / "local-mode-tmp"
+    root.mkdir()
+    monkeypatch.setenv("TMPDIR", str(root))
+
+    def containers(docker_client, all: bool = False) -> list:
+        label = "com.docker.compose.project.working_dir"
+        return [c for c in docker_client.containers.list(all=all) if c.labels.get(label, "").startswith(f"{root}/")]
+
+    containers.root = root
+    return containers
+
+
+@pytest.fixture
 def aws(moto_server, monkeypatch, home):
     for key, value in {
         "AWS_ENDPOINT_URL": moto_server.endpoint,
@@ -444,7 +461,7 @@ def test_sagemaker_not_installed_is_one_line(home):
 # -- local mode on the real Docker engine ------------------------------------------
 
 
-def test_local_mode_end_to_end_outlives_the_kernel(docker_client, docker_image, home, tmp_path, monkeypatch):
+def test_local_mode_end_to_end_outlives_the_kernel(docker_client, docker_image, home, tmp_path, monkeypatch, local_containers):
     from conftest import ipython_submitting
 
     monkeypatch.setenv("AWS_DEFAULT_REGION", REGION)
@@ -491,12 +508,12 @@ def test_local_mode_end_to_end_outlives_the_kernel(docker_client, docker_image, 
         model = json.load(archive.extractfile("model.json"))
     assert model == {"rows": 3, "lr": "0.5"}
     # nothing is left behind: no training container, no working files with credentials in them
-    leftovers = [c.name for c in docker_client.containers.list(all=True) if "algo-1" in c.name]
-    assert leftovers == []
+    assert local_containers(docker_client, all=True) == []
+    assert list(local_containers.root.iterdir()) == []  # the compose project's directory removed too
     assert not list((home / "jobs" / "local-e2e").rglob("docker-compose.yaml"))
 
 
-def test_local_mode_failure_and_stop(docker_client, docker_image, home, tmp_path, monkeypatch):
+def test_local_mode_failure_and_stop(docker_client, docker_image, home, tmp_path, monkeypatch, local_containers):
     from jupyter_trainer.backends.sagemaker.spec import build_sagemaker_spec
     from jupyter_trainer.jobs.submit import submit_detached
 
@@ -509,11 +526,12 @@ def test_local_mode_failure_and_stop(docker_client, docker_image, home, tmp_path
 
     failing = submit_detached(local("raise SystemExit(3)\n"), name="local-fail").job
     assert failing.wait(timeout=240) is Status.FAILED and failing.exit_code == 3
-    stopped = submit_detached(local("import time\nprint('training', flush=True)\ntime.sleep(600)\n"), name="local-stop").job
-    wait_for(lambda: "training" in stopped.logs(), timeout=120, what="the training container to start")
+    stopped = submit_detached(local("import time\nprint('step one of many', flush=True)\ntime.sleep(600)\n"), name="local-stop").job
+    wait_for(lambda: "step one of many" in stopped.logs(), timeout=120, what="the training container to start")
+    assert len(local_containers(docker_client)) == 1
     stopped.stop()
     assert stopped.wait(timeout=120) is Status.STOPPED
-    wait_for(lambda: not [c for c in docker_client.containers.list() if "algo-1" in c.name], timeout=60, what="the container to go")
+    wait_for(lambda: not local_containers(docker_client), timeout=60, what="the container to go")
 
 
 # -- local mode with local data hands the training container no AWS credentials -----
@@ -641,7 +659,7 @@ def read_all(root) -> dict:
 
 
 @pytest.mark.parametrize("source", CREDENTIAL_SOURCES)
-def test_local_mode_with_local_data_gets_no_credentials(source, docker_client, docker_image, home, tmp_path, monkeypatch):
+def test_local_mode_with_local_data_gets_no_credentials(source, docker_client, docker_image, home, tmp_path, monkeypatch, local_containers):
     from pathlib import Path
 
     # only this case's source has credentials: no AWS variables from outside, HOME a fresh directory
@@ -652,9 +670,7 @@ def test_local_mode_with_local_data_gets_no_credentials(source, docker_client, d
     fake_home.mkdir()
     monkeypatch.setenv("HOME", str(fake_home))
     monkeypatch.setenv("AWS_DEFAULT_REGION", REGION)
-    scratch = tmp_path / "scratch"  # the runner's temporary files, its container_root among them
-    scratch.mkdir()
-    monkeypatch.setenv("TMPDIR", str(scratch))
+    scratch = local_containers.root  # the runner's temporary files, its container_root among them
     secret = f"CANARY{source.title().replace('-', '')}Secret"
     env = arrange_credentials(source, fake_home, secret)
     train, output = tmp_path / "train", tmp_path / "output"
@@ -685,7 +701,9 @@ def test_local_mode_with_local_data_gets_no_credentials(source, docker_client, d
         assert submitted.startswith("SUBMITTED"), submitted + submitter.stdout.read()
         job = Job.load("leak-probe")
         wait_for(lambda: "ENVIRON" in job.logs() or job.status.is_final, timeout=180, what="the training container")
-        seen = {"container environment": json.dumps([c.attrs["Config"]["Env"] for c in docker_client.containers.list() if "algo-1" in c.name])}
+        containers = local_containers(docker_client)
+        assert len(containers) == 1, containers
+        seen = {"container environment": json.dumps([c.attrs["Config"]["Env"] for c in containers])}
         seen.update(read_all(scratch))  # while the job runs: the compose file, the config files
         assert any(path.endswith("docker-compose.yaml") for path in seen), sorted(seen)
         (train / "release").write_text("")
@@ -882,7 +900,7 @@ def test_two_hosts_in_local_mode_each_get_their_own_host_and_say_so(docker_clien
     assert "[algo-1] I am algo-1 of 2" in lines and "[algo-2] I am algo-2 of 2" in lines, lines
 
 
-def test_stop_ends_every_host_in_local_mode(docker_client, docker_image, home, tmp_path, monkeypatch):
+def test_stop_ends_every_host_in_local_mode(docker_client, docker_image, home, tmp_path, monkeypatch, local_containers):
     from jupyter_trainer.backends.sagemaker.spec import build_sagemaker_spec
     from jupyter_trainer.jobs.submit import submit_detached
 
@@ -893,7 +911,7 @@ def test_stop_ends_every_host_in_local_mode(docker_client, docker_image, home, t
     spec = build_sagemaker_spec(script, image_uri=TEST_IMAGE, role=ROLE, instance_type="local", instance_count=2, output_path=f"file://{output}")
     job = submit_detached(spec, name="two-stop").job
     wait_for(lambda: job.logs().count("up algo-") == 2, timeout=120, what="both hosts to start")
-    hosts = [c for c in docker_client.containers.list() if "algo-" in c.name]
+    hosts = local_containers(docker_client)
     assert len(hosts) == 2
     job.stop()
     assert job.wait(timeout=120) is Status.STOPPED
