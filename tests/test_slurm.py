@@ -581,3 +581,48 @@ def test_a_sweep_stopped_midway_is_one_scancel_of_its_array_and_its_waiting_runs
     for job in (first, *waiting):
         assert job.wait(timeout=60) is Status.STOPPED, (job.name, job.record.reason)
     assert all(job.record.started_at is None and "training" not in job.logs() for job in waiting)
+
+
+# A kernel killed mid-cell, between the array's sbatch and its release: `moment` says when.
+DYING_SUBMITTER = """
+import os, signal, sys
+from jupyter_trainer.backends import build_spec
+from jupyter_trainer.backends.slurm import array
+from jupyter_trainer.jobs import sweeps
+
+moment, script, workdir = sys.argv[1:]
+die = lambda: os.kill(os.getpid(), signal.SIGKILL)
+if moment == "sbatch answered":  # before the array's id was noted
+    noted = array.SlurmArray._note_held
+    array.SlurmArray._note_held = lambda self: noted(self) if self.job_id is None else die()
+else:  # two runs made, the third not yet
+    made = []
+    real = sweeps.submit_detached
+    sweeps.submit_detached = lambda *a, **k: die() if len(made) == 2 else made.append(real(*a, **k)) or made[-1]
+sweeps.submit_sweep(build_spec(script, workdir=workdir, slurm=True), ["lr=3,1,2"], name="orphan", max_running=2)
+"""
+
+
+@pytest.mark.parametrize("moment", ["sbatch answered", "two runs made"])
+def test_a_sweep_whose_kernel_died_before_its_array_was_released_runs_when_the_cell_runs_again(slurm, workdir, home, moment):
+    from jupyter_trainer.jobs.sweeps import submit_sweep
+
+    died = subprocess.run([sys.executable, "-c", DYING_SUBMITTER, moment, SWEPT, str(workdir)], capture_output=True, text=True, timeout=120)
+    assert died.returncode == -signal.SIGKILL, died.stderr
+    held = slurm.run("squeue", "--me", "--noheader", "-r", "-O", "JobArrayID:30,Reason:30", check=True).stdout.split("\n")
+    held = [line.split() for line in held if line.strip().endswith("JobHeldUser")]
+    assert len(held) == 3 and len({task.split("_")[0] for task, _reason in held}) == 1, held  # left held: nothing would ever run
+    made = 0 if moment == "sbatch answered" else 2
+    assert len([name for name in ("orphan-1", "orphan-2", "orphan-3") if JobStore().runs(name)]) == made
+
+    again = submit_sweep(build_spec(SWEPT, workdir=str(workdir), slurm=True), ["lr=3,1,2"], name="orphan", max_running=2)
+    assert again.resumed == [f"job array {held[0][0].split('_')[0]}, left held by an interrupted submission: {made} run(s) released, {3 - made} never made cancelled"]
+    assert "left held by an interrupted submission" in again.message
+    assert [each.attached for each in again.submissions] == [True] * made + [False] * (3 - made)
+    for each in again.submissions:
+        assert each.job.wait(timeout=120) is Status.COMPLETED, (each.job.name, each.job.record.reason, each.job.logs())
+    for job, lr in zip((each.job for each in again.submissions), ("3", "1", "2")):
+        assert f"values ['--lr', '{lr}']" in job.logs()
+    # nothing left held, and the cell run once more finds nothing to resume
+    assert "JobHeldUser" not in slurm.run("squeue", "--me", "--noheader", "-r", "-O", "JobArrayID:30,Reason:30", check=True).stdout
+    assert submit_sweep(build_spec(SWEPT, workdir=str(workdir), slurm=True), ["lr=3,1,2"], name="orphan", max_running=2).resumed == []

@@ -146,6 +146,10 @@ class Backend(Protocol):
         (a Slurm job array, at most `max_running` at once), or None: each run is submitted alone,
         and the machine's lines bound how many run at once. BackendBase: None."""
 
+    def resume_batches(self, store: JobStore, name: str) -> list[str]:
+        """Let go what an earlier submission of sweep `name` made held and could not let go (its
+        process died between the two): what was done, in words. BackendBase: nothing."""
+
     def stop_together(self, runs: list[tuple[JobRecord, Path]]) -> list[str]:
         """Stop these runs (a sweep's) at once where the runtime can (one scancel of their array);
         the names of those it sent the stop to. Each run's own `stop` follows. BackendBase: none."""
@@ -183,6 +187,9 @@ class BackendBase:
 
     def batch(self, spec, store: JobStore, name: str, indices: list[int], max_running: int | None) -> RunBatch | None:
         return None
+
+    def resume_batches(self, store: JobStore, name: str) -> list[str]:
+        return []
 
     def stop_together(self, runs: list[tuple[JobRecord, Path]]) -> list[str]:
         return []

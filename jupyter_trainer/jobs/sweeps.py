@@ -124,6 +124,7 @@ def sweep_queue(store: JobStore, name: str) -> str:
 class SweepSubmission:
     sweep: SweepRecord
     submissions: list[Submission]
+    resumed: list[str] = field(default_factory=list)  # what an earlier, interrupted submission left, done now
 
     @property
     def message(self) -> str:
@@ -132,7 +133,8 @@ class SweepSubmission:
         said = f"Sweep {self.sweep.name!r}: {len(self.submissions)} runs"
         parts = [f"{started} started" if started else "", f"{attached} already submitted (attached)" if attached else ""]
         bound = f"; at most {self.sweep.max_running} at once" if self.sweep.max_running else ""
-        return f"{said} ({', '.join(part for part in parts if part)}){bound}."
+        resumed = "".join(f" {line[0].upper()}{line[1:]}." for line in self.resumed)
+        return f"{said} ({', '.join(part for part in parts if part)}){bound}.{resumed}"
 
 
 def submit_sweep(
@@ -176,6 +178,7 @@ def submit_sweep(
     # the runs not made yet (a re-run cell attaches to the others), submitted as one thing of the
     # runtime's own where it has one (a Slurm job array, which bounds how many run at once itself)
     backend = backends.get(spec.backend)
+    resumed = backend.resume_batches(store, name) if backend.batches_sweeps else []
     new = [index for index, run_name in enumerate(record.runs) if rerun or not store.runs(run_name)]
     batch = backend.batch(spec, store, name, new, max_running) if new and backend.batches_sweeps else None
     queue = sweep_queue(store, name) if max_running and not backend.batches_sweeps else spec.queue
@@ -200,7 +203,7 @@ def submit_sweep(
         raise
     if batch is not None:
         batch.release()
-    return SweepSubmission(record, submissions)
+    return SweepSubmission(record, submissions, resumed)
 
 
 def refuse_run_names(store: JobStore, name: str, runs: list[str]) -> None:

@@ -5,6 +5,11 @@ record, its run directory), knowing its task (`ArrayTask`, in its options): its 
 run's command into the run and links the array directory's entry T to the run directory. Once
 every run is made, the array is released; if one cannot be made, the array is cancelled.
 
+While it is held, the array directory's HELD_FILE says who submits it (the process, on this
+machine), its id and its tasks. A submitter that died before the release (a kernel killed mid-cell)
+leaves it held: the sweep's next submission (the cell run again) finds the note, cancels the tasks
+whose runs were never made, and releases the rest (`resume_held`).
+
 A task runs `slurm_array.sh ARRAY_DIR TOKEN NODES REQUEUE GRACE`, which finds its run directory by
 its task id and starts it as batch.sh starts a job. Its log is the run's own, through that link
 (`--output=ARRAY_DIR/%a/output.log`, which squeue shows as given). Every task's command holds the
@@ -15,26 +20,33 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import json
 import os
+import re
 import secrets
 import shutil
+import socket
 import time
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 
-from ...core.files import write_private_file
+from ...core.files import read_small, write_private_file
+from ...core.processes import ProcessIdentity
 from ...core.store import LOG_FILE, JobStore
 from ...errors import InvalidOption, TrainerError
 from ..base import STOP_GRACE_SECONDS, BackendBase
 from ..host import _inherited_environment
 from .commands import SlurmCommandFailed, job_id_in, refused, run, sbatch_environment
 from .declared import SlurmOptions
-from .queue import ARRAY_TASK_ID, QUEUE
+from .queue import ARRAY_TASK_ID, QUEUE, JobIdentity, new_separator, parse_squeue, squeue_format
 from .spec import sbatch_options
 
 ARRAY_BATCH_FILE = "slurm_array.sh"  # in the array's directory: what each task runs
 COMMAND_FILE = "slurm_command"  # in an array task's run: its command, NUL-separated (start.py reads it)
+HELD_FILE = "held.json"  # in the array's directory until it is released or cancelled (see the module's doc)
+HELD_FILE_LIMIT = 1 << 20  # a note larger than this is no note of ours
+ARRAY_ID = re.compile(r"[0-9]{1,12}")
 
 
 @dataclass(frozen=True)
@@ -87,6 +99,8 @@ class SlurmArray:
             self.directory.mkdir(mode=0o700)
             source = resources.files("jupyter_trainer.backends.slurm").joinpath("array.sh").read_bytes()
             write_private_file(self.directory / ARRAY_BATCH_FILE, source, durable=False)
+            self.submitted_at = time.time()
+            self._note_held()
         args = [
             "--parsable", "--hold", f"--array={array_spec(self.indices, self.max_running)}", f"--job-name={self.name}",
             f"--output={output_pattern(self.directory)}", *sbatch_options(self.spec, options),
@@ -110,7 +124,15 @@ class SlurmArray:
             said = output.strip().splitlines()[-1].strip() if output.strip() else ""
             raise InvalidOption(f"sbatch answered {said[:80]!r}, not a job id", "check sbatch --parsable by hand on this machine")
         self.job_id = answer.group(1)
+        self._note_held()
         return self
+
+    def _note_held(self) -> None:
+        note = {
+            "submitter": ProcessIdentity.current().to_dict(), "host": socket.gethostname(), "job_id": self.job_id,
+            "indices": self.indices, "token": self.token, "submitted_at": self.submitted_at, "name": self.name,
+        }  # fmt: skip
+        write_private_file(self.directory / HELD_FILE, json.dumps(note).encode(), durable=False)
 
     def for_run(self, index: int, spec):
         """The run's spec, with its task of the array."""
@@ -129,6 +151,7 @@ class SlurmArray:
             ) from None
         finally:
             QUEUE.forget()
+        _forget_held(self.directory)
 
     def cancel(self) -> str:
         """The whole array cancelled (a run could not be made): what came of it, in words."""
@@ -138,6 +161,7 @@ class SlurmArray:
             return f"its job array {self.job_id} could not be cancelled: scancel {self.job_id}"
         finally:
             QUEUE.forget()
+        _forget_held(self.directory)
         return f"its job array {self.job_id} was cancelled"
 
     def _remove_directory(self) -> None:
@@ -163,3 +187,81 @@ def arrays_of(job_ids: list[str]) -> list[str]:
         if task is not None and task.group(1) not in found:
             found.append(task.group(1))
     return found
+
+
+def _forget_held(directory: Path) -> None:
+    with contextlib.suppress(FileNotFoundError):
+        (directory / HELD_FILE).unlink()
+
+
+@dataclass(frozen=True)
+class _HeldNote:
+    submitter: ProcessIdentity
+    host: str
+    job_id: str | None
+    indices: list[int]
+    token: str
+    submitted_at: float
+
+
+def _read_held(path: Path) -> _HeldNote | None:
+    """The note, or None when it cannot be ours (the store's files are hostile input)."""
+    try:
+        data = json.loads(read_small(path, HELD_FILE_LIMIT))
+        job_id, indices, token = data.get("job_id"), data["indices"], data["token"]
+        if job_id is not None and not (isinstance(job_id, str) and ARRAY_ID.fullmatch(job_id)):
+            return None
+        if not (isinstance(indices, list) and indices and all(type(i) is int and 0 <= i < 1_000_000 for i in indices)):
+            return None
+        if not (isinstance(token, str) and re.fullmatch(r"[0-9a-f]{32}", token)):
+            return None
+        return _HeldNote(ProcessIdentity.from_dict(data["submitter"]), str(data["host"]), job_id, indices, token, float(data["submitted_at"]))
+    except (OSError, ValueError, TypeError, KeyError, AttributeError):
+        return None
+
+
+def resume_held(store: JobStore, name: str) -> list[str]:
+    """The job arrays of sweep `name` that a submitter on this machine left held when it died
+    (between sbatch and the release): their tasks whose runs were never made are cancelled, the
+    others released. What was done, in words (one line per array)."""
+    said: list[str] = []
+    for held in sorted(store.sweep_files(name).glob(f"array-*/{HELD_FILE}")):
+        note = _read_held(held)
+        if note is None or note.host != socket.gethostname() or note.submitter.is_alive():
+            continue  # not ours to read, another machine's submitter, or one still at work
+        directory = held.parent
+        job_id = note.job_id or _array_of(name, note, directory)
+        if job_id is None:  # sbatch never accepted it: nothing is held
+            _forget_held(directory)
+            continue
+        # a run never made has no entry: its task would find no run to start
+        unmade = [f"{job_id}_{index}" for index in note.indices if not os.path.lexists(directory / str(index))]
+        try:
+            if unmade:
+                run("scancel", *unmade, timeout=30)
+            run("scontrol", "release", job_id, timeout=30)
+        except SlurmCommandFailed as error:
+            if not error.unknown_job:  # an array that has ended since is nothing to release
+                raise InvalidOption(
+                    f"the job array {job_id} of sweep {name!r}, left held by a submission that was interrupted, could not be released: {error.said}",
+                    f"release it by hand: scontrol release {job_id}",
+                ) from None
+        finally:
+            QUEUE.forget()
+        _forget_held(directory)
+        made = len(note.indices) - len(unmade)
+        said.append(f"job array {job_id}, left held by an interrupted submission: {made} run(s) released, {len(unmade)} never made cancelled")
+    return said
+
+
+def _array_of(name: str, note: _HeldNote, directory: Path) -> str | None:
+    """The array's id, for a submitter that died before it could note sbatch's answer: found in the
+    queue by its name, its output and its token, as a lone job's is."""
+    identity = JobIdentity(name, note.submitted_at, output_pattern(directory), note.token)
+    separator = new_separator()
+    output = run("squeue", "--me", "--states=all", "--array", "--noheader", f"--name={name}", "-O", squeue_format(separator), timeout=30)
+    for job in parse_squeue(output, separator, str(os.getuid())).values():
+        task = ARRAY_TASK_ID.fullmatch(job.job_id)
+        if task is not None and job.log == identity.log and job.command is not None and job.is_the_job(identity):
+            return task.group(1)
+    return None

@@ -47,7 +47,7 @@ from ..base import (
 )
 from ..host import _inherited_environment
 from . import states
-from .array import SlurmArray, arrays_of, link_task
+from .array import SlurmArray, arrays_of, link_task, resume_held
 from .commands import SlurmCommandFailed, job_id_in, printed_before, refused, require, run, sbatch_environment
 from .declared import BATCH_FILE, ENV_FILE, NODE_FILE, NOTIFY_INPUT_FILE, SECRET_FILES, START_FILE, SlurmOptions
 from .queue import QUEUE, JobIdentity, SlurmJob, find_by_identity
@@ -289,6 +289,10 @@ class SlurmBackend(BackendBase):
         """A sweep's runs as one job array, submitted held (array.py)."""
         self.preflight(spec, store)
         return SlurmArray(self, spec, store, name, indices, max_running).submit()
+
+    def resume_batches(self, store, name: str) -> list[str]:
+        """A sweep's job arrays left held by a submission that died before releasing them (array.py)."""
+        return resume_held(store, name)
 
     def stop_together(self, runs: list[tuple[JobRecord, Path]]) -> list[str]:
         """One scancel for each job array of these runs that still has a task of theirs queued or
