@@ -265,10 +265,25 @@ def wait_in(line, root, turn, says, watcher, since_ns=None, key=None):
         else:
             keeping = {}
         turn.say(dict(line.describe(), state="waiting", ahead=ahead, since=since, **keeping))
+        left = set()  # the places of the tickets waiting ahead of this one seen leaving since its look
         while True:  # a ticket coming or going behind this one changes nothing for it: it sleeps on
             changed = watcher.wait(again)
-            if changed is None or not changed or not all(_behind(where, name, line.dir, path) for where, name in changed):
+            if changed is None or not changed:
                 break
+            ahead_of_it = [(where, name) for where, name in changed if not _behind(where, name, line.dir, path)]
+            if not ahead_of_it:
+                continue
+            # Not first in line, its turn comes once every ticket that waited ahead of it has left
+            # (a running job's end frees what only the first in line takes): it looks again then,
+            # not at every change ahead. A look reads every ticket of the line: in a sweep of
+            # hundreds, each waiter looking at each change made the machine's load the square of it.
+            kinds = [_change_ahead(where, name, line.dir) for where, name in ahead_of_it] if ahead else ["other"]
+            if "other" in kinds:
+                break
+            left.update(name[2:] for (_where, name), kind in zip(ahead_of_it, kinds) if kind == "left")
+            if len(left) >= ahead:
+                break
+            turn.say(dict(line.describe(), state="waiting", ahead=ahead - len(left), since=since))  # its place, as it moves up
 
 
 def _behind(directory, name, line, mine):
@@ -280,6 +295,17 @@ def _behind(directory, name, line, mine):
         return True
     # a running job's ticket closed or removed: it ended, and what it claimed is free (wherever its place was)
     return len(name) > 2 and name[2:] > os.path.basename(mine)[2:] and name[0] in "wp"
+
+
+def _change_ahead(directory, name, line):
+    """What a change to file `name` of `directory`, ahead of a waiter that is not first in line,
+    is to it: "left" (a waiting ticket, or a kept place, closed, renamed or removed), "running" (a
+    running job's ticket: what it frees goes to the first in line), or "other" (look again)."""
+    if directory != os.path.join(line, "tickets") or len(name) <= 2 or name[1] != "-":
+        return "other"
+    if name[0] in "wr":
+        return "left"
+    return "running" if name[0] == "p" else "other"
 
 
 def main(argv):
