@@ -900,6 +900,27 @@ def test_two_hosts_in_local_mode_each_get_their_own_host_and_say_so(docker_clien
     assert "[algo-1] I am algo-1 of 2" in lines and "[algo-2] I am algo-2 of 2" in lines, lines
 
 
+def test_a_local_mode_submission_leaves_the_sdk_to_its_runner(docker_client, docker_image, home, tmp_path, monkeypatch, local_containers):
+    """The kernel that submits a local-mode job never imports the SDK (seconds of a cell's time,
+    every first cell of a kernel): the runner, a process of its own, does."""
+    monkeypatch.setenv("AWS_DEFAULT_REGION", REGION)
+    code = (
+        "import sys\n"
+        "from jupyter_trainer.backends.sagemaker.spec import build_sagemaker_spec\n"
+        "from jupyter_trainer.jobs.submit import submit_detached\n"
+        f"spec = build_sagemaker_spec('print(42)', image_uri={TEST_IMAGE!r}, role={ROLE!r}, instance_type='local', output_path='file://{tmp_path}')\n"
+        "submit_detached(spec, name='sdk-elsewhere')\n"
+        "print(sorted(name for name in sys.modules if name.split('.')[0] == 'sagemaker'))\n"
+    )
+    submitted = run_python(code)
+    assert submitted.returncode == 0 and submitted.stdout.strip() == "[]", submitted.stdout + submitted.stderr
+    job = Job.load("sdk-elsewhere")
+    assert job.wait(timeout=240) is Status.COMPLETED, job.logs()
+    from jupyter_trainer.backends.sagemaker.sdk import sdk_major
+
+    assert "42" in job.logs() and job.record.runtime["sdk"] == sdk_major()  # the generation the runner ran
+
+
 def test_stop_ends_every_host_in_local_mode(docker_client, docker_image, home, tmp_path, monkeypatch, local_containers):
     from jupyter_trainer.backends.sagemaker.spec import build_sagemaker_spec
     from jupyter_trainer.jobs.submit import submit_detached

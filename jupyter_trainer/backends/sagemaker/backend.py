@@ -85,9 +85,9 @@ class SageMakerBackend(BackendBase):
     # -- launching ---------------------------------------------------------
 
     def preflight(self, spec: SageMakerSpec, store) -> None:
-        from .sdk import sdk_major
+        from .sdk import installed_sdk_major, sdk_major
 
-        sdk_major()
+        installed_sdk_major() if spec.local else sdk_major()  # a remote job is made by this process's SDK
         if spec.local:  # the SDK runs it with docker-compose, on the engine the environment names
             from ..docker.clients import check_answers
             from ..docker.errors import LOCAL_MODE
@@ -116,9 +116,9 @@ class SageMakerBackend(BackendBase):
             write_script(run_dir, spec.script, from_cell)
 
     def launch(self, record: JobRecord, run_dir: Path, spec: SageMakerSpec) -> SageMakerRuntime:
-        from .sdk import sdk_major
+        from .sdk import installed_sdk_major, sdk_major
 
-        sdk = sdk_major()
+        sdk = installed_sdk_major() if spec.local else sdk_major()
         job_name = training_job_name(record.name, time.strftime("%Y%m%d-%H%M%S"), secrets.token_hex(2))
         spec = self._with_image(spec)
         code_dir = None if spec.image_train else self._stage_code(run_dir, spec, job_name)

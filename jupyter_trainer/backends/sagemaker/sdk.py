@@ -65,6 +65,18 @@ def sdk_major() -> int:
     return int(version.split(".")[0])
 
 
+def installed_sdk_major() -> int:
+    """The installed SDK generation, read from its package's metadata without importing it (an
+    import takes seconds): for a job whose SDK runs in a process of its own (local mode's runner,
+    which says in the job's log if the SDK cannot be imported there)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return int(version("sagemaker").split(".")[0])
+    except (PackageNotFoundError, ValueError):  # no metadata (or none that reads): the import says
+        return sdk_major()
+
+
 def submit_remote(spec: SageMakerSpec, job_name: str, code_uri: str | None, boto_session) -> None:
     """CreateTrainingJob through the installed SDK; returns as soon as the job is created."""
     major = sdk_major()
