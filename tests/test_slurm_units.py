@@ -416,3 +416,23 @@ def make_slurm_record(store, runtime):
         changed.status = Status.RUNNING
 
     return store.update("forged", record.run, forge)
+
+
+@pytest.mark.parametrize(
+    "note",
+    [
+        '{"submitter": {"pid": 2, "start_time": 1}, "host": "h", "job_id": null, "indices": [0], "token": "' + "a" * 32 + '", "submitted_at": 1' + "0" * 400 + "}",
+        '{"job_id": ' + "[" * 100_000 + "]" * 100_000 + "}",
+    ],
+    ids=["a time too large for a float", "nested past reading"],
+)
+def test_a_held_note_written_by_a_hostile_job_is_no_note_and_never_a_traceback(note, tmp_path):
+    """A held array's note lies in the store, where a job can write: a note no submission could
+    have written is not read as one (the sweep's next submission goes on), whatever it holds."""
+    from jupyter_trainer.backends.slurm.array import HELD_FILE, resume_held
+
+    store = JobStore(tmp_path / "home")
+    directory = store.sweep_files("swept") / "array-0123456789ab"
+    directory.mkdir(parents=True)
+    (directory / HELD_FILE).write_text(note)
+    assert resume_held(store, "swept") == []

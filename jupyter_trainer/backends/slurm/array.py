@@ -216,8 +216,8 @@ def _read_held(path: Path) -> _HeldNote | None:
         if not (isinstance(token, str) and re.fullmatch(r"[0-9a-f]{32}", token)):
             return None
         return _HeldNote(ProcessIdentity.from_dict(data["submitter"]), str(data["host"]), job_id, indices, token, float(data["submitted_at"]))
-    except (OSError, ValueError, TypeError, KeyError, AttributeError):
-        return None
+    except (OSError, ValueError, TypeError, KeyError, AttributeError, OverflowError, RecursionError):
+        return None  # (OverflowError: an int too large for a float; RecursionError: JSON nested past reading)
 
 
 def resume_held(store: JobStore, name: str) -> list[str]:
