@@ -626,3 +626,28 @@ def test_a_sweep_whose_kernel_died_before_its_array_was_released_runs_when_the_c
     # nothing left held, and the cell run once more finds nothing to resume
     assert "JobHeldUser" not in slurm.run("squeue", "--me", "--noheader", "-r", "-O", "JobArrayID:30,Reason:30", check=True).stdout
     assert submit_sweep(build_spec(SWEPT, workdir=str(workdir), slurm=True), ["lr=3,1,2"], name="orphan", max_running=2).resumed == []
+
+
+def held_tasks(slurm) -> list[str]:
+    queue = slurm.run("squeue", "--me", "--noheader", "-r", "-O", "JobArrayID:30,Reason:30", check=True).stdout.split("\n")
+    return [line.split()[0] for line in queue if line.strip().endswith("JobHeldUser")]
+
+
+def test_a_sweep_interrupted_while_its_tree_is_read_leaves_no_array_held(slurm, workdir, home, monkeypatch):
+    """The sweep's tree is read (git, seconds on a slow repository) after its array is submitted
+    held: an interrupt there cancels the array as one in the making of a run does. Its note names
+    this kernel, alive: the cell run again would never resume it, and its tasks stay held."""
+    from jupyter_trainer.jobs import sweeps
+
+    def interrupted(directory):
+        raise KeyboardInterrupt
+
+    with monkeypatch.context() as patched, pytest.raises(KeyboardInterrupt):
+        patched.setattr(sweeps, "git_state", interrupted)
+        sweeps.submit_sweep(build_spec(SWEPT, workdir=str(workdir), slurm=True), ["lr=3,1"], name="interrupted")
+    assert held_tasks(slurm) == []
+    again = sweeps.submit_sweep(build_spec(SWEPT, workdir=str(workdir), slurm=True), ["lr=3,1"], name="interrupted")
+    assert again.resumed == [] and [each.attached for each in again.submissions] == [False, False]
+    for each in again.submissions:
+        assert each.job.wait(timeout=120) is Status.COMPLETED, (each.job.name, each.job.record.reason, each.job.logs())
+    assert held_tasks(slurm) == []

@@ -180,9 +180,10 @@ def submit_sweep(
     backend = backends.get(spec.backend)
     resumed = backend.resume_batches(store, name) if backend.batches_sweeps else []
     new = [index for index, run_name in enumerate(record.runs) if rerun or not store.runs(run_name)]
-    batch = backend.batch(spec, store, name, new, max_running) if new and backend.batches_sweeps else None
     queue = sweep_queue(store, name) if max_running and not backend.batches_sweeps else spec.queue
     git = git_state(local_directory(spec)) if new else None  # once: each run was made from the same tree
+    # last before the runs are made: from here, whatever interrupts the submission cancels the batch
+    batch = backend.batch(spec, store, name, new, max_running) if new and backend.batches_sweeps else None
     submissions = []
     try:
         for index, (run_name, values) in enumerate(zip(record.runs, params)):
