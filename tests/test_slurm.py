@@ -5,6 +5,7 @@ import json
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -651,3 +652,47 @@ def test_a_sweep_interrupted_while_its_tree_is_read_leaves_no_array_held(slurm, 
     for each in again.submissions:
         assert each.job.wait(timeout=120) is Status.COMPLETED, (each.job.name, each.job.record.reason, each.job.logs())
     assert held_tasks(slurm) == []
+
+
+@pytest.mark.parametrize("by_hand", ["release", "scancel"])
+def test_a_held_array_released_or_cancelled_by_hand_is_no_error_when_the_cell_runs_again(slurm, workdir, home, by_hand):
+    """The kernel died with the array held; the user, seeing it held in squeue, released it (the
+    way the sweep's own messages say) or cancelled it by hand, then ran the cell again: the note
+    names an array Slurm still knows but can no longer release. The cell goes on."""
+    from jupyter_trainer.jobs.sweeps import submit_sweep
+
+    died = subprocess.run([sys.executable, "-c", DYING_SUBMITTER, "two runs made", SWEPT, str(workdir)], capture_output=True, text=True, timeout=120)
+    assert died.returncode == -signal.SIGKILL, died.stderr
+    array_id = held_tasks(slurm)[0].split("_")[0]
+    if by_hand == "release":
+        slurm.run("scontrol", "release", array_id, check=True)
+        wait_for(lambda: "RUNNING" in slurm.run("squeue", "--me", "--noheader", "-r", "-O", "State:20", check=True).stdout, timeout=60, what="a task to run")
+    else:
+        slurm.run("scancel", array_id, check=True)
+    again = submit_sweep(build_spec(SWEPT, workdir=str(workdir), slurm=True), ["lr=3,1,2"], name="orphan", max_running=2)
+    assert [each.attached for each in again.submissions] == [True, True, False]
+    assert again.submissions[2].job.wait(timeout=120) is Status.COMPLETED
+    assert held_tasks(slurm) == []
+
+
+def test_a_held_note_naming_another_array_cancels_and_releases_none_of_it(slurm, workdir, home):
+    """A note left long ago (Slurm's ids start again from 1 when its state is reset) or written by
+    a job names an array the user holds of their own: the sweep's next submission neither cancels
+    its tasks nor releases it. Only the array the queue shows as the note's (its sweep's name, its
+    output, its token) is the note's."""
+    from jupyter_trainer.backends.slurm.array import HELD_FILE
+    from jupyter_trainer.core.processes import ProcessIdentity
+    from jupyter_trainer.jobs.sweeps import submit_sweep
+
+    mine = slurm.run("sbatch", "--parsable", "--hold", "--array=0-1", f"--output={workdir}/mine-%a.log", "--wrap", "true", check=True).stdout.strip()
+    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True, check=True)
+    directory = JobStore().sweep_files("orphan") / "array-0123456789ab"
+    directory.mkdir(parents=True)
+    note = {
+        "submitter": {**ProcessIdentity.current().to_dict(), "pid": int(gone.stdout)}, "host": socket.gethostname(), "job_id": mine,
+        "indices": [0, 1], "token": "ab" * 16, "submitted_at": time.time() - 60, "name": "orphan",
+    }  # fmt: skip
+    (directory / HELD_FILE).write_text(json.dumps(note))
+    again = submit_sweep(build_spec(SWEPT, workdir=str(workdir), slurm=True), ["lr=3"], name="orphan")
+    assert again.resumed == [] and again.submissions[0].job.wait(timeout=120) is Status.COMPLETED
+    assert sorted(held_tasks(slurm)) == [f"{mine}_0", f"{mine}_1"]

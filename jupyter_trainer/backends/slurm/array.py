@@ -7,8 +7,9 @@ every run is made, the array is released; if one cannot be made, the array is ca
 
 While it is held, the array directory's HELD_FILE says who submits it (the process, on this
 machine), its id and its tasks. A submitter that died before the release (a kernel killed mid-cell)
-leaves it held: the sweep's next submission (the cell run again) finds the note, cancels the tasks
-whose runs were never made, and releases the rest (`resume_held`).
+leaves it held: the sweep's next submission (the cell run again) finds the note, finds the array in
+the queue by its name, output and token (the id the note gives is a hint, never trusted), cancels its
+waiting tasks whose runs were never made, and releases the rest of those still held (`resume_held`).
 
 A task runs `slurm_array.sh ARRAY_DIR TOKEN NODES REQUEUE GRACE`, which finds its run directory by
 its task id and starts it as batch.sh starts a job. Its log is the run's own, through that link
@@ -39,7 +40,7 @@ from ..base import STOP_GRACE_SECONDS, BackendBase
 from ..host import _inherited_environment
 from .commands import SlurmCommandFailed, job_id_in, refused, run, sbatch_environment
 from .declared import SlurmOptions
-from .queue import ARRAY_TASK_ID, QUEUE, JobIdentity, new_separator, parse_squeue, squeue_format
+from .queue import ARRAY_TASK_ID, QUEUE, JobIdentity, SlurmJob, new_separator, parse_squeue, squeue_format
 from .spec import sbatch_options
 
 ARRAY_BATCH_FILE = "slurm_array.sh"  # in the array's directory: what each task runs
@@ -47,6 +48,7 @@ COMMAND_FILE = "slurm_command"  # in an array task's run: its command, NUL-separ
 HELD_FILE = "held.json"  # in the array's directory until it is released or cancelled (see the module's doc)
 HELD_FILE_LIMIT = 1 << 20  # a note larger than this is no note of ours
 ARRAY_ID = re.compile(r"[0-9]{1,12}")
+HELD_REASON = "JobHeldUser"  # squeue's reason for a task held by its submitter (sbatch --hold)
 
 
 @dataclass(frozen=True)
@@ -230,38 +232,44 @@ def resume_held(store: JobStore, name: str) -> list[str]:
         if note is None or note.host != socket.gethostname() or note.submitter.is_alive():
             continue  # not ours to read, another machine's submitter, or one still at work
         directory = held.parent
-        job_id = note.job_id or _array_of(name, note, directory)
-        if job_id is None:  # sbatch never accepted it: nothing is held
-            _forget_held(directory)
-            continue
+        # what the queue shows of the note's array, found by its name, output and token (never by
+        # the id the note gives: a note can be stale or a job's): released or cancelled by hand
+        # since, or ended, it has no task left to release, and a task that runs is left to run
+        waiting = {index: job for index, job in _tasks_of(name, note, directory).items() if job.state == "PENDING"}
         # a run never made has no entry: its task would find no run to start
-        unmade = [f"{job_id}_{index}" for index in note.indices if not os.path.lexists(directory / str(index))]
+        unmade = [job.job_id for index, job in waiting.items() if not os.path.lexists(directory / str(index))]
+        made = [job.job_id for index, job in waiting.items() if job.job_id not in unmade and job.reason == HELD_REASON]
         try:
             if unmade:
                 run("scancel", *unmade, timeout=30)
-            run("scontrol", "release", job_id, timeout=30)
+            if made:
+                run("scontrol", "release", ",".join(made), timeout=30)
         except SlurmCommandFailed as error:
-            if not error.unknown_job:  # an array that has ended since is nothing to release
+            if not (error.unknown_job or error.job_ending or error.job_ended):  # one that has ended since is nothing to release
+                array_id = next(iter(waiting.values())).job_id.split("_")[0]
                 raise InvalidOption(
-                    f"the job array {job_id} of sweep {name!r}, left held by a submission that was interrupted, could not be released: {error.said}",
-                    f"release it by hand: scontrol release {job_id}",
+                    f"the job array {array_id} of sweep {name!r}, left held by a submission that was interrupted, could not be released: {error.said}",
+                    f"release it by hand: scontrol release {array_id}",
                 ) from None
         finally:
             QUEUE.forget()
         _forget_held(directory)
-        made = len(note.indices) - len(unmade)
-        said.append(f"job array {job_id}, left held by an interrupted submission: {made} run(s) released, {len(unmade)} never made cancelled")
+        if waiting:
+            array_id = next(iter(waiting.values())).job_id.split("_")[0]
+            said.append(f"job array {array_id}, left held by an interrupted submission: {len(made)} run(s) released, {len(unmade)} never made cancelled")
     return said
 
 
-def _array_of(name: str, note: _HeldNote, directory: Path) -> str | None:
-    """The array's id, for a submitter that died before it could note sbatch's answer: found in the
-    queue by its name, its output and its token, as a lone job's is."""
+def _tasks_of(name: str, note: _HeldNote, directory: Path) -> dict[int, SlurmJob]:
+    """The tasks of the note's array Slurm still knows, by index: found in the queue by the array's
+    name, its output and its token, as a lone job's is (none: sbatch never accepted it, or it has
+    ended and been forgotten)."""
     identity = JobIdentity(name, note.submitted_at, output_pattern(directory), note.token)
     separator = new_separator()
     output = run("squeue", "--me", "--states=all", "--array", "--noheader", f"--name={name}", "-O", squeue_format(separator), timeout=30)
+    tasks: dict[int, SlurmJob] = {}
     for job in parse_squeue(output, separator, str(os.getuid())).values():
         task = ARRAY_TASK_ID.fullmatch(job.job_id)
         if task is not None and job.log == identity.log and job.command is not None and job.is_the_job(identity):
-            return task.group(1)
-    return None
+            tasks[int(task.group(2))] = job
+    return tasks

@@ -63,6 +63,11 @@ class SlurmCommandFailed(BackendUnavailable):
         return "already completing or completed" in self.said.lower()
 
     @property
+    def job_ended(self) -> bool:
+        """scontrol: the job (or one task of an array) has ended, and is still known."""
+        return "already finished" in self.said.lower()
+
+    @property
     def no_accounting(self) -> bool:
         """sacct: accounting is disabled, or its database daemon (slurmdbd) does not answer."""
         said = self.said.lower()
