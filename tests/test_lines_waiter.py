@@ -11,9 +11,11 @@ import sys
 import time
 
 import pytest
+from conftest import wait_for
 
 from jupyter_trainer.backends import wait_turn
 from jupyter_trainer.backends.turns import waiter_source
+from jupyter_trainer.core import lines
 from jupyter_trainer.core.lines import TOKENS, ensure_line, line_dir, open_token, set_max_running
 from jupyter_trainer.core.nvidia_smi import SmiLook
 
@@ -130,3 +132,70 @@ def test_a_waiting_job_sleeps_until_the_holder_ends_then_runs(tmp_path):
             waiter.kill()
             waiter.wait()
         waiter.stderr.close()
+
+
+class SaidTurn:
+    """The waiter's turn file, as what it said, in order (said again: once, as TurnFile)."""
+
+    def __init__(self):
+        self.said = []
+
+    def say(self, state):
+        if not self.said or self.said[-1] != state:
+            self.said.append(state)
+
+
+def waiting_in_a_thread(root, line, since_ns):
+    """wait_in on a thread of its own (its turn: what it says; `done`: what it took)."""
+    import threading
+
+    turn, done = SaidTurn(), []
+    says = {"job": "me", "run": 1, "user": os.getuid(), "pid": os.getpid(), "wants": "slot"}
+    thread = threading.Thread(target=lambda: done.append(wait_turn.wait_in(line, root, turn, says, wait_turn.Watcher(), since_ns)), daemon=True)
+    thread.start()
+    return turn, done, thread
+
+
+def test_a_running_job_ahead_that_ends_does_not_move_a_waiter_up(tmp_path):
+    """Two jobs wait ahead of this one, a third runs (its ticket r-...): its end frees a slot for the
+    first in line, and this waiter, still third, says so (not second)."""
+    root = str(tmp_path / "lines")
+    line = wait_turn.QueueLine(root, "q")
+    ensure_line(root, line.dir)
+    set_max_running(line.dir, 1)
+    slot = held_token(line.dir, 0)
+    ticket, path = lines.take_ticket(line.dir, {"job": "running"}, since_ns=1)
+    lines.promote(ticket, path, {"job": "running", "slot": 0})
+    ahead = [lines.take_ticket(line.dir, {"job": name}, since_ns=since)[0] for name, since in (("a", 2), ("b", 3))]
+    turn, done, thread = waiting_in_a_thread(root, line, 10)
+    try:
+        wait_for(lambda: turn.said and turn.said[-1].get("ahead") == 2, timeout=10, what="the waiter to say two wait ahead")
+        os.close(ticket)  # the running job ends (the first in line takes its slot: not this one's affair)
+        os.close(slot)
+        time.sleep(0.5)
+        assert [state["ahead"] for state in turn.said] == [2]
+    finally:
+        for fd in ahead:
+            os.close(fd)
+        thread.join(10)
+    assert done and done[0][0] == 0
+
+
+def test_a_place_kept_ahead_whose_waiter_never_came_stops_counting_in_its_time_while_others_come_behind(tmp_path):
+    """A place kept ahead counts for RESERVED_SECONDS: the waiter behind it looks again then, though
+    jobs keep coming and going behind it meanwhile (each woke it, and it slept its whole wait again)."""
+    root = str(tmp_path / "lines")
+    line = wait_turn.QueueLine(root, "q")
+    ensure_line(root, line.dir)
+    expires_in = 1.0
+    since = time.time_ns() - int((lines.RESERVED_SECONDS - expires_in) * 1e9)
+    lines.reserve_place(line.dir, since, "0123456789abcdef", {"job": "never-came", "kept": True})
+    started = time.monotonic()
+    turn, done, thread = waiting_in_a_thread(root, line, since + 10**9)
+    while not done and time.monotonic() - started < 5:  # a sweep's jobs come and go behind it
+        fd, _path = lines.take_ticket(line.dir, {"job": "behind"})
+        os.close(fd)
+        time.sleep(0.2)
+    took = time.monotonic() - started
+    thread.join(10)
+    assert done and took < expires_in + 1.5, f"the waiter took its turn {took:.1f} s after it started waiting, its place kept ahead for {expires_in} s"

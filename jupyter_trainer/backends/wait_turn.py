@@ -266,8 +266,11 @@ def wait_in(line, root, turn, says, watcher, since_ns=None, key=None):
             keeping = {}
         turn.say(dict(line.describe(), state="waiting", ahead=ahead, since=since, **keeping))
         left = set()  # the places of the tickets waiting ahead of this one seen leaving since its look
+        # when to look again whatever comes meanwhile (a place kept ahead stops counting, a GPU busy
+        # outside is asked about again): a change it sleeps on does not put that off
+        deadline = None if again is None else time.monotonic() + again
         while True:  # a ticket coming or going behind this one changes nothing for it: it sleeps on
-            changed = watcher.wait(again)
+            changed = watcher.wait(None if deadline is None else max(0.0, deadline - time.monotonic()))
             if changed is None or not changed:
                 break
             ahead_of_it = [(where, name) for where, name in changed if not _behind(where, name, line.dir, path)]
@@ -299,13 +302,13 @@ def _behind(directory, name, line, mine):
 
 def _change_ahead(directory, name, line):
     """What a change to file `name` of `directory`, ahead of a waiter that is not first in line,
-    is to it: "left" (a waiting ticket, or a kept place, closed, renamed or removed), "running" (a
-    running job's ticket: what it frees goes to the first in line), or "other" (look again)."""
+    is to it: "left" (a waiting ticket w-... closed, renamed or removed), "running" (a running
+    job's ticket r-...: what it frees goes to the first in line), "kept" (a place kept p-..., taken
+    over by its waiter, who waits on in it, or removed past its time, when the waiter looks
+    anyway), or "other" (look again)."""
     if directory != os.path.join(line, "tickets") or len(name) <= 2 or name[1] != "-":
         return "other"
-    if name[0] in "wr":
-        return "left"
-    return "running" if name[0] == "p" else "other"
+    return {"w": "left", "r": "running", "p": "kept"}.get(name[0], "other")
 
 
 def main(argv):
