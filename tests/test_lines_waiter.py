@@ -2,6 +2,7 @@
 closed is what tells the first in line that a holder ended), and it takes its turn once the
 holder's lock is let go. The cost in time and CPU is measured in benchmarks/line_handoff.py."""
 
+import contextlib
 import fcntl
 import json
 import os
@@ -199,3 +200,74 @@ def test_a_place_kept_ahead_whose_waiter_never_came_stops_counting_in_its_time_w
     took = time.monotonic() - started
     thread.join(10)
     assert done and took < expires_in + 1.5, f"the waiter took its turn {took:.1f} s after it started waiting, its place kept ahead for {expires_in} s"
+
+
+def inotify_watches(watcher):
+    """The inode numbers the watcher's inotify instance watches, as the kernel lists them."""
+    with open(f"/proc/self/fdinfo/{watcher.fd}") as handle:
+        return sorted(int(line.split("ino:")[1].split()[0], 16) for line in handle if line.startswith("inotify wd:"))
+
+
+def test_a_waiter_far_back_watches_only_the_ticket_just_ahead_of_it_and_takes_its_turn_once_that_left(tmp_path, monkeypatch):
+    """Three wait ahead: a change anywhere else in the line (the first in line ending) wakes it not,
+    its shown place stays until it looks; the one just ahead leaving wakes it, and it takes its turn
+    once the slot is free. (In a sweep of hundreds every waiter woke at every change.)"""
+    monkeypatch.setattr(wait_turn, "FAR_LOOKS", (60.0, 60.0, 0.1))  # no look at the line meanwhile
+    root = str(tmp_path / "lines")
+    line = wait_turn.QueueLine(root, "q")
+    ensure_line(root, line.dir)
+    set_max_running(line.dir, 1)
+    slot = held_token(line.dir, 0)  # a job runs
+    ahead = [lines.take_ticket(line.dir, {"job": name}, since_ns=since) for name, since in (("a", 2), ("b", 3), ("c", 4))]
+    watcher = wait_turn.Watcher()
+    assert watcher.fd is not None, "inotify cannot be had here"
+    turn, done = SaidTurn(), []
+    says = {"job": "me", "run": 1, "user": os.getuid(), "pid": os.getpid(), "wants": "slot"}
+    import threading
+
+    thread = threading.Thread(target=lambda: done.append(wait_turn.wait_in(line, root, turn, says, watcher, 10)), daemon=True)
+    thread.start()
+    just_ahead = os.stat(ahead[2][1]).st_ino
+    try:
+        wait_for(lambda: turn.said and turn.said[-1].get("ahead") == 3, timeout=10, what="the waiter to say three wait ahead")
+        wait_for(lambda: inotify_watches(watcher) == [just_ahead], timeout=10, what="the waiter to watch the ticket just ahead alone")
+        os.close(ahead[0][0])  # the first in line ends: nothing of this waiter's affair yet
+        os.close(ahead[1][0])
+        time.sleep(0.5)
+        assert [state["ahead"] for state in turn.said] == [3] and not done
+        os.close(ahead[2][0])  # the one just ahead: now it is first, and waits for the slot
+        wait_for(lambda: turn.said[-1].get("ahead") == 0, timeout=10, what="the waiter to say it is first")
+        assert not done
+        os.close(slot)
+        thread.join(10)
+        assert done and done[0][0] == 0
+    finally:
+        for fd, _path in ahead:
+            with contextlib.suppress(OSError):
+                os.close(fd)
+        thread.join(10)
+
+
+def test_a_line_of_waiters_far_back_each_takes_its_turn_in_order(tmp_path, monkeypatch):
+    """Ten waiters behind a running job, one slot: each watches the one just ahead once three or more
+    wait ahead of it; as each job ends, the next takes the slot, in their order, none left behind."""
+    monkeypatch.setattr(wait_turn, "FAR_LOOKS", (60.0, 60.0, 0.1))  # their turns come from what they watch alone
+    root = str(tmp_path / "lines")
+    line = wait_turn.QueueLine(root, "q")
+    ensure_line(root, line.dir)
+    set_max_running(line.dir, 1)
+    slot = held_token(line.dir, 0)
+    waiters = []
+    for index in range(10):
+        turn, done, thread = waiting_in_a_thread(root, line, 10 + index)
+        waiters.append((turn, done, thread))
+        wait_for(lambda: turn.said, timeout=10, what=f"waiter {index} to say it waits")
+    order = []
+    os.close(slot)
+    for index, (turn, done, thread) in enumerate(waiters):
+        wait_for(lambda: done, timeout=15, what=f"waiter {index} to take its turn")
+        order.append(index)
+        assert not any(other_done for _turn, other_done, _thread in waiters[index + 1 :]), "one took its turn out of order"
+        for fd in done[0][1]:  # its job ends: what it took is let go
+            os.close(fd)
+    assert order == list(range(10))

@@ -34,6 +34,7 @@ try:  # as a module of the package; in a run, the code of these modules comes be
         LineError,
         claimed,
         ensure_line,
+        is_held,
         kept_token,
         line_dir,
         live_waiting_ahead,
@@ -58,6 +59,12 @@ IN_CLOSE_WRITE, IN_CLOSE_NOWRITE, IN_MOVED_FROM, IN_MOVED_TO, IN_DELETE = 0x8, 0
 IN_IGNORED = 0x8000  # the watched directory is gone (removed): it is watched again once made again
 # a ticket ahead leaves: its waiter ends (closes it), it is renamed r-... or removed
 TICKETS_EVENTS = IN_CLOSE_WRITE | IN_MOVED_FROM | IN_DELETE
+IN_ATTRIB, IN_DELETE_SELF, IN_MOVE_SELF = 0x4, 0x400, 0x800
+# the ticket just ahead leaves: its waiter ends (closes it), it is renamed (its turn came) or removed
+# (unlinked while open: its link count changes)
+TICKET_EVENTS = IN_CLOSE_WRITE | IN_ATTRIB | IN_DELETE_SELF | IN_MOVE_SELF
+FAR_AHEAD = 3  # a waiter this many places back or more watches only the ticket just ahead of it
+FAR_LOOKS = (5.0, 60.0, 0.1)  # ... and looks at the whole line every 0.1 s a place ahead, within 5-60 s
 TOKENS_EVENTS = IN_CLOSE_WRITE | IN_CLOSE_NOWRITE  # a holder ends
 LINE_EVENTS = IN_CLOSE_WRITE | IN_MOVED_TO  # max_running is set
 
@@ -93,14 +100,38 @@ class Watcher:
             return
         self.watched[descriptor] = path
 
+    def watch_file(self, path, mask):
+        """Watches the file at `path`; False when it is gone (without inotify: True, it is looked at
+        every POLL_SECONDS)."""
+        if self.fd is None:
+            return True
+        descriptor = self.libc.inotify_add_watch(self.fd, os.fsencode(path), mask)
+        if descriptor < 0:
+            return False
+        self.watched[descriptor] = path
+        return True
+
+    def unwatch(self, path):
+        """No longer watches `path` (what it said meanwhile is dropped: see _names)."""
+        if self.fd is None:
+            return
+        for descriptor in [d for d, watched in self.watched.items() if watched == path]:
+            del self.watched[descriptor]
+            self.libc.inotify_rm_watch(self.fd, descriptor)
+
     def wait(self, seconds=None):
         """What changed, as (directory, file name) pairs ([] after `seconds`; None where it cannot
         tell: without inotify, after POLL_SECONDS)."""
         if self.fd is None:
             time.sleep(POLL_SECONDS if seconds is None else min(seconds, POLL_SECONDS))
             return None
+        deadline = None if seconds is None else time.monotonic() + seconds
         changed = []
-        if select.select([self.fd], [], [], seconds)[0]:
+        # what a watch taken off said is no change: it sleeps on (see _names)
+        while not changed:
+            left = None if deadline is None else max(0.0, deadline - time.monotonic())
+            if not select.select([self.fd], [], [], left)[0]:
+                break
             while True:  # what came meanwhile is one change: one look at the line
                 try:
                     data = os.read(self.fd, 1 << 16)
@@ -116,6 +147,9 @@ class Watcher:
         while at + 16 <= len(data):
             descriptor, mask, _cookie, size = struct.unpack_from("iIII", data, at)
             name = data[at + 16 : at + 16 + size].split(b"\0", 1)[0].decode("utf-8", "replace")
+            if descriptor >= 0 and descriptor not in self.watched:  # a watch taken off: what it said is old
+                at += 16 + size
+                continue
             found.append((self.watched.get(descriptor, ""), name))
             if mask & IN_IGNORED:
                 self.watched.pop(descriptor, None)
@@ -247,7 +281,7 @@ def wait_in(line, root, turn, says, watcher, since_ns=None, key=None):
     since = time.time()
     while True:
         ensure_line(root, line.dir)  # made again where removed (the lines wiped under it)
-        watcher.watch(os.path.join(line.dir, "tickets"), TICKETS_EVENTS)
+        watcher.watch(os.path.join(line.dir, "tickets"), TICKETS_EVENTS)  # (taken off again far back in line)
         if not still_in_line(ticket, path):  # its ticket removed too: back in its place
             place, key = os.path.basename(path).split("-")[1:]
             os.close(ticket)
@@ -265,6 +299,9 @@ def wait_in(line, root, turn, says, watcher, since_ns=None, key=None):
         else:
             keeping = {}
         turn.say(dict(line.describe(), state="waiting", ahead=ahead, since=since, **keeping))
+        if ahead >= FAR_AHEAD:
+            _wait_far_back(watcher, line, waiting, again)
+            continue
         left = set()  # the places of the tickets waiting ahead of this one seen leaving since its look
         # when to look again whatever comes meanwhile (a place kept ahead stops counting, a GPU busy
         # outside is asked about again): a change it sleeps on does not put that off
@@ -287,6 +324,27 @@ def wait_in(line, root, turn, says, watcher, since_ns=None, key=None):
             if len(left) >= ahead:
                 break
             turn.say(dict(line.describe(), state="waiting", ahead=ahead - len(left), since=since))  # its place, as it moves up
+
+
+def _wait_far_back(watcher, line, waiting, again):
+    """Sleep, far back in line, until the ticket just ahead leaves, a place kept ahead stops counting
+    (`again` seconds), or it is time to look at the line again to say its place. Its turn cannot come
+    before the ticket just ahead has left, so that is all it watches: a change anywhere else in the
+    line wakes no one this far back (in a sweep of hundreds, every waiter woke at every change)."""
+    watcher.unwatch(os.path.join(line.dir, "tickets"))
+    low, high, per_place = FAR_LOOKS
+    seconds = min(high, max(low, per_place * len(waiting)))
+    if again is not None:
+        seconds = min(seconds, again)
+    just_ahead = waiting[-1]
+    if not watcher.watch_file(just_ahead.path, TICKET_EVENTS):
+        return  # it left before its watch: look again now
+    try:
+        # it may have left between the look and the watch
+        if os.path.exists(just_ahead.path) and (just_ahead.reserved or is_held(just_ahead.path)):
+            watcher.wait(seconds)
+    finally:
+        watcher.unwatch(just_ahead.path)
 
 
 def _behind(directory, name, line, mine):
