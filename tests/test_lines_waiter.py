@@ -271,3 +271,73 @@ def test_a_line_of_waiters_far_back_each_takes_its_turn_in_order(tmp_path, monke
         for fd in done[0][1]:  # its job ends: what it took is let go
             os.close(fd)
     assert order == list(range(10))
+
+
+class NoWatchLeftForTickets:
+    """The waiter's libc, but no inotify watch is left for a ticket's file (the user's
+    max_user_watches reached): inotify_add_watch fails with ENOSPC, as the kernel's does."""
+
+    def __init__(self, libc, tickets_dir):
+        self.libc, self.tickets_dir = libc, os.fsencode(tickets_dir)
+
+    def inotify_add_watch(self, fd, path, mask):
+        if os.path.dirname(path) == self.tickets_dir:
+            import ctypes
+            import errno
+
+            ctypes.set_errno(errno.ENOSPC)
+            return -1
+        return self.libc.inotify_add_watch(fd, path, mask)
+
+    def __getattr__(self, name):
+        return getattr(self.libc, name)
+
+
+@pytest.mark.parametrize("unwatchable", ["no_watch_left", "a_link_to_nothing"])
+def test_a_waiter_far_back_that_cannot_watch_the_ticket_just_ahead_does_not_look_again_and_again(tmp_path, monkeypatch, unwatchable):
+    """The ticket just ahead is there but cannot be watched (no inotify watch is left; a place kept
+    p-... that is a link to nothing, as anyone can make one in the shared tickets directory): the
+    waiter sleeps on the line's changes as one nearer the front does, and takes its turn once those
+    ahead left (it took the failed watch for the ticket gone, and looked at the line again at once,
+    thousands of times a second)."""
+    monkeypatch.setattr(wait_turn, "FAR_LOOKS", (60.0, 60.0, 0.1))
+    root = str(tmp_path / "lines")
+    line = wait_turn.QueueLine(root, "q")
+    ensure_line(root, line.dir)
+    set_max_running(line.dir, 1)
+    slot = held_token(line.dir, 0)  # a job runs
+    now = time.time_ns()
+    ahead = [lines.take_ticket(line.dir, {"job": name}, since_ns=now - 29 * 10**9 + index) for index, name in enumerate("abc")]
+    tickets_dir = os.path.join(line.dir, lines.TICKETS)
+    watcher = wait_turn.Watcher()
+    assert watcher.fd is not None, "inotify cannot be had here"
+    if unwatchable == "no_watch_left":
+        watcher.libc = NoWatchLeftForTickets(watcher.libc, tickets_dir)
+    else:  # kept just ahead for a few seconds more: the waiter looks again when it stops counting
+        os.symlink(str(tmp_path / "nothing"), os.path.join(tickets_dir, "p-%020d-%s" % (now - int((lines.RESERVED_SECONDS - 3) * 1e9), "0" * 16)))
+    looks = []
+    look = wait_turn.live_waiting_ahead
+    monkeypatch.setattr(wait_turn, "live_waiting_ahead", lambda *args: looks.append(1) or look(*args))
+    turn, done = SaidTurn(), []
+    says = {"job": "me", "run": 1, "user": os.getuid(), "pid": os.getpid(), "wants": "slot"}
+    import threading
+
+    thread = threading.Thread(target=lambda: done.append(wait_turn.wait_in(line, root, turn, says, watcher, now)), daemon=True)
+    thread.start()
+    try:
+        wait_for(lambda: turn.said and turn.said[-1].get("ahead", 0) >= 3, timeout=10, what="the waiter to say three or more wait ahead")
+        counted = len(looks)
+        time.sleep(1.0)
+        assert len(looks) - counted <= 2, f"the waiter looked at the line {len(looks) - counted} times in 1 s while nothing changed"
+        for fd, _path in ahead:
+            os.close(fd)
+        os.close(slot)
+        thread.join(10)
+        assert done and done[0][0] == 0
+    finally:
+        for fd, _path in ahead:
+            with contextlib.suppress(OSError):
+                os.close(fd)
+        with contextlib.suppress(OSError):
+            os.close(slot)
+        thread.join(10)

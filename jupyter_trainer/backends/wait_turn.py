@@ -101,8 +101,9 @@ class Watcher:
         self.watched[descriptor] = path
 
     def watch_file(self, path, mask):
-        """Watches the file at `path`; False when it is gone (without inotify: True, it is looked at
-        every POLL_SECONDS)."""
+        """Watches the file at `path`; False when it cannot: gone, or there but not to be watched
+        (no inotify watch left, a link to nothing, not ours to read). Without inotify: True, it is
+        looked at every POLL_SECONDS."""
         if self.fd is None:
             return True
         descriptor = self.libc.inotify_add_watch(self.fd, os.fsencode(path), mask)
@@ -331,14 +332,20 @@ def _wait_far_back(watcher, line, waiting, again):
     (`again` seconds), or it is time to look at the line again to say its place. Its turn cannot come
     before the ticket just ahead has left, so that is all it watches: a change anywhere else in the
     line wakes no one this far back (in a sweep of hundreds, every waiter woke at every change)."""
-    watcher.unwatch(os.path.join(line.dir, "tickets"))
     low, high, per_place = FAR_LOOKS
     seconds = min(high, max(low, per_place * len(waiting)))
     if again is not None:
         seconds = min(seconds, again)
     just_ahead = waiting[-1]
     if not watcher.watch_file(just_ahead.path, TICKET_EVENTS):
-        return  # it left before its watch: look again now
+        if not os.path.lexists(just_ahead.path):
+            return  # it left before its watch: look again now
+        # there, yet not to be watched (no inotify watch left, a place kept that is a link): it
+        # sleeps on the line's changes, watched since its look, as a waiter nearer the front does
+        # (taken for gone, it looked again at once, and again, thousands of times a second)
+        watcher.wait(seconds)
+        return
+    watcher.unwatch(os.path.join(line.dir, "tickets"))  # (once the ticket just ahead is watched)
     try:
         # it may have left between the look and the watch
         if os.path.exists(just_ahead.path) and (just_ahead.reserved or is_held(just_ahead.path)):
