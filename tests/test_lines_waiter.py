@@ -341,3 +341,56 @@ def test_a_waiter_far_back_that_cannot_watch_the_ticket_just_ahead_does_not_look
         with contextlib.suppress(OSError):
             os.close(slot)
         thread.join(10)
+
+
+def test_a_job_far_back_in_the_gpu_line_is_not_woken_by_the_queue_it_took_its_slot_in(tmp_path, monkeypatch, no_nvidia_smi):
+    """A job waits in a queue, then in the GPU line (one waiter, one watcher, in that order): once
+    it has its slot the queue's tickets coming and going are none of its affair. Far back in the GPU
+    line each woke it still (the queue's watches were kept), and it looked at the whole GPU line."""
+    monkeypatch.setattr(wait_turn, "FAR_LOOKS", (60.0, 60.0, 0.1))
+    root = str(tmp_path / "lines")
+    queue = wait_turn.QueueLine(root, "q")
+    gpus = wait_turn.GpuLine(root, 1, [0])
+    ensure_line(root, queue.dir)
+    ensure_line(root, gpus.dir)
+    gpu = held_token(gpus.dir, 0)  # a job runs on the one GPU
+    ahead = [lines.take_ticket(gpus.dir, {"job": name}, since_ns=since) for name, since in (("a", 2), ("b", 3), ("c", 4))]
+    looks = []
+    look = wait_turn.live_waiting_ahead
+    monkeypatch.setattr(wait_turn, "live_waiting_ahead", lambda line, *args: looks.append(line) or look(line, *args))
+    watcher = wait_turn.Watcher()
+    assert watcher.fd is not None, "inotify cannot be had here"
+    turn, done = SaidTurn(), []
+    says = {"job": "me", "run": 1, "user": os.getuid(), "pid": os.getpid()}
+
+    def waits_in_both():
+        slot, held = wait_turn.wait_in(queue, root, turn, dict(says, wants="slot"), watcher, 10)
+        done.append((slot, held, wait_turn.wait_in(gpus, root, turn, dict(says, wants=1), watcher, 10)))
+
+    import threading
+
+    thread = threading.Thread(target=waits_in_both, daemon=True)
+    thread.start()
+    try:
+        wait_for(lambda: turn.said and turn.said[-1].get("line") == "gpus" and turn.said[-1].get("ahead") == 3, timeout=10, what="the job to wait third in the GPU line")
+        time.sleep(0.3)
+        counted = len([line for line in looks if line == gpus.dir])
+        for _ in range(10):  # a sweep's jobs come and go in the queue
+            fd, _path = lines.take_ticket(queue.dir, {"job": "other"})
+            os.close(fd)
+            time.sleep(0.05)
+        time.sleep(0.3)
+        again = len([line for line in looks if line == gpus.dir]) - counted
+        assert again == 0, f"10 changes in the queue made the job look at the GPU line {again} times"
+        for fd, _path in ahead:
+            os.close(fd)
+        os.close(gpu)
+        thread.join(10)
+        assert done and done[0][0] == 0 and done[0][2][0] == [0]
+    finally:
+        for fd, _path in ahead:
+            with contextlib.suppress(OSError):
+                os.close(fd)
+        with contextlib.suppress(OSError):
+            os.close(gpu)
+        thread.join(10)

@@ -296,6 +296,9 @@ def wait_in(line, root, turn, says, watcher, since_ns=None, key=None):
             taken, keeping, again = line.try_take()  # (nothing is kept ahead of the first in line)
             if taken is not None:
                 promote(ticket, path, dict(says, **line.took(taken)))
+                # its next line's waiter is this one: what comes of this line is no longer its affair
+                for watched in (os.path.join(line.dir, "tickets"), os.path.join(line.dir, "tokens"), line.dir):
+                    watcher.unwatch(watched)
                 return taken, [ticket, *line.kept()]
         else:
             keeping = {}
