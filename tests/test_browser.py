@@ -345,12 +345,24 @@ def _in_both_themes(page, scope, selectors, path, shot=None, where="the {} theme
     for theme, name in (("JupyterLab Light", "light"), ("JupyterLab Dark", "dark")):
         _set_theme(page, theme)
         scope.scroll_into_view_if_needed()
-        (shot or scope).screenshot(path=path.format(name))
+        _screenshot(shot or scope, path.format(name))
         for selector in selectors:
             ratio = _readable(scope, selector)
             assert ratio >= 4.5, f"{selector} in {where.format(name)}: contrast {ratio:.2f}"
         if also is not None:
             also(name)
+
+
+def _screenshot(element, path):
+    """A screenshot of a live view's element, which an update may replace while it is taken (a
+    comparison's chart is drawn anew as its jobs write): taken again from the one there now."""
+    for attempt in range(10):
+        try:
+            return element.screenshot(path=path)
+        except Exception as error:  # playwright's Error: the element left the page under the shot
+            if "not attached" not in str(error) or attempt == 9:
+                raise
+            element.page.wait_for_timeout(100)
 
 
 def _readable(widget, selector):

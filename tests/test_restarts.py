@@ -209,7 +209,7 @@ def test_two_kernels_watching_through_a_restart_both_see_it_resume(private_docke
         for _, client in kernels:
             wait_for(lambda: "step 1" in kernel_view(client)["log"], what="the view to follow the log")
         engine.restart()  # both views go on polling while the engine, and the job, are down and back
-        wait_for(lambda: "restart 1 of 1" in job.logs(), timeout=90, what="the job to start again")
+        wait_for(lambda: "restart 1 of 1" in job.logs(), timeout=180, what="the job to start again")
         for _, client in kernels:
             wait_for(lambda: "running (restart 1)" in kernel_view(client)["header"], timeout=60, what="the view to say it restarted")
         assert job.wait(timeout=120) is Status.COMPLETED
