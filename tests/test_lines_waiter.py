@@ -394,3 +394,43 @@ def test_a_job_far_back_in_the_gpu_line_is_not_woken_by_the_queue_it_took_its_sl
         with contextlib.suppress(OSError):
             os.close(gpu)
         thread.join(10)
+
+
+def test_without_inotify_a_waiter_far_back_looks_at_the_ticket_just_ahead_not_at_the_line(tmp_path, monkeypatch):
+    """A user has 128 inotify instances: in a sweep of hundreds, most waiters have none and look every
+    POLL_SECONDS. Far back, that look is at the ticket just ahead alone (it read every ticket of the
+    line, hundreds of waiters every second); the line is looked at again once that one has left."""
+    monkeypatch.setattr(wait_turn, "FAR_LOOKS", (60.0, 60.0, 0.1))
+    looks = []
+    real_look = wait_turn.live_waiting_ahead
+    monkeypatch.setattr(wait_turn, "live_waiting_ahead", lambda *args: looks.append(1) or real_look(*args))
+    root = str(tmp_path / "lines")
+    line = wait_turn.QueueLine(root, "q")
+    ensure_line(root, line.dir)
+    set_max_running(line.dir, 1)
+    slot = held_token(line.dir, 0)
+    ahead = [lines.take_ticket(line.dir, {"job": name}, since_ns=since) for name, since in (("a", 2), ("b", 3), ("c", 4))]
+    watcher = wait_turn.Watcher()
+    os.close(watcher.fd)
+    watcher.fd = None  # as when inotify_init1 fails (EMFILE: the user's instances are all taken)
+    turn, done = SaidTurn(), []
+    says = {"job": "me", "run": 1, "user": os.getuid(), "pid": os.getpid(), "wants": "slot"}
+    import threading
+
+    thread = threading.Thread(target=lambda: done.append(wait_turn.wait_in(line, root, turn, says, watcher, 10)), daemon=True)
+    thread.start()
+    try:
+        wait_for(lambda: turn.said and turn.said[-1].get("ahead") == 3, timeout=10, what="the waiter to say three wait ahead")
+        time.sleep(3.5)
+        assert len(looks) == 1, f"{len(looks)} looks at the whole line in 3.5 s while nothing moved"
+        for fd, _path in ahead:
+            os.close(fd)
+        wait_for(lambda: turn.said[-1].get("ahead") == 0, timeout=10, what="the waiter to see the ones ahead gone")
+        os.close(slot)
+        thread.join(10)
+        assert done and done[0][0] == 0
+    finally:
+        for fd, _path in ahead:
+            with contextlib.suppress(OSError):
+                os.close(fd)
+        thread.join(10)

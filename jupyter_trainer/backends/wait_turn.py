@@ -332,29 +332,56 @@ def wait_in(line, root, turn, says, watcher, since_ns=None, key=None):
 
 def _wait_far_back(watcher, line, waiting, again):
     """Sleep, far back in line, until the ticket just ahead leaves, a place kept ahead stops counting
-    (`again` seconds), or it is time to look at the line again to say its place. Its turn cannot come
-    before the ticket just ahead has left, so that is all it watches: a change anywhere else in the
-    line wakes no one this far back (in a sweep of hundreds, every waiter woke at every change)."""
+    (`again` seconds), or, once a while has passed since its look (`FAR_LOOKS`), the line changes:
+    then it looks again, to say its place. Its turn cannot come before the ticket just ahead has
+    left, so that is all it watches meanwhile: in a sweep of hundreds, every waiter woke at every
+    change, and a line that does not move wakes no one."""
     low, high, per_place = FAR_LOOKS
-    seconds = min(high, max(low, per_place * len(waiting)))
-    if again is not None:
-        seconds = min(seconds, again)
+    quiet = min(high, max(low, per_place * len(waiting)))
+    until = None if again is None else time.monotonic() + again
     just_ahead = waiting[-1]
+    if watcher.fd is None:
+        _poll_far_back(just_ahead, quiet, until)
+        return
+    tickets_dir = os.path.join(line.dir, "tickets")
     if not watcher.watch_file(just_ahead.path, TICKET_EVENTS):
         if not os.path.lexists(just_ahead.path):
             return  # it left before its watch: look again now
         # there, yet not to be watched (no inotify watch left, a place kept that is a link): it
         # sleeps on the line's changes, watched since its look, as a waiter nearer the front does
         # (taken for gone, it looked again at once, and again, thousands of times a second)
-        watcher.wait(seconds)
+        watcher.wait(quiet if until is None else min(quiet, until - time.monotonic()))
         return
-    watcher.unwatch(os.path.join(line.dir, "tickets"))  # (once the ticket just ahead is watched)
+    watcher.unwatch(tickets_dir)  # (once the ticket just ahead is watched)
     try:
         # it may have left between the look and the watch
-        if os.path.exists(just_ahead.path) and (just_ahead.reserved or is_held(just_ahead.path)):
-            watcher.wait(seconds)
+        if not (os.path.exists(just_ahead.path) and (just_ahead.reserved or is_held(just_ahead.path))):
+            return
+        settled = time.monotonic() + quiet
+        if watcher.wait(_left(settled if until is None else min(settled, until))):
+            return  # the ticket just ahead left
+        if until is not None and time.monotonic() >= until:
+            return
+        watcher.watch(tickets_dir, TICKETS_EVENTS)  # from now on, the line's next change is a look
+        watcher.wait(None if until is None else _left(until))
     finally:
         watcher.unwatch(just_ahead.path)
+
+
+def _poll_far_back(just_ahead, quiet, until):
+    """Without inotify (a user has 128 instances: a sweep of hundreds waits beyond them), far back in
+    line: whether the ticket just ahead is still there, every POLL_SECONDS (one file, where a look
+    reads every ticket of the line: hundreds of waiters looking every second filled the machine),
+    until it is time to look again."""
+    settled = time.monotonic() + quiet
+    while time.monotonic() < (settled if until is None else min(settled, until)):
+        time.sleep(POLL_SECONDS)
+        if not (os.path.exists(just_ahead.path) and (just_ahead.reserved or is_held(just_ahead.path))):
+            return
+
+
+def _left(deadline):
+    return max(0.0, deadline - time.monotonic())
 
 
 def _behind(directory, name, line, mine):
