@@ -48,7 +48,6 @@ COMMAND_FILE = "slurm_command"  # in an array task's run: its command, NUL-separ
 HELD_FILE = "held.json"  # in the array's directory until it is released or cancelled (see the module's doc)
 HELD_FILE_LIMIT = 1 << 20  # a note larger than this is no note of ours
 ARRAY_ID = re.compile(r"[0-9]{1,12}")
-HELD_REASON = "JobHeldUser"  # squeue's reason for a task held by its submitter (sbatch --hold)
 
 
 @dataclass(frozen=True)
@@ -238,7 +237,7 @@ def resume_held(store: JobStore, name: str) -> list[str]:
         waiting = {index: job for index, job in _tasks_of(name, note, directory).items() if job.state == "PENDING"}
         # a run never made has no entry: its task would find no run to start
         unmade = [job.job_id for index, job in waiting.items() if not os.path.lexists(directory / str(index))]
-        made = [job.job_id for index, job in waiting.items() if job.job_id not in unmade and job.reason == HELD_REASON]
+        made = [job.job_id for index, job in waiting.items() if job.job_id not in unmade and job.held]
         try:
             if unmade:
                 run("scancel", *unmade, timeout=30)

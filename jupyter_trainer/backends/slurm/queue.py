@@ -95,6 +95,7 @@ class SlurmJob:
     user_id: str = ""
     log: str = ""  # its --output, as given
     command: str | None = None  # its batch script and arguments, as given (None: not shown, as by sacct)
+    held: bool = False  # held by its user (squeue's reason code JobHeldUser: sbatch --hold, scontrol hold)
 
     @property
     def active(self) -> bool:
@@ -188,6 +189,7 @@ def _squeue_entry(values: list[str]) -> SlurmJob:
     return SlurmJob(
         job_id, state, "" if reason in ("None", "(null)") else reason, "" if nodes in ("(null)",) else nodes,
         partition, _when(submitted), _count(restarts), limit, name, user_id=user_id, log="" if log == "(null)" else log, command=command,
+        held=reason == "JobHeldUser",
     )  # fmt: skip
 
 
