@@ -152,11 +152,16 @@ def _open_notebook(browser, lab, name):
     page.set_default_timeout(60_000)
     page.goto(f"{lab['base']}/lab/tree/{name}?token={lab['token']}")
     # the lab reopens the notebooks of earlier pages too: wait until this one is the current tab
-    page.wait_for_function(
+    current = (
         "([name]) => window.jupyterapp?.shell.currentWidget?.context?.path === name"
-        " && window.jupyterapp.shell.currentWidget.sessionContext",
-        arg=[name],
+        " && window.jupyterapp.shell.currentWidget.sessionContext"
     )
+    try:
+        page.wait_for_function(current, arg=[name], timeout=30_000)
+    except Exception:  # the tab the URL named left behind the ones restored (seen once on a loaded machine): opened by name
+        page.wait_for_function("() => window.jupyterapp?.commands")
+        _command(page, "docmanager:open", {"path": name})
+        page.wait_for_function(current, arg=[name])
     page.wait_for_function(
         "(() => { const w = window.jupyterapp.shell.currentWidget; const k = w.sessionContext.session?.kernel;"
         " return k && k.status === 'idle'; })()"
