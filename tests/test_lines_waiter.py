@@ -146,13 +146,15 @@ class SaidTurn:
             self.said.append(state)
 
 
-def waiting_in_a_thread(root, line, since_ns):
-    """wait_in on a thread of its own (its turn: what it says; `done`: what it took)."""
+def waiting_in_a_thread(root, line, since_ns, watcher=None):
+    """wait_in on a thread of its own (its turn: what it says; `done`: what it took), with `watcher`
+    (a new one by default)."""
     import threading
 
     turn, done = SaidTurn(), []
     says = {"job": "me", "run": 1, "user": os.getuid(), "pid": os.getpid(), "wants": "slot"}
-    thread = threading.Thread(target=lambda: done.append(wait_turn.wait_in(line, root, turn, says, wait_turn.Watcher(), since_ns)), daemon=True)
+    watcher = watcher or wait_turn.Watcher()
+    thread = threading.Thread(target=lambda: done.append(wait_turn.wait_in(line, root, turn, says, watcher, since_ns)), daemon=True)
     thread.start()
     return turn, done, thread
 
@@ -208,6 +210,20 @@ def inotify_watches(watcher):
         return sorted(int(line.split("ino:")[1].split()[0], 16) for line in handle if line.startswith("inotify wd:"))
 
 
+def takes_the_slot_once_free(slot, done, thread):
+    os.close(slot)
+    thread.join(10)
+    assert done and done[0][0] == 0
+
+
+def close_all(tickets, thread):
+    """The tickets ahead let go (a waiter that failed its test ends too)."""
+    for fd, _path in tickets:
+        with contextlib.suppress(OSError):
+            os.close(fd)
+    thread.join(10)
+
+
 def test_a_waiter_far_back_watches_only_the_ticket_just_ahead_of_it_and_takes_its_turn_once_that_left(tmp_path, monkeypatch):
     """Three wait ahead: a change anywhere else in the line (the first in line ending) wakes it not,
     its shown place stays until it looks; the one just ahead leaving wakes it, and it takes its turn
@@ -221,12 +237,7 @@ def test_a_waiter_far_back_watches_only_the_ticket_just_ahead_of_it_and_takes_it
     ahead = [lines.take_ticket(line.dir, {"job": name}, since_ns=since) for name, since in (("a", 2), ("b", 3), ("c", 4))]
     watcher = wait_turn.Watcher()
     assert watcher.fd is not None, "inotify cannot be had here"
-    turn, done = SaidTurn(), []
-    says = {"job": "me", "run": 1, "user": os.getuid(), "pid": os.getpid(), "wants": "slot"}
-    import threading
-
-    thread = threading.Thread(target=lambda: done.append(wait_turn.wait_in(line, root, turn, says, watcher, 10)), daemon=True)
-    thread.start()
+    turn, done, thread = waiting_in_a_thread(root, line, 10, watcher)
     just_ahead = os.stat(ahead[2][1]).st_ino
     try:
         wait_for(lambda: turn.said and turn.said[-1].get("ahead") == 3, timeout=10, what="the waiter to say three wait ahead")
@@ -238,14 +249,9 @@ def test_a_waiter_far_back_watches_only_the_ticket_just_ahead_of_it_and_takes_it
         os.close(ahead[2][0])  # the one just ahead: now it is first, and waits for the slot
         wait_for(lambda: turn.said[-1].get("ahead") == 0, timeout=10, what="the waiter to say it is first")
         assert not done
-        os.close(slot)
-        thread.join(10)
-        assert done and done[0][0] == 0
+        takes_the_slot_once_free(slot, done, thread)
     finally:
-        for fd, _path in ahead:
-            with contextlib.suppress(OSError):
-                os.close(fd)
-        thread.join(10)
+        close_all(ahead, thread)
 
 
 def test_a_line_of_waiters_far_back_each_takes_its_turn_in_order(tmp_path, monkeypatch):
@@ -413,12 +419,7 @@ def test_without_inotify_a_waiter_far_back_looks_at_the_ticket_just_ahead_not_at
     watcher = wait_turn.Watcher()
     os.close(watcher.fd)
     watcher.fd = None  # as when inotify_init1 fails (EMFILE: the user's instances are all taken)
-    turn, done = SaidTurn(), []
-    says = {"job": "me", "run": 1, "user": os.getuid(), "pid": os.getpid(), "wants": "slot"}
-    import threading
-
-    thread = threading.Thread(target=lambda: done.append(wait_turn.wait_in(line, root, turn, says, watcher, 10)), daemon=True)
-    thread.start()
+    turn, done, thread = waiting_in_a_thread(root, line, 10, watcher)
     try:
         wait_for(lambda: turn.said and turn.said[-1].get("ahead") == 3, timeout=10, what="the waiter to say three wait ahead")
         time.sleep(3.5)
@@ -426,11 +427,6 @@ def test_without_inotify_a_waiter_far_back_looks_at_the_ticket_just_ahead_not_at
         for fd, _path in ahead:
             os.close(fd)
         wait_for(lambda: turn.said[-1].get("ahead") == 0, timeout=10, what="the waiter to see the ones ahead gone")
-        os.close(slot)
-        thread.join(10)
-        assert done and done[0][0] == 0
+        takes_the_slot_once_free(slot, done, thread)
     finally:
-        for fd, _path in ahead:
-            with contextlib.suppress(OSError):
-                os.close(fd)
-        thread.join(10)
+        close_all(ahead, thread)

@@ -130,7 +130,7 @@ class Watcher:
         changed = []
         # what a watch taken off said is no change: it sleeps on (see _names)
         while not changed:
-            left = None if deadline is None else max(0.0, deadline - time.monotonic())
+            left = None if deadline is None else _left(deadline)
             if not select.select([self.fd], [], [], left)[0]:
                 break
             while True:  # what came meanwhile is one change: one look at the line
@@ -311,7 +311,7 @@ def wait_in(line, root, turn, says, watcher, since_ns=None, key=None):
         # outside is asked about again): a change it sleeps on does not put that off
         deadline = None if again is None else time.monotonic() + again
         while True:  # a ticket coming or going behind this one changes nothing for it: it sleeps on
-            changed = watcher.wait(None if deadline is None else max(0.0, deadline - time.monotonic()))
+            changed = watcher.wait(None if deadline is None else _left(deadline))
             if changed is None or not changed:
                 break
             ahead_of_it = [(where, name) for where, name in changed if not _behind(where, name, line.dir, path)]
@@ -350,12 +350,11 @@ def _wait_far_back(watcher, line, waiting, again):
         # there, yet not to be watched (no inotify watch left, a place kept that is a link): it
         # sleeps on the line's changes, watched since its look, as a waiter nearer the front does
         # (taken for gone, it looked again at once, and again, thousands of times a second)
-        watcher.wait(quiet if until is None else min(quiet, until - time.monotonic()))
+        watcher.wait(quiet if until is None else min(quiet, _left(until)))
         return
     watcher.unwatch(tickets_dir)  # (once the ticket just ahead is watched)
     try:
-        # it may have left between the look and the watch
-        if not (os.path.exists(just_ahead.path) and (just_ahead.reserved or is_held(just_ahead.path))):
+        if not _still_there(just_ahead):  # it may have left between the look and the watch
             return
         settled = time.monotonic() + quiet
         if watcher.wait(_left(settled if until is None else min(settled, until))):
@@ -376,8 +375,14 @@ def _poll_far_back(just_ahead, quiet, until):
     settled = time.monotonic() + quiet
     while time.monotonic() < (settled if until is None else min(settled, until)):
         time.sleep(POLL_SECONDS)
-        if not (os.path.exists(just_ahead.path) and (just_ahead.reserved or is_held(just_ahead.path))):
+        if not _still_there(just_ahead):
             return
+
+
+def _still_there(ticket):
+    """Whether a ticket ahead still waits: its file there, and held by its waiter (a place kept
+    counts until it is taken over, renamed, or its time runs out)."""
+    return os.path.exists(ticket.path) and (ticket.reserved or is_held(ticket.path))
 
 
 def _left(deadline):
