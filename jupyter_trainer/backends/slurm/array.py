@@ -100,7 +100,7 @@ class SlurmArray:
             self.directory.mkdir(mode=0o700)
             source = resources.files("jupyter_trainer.backends.slurm").joinpath("array.sh").read_bytes()
             write_private_file(self.directory / ARRAY_BATCH_FILE, source, durable=False)
-            self.submitted_at = time.time()
+            self.submitted_at = time.time()  # once: the note says it, and the tasks are told by it (queue.py)
             self._note_held()
         args = [
             "--parsable", "--hold", f"--array={array_spec(self.indices, self.max_running)}", f"--job-name={self.name}",
@@ -108,7 +108,6 @@ class SlurmArray:
             "--", str(self.directory / ARRAY_BATCH_FILE), str(self.directory), self.token, str(options.nodes or 1),
             "1" if options.requeue else "0", str(STOP_GRACE_SECONDS),
         ]  # fmt: skip
-        self.submitted_at = time.time()
         try:
             output = run("sbatch", *args, env=sbatch_environment(_inherited_environment()))
         except SlurmCommandFailed as error:
