@@ -430,3 +430,85 @@ def test_without_inotify_a_waiter_far_back_looks_at_the_ticket_just_ahead_not_at
         takes_the_slot_once_free(slot, done, thread)
     finally:
         close_all(ahead, thread)
+
+
+def gpu_waiter(root, wants, pool, since_ns):
+    """A waiter for `wants` GPUs of `pool` on a thread of its own, in its place `since_ns`."""
+    return waiting_in_a_thread(root, wait_turn.GpuLine(root, wants, pool), since_ns)
+
+
+def test_a_first_in_line_that_an_older_place_came_ahead_of_lets_go_of_the_gpus_it_locked(tmp_path, no_nvidia_smi):
+    """Two GPUs, one held: the first in line, asking for two, locks the free one and waits for the
+    other. A job started again in its older place comes ahead of it, asking for two as well. The
+    one no longer first lets go of what it locked: it held GPU 0 from the new first, which waited
+    for GPU 0 while the other waited for it to leave, for ever."""
+    root = str(tmp_path / "lines")
+    line = line_dir(root)
+    ensure_line(root, line)
+    holder = held_token(line, 1)
+    later_turn, later_done, later_thread = gpu_waiter(root, 2, [0, 1], 10)
+    older_done = []
+    try:
+        wait_for(lambda: later_turn.said and later_turn.said[-1].get("held_by_others") == 1, timeout=10, what="the first in line to wait for the held GPU")
+        _turn, older_done, older_thread = gpu_waiter(root, 2, [0, 1], 5)
+        wait_for(lambda: later_turn.said[-1].get("ahead") == 1, timeout=10, what="the later one to see the older place ahead of it")
+        os.close(holder)
+        older_thread.join(10)
+        assert older_done, "the older place never got its two GPUs: the later one kept GPU 0 locked"
+        assert older_done[0][0] == [0, 1]
+        assert not later_done
+        for fd in older_done[0][1]:
+            os.close(fd)
+        later_thread.join(10)
+        assert later_done and later_done[0][0] == [0, 1]
+    finally:
+        with contextlib.suppress(OSError):
+            os.close(holder)
+        for done in (older_done, later_done):
+            for fd in done[0][1] if done else []:
+                with contextlib.suppress(OSError):
+                    os.close(fd)
+
+
+def test_an_older_place_that_came_ahead_of_the_first_takes_the_free_gpu_at_once(tmp_path, no_nvidia_smi):
+    """Three GPUs, two held: the first in line asks for two and locks the free one. A job started
+    again in an older place, asking for one, comes ahead: it is first now, and the free GPU is its
+    own at once, not once a holder ends (nothing woke the one it came ahead of, which held it)."""
+    root = str(tmp_path / "lines")
+    line = line_dir(root)
+    ensure_line(root, line)
+    holders = [held_token(line, 1), held_token(line, 2)]
+    later_turn, later_done, _later_thread = gpu_waiter(root, 2, [0, 1, 2], 10)
+    older_done = []
+    try:
+        wait_for(lambda: later_turn.said and later_turn.said[-1].get("held_by_others") == 2, timeout=10, what="the first in line to wait for the held GPUs")
+        _turn, older_done, older_thread = gpu_waiter(root, 1, [0, 1, 2], 5)
+        older_thread.join(5)
+        assert older_done and older_done[0][0] == [0], "the older place waited behind GPUs held, with GPU 0 free"
+        assert not later_done
+    finally:
+        for fd in holders:
+            os.close(fd)
+        for done in (older_done, later_done):
+            for fd in done[0][1] if done else []:
+                with contextlib.suppress(OSError):
+                    os.close(fd)
+
+
+def test_a_place_kept_that_its_waiter_is_taking_over_counts_once(tmp_path):
+    """A waiter takes over its place kept in two steps (its ticket renamed in, then the place
+    removed): one behind that looks between them sees one job ahead, not two."""
+    root = str(tmp_path / "lines")
+    line = line_dir(root, "q")
+    ensure_line(root, line)
+    since, key = time.time_ns(), "0123456789abcdef"
+    lines.reserve_place(line, since, key, {"job": "early", "kept": True})
+    fd, path = lines.take_ticket(line, {"job": "early"}, since_ns=since, key=key)
+    os.rename(path, path + ".aside")  # the place kept put back as it was a moment before
+    lines.reserve_place(line, since, key, {"job": "early", "kept": True})
+    os.rename(path + ".aside", path)
+    mine = os.path.join(line, lines.TICKETS, "w-%020d-%s" % (since + 10**9, "f" * 16))
+    try:
+        assert [ticket.name[:1] for ticket in lines.live_waiting_ahead(line, mine)] == ["w"]
+    finally:
+        os.close(fd)

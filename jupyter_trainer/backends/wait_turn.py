@@ -57,8 +57,9 @@ CLAIM_RECHECK_SECONDS = 1.0
 POLL_SECONDS = 1.0
 IN_CLOSE_WRITE, IN_CLOSE_NOWRITE, IN_MOVED_FROM, IN_MOVED_TO, IN_DELETE = 0x8, 0x10, 0x40, 0x80, 0x200
 IN_IGNORED = 0x8000  # the watched directory is gone (removed): it is watched again once made again
-# a ticket ahead leaves: its waiter ends (closes it), it is renamed r-... or removed
-TICKETS_EVENTS = IN_CLOSE_WRITE | IN_MOVED_FROM | IN_DELETE
+# a ticket ahead leaves: its waiter ends (closes it), it is renamed r-... or removed; or one comes
+# (renamed in), ahead of it if in an older place: a job started again by its keeper keeps its place
+TICKETS_EVENTS = IN_CLOSE_WRITE | IN_MOVED_FROM | IN_DELETE | IN_MOVED_TO
 IN_ATTRIB, IN_DELETE_SELF, IN_MOVE_SELF = 0x4, 0x400, 0x800
 # the ticket just ahead leaves: its waiter ends (closes it), it is renamed (its turn came) or removed
 # (unlinked while open: its link count changes)
@@ -79,6 +80,7 @@ class Watcher:
     def __init__(self):
         self.fd = None
         self.watched = {}  # the directories watched, by watch descriptor
+        self.arrived = set()  # of what the last wait found changed, the files renamed in
         try:
             import ctypes
 
@@ -128,6 +130,7 @@ class Watcher:
             return None
         deadline = None if seconds is None else time.monotonic() + seconds
         changed = []
+        self.arrived = set()
         # what a watch taken off said is no change: it sleeps on (see _names)
         while not changed:
             left = None if deadline is None else _left(deadline)
@@ -152,6 +155,8 @@ class Watcher:
                 at += 16 + size
                 continue
             found.append((self.watched.get(descriptor, ""), name))
+            if mask & IN_MOVED_TO:
+                self.arrived.add(found[-1])
             if mask & IN_IGNORED:
                 self.watched.pop(descriptor, None)
             at += 16 + size
@@ -229,6 +234,15 @@ class GpuLine:
     def kept(self):
         return [self.tokens[index] for index in sorted(self.mine)]
 
+    def let_go(self):
+        """Lets go of the GPUs it locked while it was first in line, now that a place older than its
+        own is ahead of it (a job started again by its keeper, a place kept): it would else hold
+        them from the new first, which may wait for the very ones it holds. Closed, not unlocked:
+        the close is what wakes the first in line."""
+        for index in sorted(self.mine):
+            os.close(self.tokens.pop(index))
+        self.mine.clear()
+
     def took(self, taken):
         return {"gpus": taken}
 
@@ -267,6 +281,9 @@ class QueueLine:
     def kept(self):
         return [self.slot]
 
+    def let_go(self):
+        """(A queue's waiter holds no slot while it waits: it takes one, or unlocks it at once.)"""
+
     def took(self, slot):
         return {"queue": self.name, "slot": slot}
 
@@ -302,6 +319,7 @@ def wait_in(line, root, turn, says, watcher, since_ns=None, key=None):
                 return taken, [ticket, *line.kept()]
         else:
             keeping = {}
+            line.let_go()
         turn.say(dict(line.describe(), state="waiting", ahead=ahead, since=since, **keeping))
         if ahead >= FAR_AHEAD:
             _wait_far_back(watcher, line, waiting, again)
@@ -315,6 +333,11 @@ def wait_in(line, root, turn, says, watcher, since_ns=None, key=None):
             if changed is None or not changed:
                 break
             ahead_of_it = [(where, name) for where, name in changed if not _behind(where, name, line.dir, path)]
+            came = [name for _where, name in watcher.arrived.intersection(ahead_of_it) if name != os.path.basename(path)]
+            if any(name[:1] in "wp" for name in came):
+                break  # a place older than its own came ahead of it: it is no longer first, or further back
+            # (a ticket renamed r-... as its turn came: that it left its w-... place is what counts)
+            ahead_of_it = [change for change in ahead_of_it if change not in watcher.arrived]
             if not ahead_of_it:
                 continue
             # Not first in line, its turn comes once every ticket that waited ahead of it has left

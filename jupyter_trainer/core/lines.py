@@ -254,10 +254,15 @@ def live_waiting_ahead(line: str, mine: str, now_ns=None) -> list:
     order = os.path.basename(mine)[2:]
     now_ns = time.time_ns() if now_ns is None else now_ns
     ahead = []
-    for ticket in tickets(line):
+    found = tickets(line)
+    # a place kept that its waiter is taking over is there a moment beside the ticket that takes it
+    taken_over = {ticket.order for ticket in found if not ticket.reserved}
+    for ticket in found:
         if ticket.order >= order or ticket.running:
             continue
         if ticket.reserved:
+            if ticket.order in taken_over:
+                continue
             if still_kept(ticket, now_ns):
                 ahead.append(ticket)
             else:
