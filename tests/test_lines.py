@@ -589,3 +589,31 @@ def test_a_job_submitted_first_is_first_in_line(machine, monkeypatch, tmp_path):
     machine.go("early")
     machine.go("late")
     assert machine.starts() == ["holder", "early", "late"]
+
+
+def test_a_four_gpu_job_is_not_starved_by_one_gpu_jobs_submitted_after_it(machine, monkeypatch):
+    """Four GPUs, one in use: a job asking for all four waits first in line, and the one-GPU jobs
+    submitted after it wait behind it though three GPUs are free (no job jumps the line, so a
+    stream of small jobs never keeps a big one waiting). The free GPUs stay idle meanwhile; the
+    big job gets them as soon as the first ends, and the small ones after it."""
+    monkeypatch.setenv("JUPYTER_TRAINER_GPUS", "0-3")
+    machine.submit_in_turn("small0", gpus="1")
+    machine.wait_started("small0")
+    machine.submit_in_turn("big", gpus="4")
+    for name in ("small1", "small2", "small3"):
+        machine.submit_in_turn(name, gpus="1")
+    assert machine.waits("small3", 4)["reason"] == "waiting for 1 GPU; 3 jobs ahead"
+    assert machine.status("big")["reason"] == "waiting for 4 GPUs; next in line (1 held by other jobs)"
+    assert [machine.started(name) for name in ("big", "small1", "small2", "small3")] == [None] * 4
+    # the free ones are kept for the first in line: nobody behind it can take them
+    assert held_by(machine.queue()) == {0: "small0", 1: "big", 2: "big", 3: "big"}
+    machine.go("small0")
+    assert machine.wait_started("big")["CUDA_VISIBLE_DEVICES"] == "0,1,2,3"
+    assert machine.waits("small1", 1)["status"] == "pending"
+    machine.go("big")
+    for name in ("small1", "small2", "small3"):
+        machine.wait_started(name)
+    assert machine.starts()[:2] == ["small0", "big"]
+    turns = {name: machine.status(name)["started_at"] for name in ("small1", "small2", "small3")}
+    assert sorted(turns, key=turns.get) == ["small1", "small2", "small3"], turns  # (their processes may start in any order)
+    assert len({machine.started(name)["CUDA_VISIBLE_DEVICES"] for name in ("small1", "small2", "small3")}) == 3
