@@ -512,3 +512,23 @@ def test_a_place_kept_that_its_waiter_is_taking_over_counts_once(tmp_path):
         assert [ticket.name[:1] for ticket in lines.live_waiting_ahead(line, mine)] == ["w"]
     finally:
         os.close(fd)
+
+
+def test_a_link_planted_as_a_place_kept_ahead_does_not_hold_the_line(tmp_path):
+    """Only a regular file is a place kept: a link named as one, just planted ahead of a waiter (to
+    a place of the line, or to nothing), keeps it waiting not at all, where it held it 30 s."""
+    root = str(tmp_path / "lines")
+    line = wait_turn.QueueLine(root, "q")
+    ensure_line(root, line.dir)
+    set_max_running(line.dir, 1)
+    since = time.time_ns()
+    tickets_dir = os.path.join(line.dir, lines.TICKETS)
+    os.symlink(os.path.join(tickets_dir, "max_running"), os.path.join(tickets_dir, "p-%020d-%s" % (since, "a" * 16)))
+    os.symlink("/nonexistent", os.path.join(tickets_dir, "p-%020d-%s" % (since + 1, "b" * 16)))
+    started = time.monotonic()
+    turn, done, thread = waiting_in_a_thread(root, line, since + 10**9)
+    thread.join(10)
+    took = time.monotonic() - started
+    assert done and done[0][0] == 0 and took < 3, f"the waiter took its turn after {took:.1f} s, behind two links"
+    for fd in done[0][1]:
+        os.close(fd)

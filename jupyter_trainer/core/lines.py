@@ -317,7 +317,15 @@ def remove_dead_tickets(line: str) -> None:
 def still_kept(ticket: Ticket, now_ns: int) -> bool:
     """Whether a place kept at submission still counts: for RESERVED_SECONDS after it was kept, by
     this machine's clock; one that clock puts further ahead (set back since) counts no longer."""
-    return ticket.reserved and abs(now_ns - ticket.since_ns) < RESERVED_SECONDS * 1e9
+    return ticket.reserved and abs(now_ns - ticket.since_ns) < RESERVED_SECONDS * 1e9 and _regular(ticket.path)
+
+
+def _regular(path: str) -> bool:
+    """Whether `path` is a regular file (a link planted there, to anything, is not a place kept)."""
+    try:
+        return stat.S_ISREG(os.lstat(path).st_mode)
+    except OSError:
+        return False
 
 
 def reserved_until(ahead: list):
