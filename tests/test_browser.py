@@ -489,6 +489,12 @@ def test_a_reopened_notebook_shows_the_saved_view_not_model_not_found(lab, brows
     text = saved.inner_text()
     assert "training done" in text and "%train_attach saved-job" in text and "Run this cell again" in text
     assert saved.locator("svg.jt-chart polyline:visible").count() == 1
+    # its chart's controls work in the copy, with no kernel behind it: no script, only its own CSS
+    assert saved.locator(".jt-chart-controls").first.is_visible() and not _shown(saved.locator(".jt-sm2").first)
+    saved.locator("label.jt-pick-s2").first.click()
+    assert _shown(saved.locator(".jt-sm2").first)
+    saved.locator("label.jt-pick-s0").first.click()
+    assert not _shown(saved.locator(".jt-sm2").first)
     errors = page.get_by_text("Error displaying widget")
     assert all(not errors.nth(index).is_visible() for index in range(errors.count()))
     page.locator(f"{panel} .jp-Cell").nth(1).screenshot(path=str(ARTIFACTS / "widget-saved-view.png"))
