@@ -173,6 +173,4 @@ def test_a_line_of_one_of_twenty_quiet_views_polls_that_view_alone(store, fake_b
         assert views[7] in polled
         assert [view for view in asked + polled if view is not views[7]] == []
     finally:
-        with poller._lock:
-            poller.widgets = []
-        poller._waiter and poller._waiter.wake()
+        poller.forget_all()

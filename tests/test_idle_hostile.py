@@ -487,8 +487,7 @@ def test_a_comparison_and_the_jobs_table_beside_a_job_view_on_one_poller(home, w
         wait_for(lambda: comparison not in poller.widgets and view not in poller.widgets, timeout=20, what="both views to see the ends")
         assert failures == [] and "completed" in comparison.body.value
     finally:
-        with poller._lock:
-            poller.widgets = []
+        poller.forget_all()
         (workdir / "end").write_text("")
         for job in jobs:
             job.stop()

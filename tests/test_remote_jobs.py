@@ -587,8 +587,7 @@ def test_a_quiet_remote_view_sleeps_until_its_stream_brings_a_line(laptop, tmp_p
         wait_for(lambda: not poller.running, timeout=20, what="the view to see the stop")
         assert "stopped" in view.header.value
     finally:
-        with poller._lock:
-            poller.widgets = []
+        poller.forget_all()
         cli("stop", "told")
 
 

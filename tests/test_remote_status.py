@@ -37,10 +37,7 @@ def last_line(view) -> int:
 
 
 def stop_polling(poller) -> None:
-    with poller._lock:
-        poller.widgets = []
-    if poller._waiter is not None:
-        poller._waiter.wake()
+    poller.forget_all()
 
 
 def refusals(remote) -> int:

@@ -243,27 +243,26 @@ def test_memory_forked_workers_share_is_counted_once(home, workdir):
         job.stop()
 
 
-def test_proportional_memory_is_read_now_and_then_and_moves_with_the_resident_set(monkeypatch):
+def test_proportional_memory_is_read_now_and_then_and_moves_with_the_resident_set():
     """Reading a process's PSS makes the kernel walk its memory: it is read every PSS_SECONDS, and
     in between what the process gained (its resident set, from the stat already read) is added."""
-    from jupyter_trainer.core import processes as proc
+    from jupyter_trainer.core.processes import PSS_SECONDS, ProportionalMemory
 
     reads = []
-    monkeypatch.setattr(proc, "_read_pss", lambda pid: reads.append(pid) or 10 << 20)
-    monkeypatch.setattr(proc, "_pss_read", {})
-    page = os.sysconf("SC_PAGE_SIZE")
     clock = [1000.0]
-    monkeypatch.setattr(proc.time, "monotonic", lambda: clock[0])
-    assert proc._proportional_memory(4242, 7, 3000) == 10 << 20
-    assert proc._proportional_memory(4242, 7, 3100) == (10 << 20) + 100 * page  # grown: not read again
-    assert proc._proportional_memory(4242, 7, 1000) == (10 << 20) - 2000 * page  # shrunk
+    pss = ProportionalMemory(read=lambda pid: reads.append(pid) or 10 << 20, clock=lambda: clock[0])
+    page = os.sysconf("SC_PAGE_SIZE")
+    assert pss.of(4242, 7, 3000) == 10 << 20
+    assert pss.of(4242, 7, 3100) == (10 << 20) + 100 * page  # grown: not read again
+    assert pss.of(4242, 7, 1000) == (10 << 20) - 2000 * page  # shrunk
     assert reads == [4242]
-    assert proc._proportional_memory(4242, 8, 3000) == 10 << 20  # the pid reused by another process
-    clock[0] += proc.PSS_SECONDS
-    assert proc._proportional_memory(4242, 7, 3000) == 10 << 20  # read again
-    assert reads == [4242, 4242, 4242]
-    monkeypatch.setattr(proc, "_read_pss", lambda pid: None)  # the kernel does not say: the resident set
-    assert proc._proportional_memory(99, 1, 5) == 5 * page
+    assert pss.of(4242, 8, 3000) == 10 << 20  # the pid reused by another process
+    clock[0] += PSS_SECONDS
+    assert pss.of(4242, 7, 3000) == 10 << 20  # read again
+    assert pss.of(4242, 7, 3000, fresh=True) == 10 << 20  # asked fresh: read again at once
+    assert reads == [4242, 4242, 4242, 4242]
+    silent = ProportionalMemory(read=lambda pid: None, clock=lambda: clock[0])  # the kernel does not say: the resident set
+    assert silent.of(99, 1, 5) == 5 * page
 
 
 class SlowToAnswer:

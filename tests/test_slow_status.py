@@ -161,10 +161,7 @@ def shown(view) -> str:
 
 
 def stop_polling(poller: Poller) -> None:
-    with poller._lock:
-        poller.widgets = []
-    if poller._waiter is not None:
-        poller._waiter.wake()
+    poller.forget_all()
 
 
 def test_a_hung_squeue_holds_neither_the_host_jobs_view_nor_the_slurm_view(store, squeue, workdir):

@@ -787,9 +787,7 @@ def test_a_quiet_view_waits_for_the_quiet_interval_and_a_line_wakes_it_at_once(s
     assert len(polls) - settled <= 2  # not the 50 polls of a 0.01 s tick
     append(job, "second\n")
     wait_for(lambda: "second" in view.log.value, timeout=5, what="the line to wake the poller")
-    with poller._lock:
-        poller.widgets = []
-    poller._waiter and poller._waiter.wake()
+    poller.forget_all()
 
 
 def test_a_run_file_that_may_be_a_status_makes_the_check_due_and_the_views_own_writes_do_not(store, fake_backend, backends):

@@ -13,6 +13,7 @@ import threading
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Callable
 
 _PROC = Path("/proc")
 
@@ -134,7 +135,7 @@ def session_usage(session: int, shared: bool = False) -> tuple[float, int, float
         return None
     ticks = sum(int(fields[11]) + int(fields[12]) for _, fields in members)  # utime, stime
     fresh = _members_changed(session, members)
-    memory = sum(_proportional_memory(pid, int(fields[19]), int(fields[21]), fresh) for pid, fields in members)
+    memory = sum(_pss.of(pid, int(fields[19]), int(fields[21]), fresh) for pid, fields in members)
     return ticks / os.sysconf("SC_CLK_TCK"), memory, taken_at
 
 
@@ -202,7 +203,6 @@ def _session_table(max_age: float, session: int | None = None) -> tuple[float, d
 # stat already read), since what a process gains is its own pages, which both count in full.
 PSS_SECONDS = 30.0
 PSS_KEPT = 4096  # processes whose last reading is kept (forgotten all at once beyond)
-_pss_read: dict[tuple[int, int], tuple[float, int, int]] = {}  # (pid, start time): (when, PSS, resident set then)
 
 
 _members_seen: dict[int, frozenset] = {}  # session: its processes (pid, start time) at the last look
@@ -222,22 +222,33 @@ def _members_changed(session: int, members: list[tuple[int, list[str]]]) -> bool
     return before is not None
 
 
-def _proportional_memory(pid: int, started: int, rss_pages: int, fresh: bool = False) -> int:
-    """The process's PSS in bytes (its resident set where the kernel does not say). `fresh`: read
-    now, whenever it was read last."""
-    resident = rss_pages * os.sysconf("SC_PAGE_SIZE")
-    key = (pid, started)  # a pid reused by another process is another key
-    known = _pss_read.get(key)
-    now = time.monotonic()
-    if known is not None and not fresh and now - known[0] < PSS_SECONDS:
-        return max(0, known[1] + resident - known[2])
-    pss = _read_pss(pid)
-    if pss is None:
-        return resident
-    if len(_pss_read) >= PSS_KEPT:
-        _pss_read.clear()
-    _pss_read[key] = (now, pss, resident)
-    return pss
+class ProportionalMemory:
+    """Processes' PSS, read now and then. Reading it makes the kernel walk the process's memory: it
+    is read every PSS_SECONDS, and in between what the process gained or gave back (its resident
+    set, from the stat already read) is added to the PSS read last. `read` (pid -> bytes, None
+    where the kernel does not say) and `clock` are the machine's unless told."""
+
+    def __init__(self, read: Callable[[int], int | None] | None = None, clock: Callable[[], float] = time.monotonic):
+        self.read = read or _read_pss
+        self.clock = clock
+        self.known: dict[tuple[int, int], tuple[float, int, int]] = {}  # (pid, start time): (when, PSS, resident set then)
+
+    def of(self, pid: int, started: int, rss_pages: int, fresh: bool = False) -> int:
+        """The process's PSS in bytes (its resident set where the kernel does not say). `fresh`:
+        read now, whenever it was read last."""
+        resident = rss_pages * os.sysconf("SC_PAGE_SIZE")
+        key = (pid, started)  # a pid reused by another process is another key
+        known = self.known.get(key)
+        now = self.clock()
+        if known is not None and not fresh and now - known[0] < PSS_SECONDS:
+            return max(0, known[1] + resident - known[2])
+        pss = self.read(pid)
+        if pss is None:
+            return resident
+        if len(self.known) >= PSS_KEPT:
+            self.known.clear()
+        self.known[key] = (now, pss, resident)
+        return pss
 
 
 def _read_pss(pid: int) -> int | None:
@@ -249,6 +260,9 @@ def _read_pss(pid: int) -> int | None:
     except (OSError, ValueError, IndexError):
         pass
     return None
+
+
+_pss = ProportionalMemory()  # this machine's, for every job looked at
 
 
 def memory_limit(pid: int) -> int | None:

@@ -91,6 +91,14 @@ class Poller:
             elif self._waiter is not None:
                 self._waiter.wake()  # the new views are polled now, not after a quiet wait
 
+    def forget_all(self) -> None:
+        """Polls no view any more: its thread wakes, finds none, and ends (a kernel's views closed)."""
+        with self._lock:
+            self.widgets = []
+            waiter = self._waiter
+        if waiter is not None:
+            waiter.wake()
+
     def tick(self, changed: dict[str, set[str]] | None = None, everyone: bool = True) -> list[PolledView]:
         """Poll the views once: every one, or (`everyone` False: a tick between two beats) those
         whose files changed and those that are not quiet or not watched. `changed`: the files
