@@ -1,6 +1,6 @@
 """jupyter_trainer: training runs that outlive the notebook, from one cell.
 
-    %load_ext jupyter_trainer
+%load_ext jupyter_trainer
 """
 
 from .errors import TrainerError

@@ -60,7 +60,9 @@ class Backends:
     @functools.cached_property
     def detached(self) -> DetachedOptions:
         """The backends `%%train_detached` runs, and every option it takes."""
-        return DetachedOptions(declared.detached for declared in self.declarations.values() if declared.detached is not None)
+        return DetachedOptions(
+            declared.detached for declared in self.declarations.values() if declared.detached is not None
+        )
 
     def magic_options(self, name: str) -> tuple[Option, ...]:
         """The options of the cell magic of a backend's own (`%%sagemaker_fit`: "sagemaker")."""
@@ -82,7 +84,12 @@ class Backends:
         return build_spec(self.detached, script, **values)
 
     def detached_spec(
-        self, script: str, given: Mapping[str, Any], config: Mapping[str, Any], args: Iterable[str] = (), hosts: Mapping[str, str] | None = None
+        self,
+        script: str,
+        given: Mapping[str, Any],
+        config: Mapping[str, Any],
+        args: Iterable[str] = (),
+        hosts: Mapping[str, str] | None = None,
     ) -> DetachedSpec:
         """`job_spec.detached_spec` with this registry's backends and options."""
         from ..spec.job_spec import detached_spec

@@ -141,7 +141,9 @@ class Backend(Protocol):
         """What `status --json` says of the job besides the fields every job has (a Slurm job's
         `slurm_job_id`, how often a job was started again: `restarts`). BackendBase: nothing."""
 
-    def batch(self, spec: JobSpec, store: JobStore, name: str, indices: list[int], max_running: int | None) -> "RunBatch | None":
+    def batch(
+        self, spec: JobSpec, store: JobStore, name: str, indices: list[int], max_running: int | None
+    ) -> "RunBatch | None":
         """The runs `indices` (0-based) of sweep `name` submitted as one thing of the runtime's own
         (a Slurm job array, at most `max_running` at once), or None: each run is submitted alone,
         and the machine's lines bound how many run at once. BackendBase: None."""
@@ -268,7 +270,9 @@ class SupervisorFacts:
 
     def ended(self) -> Observation:
         """What these facts show of a job whose exit code is written."""
-        return Observation(exit_code=self.exit_code, alive=False, started=True, ended_at=self.ended_at, stopped=self.stopped)
+        return Observation(
+            exit_code=self.exit_code, alive=False, started=True, ended_at=self.ended_at, stopped=self.stopped
+        )
 
     def unknown(self, supervisor_alive: bool) -> Observation:
         """What a run file we cannot read leaves us to say: while the supervisor runs, the job's
@@ -367,7 +371,9 @@ def job_command(spec, inner_run_dir: str) -> list[str]:
     return [*spec.interpreter, f"{inner_run_dir}/{LAUNCH_FILE}", *spec.args]
 
 
-def write_launch_target(run_dir: Path, spec, working_dir: str, job_name: str, script_in_job: ScriptPlace | None = None) -> None:
+def write_launch_target(
+    run_dir: Path, spec, working_dir: str, job_name: str, script_in_job: ScriptPlace | None = None
+) -> None:
     """Tell the run's launcher which file it runs the script as, a file of `working_dir` (the job's
     working directory, where the job sees it): a script run in place is that file (`script_in_job`,
     where the job sees it; None: it was sent alone, and named as if it lay there); a cell,
@@ -408,7 +414,9 @@ def notification_check(record: JobRecord, run_dir: Path) -> str:
     """The check a notifier's result must carry to be recorded: keyed by the store's own key,
     which a job in a container never sees."""
     key = JobStore.of_run(run_dir).fingerprint_key()
-    return hmac.new(key, f"notify {record.name} {record.run} {record.created_at!r}".encode(), hashlib.sha256).hexdigest()
+    return hmac.new(
+        key, f"notify {record.name} {record.run} {record.created_at!r}".encode(), hashlib.sha256
+    ).hexdigest()
 
 
 class FileLogSource(LogSourceBase):

@@ -95,7 +95,9 @@ class HostRuntime:
         return cls(ProcessIdentity.from_dict(record.runtime.get("supervisor")))
 
 
-def start_supervised(run_dir: Path, command: list[str], cwd: str, env: dict[str, str], given: bytes = b"") -> HostRuntime:
+def start_supervised(
+    run_dir: Path, command: list[str], cwd: str, env: dict[str, str], given: bytes = b""
+) -> HostRuntime:
     """Start `command` under the supervisor as a detached process of its own session; return its
     identity. `given` is what the supervisor reads on its stdin before the job starts (notify_input)."""
     _reap_children()
@@ -179,7 +181,9 @@ class HostBackend(BackendBase):
 
     def launch(self, record: JobRecord, run_dir: Path, spec: DetachedSpec) -> HostRuntime:
         # a script run in place is the file as named (this machine follows its links itself)
-        write_launch_target(run_dir, spec, spec.workdir, record.name, ScriptPlace(spec.script_path) if spec.script_path else None)
+        write_launch_target(
+            run_dir, spec, spec.workdir, record.name, ScriptPlace(spec.script_path) if spec.script_path else None
+        )
         command = job_command(spec, str(run_dir))
         env = job_environment(spec)
         if turns.waits_in_line(spec):  # its waiter takes its turn in this machine's lines, then runs it
@@ -187,7 +191,9 @@ class HostBackend(BackendBase):
             command = turns.waiting_command(str(run_dir), command)
         elif spec.gpus and spec.gpus != "all":  # device ids: these, with no waiting
             env = {"CUDA_DEVICE_ORDER": "PCI_BUS_ID", **env, "CUDA_VISIBLE_DEVICES": spec.gpus}
-        return start_supervised(run_dir, command, cwd=spec.workdir, env=env, given=notify_input(record, run_dir, spec.notify))
+        return start_supervised(
+            run_dir, command, cwd=spec.workdir, env=env, given=notify_input(record, run_dir, spec.notify)
+        )
 
     def asking(self, record: JobRecord) -> str:
         return ""  # its supervisor's files and processes, on this machine
@@ -294,7 +300,9 @@ def _local_gpus() -> tuple:
     if program is None:
         return ()
     try:
-        answer = subprocess.run([program, *NVIDIA_SMI_QUERY], capture_output=True, text=True, timeout=5, stdin=subprocess.DEVNULL)
+        answer = subprocess.run(
+            [program, *NVIDIA_SMI_QUERY], capture_output=True, text=True, timeout=5, stdin=subprocess.DEVNULL
+        )
     except (OSError, subprocess.SubprocessError):
         return ()
     return parse_nvidia_smi(answer.stdout) if answer.returncode == 0 else ()

@@ -71,7 +71,15 @@ def _run(path, run_name):
     # mtime None: linecache keeps it although no such file exists (see linecache.checkcache)
     linecache.cache[path] = (len(text), None, text.splitlines(True), path)
     module = types.ModuleType(run_name)
-    module.__dict__.update({"__file__": path, "__builtins__": __builtins__, "__spec__": None, "__loader__": _Text(text), "__cached__": None})
+    module.__dict__.update(
+        {
+            "__file__": path,
+            "__builtins__": __builtins__,
+            "__spec__": None,
+            "__loader__": _Text(text),
+            "__cached__": None,
+        }
+    )
     sys.modules[run_name] = module
     exec(compile(source, path, "exec", dont_inherit=True), module.__dict__)
     return module.__dict__
@@ -113,7 +121,8 @@ def _target():
     if not_as_main:
         raise LaunchError(
             "--interpreter ran the launcher otherwise than python3 runs a file (%s), so which words are the script's cannot be "
-            "told: a wrapper passes the file on with the words after it (sh -c 'exec python3 \"$0\" \"$@\"')" % not_as_main
+            'told: a wrapper passes the file on with the words after it (sh -c \'exec python3 "$0" "$@"\')'
+            % not_as_main
         )
     try:
         with open(TARGET, "rb") as handle:
@@ -183,7 +192,13 @@ def _bytecode_elsewhere():
     except OSError:
         found = None
     # another user's directory, or one others may write, could hold bytecode made to be run here
-    if found is None or not stat.S_ISDIR(found.st_mode) or found.st_uid != os.getuid() or found.st_mode & 0o022 or not hasattr(sys, "pycache_prefix"):
+    if (
+        found is None
+        or not stat.S_ISDIR(found.st_mode)
+        or found.st_uid != os.getuid()
+        or found.st_mode & 0o022
+        or not hasattr(sys, "pycache_prefix")
+    ):
         sys.dont_write_bytecode = True
         return
     sys.pycache_prefix = path
@@ -199,7 +214,9 @@ def _live_output():
         try:
             stream.flush()
             raw = io.FileIO(stream.fileno(), "w", closefd=False)
-            setattr(sys, name, io.TextIOWrapper(raw, encoding=stream.encoding, errors=stream.errors, write_through=True))
+            setattr(
+                sys, name, io.TextIOWrapper(raw, encoding=stream.encoding, errors=stream.errors, write_through=True)
+            )
         except (AttributeError, OSError, ValueError):
             continue
 

@@ -37,7 +37,10 @@ try:  # as a module of the package; run by the supervisor, wording.py's code com
 except ImportError:
     pass
 
-RESULT_FD, LOG_FD = 3, 4  # the run's notified and output.log files (store.NOTIFIED_FILE, LOG_FILE), opened by the supervisor
+RESULT_FD, LOG_FD = (
+    3,
+    4,
+)  # the run's notified and output.log files (store.NOTIFIED_FILE, LOG_FILE), opened by the supervisor
 ATTEMPT_SECONDS = 30  # the most one attempt may take, however the receiver answers
 PAUSES = (2, 8, 20)  # seconds before each new attempt
 TAIL_BYTES = 64 * 1024  # of the log, read for the exception the script ended with
@@ -98,7 +101,9 @@ def build_message(job, code, how, started, ended, log_tail, restarts=0):
     name, run, backend = str(job.get("name", "?")), job.get("run", 1), str(job.get("backend", "?"))
     took = format_duration(ended - started)
     mark = {"completed": "✅", "failed": "❌", "stopped": "⏹"}[status]
-    text = "{} {}{} {} after {} on {}".format(mark, name, "" if run == 1 else " (run {})".format(run), status, took, backend)
+    text = "{} {}{} {} after {} on {}".format(
+        mark, name, "" if run == 1 else " (run {})".format(run), status, took, backend
+    )
     if status == "failed":
         text += ": " + reason
     if restarts:
@@ -143,11 +148,18 @@ def deliver(url, message):
     signal.signal(signal.SIGALRM, _too_slow)
     for attempt, pause in enumerate((0,) + PAUSES, start=1):
         time.sleep(pause)
-        request = urllib.request.Request(url, data=body, method="POST", headers={"Content-Type": "application/json", "User-Agent": "jupyter-trainer"})
+        request = urllib.request.Request(
+            url, data=body, method="POST", headers={"Content-Type": "application/json", "User-Agent": "jupyter-trainer"}
+        )
         signal.alarm(ATTEMPT_SECONDS)
         try:
             with opener.open(request, timeout=ATTEMPT_SECONDS) as response:
-                return {"delivered": True, "detail": "HTTP {}".format(response.status), "attempts": attempt, "at": time.time()}
+                return {
+                    "delivered": True,
+                    "detail": "HTTP {}".format(response.status),
+                    "attempts": attempt,
+                    "at": time.time(),
+                }
         except urllib.error.HTTPError as exc:
             detail = "HTTP {} {}".format(exc.code, exc.reason)
             if exc.code < 500 and exc.code != 429:  # the receiver refused it: trying again will not help

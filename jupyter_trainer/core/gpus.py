@@ -65,7 +65,9 @@ def parse_gpu_list(text: str, where: str) -> tuple[int, ...]:
     return tuple(sorted(found))
 
 
-def offered_gpus(pool: str | None = None, *, environ: Mapping[str, str] | None = None, look: SmiLook | None = None) -> Offered:
+def offered_gpus(
+    pool: str | None = None, *, environ: Mapping[str, str] | None = None, look: SmiLook | None = None
+) -> Offered:
     """What the machine offers: the caller's pool if set, else $JUPYTER_TRAINER_GPUS if set (an
     empty value counts as unset), else what nvidia-smi lists (`look`, or a look taken now)."""
     named = named_pool(pool, environ=environ)

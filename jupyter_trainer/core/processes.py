@@ -120,7 +120,9 @@ def session_id(pid: int) -> int | None:
     return int(fields[3])
 
 
-SHARED_SCAN_SECONDS = 0.5  # a pass over /proc serves every job looked at within this long (the views' looks of one tick)
+SHARED_SCAN_SECONDS = (
+    0.5  # a pass over /proc serves every job looked at within this long (the views' looks of one tick)
+)
 
 
 def session_usage(session: int, shared: bool = False) -> tuple[float, int, float] | None:
@@ -231,7 +233,9 @@ class ProportionalMemory:
     def __init__(self, read: Callable[[int], int | None] | None = None, clock: Callable[[], float] = time.monotonic):
         self.read = read or _read_pss
         self.clock = clock
-        self.known: dict[tuple[int, int], tuple[float, int, int]] = {}  # (pid, start time): (when, PSS, resident set then)
+        self.known: dict[
+            tuple[int, int], tuple[float, int, int]
+        ] = {}  # (pid, start time): (when, PSS, resident set then)
 
     def of(self, pid: int, started: int, rss_pages: int, fresh: bool = False) -> int:
         """The process's PSS in bytes (its resident set where the kernel does not say). `fresh`:
@@ -303,6 +307,7 @@ def _read_limit(path: str, key: str | None = None) -> int | None:
         text = next((line.split()[1] for line in text.splitlines() if line.split()[:1] == [key]), "")
     text = text.strip()
     return int(text) if text.isdigit() and int(text) < 1 << 60 else None
+
 
 def session_members(session: int | None, limit: int = 5) -> list[str]:
     """The live processes of `session`, "pid N: command" each (the first `limit`, then how many more)."""

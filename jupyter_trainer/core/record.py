@@ -144,7 +144,9 @@ class Observation:
     started: bool = False  # the supervisor has recorded the job's pid
     why_gone: str = ""  # when not alive: what the backend saw
     ended_at: float | None = None  # when the exit code was written, if known
-    started_at: float | None = None  # when a job that waited in a queue started, if known (see Backend.starts_at_launch)
+    started_at: float | None = (
+        None  # when a job that waited in a queue started, if known (see Backend.starts_at_launch)
+    )
     stopped: bool | None = None  # with exit_code: whether the supervisor stopped the job (None: unknown)
     final: "Status | None" = None  # a runtime that reports its own final status (SageMaker)
     reason: str = ""  # with `final`: the runtime's words for it; with alive and not started: why it waits
@@ -169,7 +171,9 @@ def resolve(record: JobRecord, seen: Observation, now: float | None = None) -> R
     if record.status.is_final:
         return Resolution(record.status, record.exit_code, record.reason, headline=record.headline)
     # a runtime's words can be the job's own (a failure file, what Slurm was told): kept readable
-    seen = dataclasses.replace(seen, reason=readable(seen.reason), headline=readable(seen.headline), why_gone=readable(seen.why_gone))
+    seen = dataclasses.replace(
+        seen, reason=readable(seen.reason), headline=readable(seen.headline), why_gone=readable(seen.why_gone)
+    )
     stop_sent = record.stop_requested and record.stop_sent is not False
     if seen.final is not None:
         if seen.final is Status.STOPPED and stop_sent:
@@ -188,19 +192,21 @@ def resolve(record: JobRecord, seen: Observation, now: float | None = None) -> R
             same_host = record.unreachable_since is not None and record.unreachable_host == seen.unreachable_host
             since = record.unreachable_since if same_host else (now if now is not None else time.time())
             when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(since))
-            return Resolution(record.status, None, f"cannot reach {seen.unreachable_host} since {when}", since, seen.unreachable_host)
+            return Resolution(
+                record.status, None, f"cannot reach {seen.unreachable_host} since {when}", since, seen.unreachable_host
+            )
         return Resolution(record.status, None, seen.why_gone or record.reason)
     if seen.alive:
         # a queued job says why it waits, in its runtime's words (Slurm's Priority, Resources, ...)
-        return Resolution(Status.RUNNING if seen.started else Status.PENDING, reason=seen.reason if not seen.started else "")
+        return Resolution(
+            Status.RUNNING if seen.started else Status.PENDING, reason=seen.reason if not seen.started else ""
+        )
     if stop_sent:
         return Resolution(Status.STOPPED, None, "stopped by the user")
     why = seen.why_gone or "the job's process vanished without recording an exit code"
     if record.stop_requested:  # asked for, never handed over: whatever ended the job, it was not that
         why += "; a stop had been asked for but never reached it (was the stopping process killed?)"
     return Resolution(Status.LOST, None, why)
-
-
 
 
 def describe_outcome(status: Status, exit_code: int | None, reason: str, headline: str = "") -> str:
@@ -246,7 +252,9 @@ def parse_notification(data: bytes, check: str) -> dict[str, Any] | None:
     return {
         "delivered": written["delivered"],
         "detail": detail[:300] if isinstance(detail, str) else "",
-        "attempts": attempts if isinstance(attempts, int) and not isinstance(attempts, bool) and 0 <= attempts < 100 else None,
+        "attempts": attempts
+        if isinstance(attempts, int) and not isinstance(attempts, bool) and 0 <= attempts < 100
+        else None,
         "at": at if isinstance(at, (int, float)) and not isinstance(at, bool) and math.isfinite(at) else None,
     }
 

@@ -82,7 +82,10 @@ def describe(usage: Usage) -> dict[str, str]:
     for gpu in usage.gpus:
         parts = [] if gpu.utilization_percent is None else [f"{gpu.utilization_percent:.0f}%"]
         if gpu.memory_bytes is not None:
-            parts.append(format_bytes(gpu.memory_bytes) + (f" of {format_bytes(gpu.memory_total_bytes)}" if gpu.memory_total_bytes else ""))
+            parts.append(
+                format_bytes(gpu.memory_bytes)
+                + (f" of {format_bytes(gpu.memory_total_bytes)}" if gpu.memory_total_bytes else "")
+            )
         words[f"gpu {gpu.index}"] = " · ".join(parts) or "?"
     return words
 
@@ -109,7 +112,6 @@ def parse_nvidia_smi(text: str) -> tuple[GpuUsage, ...]:
         if len(gpus) == MAX_GPUS:
             break
     return tuple(gpus.values())
-
 
 
 class UsageHistory:

@@ -73,7 +73,9 @@ CLOCK_FILE = "clock"  # "SECONDS BYTES" lines: the log's size now and then, writ
 LINE_FILE = "line"
 WAITER_FILE = "wait_turn.py"
 TURN_FILE = "turn"
-GIT_DIFF_FILE = "git.diff"  # the uncommitted diff of the repository the job's working directory lies in (jobs/provenance.py)
+GIT_DIFF_FILE = (
+    "git.diff"  # the uncommitted diff of the repository the job's working directory lies in (jobs/provenance.py)
+)
 
 MAX_RECORD_BYTES = 1 << 20  # records are a few KB: a larger one was not written by us
 KEY_FILE = "fingerprint.key"  # in the store's home: the key of the fingerprints' HMAC
@@ -224,7 +226,9 @@ class JobStore:
         found = []
         for entry in entries:
             making = CREATING.fullmatch(entry)
-            if not (making or entry.isdigit() and entry.isascii() and len(entry) <= 9) or not _is_real_dir(job_dir / entry):
+            if not (making or entry.isdigit() and entry.isascii() and len(entry) <= 9) or not _is_real_dir(
+                job_dir / entry
+            ):
                 continue  # a link or a file under such a name was put there by a job, not left by us: left alone
             if making and not _is_dir_locked(job_dir / entry):
                 found.append((int(making.group(1)), job_dir / entry))
@@ -270,7 +274,11 @@ class JobStore:
             return []
         job_dir = self.job_dir(name)
         # a link or a file under such a name was put there by a job, not left by us: left alone
-        found = [(int(match.group(1)), job_dir / entry) for entry in entries if (match := LEFTOVER.fullmatch(entry)) and _is_real_dir(job_dir / entry)]
+        found = [
+            (int(match.group(1)), job_dir / entry)
+            for entry in entries
+            if (match := LEFTOVER.fullmatch(entry)) and _is_real_dir(job_dir / entry)
+        ]
         return sorted(found)
 
     @contextlib.contextmanager
@@ -334,7 +342,9 @@ class JobStore:
                 f"inspect or remove {path}",
             ) from None
         if (record.name, record.run) != (name, run):
-            raise CorruptRecord(f"the record in {path} is of another job ({record.name!r}, run {record.run})", f"remove {path}")
+            raise CorruptRecord(
+                f"the record in {path} is of another job ({record.name!r}, run {record.run})", f"remove {path}"
+            )
         return record
 
     def save(self, record: JobRecord) -> None:

@@ -22,7 +22,13 @@ ESCAPE_SEQUENCES = (
 )
 DIRECTION_CONTROLS = "\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069"  # the inside of a regex's [...]
 LONE_SURROGATES = "\ud800-\udfff"  # likewise
-NOT_SHOWN = re.compile(ESCAPE_SEQUENCES + r"|\x9b[0-?]*[ -/]*[@-~]|[\x00-\x08\x0b-\x1f\x7f-\x9f" + DIRECTION_CONTROLS + LONE_SURROGATES + r"]|\x1b")
+NOT_SHOWN = re.compile(
+    ESCAPE_SEQUENCES
+    + r"|\x9b[0-?]*[ -/]*[@-~]|[\x00-\x08\x0b-\x1f\x7f-\x9f"
+    + DIRECTION_CONTROLS
+    + LONE_SURROGATES
+    + r"]|\x1b"
+)
 
 
 def readable(text):
@@ -77,6 +83,8 @@ def text_table(rows, header, right=()):
     lines = [tuple(header)] + [tuple(row) for row in rows]
     widths = [max(len(line[column]) for line in lines) for column in range(len(header))]
     return "\n".join(
-        "  ".join(cell.rjust(widths[i]) if index and i in right else cell.ljust(widths[i]) for i, cell in enumerate(line)).rstrip()
+        "  ".join(
+            cell.rjust(widths[i]) if index and i in right else cell.ljust(widths[i]) for i, cell in enumerate(line)
+        ).rstrip()
         for index, line in enumerate(lines)
     )

@@ -55,7 +55,9 @@ class Removal:
 
     removed: list[JobRecord] = field(default_factory=list)  # runs gone, every file of them
     finished: list[str] = field(default_factory=list)  # runs removed earlier whose last files went now
-    abandoned: list[str] = field(default_factory=list)  # runs a submission killed half-way left without a record, gone now
+    abandoned: list[str] = field(
+        default_factory=list
+    )  # runs a submission killed half-way left without a record, gone now
     problems: list[str] = field(default_factory=list)  # what could not be removed, each with why
 
     def checked(self, again: str) -> "Removal":
@@ -73,7 +75,9 @@ class Removal:
         )
 
 
-def remove_runs(name: str, run: int | None = None, store: JobStore | None = None, backends: _backends.Backends | None = None) -> Removal:
+def remove_runs(
+    name: str, run: int | None = None, store: JobStore | None = None, backends: _backends.Backends | None = None
+) -> Removal:
     """Remove the job's runs (run `run` only, if given): all of them must have ended. What an
     earlier removal of them could not delete goes too."""
     store = store or JobStore()
@@ -92,7 +96,9 @@ def remove_runs(name: str, run: int | None = None, store: JobStore | None = None
     return removal.checked(again)
 
 
-def _finished_runs(name: str, run: int | None, store: JobStore, backends: _backends.Backends | None, found_before: bool) -> list[JobRecord]:
+def _finished_runs(
+    name: str, run: int | None, store: JobStore, backends: _backends.Backends | None, found_before: bool
+) -> list[JobRecord]:
     """The runs to remove, brought up to date; a refusal (unknown, not finished, processes left)
     before anything is removed. `found_before`: what an earlier removal left of them was found,
     so a job with no run left is no error."""
@@ -101,13 +107,20 @@ def _finished_runs(name: str, run: int | None, store: JobStore, backends: _backe
         if run not in runs and not found_before:
             raise UnknownJob(f"job {name} has no run {run}", f"its runs: {', '.join(map(str, runs)) or 'none'}")
         runs = [run] if run in runs else []
-    records = [Job(store.load(name, number), store, backends).refresh().record for number in runs if store.has_record(name, number)]
+    records = [
+        Job(store.load(name, number), store, backends).refresh().record
+        for number in runs
+        if store.has_record(name, number)
+    ]
     if not records and not found_before:
         raise UnknownJob(f"no job named {name!r}", f"{surface.command('list')} shows the jobs")
     unfinished = [record for record in records if not record.status.is_final]
     if unfinished:
         which = ", ".join(f"run {record.run} is {record.status.value}" for record in unfinished)
-        raise TrainerError(f"job {name} is not finished ({which}): nothing was removed", f"stop it first: {surface.command('stop', name)}")
+        raise TrainerError(
+            f"job {name} is not finished ({which}): nothing was removed",
+            f"stop it first: {surface.command('stop', name)}",
+        )
     for record in records:
         left = _lingering(record, store, backends)
         if left:
@@ -118,7 +131,12 @@ def _finished_runs(name: str, run: int | None, store: JobStore, backends: _backe
     return records
 
 
-def prune(older_than: float, store: JobStore | None = None, backends: _backends.Backends | None = None, now: float | None = None) -> Removal:
+def prune(
+    older_than: float,
+    store: JobStore | None = None,
+    backends: _backends.Backends | None = None,
+    now: float | None = None,
+) -> Removal:
     """Remove every finished run that ended (or was created, if it never started) more than
     `older_than` seconds ago, and what earlier removals could not delete. Runs that have not ended,
     or whose processes still run, are left as they are."""
@@ -151,12 +169,16 @@ def _remove_run(record: JobRecord, store: JobStore, removal: Removal) -> None:
         hidden = store.retire(record.name, record.run)
     except (OSError, StoreError) as exc:
         where = store.run_dir(record.name, record.run)
-        removal.problems.append(f"{which} ({_why(exc, named=False)}, at {where}): nothing of it was removed, it is listed as before")
+        removal.problems.append(
+            f"{which} ({_why(exc, named=False)}, at {where}): nothing of it was removed, it is listed as before"
+        )
         return
     try:
         _delete_tree(hidden)
     except OSError as exc:
-        removal.problems.append(f"all of {which} ({_why(exc)}): it is no longer listed, and the rest of its files is in {hidden}")
+        removal.problems.append(
+            f"all of {which} ({_why(exc)}): it is no longer listed, and the rest of its files is in {hidden}"
+        )
         return
     removal.removed.append(record)
 
@@ -213,7 +235,11 @@ def _why(exc: BaseException, named: bool = True) -> str:
 def _lingering(record: JobRecord, store: JobStore, backends: _backends.Backends | None) -> list[str]:
     """The processes an ended run left running (its record and log are what names them)."""
     try:
-        return (backends or _backends.DEFAULT).get(record.backend).lingering(record, store.run_dir(record.name, record.run))
+        return (
+            (backends or _backends.DEFAULT)
+            .get(record.backend)
+            .lingering(record, store.run_dir(record.name, record.run))
+        )
     except TrainerError:
         return []
 
@@ -221,7 +247,10 @@ def _lingering(record: JobRecord, store: JobStore, backends: _backends.Backends 
 def describe_removed(removal: Removal) -> str:
     said = []
     if removal.removed:
-        said.append("removed " + ", ".join(f"{record.name} (run {record.run}, {record.status.value})" for record in removal.removed))
+        said.append(
+            "removed "
+            + ", ".join(f"{record.name} (run {record.run}, {record.status.value})" for record in removal.removed)
+        )
     if removal.finished:
         said.append("finished removing " + ", ".join(removal.finished))
     if removal.abandoned:
@@ -241,5 +270,7 @@ def prune_containers(store: JobStore | None = None, backends: _backends.Backends
         for name in registry.names():
             backend = registry.get(name)
             if backend.has_containers:  # each backend with containers knows which of its own are unused
-                removed += backend.remove_unused_containers(store, [record for record in records if record.backend == name])
+                removed += backend.remove_unused_containers(
+                    store, [record for record in records if record.backend == name]
+                )
         return removed

@@ -195,7 +195,10 @@ class Job:
 
     def metric_points(self) -> dict[str, list[tuple[str, float, float]]]:
         """`{name: [(axis, x, value), ...]}`: `metrics()` with what each x is."""
-        return {name: list(zip(repeat(column.axis), column.xs, column.values)) for name, column in self.metric_columns().items()}
+        return {
+            name: list(zip(repeat(column.axis), column.xs, column.values))
+            for name, column in self.metric_columns().items()
+        }
 
     def metric_columns(self) -> dict[str, MetricColumn]:
         """Every metric value of the whole log, a list of xs and one of values per name: what
@@ -366,23 +369,35 @@ class Job:
         outcome = resolve(self.record, seen)
         new_details = seen.details and any(self.record.runtime.get(k) != v for k, v in seen.details.items())
         starts = self.record.started_at is None and _has_started(seen)
-        if not new_details and not starts and (outcome.status, outcome.exit_code, outcome.reason, outcome.headline, outcome.unreachable_since) == (
-            self.record.status,
-            self.record.exit_code,
-            self.record.reason,
-            self.record.headline,
-            self.record.unreachable_since,
+        if (
+            not new_details
+            and not starts
+            and (outcome.status, outcome.exit_code, outcome.reason, outcome.headline, outcome.unreachable_since)
+            == (
+                self.record.status,
+                self.record.exit_code,
+                self.record.reason,
+                self.record.headline,
+                self.record.unreachable_since,
+            )
         ):
             return self
 
         disk_full = outcome.status is Status.FAILED and _disk_full(self.run_dir)
         # exit code 1 is how a Python script ends on an exception: then the exception says more (a
         # job killed, by SIGKILL say, may have printed a traceback it had handled long before)
-        raised = self._exception_line() if outcome.status is Status.FAILED and outcome.exit_code == PYTHON_RAISED else ""
+        raised = (
+            self._exception_line() if outcome.status is Status.FAILED and outcome.exit_code == PYTHON_RAISED else ""
+        )
 
         def apply(record: JobRecord) -> None:
             latest = resolve(record, seen)  # again under the lock: a stop may have been asked meanwhile
-            record.status, record.exit_code, record.reason, record.headline = latest.status, latest.exit_code, latest.reason, latest.headline
+            record.status, record.exit_code, record.reason, record.headline = (
+                latest.status,
+                latest.exit_code,
+                latest.reason,
+                latest.headline,
+            )
             record.unreachable_since, record.unreachable_host = latest.unreachable_since, latest.unreachable_host
             if seen.details:
                 record.runtime.update(seen.details)
@@ -420,7 +435,9 @@ class Job:
             return
         try:
             # only what the notifier wrote: a job can write the file too, but cannot sign it
-            result = parse_notification(_fs.read_small(self.run_dir / NOTIFIED_FILE, 4096), notification_check(self.record, self.run_dir))
+            result = parse_notification(
+                _fs.read_small(self.run_dir / NOTIFIED_FILE, 4096), notification_check(self.record, self.run_dir)
+            )
         except (OSError, TrainerError):
             return
         if result is None:
@@ -584,7 +601,9 @@ def one_poll(items: list, backends: _backends.Backends) -> Iterator[None]:
     """Refreshing many jobs is one poll: a backend that can answer for all its jobs at once (an
     `polling()` context: Slurm's one squeue) is told where the poll starts and ends."""
     with contextlib.ExitStack() as stack:
-        for name in sorted({item.backend for item in items if isinstance(item, JobRecord) and not item.status.is_final}):
+        for name in sorted(
+            {item.backend for item in items if isinstance(item, JobRecord) and not item.status.is_final}
+        ):
             try:
                 backend = backends.get(name)
             except UnknownBackend:
@@ -593,7 +612,9 @@ def one_poll(items: list, backends: _backends.Backends) -> Iterator[None]:
         yield
 
 
-def list_jobs(store: JobStore | None = None, all_runs: bool = False, backends: _backends.Backends | None = None) -> list[Job]:
+def list_jobs(
+    store: JobStore | None = None, all_runs: bool = False, backends: _backends.Backends | None = None
+) -> list[Job]:
     """Every job's latest run (every run with all_runs), oldest first, refreshed."""
     store = store or JobStore()
     items = refreshed_records(store, all_runs, backends)

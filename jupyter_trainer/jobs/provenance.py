@@ -47,19 +47,35 @@ def git_state(directory: str | None) -> tuple[dict | None, bytes]:
     if code != 0 or not commit or len(commit) not in (40, 64) or not all(c in "0123456789abcdef" for c in commit):
         return None, b""
     safe = [git, *_SAFE, *_no_filters(git, directory, env), "-C", directory]
-    code, status, whole_status = _bounded([*safe, "status", "--porcelain", "-z", "--untracked-files=normal", "--ignore-submodules=dirty"], env, STATUS_LIMIT)
+    code, status, whole_status = _bounded(
+        [*safe, "status", "--porcelain", "-z", "--untracked-files=normal", "--ignore-submodules=dirty"],
+        env,
+        STATUS_LIMIT,
+    )
     entries = [entry for entry in status.split(b"\0") if entry] if code == 0 else []
     untracked = sum(entry.startswith(b"?? ") for entry in entries)
     big = _big_files(safe, env, entries)
     excluded = [b":(top,exclude,literal)" + path for path, _size in big[:LEFT_OUT_NAMED]]
     pathspec = [b"--", b":(top)", *excluded] if excluded else []
-    diff_argv = [*safe, "diff", "HEAD", "--no-color", "--no-ext-diff", "--no-textconv", "--binary", "--ignore-submodules=dirty", *pathspec]
+    diff_argv = [
+        *safe,
+        "diff",
+        "HEAD",
+        "--no-color",
+        "--no-ext-diff",
+        "--no-textconv",
+        "--binary",
+        "--ignore-submodules=dirty",
+        *pathspec,
+    ]
     code, diff, whole = _bounded(diff_argv, env, DIFF_LIMIT, count=True)
     total = whole if isinstance(whole, int) else None
     dirty = bool(entries) or bool(diff) or code != 0 or not whole_status
     kept = {"kept": len(diff), "bytes": total, "whole": total is not None and total == len(diff) and not big}
     if big:  # what the diff leaves out, said: never silently
-        kept["left_out"] = [{"path": path.decode("utf-8", "replace"), "bytes": size} for path, size in big[:LEFT_OUT_NAMED]]
+        kept["left_out"] = [
+            {"path": path.decode("utf-8", "replace"), "bytes": size} for path, size in big[:LEFT_OUT_NAMED]
+        ]
         if len(big) > LEFT_OUT_NAMED:
             kept["left_out_more"] = len(big) - LEFT_OUT_NAMED
     return {"commit": commit, "dirty": dirty, "untracked": untracked, "diff": kept}, diff
@@ -68,7 +84,9 @@ def git_state(directory: str | None) -> tuple[dict | None, bytes]:
 def _no_filters(git: str, directory: str, env: dict) -> list[str]:
     """`-c` settings that turn off every filter driver the repository's config names (a `clean` or
     `process` command runs as git reads a changed file; none of it is ours to run)."""
-    code, found, _ = _bounded([git, *_SAFE, "-C", directory, "config", "-z", "--get-regexp", r"^filter\."], env, CONFIG_LIMIT)
+    code, found, _ = _bounded(
+        [git, *_SAFE, "-C", directory, "config", "-z", "--get-regexp", r"^filter\."], env, CONFIG_LIMIT
+    )
     drivers = set()
     for entry in found.split(b"\0") if code == 0 else []:
         key = entry.split(b"\n", 1)[0].decode("utf-8", "replace")
@@ -131,7 +149,14 @@ def _bounded(argv: list, env: dict, limit: int, count: bool = False) -> tuple[in
     """(exit code or None, at most `limit` bytes of its output, and: with `count`, every byte it wrote
     (None if it was cut off in time), else whether the output was whole)."""
     try:
-        process = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env, start_new_session=True)
+        process = subprocess.Popen(
+            argv,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            env=env,
+            start_new_session=True,
+        )
     except OSError:
         return None, b"", False
     deadline = time.monotonic() + GIT_SECONDS

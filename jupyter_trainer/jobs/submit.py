@@ -75,7 +75,10 @@ def submit_detached(
 
     with store.claiming(name):  # looking for the name's runs and creating the next is one step
         if store.sweep_record(name).exists():  # a job of a sweep's name would hide the sweep
-            raise NameInUse(f"{name!r} is the name of a sweep", f"choose another --name, or remove the sweep first: jupyter-trainer rm {name}")
+            raise NameInUse(
+                f"{name!r} is the name of a sweep",
+                f"choose another --name, or remove the sweep first: jupyter-trainer rm {name}",
+            )
         store.remove_abandoned(name)  # what a submission killed half-way left: its run number is free again
         latest = store.latest_run(name)
         run = max(store.runs(name), default=0) + 1  # past a run directory an earlier version may be creating

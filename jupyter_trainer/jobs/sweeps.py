@@ -90,7 +90,9 @@ def load_sweep(store: JobStore, name: str) -> SweepRecord | None:
             raise ValueError(f"it names other runs than {name}-1 ... {name}-{len(sweep.runs)}")  # never another job's
         return sweep
     except (ValueError, TrainerError, RecursionError) as exc:
-        raise TrainerError(f"the record of sweep {name!r} cannot be read ({exc})", f"inspect or remove {sweep_path(store, name)}") from None
+        raise TrainerError(
+            f"the record of sweep {name!r} cannot be read ({exc})", f"inspect or remove {sweep_path(store, name)}"
+        ) from None
 
 
 NOTIFIED_FILE = "notified"  # in the sweep's own files: what came of its --notify message (surfaces/sweep_notify.py)
@@ -110,7 +112,11 @@ def sweep_notification(store: JobStore, name: str) -> dict | None:
 def sweep_names(store: JobStore) -> list[str]:
     try:
         entries = store.sweeps_dir.iterdir()
-        return sorted(entry.name[: -len(".json")] for entry in entries if entry.name.endswith(".json") and not entry.name.startswith("."))
+        return sorted(
+            entry.name[: -len(".json")]
+            for entry in entries
+            if entry.name.endswith(".json") and not entry.name.startswith(".")
+        )
     except FileNotFoundError:
         return []
 
@@ -131,15 +137,26 @@ class SweepSubmission:
         started = sum(not each.attached for each in self.submissions)
         attached = len(self.submissions) - started
         said = f"Sweep {self.sweep.name!r}: {len(self.submissions)} runs"
-        parts = [f"{started} started" if started else "", f"{attached} already submitted (attached)" if attached else ""]
+        parts = [
+            f"{started} started" if started else "",
+            f"{attached} already submitted (attached)" if attached else "",
+        ]
         bound = f"; at most {self.sweep.max_running} at once" if self.sweep.max_running else ""
         resumed = "".join(f" {line[0].upper()}{line[1:]}." for line in self.resumed)
         return f"{said} ({', '.join(part for part in parts if part)}){bound}.{resumed}"
 
 
 def submit_sweep(
-    spec: DetachedSpec, sweep: list[str], *, name: str | None = None, trials: int | None = None, max_running: int | None = None,
-    rerun: bool = False, store: JobStore | None = None, backends: _backends.Backends | None = None, label: str | None = None,
+    spec: DetachedSpec,
+    sweep: list[str],
+    *,
+    name: str | None = None,
+    trials: int | None = None,
+    max_running: int | None = None,
+    rerun: bool = False,
+    store: JobStore | None = None,
+    backends: _backends.Backends | None = None,
+    label: str | None = None,
 ) -> SweepSubmission:
     """Submit one run of `spec` per combination of the `--sweep` values (or per trial), as jobs
     NAME-1 ... NAME-N; a run already submitted by this very cell is attached to."""
@@ -149,13 +166,19 @@ def submit_sweep(
     if max_running is not None and max_running < 1:
         raise InvalidOption(f"--max-running {max_running}: give 1 or more")
     if max_running is not None and spec.queue:
-        raise InvalidOption("--max-running gives the sweep a line of its own: it cannot also wait in --queue", "drop one of them")
+        raise InvalidOption(
+            "--max-running gives the sweep a line of its own: it cannot also wait in --queue", "drop one of them"
+        )
     name = name or default_name(label, spec.fingerprint(store.fingerprint_key()))
     validate_name(name, "sweep name")
     params = runs_of(axes, trials, name)
     if len(f"{name}-{len(params)}") > 63:
-        raise InvalidOption(f"sweep name {name!r} is too long for its runs' names ({name}-{len(params)})", "choose a shorter --name")
-    record = SweepRecord(name, [f"{name}-{index}" for index in range(1, len(params) + 1)], params, max_running, backend=spec.backend)
+        raise InvalidOption(
+            f"sweep name {name!r} is too long for its runs' names ({name}-{len(params)})", "choose a shorter --name"
+        )
+    record = SweepRecord(
+        name, [f"{name}-{index}" for index in range(1, len(params) + 1)], params, max_running, backend=spec.backend
+    )
     data = record.to_json()
     if len(data) > SWEEP_FILE_LIMIT:  # written, it could not be read back: its runs would be strays
         raise InvalidOption(
@@ -194,7 +217,11 @@ def submit_sweep(
             )  # fmt: skip
             if batch is not None and index in new:
                 run_spec = batch.for_run(index, run_spec)
-            submissions.append(submit_detached(run_spec, name=run_name, rerun=rerun, store=store, backends=backends, label=label, git=git))
+            submissions.append(
+                submit_detached(
+                    run_spec, name=run_name, rerun=rerun, store=store, backends=backends, label=label, git=git
+                )
+            )
     except BaseException as error:
         if batch is not None:
             said = batch.cancel()
@@ -217,7 +244,9 @@ def refuse_run_names(store: JobStore, name: str, runs: list[str]) -> None:
             raise NameInUse(f"{name!r} is the name of a run of sweep {prefix!r}", "choose another --name for the sweep")
     taken = next((run for run in runs if sweep_path(store, run).exists()), None)
     if taken is not None:
-        raise NameInUse(f"the sweep's run {taken!r} would have the name of a sweep", "choose another --name for the sweep")
+        raise NameInUse(
+            f"the sweep's run {taken!r} would have the name of a sweep", "choose another --name for the sweep"
+        )
 
 
 def _is_name(name: str) -> bool:
@@ -236,7 +265,9 @@ def load_sweep_or_none(store: JobStore, name: str) -> SweepRecord | None:
         return None
 
 
-def sweep_jobs(store: JobStore, sweep: SweepRecord, backends: _backends.Backends | None = None) -> list[Job | TrainerError]:
+def sweep_jobs(
+    store: JobStore, sweep: SweepRecord, backends: _backends.Backends | None = None
+) -> list[Job | TrainerError]:
     """The sweep's runs as jobs, in order (one removed from under it: the error that says so)."""
     jobs: list[Job | TrainerError] = []
     for name in sweep.runs:
@@ -258,11 +289,17 @@ def sweep_status(records: list[JobRecord | TrainerError]) -> Status:
 
 
 def progress_text(records: list[JobRecord | TrainerError]) -> str:
-    """"4 of 12 done, 2 running, 6 waiting" (and how many failed, stopped or are gone)."""
+    """ "4 of 12 done, 2 running, 6 waiting" (and how many failed, stopped or are gone)."""
     statuses = [record.status if isinstance(record, JobRecord) else None for record in records]
     done = sum(status is Status.COMPLETED for status in statuses)
     parts = [f"{done} of {len(statuses)} done"]
-    for status, word in ((Status.RUNNING, "running"), (Status.PENDING, "waiting"), (Status.FAILED, "failed"), (Status.STOPPED, "stopped"), (Status.LOST, "lost")):
+    for status, word in (
+        (Status.RUNNING, "running"),
+        (Status.PENDING, "waiting"),
+        (Status.FAILED, "failed"),
+        (Status.STOPPED, "stopped"),
+        (Status.LOST, "lost"),
+    ):
         count = sum(found is status for found in statuses)
         if count:
             parts.append(f"{count} {word}")
@@ -272,7 +309,9 @@ def progress_text(records: list[JobRecord | TrainerError]) -> str:
     return ", ".join(parts)
 
 
-def stop_sweep(store: JobStore, sweep: SweepRecord, backends: _backends.Backends | None = None, container: bool = False) -> list[Job]:
+def stop_sweep(
+    store: JobStore, sweep: SweepRecord, backends: _backends.Backends | None = None, container: bool = False
+) -> list[Job]:
     """Stop the whole sweep: its waiting runs first, so that none starts as a running one ends, then
     its running ones. Returns the runs (a removed one is passed over)."""
     jobs = [job.refresh() for job in sweep_jobs(store, sweep, backends) if isinstance(job, Job)]
@@ -281,7 +320,9 @@ def stop_sweep(store: JobStore, sweep: SweepRecord, backends: _backends.Backends
     try:
         sent: list[str] = []
         for backend in {id(job.backend_impl()): job.backend_impl() for job in unfinished}.values():
-            sent += backend.stop_together([(job.record, job.run_dir) for job in unfinished if job.backend_impl() is backend])
+            sent += backend.stop_together(
+                [(job.record, job.run_dir) for job in unfinished if job.backend_impl() is backend]
+            )
         for job in unfinished:
             if job.name in sent:
                 job.stop_sent()

@@ -58,7 +58,11 @@ def clean_line(line: str, strip_ansi: bool = True) -> str:
 
 
 def tail_lines(
-    source: LogSource, count: int, strip_ansi: bool = True, block_size: int = BLOCK_SIZE, max_block_size: int = MAX_BLOCK_SIZE
+    source: LogSource,
+    count: int,
+    strip_ansi: bool = True,
+    block_size: int = BLOCK_SIZE,
+    max_block_size: int = MAX_BLOCK_SIZE,
 ) -> list[str]:
     """The last `count` lines as a terminal would have shown them (see terminal.py: a nested
     progress bar's strokes collapse to what it drew last), read from the end in blocks (the first
@@ -76,8 +80,13 @@ def tail_lines(
 
 
 def tail_screen(
-    source: LogSource, count: int, block_size: int = BLOCK_SIZE, max_block_size: int = MAX_BLOCK_SIZE,
-    end: int | None = None, ended_only: bool = False, start: int = 0,
+    source: LogSource,
+    count: int,
+    block_size: int = BLOCK_SIZE,
+    max_block_size: int = MAX_BLOCK_SIZE,
+    end: int | None = None,
+    ended_only: bool = False,
+    start: int = 0,
 ) -> Screen:
     """A terminal's screen after the log's last lines (up to `end`, by default its size), enough of
     them for `count` shown lines (its scrollback, not taken yet, holds those above the screen). A
@@ -165,7 +174,9 @@ def read_all_lines(source: LogSource, strip_ansi: bool = True) -> Iterator[str]:
                 break
             continue
         if not strip_ansi:
-            yield from (clean_line(line, strip_ansi) for line in data[:-1].decode("utf-8", errors="replace").split("\n"))
+            yield from (
+                clean_line(line, strip_ansi) for line in data[:-1].decode("utf-8", errors="replace").split("\n")
+            )
             continue
         screen.feed(data.decode("utf-8", errors="replace"))
         yield from screen.take_scrolled()
@@ -351,7 +362,10 @@ class MetricParser:
 
     def _find(self, name: str, pattern, subject, newline) -> list:
         try:
-            return [(match.start(1), match.group(1)) for match in pattern.finditer(subject, concurrent=True, timeout=SCAN_TIMEOUT)]
+            return [
+                (match.start(1), match.group(1))
+                for match in pattern.finditer(subject, concurrent=True, timeout=SCAN_TIMEOUT)
+            ]
         except TimeoutError:
             pass
         found: list = []

@@ -35,7 +35,12 @@ class Cached(NamedTuple):
 
 
 def save(
-    run_dir: Path, metrics: list[tuple[str, str]], offset: int, source: LogSource, series: MetricSeries, reader: MetricReader,
+    run_dir: Path,
+    metrics: list[tuple[str, str]],
+    offset: int,
+    source: LogSource,
+    series: MetricSeries,
+    reader: MetricReader,
     unread: int = 0,
 ) -> None:
     """Keep `series` and where `reader` stands, read from the log up to `offset` but for `unread`
@@ -56,7 +61,14 @@ def save(
         pass  # only a cache: the next reader reads the log again
 
 
-def load(run_dir: Path, metrics: list[tuple[str, str]], source: LogSource, up_to: int, series: MetricSeries, reader: MetricReader) -> Cached | None:
+def load(
+    run_dir: Path,
+    metrics: list[tuple[str, str]],
+    source: LogSource,
+    up_to: int,
+    series: MetricSeries,
+    reader: MetricReader,
+) -> Cached | None:
     """Where the cache stands, with `series` and `reader` set as they were there, if the cache still
     describes the first bytes of this log (up to `up_to`); else None and both untouched."""
     try:
@@ -68,7 +80,12 @@ def load(run_dir: Path, metrics: list[tuple[str, str]], source: LogSource, up_to
         offset, unread = data["offset"], data["unread"]
         if not (_place(offset) and _place(unread)):
             return None
-        if data["version"] != VERSION or not 0 <= unread <= offset or data["metrics"] != metrics or not 0 <= offset <= up_to:
+        if (
+            data["version"] != VERSION
+            or not 0 <= unread <= offset
+            or data["metrics"] != metrics
+            or not 0 <= offset <= up_to
+        ):
             return None
         start = max(0, offset - CHECK_BYTES)
         if source.read(start, offset - start).hex() != data["check"]:
@@ -82,7 +99,11 @@ def load(run_dir: Path, metrics: list[tuple[str, str]], source: LogSource, up_to
             return None  # more than a series ever keeps: not ours
         if not set(cached_reader.axes) <= set(cached_series.updated):
             return None  # the reader knows metrics the series does not keep: not ours either
-        named = [*cached_series.updated, *cached_series.families, *(name for names in cached_series.families.values() for name in names or ())]
+        named = [
+            *cached_series.updated,
+            *cached_series.families,
+            *(name for names in cached_series.families.values() for name in names or ()),
+        ]
         if not all(name.isascii() and name.isprintable() for name in named):
             return None  # a reader's names are printable ASCII (the charts and tables show them): not ours
     # (OverflowError: an Infinity int()-ed in a series' or a reader's state)

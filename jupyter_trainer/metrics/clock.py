@@ -52,7 +52,11 @@ class LogClock:
                 when, size = float(seconds), int(size)
             except ValueError:
                 continue
-            if not (math.isfinite(when) and abs(when) < 1e12) or size < 0 or (self.sizes and (size < self.sizes[-1] or when < self.times[-1])):
+            if (
+                not (math.isfinite(when) and abs(when) < 1e12)
+                or size < 0
+                or (self.sizes and (size < self.sizes[-1] or when < self.times[-1]))
+            ):
                 continue  # the log was cut, or the line is not the supervisor's: keep the run that grows
             if self.started_at is not None and when > self.started_at + MAX_JOB_SECONDS:
                 continue  # a time no job reaches
@@ -81,4 +85,3 @@ class LogClock:
         when = low[1] + (high[1] - low[1]) * ((offset - low[0]) / span if span > 0 else 1.0)
         seconds = when - self.started_at
         return max(0.0, seconds) if math.isfinite(seconds) else None
-

@@ -20,11 +20,26 @@ _CELL_WORD = rb"[a-z][a-z0-9_()/.@-]{0,63}"
 # a line (or a bar's redraw) of cells, or a bar's description that is one (YOLO's validation bar:
 # "  Class  Images  Instances  Box(P  R  mAP50  mAP50-95): 100%|...")
 _HEADER = re.compile(
-    rb"(?<![^\r\n])[ \t]*(" + _CELL_WORD + rb"(?: " + _CELL_WORD + rb")?(?:[ \t]{2,}" + _CELL_WORD + rb"(?: " + _CELL_WORD + rb")?){2,})"
+    rb"(?<![^\r\n])[ \t]*("
+    + _CELL_WORD
+    + rb"(?: "
+    + _CELL_WORD
+    + rb")?(?:[ \t]{2,}"
+    + _CELL_WORD
+    + rb"(?: "
+    + _CELL_WORD
+    + rb")?){2,})"
     rb"[ \t]*(?:(?=[\r\n])|\Z|:[ \t]*\d{1,3}%(?:\||[ \t]+\xe2\x94[\x80\x81]))"  # tqdm's bar, or ultralytics' own
 )
 # YOLO's validation columns: the box's precision and recall, its mAP at IoU 0.5 and 0.5-0.95
-_CELL_NAMES = {"box(p": "precision", "p": "precision", "r": "recall", "map50": "map50", "map50-95)": "map50-95", "map50-95": "map50-95"}
+_CELL_NAMES = {
+    "box(p": "precision",
+    "p": "precision",
+    "r": "recall",
+    "map50": "map50",
+    "map50-95)": "map50-95",
+    "map50-95": "map50-95",
+}
 _CELLS = re.compile(rb"\S+")
 _COLUMN_GAP = re.compile(rb"[ \t]{2,}")
 _EPOCH_CELL = re.compile(rb"(\d+)/(\d+)$")

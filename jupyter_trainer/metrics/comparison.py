@@ -35,6 +35,7 @@ HIGHER_IS_BETTER = frozenset({
 LOWEST, HIGHEST = "lowest", "highest"
 _WORDS = re.compile(r"[^a-z0-9]+")
 
+
 def direction(name: str) -> str | None:
     """Which value of metric `name` is best: LOWEST, HIGHEST, or None when its name does not say."""
     base = twin_key(name.lower())

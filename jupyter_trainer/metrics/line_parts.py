@@ -14,7 +14,9 @@ from .names import EPOCH, EPOCH_HEADING, SPLITS, STEP, STEP_HEADING, STEP_WORDS,
 _UNSEEN = re.compile(ANSI_ESCAPE_BYTES.pattern + rb"|\x00+")
 _NUMBER = rb"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?|nan|[-+]?inf"
 # a separator and the value after it; the name before it is read backwards (see _NAME_BEFORE)
-_VALUE_AFTER = re.compile(rb"[:=][ \t]*(?:['\"]|\[(?=[-+.\d][^,\]\r\n]{0,32}\]))?(" + _NUMBER + rb")(?:/(\d+))?(?![\w.])")
+_VALUE_AFTER = re.compile(
+    rb"[:=][ \t]*(?:['\"]|\[(?=[-+.\d][^,\]\r\n]{0,32}\]))?(" + _NUMBER + rb")(?:/(\d+))?(?![\w.])"
+)
 # a name, reversed: read from just before a separator towards the start of the line
 # (each word starts with a letter: "step 123 loss" is "loss", and the same name is the same key)
 # (a word before the last may be a possessive: LightGBM's "training's auc", "valid_1's auc")
@@ -27,19 +29,33 @@ _BARE_VALUE = re.compile(rb"(?<![ \t])[ \t]++(" + _NUMBER + rb")(?![\w.:/%])")
 # words before the value are its name ("| valid loss  5.50 |" is valid_loss, "| lm loss: 1.1E+01 |"
 # lm_loss); found from the pipes, which the regex engine finds fast
 _PIPE_FIELD = re.compile(
-    rb"\|[ \t]*+([a-z][a-z0-9_/-]{0,63}+(?:[ \t]++[a-z][a-z0-9_/-]{0,63}+){0,3})[ \t]*+[:=]?[ \t]*+['\"]?(" + _NUMBER + rb")['\"]?[ \t]*+(?=\||\r|\n|\Z)"
+    rb"\|[ \t]*+([a-z][a-z0-9_/-]{0,63}+(?:[ \t]++[a-z][a-z0-9_/-]{0,63}+){0,3})[ \t]*+[:=]?[ \t]*+['\"]?("
+    + _NUMBER
+    + rb")['\"]?[ \t]*+(?=\||\r|\n|\Z)"
 )
 # a field that says which split a report line is on: "| valid on 'valid' subset |"
 _SPLIT_FIELD = re.compile(rb"\|[ \t]*(test|testing|val|valid|validation|eval|evaluation|dev)\b[^|0-9\r\n]*\|")
 _BLANKS = re.compile(r"[ \t]+")
 # a line that is an assignment, as a printed config file has it ("learning_rate = 1e-3 # ..."): a
 # setting, not a value training reached
-_ASSIGNMENT = re.compile(rb"[ \t]*(?:[a-z]+:[ \t]+)?[a-z_][a-z0-9_.]*[ \t]+=[ \t]+[^ \t\r\n#]+[ \t]*(?:#[^\r\n]*)?(?:[\r\n]|\Z)")
+_ASSIGNMENT = re.compile(
+    rb"[ \t]*(?:[a-z]+:[ \t]+)?[a-z_][a-z0-9_.]*[ \t]+=[ \t]+[^ \t\r\n#]+[ \t]*(?:#[^\r\n]*)?(?:[\r\n]|\Z)"
+)
 # markers without a separator: "Epoch 3/10", "Epoch [1/10]", "epoch 3", "Step 5", "step [100/600]"
 # ("| epoch 3 |" counts from 1, as "Epoch 3/10" does: its batches come before its end)
 _HEADINGS = tuple(
-    (kind, re.compile(word + rb"(?<![a-z0-9_]" + word + rb")[ \t]*\[?[ \t]*(\d+)(?:[ \t]*/[ \t]*(\d+))?(?![\w.])([ \t]*\|)?"))
-    for kind, word in ((EPOCH_HEADING, b"epoch"), (STEP_HEADING, b"step"), (STEP_HEADING, b"iter"), (STEP_HEADING, b"iteration"))
+    (
+        kind,
+        re.compile(
+            word + rb"(?<![a-z0-9_]" + word + rb")[ \t]*\[?[ \t]*(\d+)(?:[ \t]*/[ \t]*(\d+))?(?![\w.])([ \t]*\|)?"
+        ),
+    )
+    for kind, word in (
+        (EPOCH_HEADING, b"epoch"),
+        (STEP_HEADING, b"step"),
+        (STEP_HEADING, b"iter"),
+        (STEP_HEADING, b"iteration"),
+    )
 )
 # MMEngine's loggers (MMDetection, MMSegmentation, MMPretrain): "Epoch(train)  [1][  50/1833]" is
 # epoch 1 (counted from 1) and 50 of its 1833 iterations, "Iter(train) [  50/80000]" iteration 50;
@@ -53,7 +69,9 @@ _YAML_SETTING = re.compile(rb"[ \t]*[A-Z][A-Z0-9_]*:[ \t]*[^ \t\r\n]+[ \t]*(?:[\
 # a key-value table, as stable-baselines3 prints one per rollout: "| rollout/    |      |" starts a
 # section, "|    ep_rew_mean | -1.2e+03 |" is its rollout/ep_rew_mean, a line of dashes ends the table
 # (and its time/total_timesteps is the step of all its values)
-_TABLE_ROW = re.compile(rb"^\|[ \t]+([a-z_][a-z0-9_./-]{0,127})[ \t]*\|[ \t]*(?:(" + _NUMBER + rb")[ \t]*)?\|[ \t]*$", re.M)
+_TABLE_ROW = re.compile(
+    rb"^\|[ \t]+([a-z_][a-z0-9_./-]{0,127})[ \t]*\|[ \t]*(?:(" + _NUMBER + rb")[ \t]*)?\|[ \t]*$", re.M
+)
 _TABLE_EDGE = re.compile(rb"^-{8,}[ \t]*$", re.M)
 TABLE_STEPS = ("total_timesteps", "timesteps", "global_step", "step")
 # an epochs loop's own tqdm bar, "Epochs:  33%|###3      | 1/3 [...]": 1 epoch done (the bars
@@ -193,7 +211,9 @@ def _inside_call(low: bytes, position: int) -> bool:
         opened = low.rfind(b"(", line_start, opened)
         if opened <= line_start:
             return False
-        if (low[opened - 1 : opened].isalnum() or low[opened - 1 : opened] == b"_") and low.count(b"(", opened, position) > low.count(b")", opened, position):
+        if (low[opened - 1 : opened].isalnum() or low[opened - 1 : opened] == b"_") and low.count(
+            b"(", opened, position
+        ) > low.count(b")", opened, position):
             return True
     return False
 
@@ -249,5 +269,13 @@ def _segment(data: bytes, position: int, length: int, floor: int = 0) -> tuple[i
     return start, found.start() if found else length
 
 
-_SPLIT_NAMES = {b"test": "test", b"testing": "test", b"val": "val", b"valid": "val", b"validation": "val", b"eval": "eval", b"evaluation": "eval", b"dev": "dev"}
-
+_SPLIT_NAMES = {
+    b"test": "test",
+    b"testing": "test",
+    b"val": "val",
+    b"valid": "val",
+    b"validation": "val",
+    b"eval": "eval",
+    b"evaluation": "eval",
+    b"dev": "dev",
+}

@@ -99,7 +99,9 @@ def _learn(reader, line: bytes) -> Template | None:
     split = line_split(low, 0, len(low))
     marker, values, used = None, [], set()
     for position, kind, first, second in tokens:
-        if kind != VALUE and (kind not in _MARKERS or marker is not None or (kind == STEP_HEADING and second is not None)):
+        if kind != VALUE and (
+            kind not in _MARKERS or marker is not None or (kind == STEP_HEADING and second is not None)
+        ):
             return None  # a bar, a heading with a total, two markers: read line by line
         span = next((span for span in spans if span[0] >= position), None)
         if span is None or span in used:
@@ -144,7 +146,12 @@ def _read_run(reader, template: Template, data: bytes, start: int, end: int, len
     for name, _, _ in template.values:
         group = held.get(name)
         # each name's last values held at the x the reader is at: a line at another x gives them out
-        if reader.axes.get(name) != axis or group is None or group[0] != axis or (current is not None and group[1] != current):
+        if (
+            reader.axes.get(name) != axis
+            or group is None
+            or group[0] != axis
+            or (current is not None and group[1] != current)
+        ):
             return 0
     if marker is not None:
         xs = _column(data, start, end, length, span)

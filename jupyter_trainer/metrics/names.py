@@ -44,7 +44,9 @@ def metric_name(words: str, generic: bool | None = None) -> str | None:
     name = _SPACES.sub("_", words.strip().lower())
     if name in NOT_METRICS:
         return None
-    if _is_metric(name) or (generic and (name.endswith(GENERIC_ENDS) or name.startswith("loss_")) and name[0].isalpha()):
+    if _is_metric(name) or (
+        generic and (name.endswith(GENERIC_ENDS) or name.startswith("loss_")) and name[0].isalpha()
+    ):
         return name
     if "@" in name:  # "Acc@1", "recall@10", "mAP@0.5": at a cut-off
         base, _, cut = name.partition("@")
@@ -85,14 +87,16 @@ def _without_split(name: str) -> str:
 _SPLIT_PREFIX = re.compile("(?:" + "|".join(sorted(SPLITS, key=len, reverse=True)) + r")(?:_\d+)?[_/]")
 
 
-
 def main_metric(names) -> str | None:
     """The metric a one-line view shows: `loss` if there is one, else the first training loss
     (`train_loss`), else any loss, else the first name."""
     names = list(names)
-    for wanted in (lambda n: n == "loss", lambda n: n in ("train_loss", "training_loss"), lambda n: "loss" in n and not n.startswith(("val", "eval", "test"))):
+    for wanted in (
+        lambda n: n == "loss",
+        lambda n: n in ("train_loss", "training_loss"),
+        lambda n: "loss" in n and not n.startswith(("val", "eval", "test")),
+    ):
         found = next((name for name in names if wanted(name)), None)
         if found:
             return found
     return next((name for name in names if "loss" in name), names[0] if names else None)
-

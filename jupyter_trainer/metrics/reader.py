@@ -74,7 +74,6 @@ MAX_NAMES_SEEN = 4096  # words before a separator a reader remembers the meaning
 MAX_HELD = 1024  # values held at one x (a bar that never moves on is given out in groups of these)
 
 
-
 class MetricReader:
     """Reads metric values from a log, fed in order; `sink(point)` gets each value once its x is
     settled (a progress bar redrawn at the same step replaces its value rather than adding one).
@@ -341,9 +340,18 @@ class MetricReader:
         if b"|" in low and (low[:1] == b"|" or b"\n|" in low):
             for match in _TABLE_ROW.finditer(low):
                 number = match.group(2)
-                append((match.start(), names.TABLE_ROW, match.group(1).decode("ascii"), None if number is None else float(number)))
+                append(
+                    (
+                        match.start(),
+                        names.TABLE_ROW,
+                        match.group(1).decode("ascii"),
+                        None if number is None else float(number),
+                    )
+                )
         if self.columns is not None or b"  " in low:
-            tokens += column_tokens(low, self.columns, names.metric_name, (names.VALUE, names.STEP, names.EPOCH_HEADING, names.COLUMNS))
+            tokens += column_tokens(
+                low, self.columns, names.metric_name, (names.VALUE, names.STEP, names.EPOCH_HEADING, names.COLUMNS)
+            )
         if b"--------" in low:
             for match in _TABLE_EDGE.finditer(low):
                 append((match.start(), names.TABLE_EDGE, None, None))
@@ -477,7 +485,9 @@ class MetricReader:
         if self.restarted:
             return
         if self.evaluating:
-            values = [(f"eval_{name}" if names.twin_key(name) == name else name, value, at) for name, value, at in values]
+            values = [
+                (f"eval_{name}" if names.twin_key(name) == name else name, value, at) for name, value, at in values
+            ]
         axes, counts, held = self.axes, self.counts, self.held
         step = self.step if self.step is not None else self.bar
         timed = self.clock is not None and self.clock.known
@@ -486,7 +496,9 @@ class MetricReader:
             else names.TIME if timed else names.NTH
         )  # fmt: skip
         for name, value, at in values:
-            where = at if printed_at else self.position + _unshifted(at, self._shifts)  # where in the log it was printed
+            where = (
+                at if printed_at else self.position + _unshifted(at, self._shifts)
+            )  # where in the log it was printed
             axis = axes.get(name)
             if axis is None or (axis in (names.NTH, names.TIME) and preferred not in (names.NTH, names.TIME)):
                 # a name first seen with no step or epoch (a config printed before training) moves to
@@ -597,4 +609,8 @@ class MetricReader:
         section, step, values = state.get("table") or ("", None, [])
         self.table = [str(section), number(step), [(str(n), float(v), int(w)) for n, v, w in values][:MAX_HELD]]
         columns = state.get("columns")
-        self.columns = None if columns is None else tuple((kind and str(kind), name and str(name)) for kind, name in columns[:MAX_COLUMNS])
+        self.columns = (
+            None
+            if columns is None
+            else tuple((kind and str(kind), name and str(name)) for kind, name in columns[:MAX_COLUMNS])
+        )

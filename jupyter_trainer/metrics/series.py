@@ -88,7 +88,7 @@ class NameCount:
             return len(self.names)
         if self._estimate is None:
             size = len(self.registers)
-            raw = 0.7213 / (1 + 1.079 / size) * size * size / sum(2.0 ** -rank for rank in self.registers)
+            raw = 0.7213 / (1 + 1.079 / size) * size * size / sum(2.0**-rank for rank in self.registers)
             zeros = self.registers.count(0)
             self._estimate = size * math.log(size / zeros) if raw <= 2.5 * size and zeros else raw
         return round(self._estimate)
@@ -185,7 +185,9 @@ class MetricSeries:
                 continue
             room = max(1, half + 1 - len(windows))  # windows to add before the series thins
             block = points[at : at + room * stride]
-            windows.extend([len(block[i : i + stride]), *_extremes(block[i : i + stride])] for i in range(0, len(block), stride))
+            windows.extend(
+                [len(block[i : i + stride]), *_extremes(block[i : i + stride])] for i in range(0, len(block), stride)
+            )
             at += len(block)
             if len(windows) > half:
                 stride *= 2
@@ -358,8 +360,15 @@ class MetricSeries:
     def restore(self, state: dict) -> None:
         """Take `state` (as `state()` gave it); ValueError if it holds more than a series keeps."""
         updated = {str(name): int(when) for name, when in state["updated"].items()}
-        families = {str(key): None if names is None else [str(name) for name in names] for key, names in state["families"].items()}
-        if len(updated) > self.max_names or len(families) > MAX_FAMILIES or any(len(names or ()) > FLOOD_MEMBERS for names in families.values()):
+        families = {
+            str(key): None if names is None else [str(name) for name in names]
+            for key, names in state["families"].items()
+        }
+        if (
+            len(updated) > self.max_names
+            or len(families) > MAX_FAMILIES
+            or any(len(names or ()) > FLOOD_MEMBERS for names in families.values())
+        ):
             raise ValueError("more metrics than a series keeps")
         self.axes = {str(name): str(axis) for name, axis in state["axes"].items()}
         self.windows = {
@@ -394,4 +403,3 @@ def _finite(value) -> bool:
         return math.isfinite(value)
     except (OverflowError, TypeError):  # an int too large for a float, or not a number at all
         return False
-

@@ -57,7 +57,10 @@ def parse_queue(name: str | None) -> str | None:
         return None
     if not QUEUE_NAME.fullmatch(name):
         shown = name if len(name) <= 40 else name[:37] + "..."
-        raise InvalidOption(f"invalid --queue {shown!r}", "use 1 to 63 letters, digits, '_', '.' or '-', starting with a letter or digit")
+        raise InvalidOption(
+            f"invalid --queue {shown!r}",
+            "use 1 to 63 letters, digits, '_', '.' or '-', starting with a letter or digit",
+        )
     return name
 
 
@@ -69,7 +72,10 @@ def parse_interpreter(command: str | None) -> tuple[str, ...]:
     if not words:
         raise InvalidOption("--interpreter is empty", "give a command such as python3")
     if words[0].startswith("-"):  # the supervisor's nohup and setsid would read it as their own option
-        raise InvalidOption(f"--interpreter {command!r} starts with an option, not a command", "give the command first: --interpreter 'python3 -X dev'")
+        raise InvalidOption(
+            f"--interpreter {command!r} starts with an option, not a command",
+            "give the command first: --interpreter 'python3 -X dev'",
+        )
     return words
 
 
@@ -90,7 +96,9 @@ def parse_metrics(items: Iterable[str] | None) -> tuple[Metric, ...]:
         except (re.error, _regex.error) as exc:
             raise InvalidOption(f"--metric {name}: bad regular expression ({exc})") from None
         if groups != 1:
-            raise InvalidOption(f"--metric {name}: the regular expression needs exactly one capture group, it has {groups}")
+            raise InvalidOption(
+                f"--metric {name}: the regular expression needs exactly one capture group, it has {groups}"
+            )
         metrics.append(Metric(name, regex))
     return tuple(metrics)
 
@@ -124,7 +132,13 @@ def parse_remote_workdir(workdir: str | None) -> str:
     import posixpath
 
     plain = "/" + posixpath.normpath(workdir).lstrip("/")  # /. and //x are / and /x
-    if not workdir.startswith("/") or plain == "/" or ".." in workdir.split("/") or not all(32 <= ord(c) <= 126 for c in workdir) or len(workdir) > 1024:
+    if (
+        not workdir.startswith("/")
+        or plain == "/"
+        or ".." in workdir.split("/")
+        or not all(32 <= ord(c) <= 126 for c in workdir)
+        or len(workdir) > 1024
+    ):
         raise InvalidOption(
             f"--workdir {workdir[:80]!r} is not an absolute directory of the remote host (nor its root)",
             "give a path such as /data/me/project (on the host), or leave it out to use a volume there",
@@ -176,9 +190,15 @@ def parse_notify(url: str | None) -> str | None:
     plain_host = host and re.fullmatch(r"[A-Za-z0-9.:\[\]_-]+", host)
     shown = f"{parts.scheme}://{host}/…" if parts and parts.scheme and plain_host else "that value"
     if parts is None or parts.scheme not in ("http", "https") or not host or not printable or len(url) > 2048:
-        raise InvalidOption(f"--notify expects an http:// or https:// URL of printable ASCII, got {shown}", "for example --notify https://hooks.slack.com/services/...")
+        raise InvalidOption(
+            f"--notify expects an http:// or https:// URL of printable ASCII, got {shown}",
+            "for example --notify https://hooks.slack.com/services/...",
+        )
     if "@" in parts.netloc:
-        raise InvalidOption(f"--notify: {shown} has a user name or password in it, which cannot be sent", "put the secret in the URL's path or query, as webhooks do")
+        raise InvalidOption(
+            f"--notify: {shown} has a user name or password in it, which cannot be sent",
+            "put the secret in the URL's path or query, as webhooks do",
+        )
     return url
 
 

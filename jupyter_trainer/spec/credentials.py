@@ -55,7 +55,10 @@ def credential_holding(local_dir: str) -> str | None:
     if not inside:
         return None
     segments = inside.split("/")
-    return next(("/".join(segments[:end]) for end in range(1, len(segments) + 1) if is_credential("/".join(segments[:end]))), None)
+    return next(
+        ("/".join(segments[:end]) for end in range(1, len(segments) + 1) if is_credential("/".join(segments[:end]))),
+        None,
+    )
 
 
 def credential_inodes() -> set[tuple[int, int]]:

@@ -39,7 +39,9 @@ def _translate(pattern: str) -> re.Pattern:
         elif char == "?":
             out.append(r"[^/]")
         elif char == "[":
-            end = pattern.find("]", index + 2 if pattern.startswith("[!", index) or pattern.startswith("[^", index) else index + 1)
+            end = pattern.find(
+                "]", index + 2 if pattern.startswith("[!", index) or pattern.startswith("[^", index) else index + 1
+            )
             if end < 0:
                 out.append(re.escape(char))
             else:
@@ -95,7 +97,9 @@ class IgnoreRules:
                 self.runs[-1][1].append(pattern.regex.pattern)
             else:
                 self.runs.append((pattern.include, [pattern.regex.pattern]))
-        self.runs = [(include, re.compile("|".join(f"(?:{body})" for body in bodies))) for include, bodies in self.runs][::-1]
+        self.runs = [
+            (include, re.compile("|".join(f"(?:{body})" for body in bodies))) for include, bodies in self.runs
+        ][::-1]
 
     def ignored(self, relative: str) -> bool:
         """Whether the path (relative, `/`-separated) is left out: by a pattern that matches it or

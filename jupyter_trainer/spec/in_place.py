@@ -94,7 +94,10 @@ def read_script(path: str) -> str:
             data = handle.read(MAX_SCRIPT_BYTES + 1)
     except OSError as exc:
         kind = ScriptMissing if isinstance(exc, FileNotFoundError) else InvalidOption
-        raise kind(f"cannot read the script {path} ({exc.strerror or exc})", "check the path (relative to --workdir or the current directory)") from None
+        raise kind(
+            f"cannot read the script {path} ({exc.strerror or exc})",
+            "check the path (relative to --workdir or the current directory)",
+        ) from None
     return script_text(data, path)
 
 
@@ -106,12 +109,15 @@ def script_text(data: bytes, path: str) -> str:
     """The text of a script read as `data` (at most MAX_SCRIPT_BYTES + 1 of them), or one line
     saying why it cannot be run."""
     if len(data) > MAX_SCRIPT_BYTES:
-        raise InvalidOption(f"cannot run {path}: it is larger than {MAX_SCRIPT_BYTES >> 20} MiB", "give the path of a Python script")
+        raise InvalidOption(
+            f"cannot run {path}: it is larger than {MAX_SCRIPT_BYTES >> 20} MiB", "give the path of a Python script"
+        )
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError:
         raise InvalidOption(
-            f"cannot run {path}: it is not UTF-8 text", "save it as UTF-8 (Python's default; another coding: cookie is not taken here)"
+            f"cannot run {path}: it is not UTF-8 text",
+            "save it as UTF-8 (Python's default; another coding: cookie is not taken here)",
         ) from None
     if not text.strip():
         raise InvalidOption(f"the script {path} is empty", "write the training script in it")

@@ -22,10 +22,19 @@ from .checks import Metric, parse_metrics, shown_url
 from .options import BackendOptions, DetachedBackend, DetachedOptions, not_given, settle
 
 __all__ = [
-    "BackendOptions", "DetachedSpec", "Metric", "added_field", "build_spec", "cell_values", "detached_spec", "parse_declared", "public_options_of",
-    "secret", "secrets_of", "spec_fingerprint",
+    "BackendOptions",
+    "DetachedSpec",
+    "Metric",
+    "added_field",
+    "build_spec",
+    "cell_values",
+    "detached_spec",
+    "parse_declared",
+    "public_options_of",
+    "secret",
+    "secrets_of",
+    "spec_fingerprint",
 ]
-
 
 
 def secret(added: bool = False, **options):
@@ -164,8 +173,13 @@ def cell_fingerprint(key: bytes, script: str, backend: str, options: dict, rerun
 
 
 def build_spec(
-    declared: DetachedOptions, script: str, *, args: Iterable[str] = (), metrics: Iterable[str] = (),
-    hosts: Mapping[str, str] | None = None, **values: Any,
+    declared: DetachedOptions,
+    script: str,
+    *,
+    args: Iterable[str] = (),
+    metrics: Iterable[str] = (),
+    hosts: Mapping[str, str] | None = None,
+    **values: Any,
 ) -> DetachedSpec:
     """A detached spec from option values (by option name; one not given takes its default), by
     what the backends declared (`declared`: a registry's `Backends.detached`): the backend is the one
@@ -181,11 +195,15 @@ def build_spec(
     taken = {option.dest for option in declared.options if declared.taken_by(option, backend)} - declared.switches
     # only the chosen backend's options are checked: another backend's check (in its own package)
     # is not even imported
-    parsed = backend.spec_fields(parse_declared(declared.options, {dest: value for dest, value in values.items() if dest in taken}), hosts)
+    parsed = backend.spec_fields(
+        parse_declared(declared.options, {dest: value for dest, value in values.items() if dest in taken}), hosts
+    )
     held = {spec_field.name for spec_field in fields(DetachedSpec)} - {"options"}
     core = {dest: value for dest, value in parsed.items() if dest in held}
     own = backend.typed(**{dest: value for dest, value in parsed.items() if dest not in held})
-    return DetachedSpec(script=script, backend=backend.name, metrics=parse_metrics(metrics), args=tuple(args), options=own, **core)
+    return DetachedSpec(
+        script=script, backend=backend.name, metrics=parse_metrics(metrics), args=tuple(args), options=own, **core
+    )
 
 
 def cell_values(script: str, options, values: Mapping[str, Any], needs_script: bool = True) -> dict[str, Any]:
@@ -210,7 +228,10 @@ def chosen_backend(declared: DetachedOptions, values: Mapping[str, Any]) -> Deta
     """The backend whose switch is on, else the one that needs no switch."""
     switched = [backend for backend in declared.backends if backend.switch and values.get(backend.switch)]
     if len(switched) > 1:
-        raise InvalidOption(f"{' and '.join(_flag(declared, backend.switch) for backend in switched)} cannot be given together", "choose one")
+        raise InvalidOption(
+            f"{' and '.join(_flag(declared, backend.switch) for backend in switched)} cannot be given together",
+            "choose one",
+        )
     return switched[0] if switched else declared.default
 
 
@@ -255,7 +276,11 @@ def _flag(declared: DetachedOptions, dest: str | None) -> str:
 
 
 def detached_spec(
-    declared: DetachedOptions, script: str, given: Mapping[str, Any], config: Mapping[str, Any], args: Iterable[str] = (),
+    declared: DetachedOptions,
+    script: str,
+    given: Mapping[str, Any],
+    config: Mapping[str, Any],
+    args: Iterable[str] = (),
     hosts: Mapping[str, str] | None = None,
 ) -> DetachedSpec:
     """A `%%train_detached` cell, or `jupyter-trainer submit`: its flags (`given`, by option name,
@@ -267,11 +292,15 @@ def detached_spec(
     backend = _chosen_with_config(declared, given, config)
     switches = {other.switch: other is backend for other in declared.backends if other.switch}
     taken = {option.dest for option in declared.options if declared.taken_by(option, backend)} - set(switches)
-    values = settle(declared.options, {**given, **switches}, {dest: value for dest, value in config.items() if dest in taken})
+    values = settle(
+        declared.options, {**given, **switches}, {dest: value for dest, value in config.items() if dest in taken}
+    )
     return build_spec(declared, script, **values, metrics=metrics, args=args, hosts=hosts)
 
 
-def _chosen_with_config(declared: DetachedOptions, given: Mapping[str, Any], config: Mapping[str, Any]) -> DetachedBackend:
+def _chosen_with_config(
+    declared: DetachedOptions, given: Mapping[str, Any], config: Mapping[str, Any]
+) -> DetachedBackend:
     """A switch flagged on chooses; else a configured switch (not flagged off), unless an option
     another backend cannot do without (--image, --container) is flagged; else the default backend."""
     if any(given.get(backend.switch) for backend in declared.backends if backend.switch):

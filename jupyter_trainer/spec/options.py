@@ -51,12 +51,18 @@ class Option:
     def add_to(self, parser: argparse.ArgumentParser) -> None:
         if self.kind == "switch":
             # None when not given, so that a configured default can apply
-            parser.add_argument(self.flag, dest=self.dest, action="store_const", const=True, default=None, help=self.help)
+            parser.add_argument(
+                self.flag, dest=self.dest, action="store_const", const=True, default=None, help=self.help
+            )
         elif self.kind == "append":
-            parser.add_argument(self.flag, dest=self.dest, action="append", default=[], metavar=self.metavar, help=self.help)
+            parser.add_argument(
+                self.flag, dest=self.dest, action="append", default=[], metavar=self.metavar, help=self.help
+            )
         else:
             kind = int if self.kind == "int" else str
-            parser.add_argument(self.flag, dest=self.dest, type=kind, default=None, metavar=self.metavar, help=self.help)
+            parser.add_argument(
+                self.flag, dest=self.dest, type=kind, default=None, metavar=self.metavar, help=self.help
+            )
 
 
 def declared_function(reference: str) -> Callable:
@@ -94,9 +100,13 @@ ONE_RUN = argument("--run", type=int, default=None, metavar="N", help="only run 
 WITH_CONTAINER = argument("--container", action="store_true", help="also stop the job's container")
 NO_WIDGET_TABLE = argument("--no-widget", action="store_true", help="print a text table instead of the live one")
 AS_JSON = argument("--json", action="store_true", help="one JSON object")
-SCRIPT = argument("script", help="an existing training script, run in place (relative to --workdir, else the current directory)")
+SCRIPT = argument(
+    "script", help="an existing training script, run in place (relative to --workdir, else the current directory)"
+)
 ENTRY_SCRIPT = argument(
-    "script", nargs="?", default=None,
+    "script",
+    nargs="?",
+    default=None,
     help="an existing file as the entry script (relative to --source-dir when given); none: the image's own train runs",
 )
 # %train_compare and `jupyter-trainer compare`
@@ -123,24 +133,42 @@ def split_script_arguments(words: list[str]) -> tuple[list[str], list[str]]:
 # -- what every cell magic takes --------------------------------------------------------------
 
 JOB = (
-    Option("name", "--name", "the job's name (default: the notebook's or script's name and a hash of the cell)", "NAME"),
-    Option("metrics", "--metric", "a metric to parse from the log (repeatable; one capture group)", "NAME=REGEX", "append"),
+    Option(
+        "name", "--name", "the job's name (default: the notebook's or script's name and a hash of the cell)", "NAME"
+    ),
+    Option(
+        "metrics", "--metric", "a metric to parse from the log (repeatable; one capture group)", "NAME=REGEX", "append"
+    ),
     Option("no_widget", "--no-widget", "print a one-line summary instead of displaying the widget", kind="switch"),
     Option("rerun", "--rerun", "train again under the name of a finished job", kind="switch"),
     Option(
-        "sweep", "--sweep", "run once per combination of values (repeatable; the runs are jobs NAME-1 ... NAME-N, the "
+        "sweep",
+        "--sweep",
+        "run once per combination of values (repeatable; the runs are jobs NAME-1 ... NAME-N, the "
         "last KEY varying fastest); each run gets --KEY VALUE after the script's arguments, or its value where they hold "
         "{KEY}; with --trials N, a KEY may be a range: loguniform(1e-5,1e-2), uniform(A,B), randint(A,B), choice(A,B)",
-        "KEY=V1,V2", "append",
+        "KEY=V1,V2",
+        "append",
     ),
     Option("trials", "--trials", "with --sweep: N runs, each drawing its values (from ranges, or lists)", "N", "int"),
-    Option("max_running", "--max-running", "with --sweep: at most K of its runs at once, the others waiting their turn", "K", "int"),
+    Option(
+        "max_running",
+        "--max-running",
+        "with --sweep: at most K of its runs at once, the others waiting their turn",
+        "K",
+        "int",
+    ),
 )
 
 # Both cell magics take it: a detached job's supervisor, wherever it runs, sends the message.
 NOTIFY = Option(
-    "notify", "--notify", "when the job ends, POST a JSON message to URL (Slack-style 'text' and the job's facts), "
-    "also with no notebook open; the URL is never stored or shown", "URL", config=True, parse=_CHECK + "parse_notify",
+    "notify",
+    "--notify",
+    "when the job ends, POST a JSON message to URL (Slack-style 'text' and the job's facts), "
+    "also with no notebook open; the URL is never stored or shown",
+    "URL",
+    config=True,
+    parse=_CHECK + "parse_notify",
 )
 
 # -- %%train_detached and `jupyter-trainer submit`: the options several backends take ----------
@@ -148,28 +176,48 @@ NOTIFY = Option(
 # package (`DetachedBackend.options`); `DetachedOptions` collects them from the registry.
 
 WORKDIR = Option(
-    "workdir", "--workdir", "host directory mounted at /workspace; the job's working directory "
-    "(on a remote Docker host: a directory there; default a volume there)", "DIR",
+    "workdir",
+    "--workdir",
+    "host directory mounted at /workspace; the job's working directory "
+    "(on a remote Docker host: a directory there; default a volume there)",
+    "DIR",
     config=True,
 )  # parsed by its backend's settle, else as a directory of this machine (see DetachedBackend.spec_fields)
 GPUS = Option(
-    "gpus", "--gpus", "N: N GPUs of the job's own, waited for until no other job holds them; 'all'; or device ids "
-    "(0,1), as docker run --gpus; with --slurm: GPUs per node", "SPEC",
-    config=True, parse=_CHECK + "parse_gpus",
+    "gpus",
+    "--gpus",
+    "N: N GPUs of the job's own, waited for until no other job holds them; 'all'; or device ids "
+    "(0,1), as docker run --gpus; with --slurm: GPUs per node",
+    "SPEC",
+    config=True,
+    parse=_CHECK + "parse_gpus",
 )
 QUEUE = Option(
-    "queue", "--queue", "wait in the named line of the job's machine: at most its --max-running jobs run at once "
-    "(set with jupyter-trainer queue NAME --max-running K; default 1)", "NAME",
-    config=True, parse=_CHECK + "parse_queue",
+    "queue",
+    "--queue",
+    "wait in the named line of the job's machine: at most its --max-running jobs run at once "
+    "(set with jupyter-trainer queue NAME --max-running K; default 1)",
+    "NAME",
+    config=True,
+    parse=_CHECK + "parse_queue",
     elsewhere="puts a job in a line of its machine, for the container backends and --host (Slurm and SageMaker queue jobs themselves)",
 )
 ENV = Option(
-    "env", "--env", "environment for the job (repeatable); values are never stored or shown", "KEY=VALUE", "append",
+    "env",
+    "--env",
+    "environment for the job (repeatable); values are never stored or shown",
+    "KEY=VALUE",
+    "append",
     parse=_CHECK + "parse_env",
 )
 INTERPRETER = Option(
-    "interpreter", "--interpreter", "the command that runs the script (default python3)", "CMD",
-    config=True, default="python3", parse=_CHECK + "parse_interpreter",
+    "interpreter",
+    "--interpreter",
+    "the command that runs the script (default python3)",
+    "CMD",
+    config=True,
+    default="python3",
+    parse=_CHECK + "parse_interpreter",
 )
 
 
@@ -183,7 +231,9 @@ class BackendOptions:
         """What the job's record keeps of them, and its fingerprint covers: the given ones (by option
         name) under "backend_options"; none given, nothing, so that cells without any keep their
         fingerprints."""
-        given = {field.name: getattr(self, field.name) for field in fields(self) if not not_given(getattr(self, field.name))}
+        given = {
+            field.name: getattr(self, field.name) for field in fields(self) if not not_given(getattr(self, field.name))
+        }
         return {"backend_options": given} if given else {}
 
     def job_machine(self) -> str | None:
@@ -277,7 +327,9 @@ def _merged(lists: list[tuple[Option, ...]]) -> tuple[Option, ...]:
     while len(merged) < len(by_dest):
         ready = [dest for dest in by_dest if dest not in merged and before[dest] <= set(merged)]
         if not ready:
-            raise ValueError(f"the backends list their options in orders that contradict each other: {sorted(set(by_dest) - set(merged))}")
+            raise ValueError(
+                f"the backends list their options in orders that contradict each other: {sorted(set(by_dest) - set(merged))}"
+            )
         merged.append(min(ready, key=rank.__getitem__))
     return tuple(by_dest[dest] for dest in merged)
 

@@ -47,7 +47,10 @@ def parse_axes(items: list[str] | None) -> list[tuple[str, object]]:
         key, sign, text = item.partition("=")
         key = key.strip()
         if not sign or not KEY.fullmatch(key):
-            raise InvalidOption(f"--sweep expects KEY=V1,V2,...; got {item[:60]!r}", "for example --sweep lr=1e-3,3e-4 --sweep seed=0,1,2")
+            raise InvalidOption(
+                f"--sweep expects KEY=V1,V2,...; got {item[:60]!r}",
+                "for example --sweep lr=1e-3,3e-4 --sweep seed=0,1,2",
+            )
         if any(key == seen for seen, _ in axes):
             raise InvalidOption(f"--sweep names {key} twice", "give each key once, with all its values")
         ranged = RANGE.fullmatch(text.strip())
@@ -61,8 +64,12 @@ def _values(key: str, text: str) -> list[str]:
         try:
             listed = json.loads(text)
         except ValueError:
-            raise InvalidOption(f"--sweep {key}=[...] is not a JSON list", 'write --sweep \'tag=["a,b", "c"]\'') from None
-        if not isinstance(listed, list) or not all(isinstance(value, (str, int, float)) and not isinstance(value, bool) for value in listed):
+            raise InvalidOption(
+                f"--sweep {key}=[...] is not a JSON list", 'write --sweep \'tag=["a,b", "c"]\''
+            ) from None
+        if not isinstance(listed, list) or not all(
+            isinstance(value, (str, int, float)) and not isinstance(value, bool) for value in listed
+        ):
             raise InvalidOption(f"--sweep {key}=[...] must list strings or numbers")
         values = [value if isinstance(value, str) else json.dumps(value) for value in listed]
     else:
@@ -74,7 +81,10 @@ def _values(key: str, text: str) -> list[str]:
     # a newline or an escape in a value would break the runs' table, and the terminal showing it
     odd = next((value for value in values if any(unicodedata.category(char) == "Cc" for char in value)), None)
     if odd is not None:
-        raise InvalidOption(f"--sweep {key} has a value with a control character ({odd[:40]!r})", "give values on one line, without tabs or escapes")
+        raise InvalidOption(
+            f"--sweep {key} has a value with a control character ({odd[:40]!r})",
+            "give values on one line, without tabs or escapes",
+        )
     if any(value in ("Infinity", "-Infinity", "NaN") for value in values) and text.startswith("["):
         raise InvalidOption(f"--sweep {key}=[...] has a number that is not finite")
     return values
@@ -85,11 +95,15 @@ def _range(key: str, kind: str, inside: str):
     if kind == "choice":
         return list(_values(key, inside))
     if len(parts) != 2:
-        raise InvalidOption(f"--sweep {key}={kind}(...) takes two numbers, low and high", f"for example --sweep {key}={kind}(1,8)")
+        raise InvalidOption(
+            f"--sweep {key}={kind}(...) takes two numbers, low and high", f"for example --sweep {key}={kind}(1,8)"
+        )
     try:
         low, high = (int(part) if kind == "randint" else float(part) for part in parts)
     except ValueError:
-        raise InvalidOption(f"--sweep {key}={kind}({inside[:40]}) takes {'whole ' if kind == 'randint' else ''}numbers") from None
+        raise InvalidOption(
+            f"--sweep {key}={kind}({inside[:40]}) takes {'whole ' if kind == 'randint' else ''}numbers"
+        ) from None
     if not (math.isfinite(low) and math.isfinite(high)) or high <= low or (kind == "loguniform" and low <= 0):
         need = "0 < low < high" if kind == "loguniform" else "low < high"
         raise InvalidOption(f"--sweep {key}={kind}({inside[:40]}) needs {need}")
@@ -107,7 +121,10 @@ def runs_of(axes: list[tuple[str, object]], trials: int | None, seed_text: str) 
             raise InvalidOption(f"--sweep {ranged[0]} is a range: say how many runs to draw", "add --trials N")
         count = math.prod(len(values) for _, values in axes)
         _check_count(count)
-        return [dict(zip((key for key, _ in axes), combination)) for combination in itertools.product(*(values for _, values in axes))]
+        return [
+            dict(zip((key for key, _ in axes), combination))
+            for combination in itertools.product(*(values for _, values in axes))
+        ]
     if trials < 1:
         raise InvalidOption(f"--trials {trials}: give 1 or more")
     _check_count(trials)
@@ -117,7 +134,9 @@ def runs_of(axes: list[tuple[str, object]], trials: int | None, seed_text: str) 
 
 def _check_count(count: int) -> None:
     if count > MAX_RUNS:
-        raise InvalidOption(f"the sweep has {count} runs, more than {MAX_RUNS}", "sweep fewer values, or draw --trials N of them")
+        raise InvalidOption(
+            f"the sweep has {count} runs, more than {MAX_RUNS}", "sweep fewer values, or draw --trials N of them"
+        )
 
 
 def _drawn(draw: random.Random, values) -> str:

@@ -54,7 +54,12 @@ def build_parser(backends: Backends = DEFAULT) -> argparse.ArgumentParser:
             declared.add_to(parser)
         return parser
 
-    command("list", "a table of jobs", argument("--json", action="store_true", help="one JSON array of job objects"), ALL_RUNS)
+    command(
+        "list",
+        "a table of jobs",
+        argument("--json", action="store_true", help="one JSON array of job objects"),
+        ALL_RUNS,
+    )
     command("status", "one job's status", JOB_NAME, AS_JSON)
     command("logs", "a job's log", JOB_NAME, LINES, FOLLOW)
     command("metrics", "every metric value in a job's log", JOB_NAME,
@@ -65,14 +70,20 @@ def build_parser(backends: Backends = DEFAULT) -> argparse.ArgumentParser:
 
     prune = commands.add_parser("prune", help="remove finished runs older than an age")
     prune.add_argument("--older-than", required=True, metavar="DURATION", help="e.g. 7d, 12h, 30m")
-    prune.add_argument("--containers", action="store_true", help="also the stopped containers jobs ran in that no remaining job uses")
+    prune.add_argument(
+        "--containers", action="store_true", help="also the stopped containers jobs ran in that no remaining job uses"
+    )
 
     command("stop", "stop a job (its whole process group)", JOB_NAME, WITH_CONTAINER)
 
     queue = commands.add_parser("queue", help="this machine's GPUs and lines: who holds what, who waits, in order")
     queue.add_argument("name", nargs="?", metavar="NAME", help="one named queue (--queue NAME)")
-    queue.add_argument("--max-running", type=int, metavar="K", help="how many of queue NAME's jobs may run at once (default 1)")
-    queue.add_argument("--json", action="store_true", help="one JSON object: gpus, and each line with its running and waiting jobs")
+    queue.add_argument(
+        "--max-running", type=int, metavar="K", help="how many of queue NAME's jobs may run at once (default 1)"
+    )
+    queue.add_argument(
+        "--json", action="store_true", help="one JSON object: gpus, and each line with its running and waiting jobs"
+    )
 
     submit = commands.add_parser(
         "submit",
@@ -173,7 +184,11 @@ def _sweep_command(args, store: JobStore, backends: Backends) -> bool:
     if args.command == "status":
         from ..view.sweep_text import sweep_json, sweep_text
 
-        print(json.dumps(sweep_json(args.name, store, backends), indent=1) if args.json else sweep_text(args.name, store, backends))
+        print(
+            json.dumps(sweep_json(args.name, store, backends), indent=1)
+            if args.json
+            else sweep_text(args.name, store, backends)
+        )
     elif args.command == "stop":
         from ..view import summary
 
@@ -181,10 +196,16 @@ def _sweep_command(args, store: JobStore, backends: Backends) -> bool:
             print(summary.stop_line(job.record, backends))
     elif args.command == "rm":
         if args.run is not None:
-            raise TrainerError(f"{args.name} is a sweep: --run names a run of a job", f"remove one of its runs: jupyter-trainer rm {sweep.runs[0]}")
+            raise TrainerError(
+                f"{args.name} is a sweep: --run names a run of a job",
+                f"remove one of its runs: jupyter-trainer rm {sweep.runs[0]}",
+            )
         print("\n".join(sweeps.remove_sweep(store, sweep, backends)))
     else:
-        raise TrainerError(f"{args.name} is a sweep of {len(sweep.runs)} runs", f"give one of them: jupyter-trainer {args.command} {sweep.runs[0]}")
+        raise TrainerError(
+            f"{args.name} is a sweep of {len(sweep.runs)} runs",
+            f"give one of them: jupyter-trainer {args.command} {sweep.runs[0]}",
+        )
     return True
 
 
@@ -198,7 +219,9 @@ def print_lines(args) -> None:
     root = lines.lines_root()
     if args.max_running is not None:
         if name is None:
-            raise TrainerError("--max-running needs the queue's NAME", "for example: jupyter-trainer queue nightly --max-running 2")
+            raise TrainerError(
+                "--max-running needs the queue's NAME", "for example: jupyter-trainer queue nightly --max-running 2"
+            )
         try:
             line = lines.line_dir(root, name)
             lines.ensure_line(root, line)
@@ -245,7 +268,9 @@ def metrics_json(columns: dict) -> Iterator[str]:
         yield (", " if index else "") + json.dumps(name) + ": ["
         xs, values, texts = column.xs, column.values, _Texts()
         for start in range(0, len(xs), JSON_BLOCK):
-            yield (", " if start else "") + _points_json(xs[start : start + JSON_BLOCK], values[start : start + JSON_BLOCK], texts)
+            yield (", " if start else "") + _points_json(
+                xs[start : start + JSON_BLOCK], values[start : start + JSON_BLOCK], texts
+            )
         yield "]"
     yield "}"
 
@@ -304,7 +329,9 @@ def _whole(xs: list) -> bool:
             return False
     except TypeError:  # not a float
         return False
-    return -1e16 < min(xs) and max(xs) < 1e16 and not (0.0 in xs and any(math.copysign(1.0, x) < 0 for x in xs if x == 0))
+    return (
+        -1e16 < min(xs) and max(xs) < 1e16 and not (0.0 in xs and any(math.copysign(1.0, x) < 0 for x in xs if x == 0))
+    )
 
 
 def print_comparison(args, store: JobStore, backends: Backends) -> None:
@@ -314,15 +341,24 @@ def print_comparison(args, store: JobStore, backends: Backends) -> None:
     from ..view.compare_runs import compare, load_runs, what_differs
 
     # the table shows each run's last and best value and its count: no curve is kept to show them
-    runs = [run.read_all() for run in load_runs(runs_named(args.names, store), args.metric, store, backends, curves=False)]
+    runs = [
+        run.read_all() for run in load_runs(runs_named(args.names, store), args.metric, store, backends, curves=False)
+    ]
     comparison = compare(runs, args.metric, args.x == "time")
     differs = what_differs([run.record for run in runs])
     if not args.json:
         print(table_text(comparison.rows, comparison.note))
         if differs and differs[0]:  # what tells the runs apart: their values, arguments, commit, image
-            print("\nwhat differs:\n" + table_text_of([[run.label, *each.values()] for run, each in zip(runs, differs)], ["name", *differs[0]]))
+            print(
+                "\nwhat differs:\n"
+                + table_text_of(
+                    [[run.label, *each.values()] for run, each in zip(runs, differs)], ["name", *differs[0]]
+                )
+            )
         return
-    objects = [dict(row.as_json(), **({"differs": each} if each else {})) for row, each in zip(comparison.rows, differs)]
+    objects = [
+        dict(row.as_json(), **({"differs": each} if each else {})) for row, each in zip(comparison.rows, differs)
+    ]
     print(json.dumps(objects, indent=1))
     for row in comparison.rows:
         if row.note:  # a job with no value of the metric: said beside the JSON, not in it
@@ -353,7 +389,9 @@ def submit(args, script_args: list[str], store: JobStore, backends: Backends) ->
         print(sweep.message)
         print(sweep_text(sweep.sweep.name, store, backends))
         return 0
-    submission = submit_detached(spec, name=args.name, rerun=bool(args.rerun), store=store, backends=backends, label=Path(args.script).stem)
+    submission = submit_detached(
+        spec, name=args.name, rerun=bool(args.rerun), store=store, backends=backends, label=Path(args.script).stem
+    )
     if submission.attached or submission.facts:  # facts: what the launch left out, say
         print(submission.message)
     print(summary.one_line(submission.job.record, backends))

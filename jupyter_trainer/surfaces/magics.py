@@ -136,7 +136,9 @@ def config_traits(options) -> dict:
         elif option.kind == "int":
             traits[option.dest] = Int(option.default, allow_none=True, help=help).tag(config=True)
         elif option.kind == "append":
-            traits[option.dest] = List(Unicode(), help=f"default {option.flag} values (a flag always wins)").tag(config=True)
+            traits[option.dest] = List(Unicode(), help=f"default {option.flag} values (a flag always wins)").tag(
+                config=True
+            )
         else:
             traits[option.dest] = Unicode(option.default, allow_none=True, help=help).tag(config=True)
     return traits
@@ -152,14 +154,17 @@ REMOTE_NOTIFY_NOTE = (
 class TrainerMagics(Magics):
     """Detached training jobs from a cell. Defaults can be set with %config; flags win."""
 
-    vars().update(config_traits(DEFAULT.detached.options + SAGEMAKER))  # image, container, ..., instance_type, output_path
+    vars().update(
+        config_traits(DEFAULT.detached.options + SAGEMAKER)
+    )  # image, container, ..., instance_type, output_path
     widget = Bool(True, help="display the widget (False: print a summary, as --no-widget)").tag(config=True)
     log_lines = Int(200, help="how many log lines the job widget and the jobs table's Log show").tag(config=True)
     docker_hosts = Dict(
         value_trait=Unicode(), help='Docker hosts by name, for --docker-host NAME: {"gpu1": "ssh://me@gpu1"}'
     ).tag(config=True)
     gpu_pool = Unicode(
-        "", help="the GPUs --gpus N hands out on the job's machine: 0,1,2,3 or 0-3 (default: $JUPYTER_TRAINER_GPUS, else what nvidia-smi lists)"
+        "",
+        help="the GPUs --gpus N hands out on the job's machine: 0,1,2,3 or 0-3 (default: $JUPYTER_TRAINER_GPUS, else what nvidia-smi lists)",
     ).tag(config=True)
 
     def __init__(self, shell=None, store: JobStore | None = None, backends: Backends | None = None, **kwargs):
@@ -182,7 +187,9 @@ class TrainerMagics(Magics):
     def _config(self, options) -> dict:
         """The configured defaults of `options` (an option a registry was given a declaration of has
         no trait, so no configured default)."""
-        return {option.dest: getattr(self, option.dest) for option in configurable(options) if self.has_trait(option.dest)}
+        return {
+            option.dest: getattr(self, option.dest) for option in configurable(options) if self.has_trait(option.dest)
+        }
 
     # -- the cell magics ------------------------------------------------------------
 
@@ -214,9 +221,16 @@ class TrainerMagics(Magics):
         words, script_args = options_and_arguments(line)
         args = (SAGEMAKER_PARSER if cell is not None else SAGEMAKER_LINE_PARSER).parse_args(words)
         if args.sweep or args.trials is not None or args.max_running is not None:
-            raise InvalidOption("%sagemaker_fit takes no --sweep, --trials or --max-running (SageMaker's own tuning jobs are the way there)", "sweep with %%train_detached")
+            raise InvalidOption(
+                "%sagemaker_fit takes no --sweep, --trials or --max-running (SageMaker's own tuning jobs are the way there)",
+                "sweep with %%train_detached",
+            )
         given, config, label = vars(args), self._config(SAGEMAKER), None
-        fallbacks = {"fallback_role": notebook_instance_role, "args": script_args, "fallback_output": notebook_default_output}
+        fallbacks = {
+            "fallback_role": notebook_instance_role,
+            "args": script_args,
+            "fallback_output": notebook_default_output,
+        }
         if cell is not None:
             spec = sagemaker_spec(cell, given, config, **fallbacks)
         elif args.script:  # %sagemaker_fit SCRIPT: an existing file, relative to --source-dir as the SDK's entry_point
@@ -261,7 +275,9 @@ class TrainerMagics(Magics):
         from ..jobs.sweeps import with_sweeps
         from ..view import summary
 
-        items = with_sweeps(refreshed_records(self._store(), all_runs=args.all, backends=self.backends), self._store(), args.all)
+        items = with_sweeps(
+            refreshed_records(self._store(), all_runs=args.all, backends=self.backends), self._store(), args.all
+        )
         print(summary.jobs_table(items, self.backends, summary.main_metrics(items, self._store(), self.backends)))
 
     @documented("train_attach")
@@ -313,7 +329,10 @@ class TrainerMagics(Magics):
             from ..jobs.sweeps import remove_sweep
 
             if args.run is not None:
-                raise InvalidOption(f"{args.name} is a sweep: --run names a run of a job", f"remove one of its runs: %train_rm {sweep.runs[0]}")
+                raise InvalidOption(
+                    f"{args.name} is a sweep: --run names a run of a job",
+                    f"remove one of its runs: %train_rm {sweep.runs[0]}",
+                )
             print("\n".join(remove_sweep(self._store(), sweep, self.backends)))
             return
         print(describe_removed(remove_runs(args.name, args.run, self._store(), self.backends)))
@@ -379,7 +398,9 @@ class TrainerMagics(Magics):
         if args.sweep or args.trials is not None or args.max_running is not None:
             self._submit_sweep(spec, args, label)
             return
-        submission = submit_detached(spec, name=args.name, rerun=bool(args.rerun), store=self._store(), backends=self.backends, label=label)
+        submission = submit_detached(
+            spec, name=args.name, rerun=bool(args.rerun), store=self._store(), backends=self.backends, label=label
+        )
         if submission.attached or submission.facts:  # facts: what the launch left out, say
             print(submission.message)
         self._show(submission.job, widget=not args.no_widget and self.widget, fresh=not submission.attached)
@@ -412,8 +433,12 @@ class TrainerMagics(Magics):
             from ..view.sweep_view import SweepWidget
 
             sweep = load_sweep(store, name)
-            present = [run for run in sweep.runs if store.latest_run(run) is not None]  # a run removed from under it is left out
-            view = SweepWidget(sweep, load_runs(present, None, store, self.backends, refresh=False), store, self.backends)
+            present = [
+                run for run in sweep.runs if store.latest_run(run) is not None
+            ]  # a run removed from under it is left out
+            view = SweepWidget(
+                sweep, load_runs(present, None, store, self.backends, refresh=False), store, self.backends
+            )
             display(view)
             if not view.finished:
                 poller().watch(view)

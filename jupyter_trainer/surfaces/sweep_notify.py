@@ -93,7 +93,9 @@ def follow_and_tell(store: JobStore, name: str, url: str, backends) -> None:
         time.sleep(FOLLOW_SECONDS)
     started = [job.record.started_at for job in jobs if job.record.started_at is not None]
     ended = [job.record.ended_at for job in jobs if job.record.ended_at is not None]
-    said = message(name, sweep_json(name, store, backends), min(started) if started else None, max(ended) if ended else time.time())
+    said = message(
+        name, sweep_json(name, store, backends), min(started) if started else None, max(ended) if ended else time.time()
+    )
     result = deliver(url, said)
     with store.writing():
         write_private_file(files / NOTIFIED_FILE, json.dumps(result).encode())

@@ -83,7 +83,9 @@ def _rules(controls: ChartControls) -> str:
         return f".{HOST}:has(> .{STATE} .{controls.input_class(what)}:checked) {chart}"
 
     rules = []
-    picked = [f"{when(f'y{scale}')} .jt-pick-y{scale}" for scale in SCALES] + [f"{when(f's{level}')} .jt-pick-s{level}" for level in range(len(SMOOTHING))]
+    picked = [f"{when(f'y{scale}')} .jt-pick-y{scale}" for scale in SCALES] + [
+        f"{when(f's{level}')} .jt-pick-s{level}" for level in range(len(SMOOTHING))
+    ]
     rules.append(", ".join(picked) + " { background: var(--jt-border); color: var(--jt-fg); }")
     rules.append(f"{when('ylin')} .jt-scale-log, {when('ylog')} .jt-scale-lin {{ display: none; }}")
     rules.append(f"{when('ylin')} .jt-scale-lin, {when('ylog')} .jt-scale-log {{ display: inline; }}")
@@ -100,7 +102,9 @@ def _rules(controls: ChartControls) -> str:
 def state_html(charts: list[ChartControls]) -> str:
     """The choices of these charts, and the rules that apply them: to be put, once, in a child of the
     element (`HOST`) that holds the charts. Hidden: the labels on the charts are what is clicked."""
-    style = "<style>" + " ".join(_rules(controls) for controls in charts) + "</style>"  # one line: the saved copy's lines are few
+    style = (
+        "<style>" + " ".join(_rules(controls) for controls in charts) + "</style>"
+    )  # one line: the saved copy's lines are few
     return style + f'<div class="{STATE}" hidden>' + "".join(_inputs(controls) for controls in charts) + "</div>"
 
 
@@ -109,16 +113,22 @@ def controls_html(controls: ChartControls, log_possible: bool) -> str:
     smoothing. `hidden` until the stylesheet (STYLE) shows it where `:has()` works."""
 
     def pick(what: str, text: str, hint: str) -> str:
-        return (
-            f'<label class="jt-pick jt-pick-{what}" for="{controls.input_id(what)}" title="{html.escape(hint)}">{html.escape(text)}</label>'
-        )
+        return f'<label class="jt-pick jt-pick-{what}" for="{controls.input_id(what)}" title="{html.escape(hint)}">{html.escape(text)}</label>'
 
-    scales = [pick("yauto", "auto", "the y axis as the chart chooses it: log when the values span more than two decades")]
+    scales = [
+        pick("yauto", "auto", "the y axis as the chart chooses it: log when the values span more than two decades")
+    ]
     scales.append(pick("ylin", "linear", "a linear y axis"))
     if log_possible:
         scales.append(pick("ylog", "log", "a logarithmic y axis"))
     levels = [
-        pick(f"s{level}", "off" if weight == 0 else f"{weight:g}", "no smoothing" if weight == 0 else f"exponential moving average, weight {weight:g} (the raw curve faint behind)")
+        pick(
+            f"s{level}",
+            "off" if weight == 0 else f"{weight:g}",
+            "no smoothing"
+            if weight == 0
+            else f"exponential moving average, weight {weight:g} (the raw curve faint behind)",
+        )
         for level, weight in enumerate(SMOOTHING)
     ]
     return (

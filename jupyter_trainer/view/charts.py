@@ -41,8 +41,6 @@ def _format(value: float) -> str:
     return f"{value:.4g}"
 
 
-
-
 def nice_ticks(low: float, high: float, most: int = 5) -> list[float]:
     """Round values between `low` and `high` to mark an axis with (1, 2 or 5 times a power of ten
     apart), at most `most` of them; none when the range is empty or not finite."""
@@ -108,8 +106,14 @@ def uses_log_scale(ys: list[float]) -> bool:
 
 
 def chart_svg(
-    title: str, axis: str, curves: list[tuple[str, list[tuple[float, float]], str]], width: int = 360, height: int = 170,
-    wrap_legend: bool = False, controls: ChartControls | None = None, smooth_points: int = SMOOTH_POINTS,
+    title: str,
+    axis: str,
+    curves: list[tuple[str, list[tuple[float, float]], str]],
+    width: int = 360,
+    height: int = 170,
+    wrap_legend: bool = False,
+    controls: ChartControls | None = None,
+    smooth_points: int = SMOOTH_POINTS,
     smoothed_runs: Collection[int] | None = None,
 ) -> str:
     """One chart: each curve (name, points, colour) over one x axis; its range, its latest values,
@@ -122,7 +126,9 @@ def chart_svg(
     curves at `smooth_points` points at most each; only those of `smoothed_runs`, by place, if
     given), the default view shown."""
     left, right, top, bottom = 58, 10, 22, 32
-    curves = [(name, [(x, y) for x, y in points if _finite(x) and _finite(y)], colour) for name, points, colour in curves]
+    curves = [
+        (name, [(x, y) for x, y in points if _finite(x) and _finite(y)], colour) for name, points, colour in curves
+    ]
     if controls is not None:
         top = 10
     elif wrap_legend:
@@ -178,7 +184,9 @@ def chart_svg(
     return _with_controls(svg, curves, controls, min(ys) > 0, width)
 
 
-def _layer(curves, logarithmic: bool, axis: str, x_range, ys: list[float], box, smoothed: list | None = None) -> tuple[str, str]:
+def _layer(
+    curves, logarithmic: bool, axis: str, x_range, ys: list[float], box, smoothed: list | None = None
+) -> tuple[str, str]:
     """What a y scale draws: its ticks and grid with the axis title, and the curves (with `smoothed`,
     each curve's points at each smoothing level after the first, drawn but not shown: see
     chart_controls.py)."""
@@ -241,9 +249,7 @@ def _with_controls(svg: str, curves, controls: ChartControls | None, log_possibl
     keys = []
     for index, (name, points, colour) in enumerate(curves):
         latest = _format(points[-1][1]) if points else "no value"
-        entry = (
-            f'<span class="jt-swatch" style="color:{html.escape(colour)}">■</span> <span class="jt-name">{html.escape(name)}</span> {latest}'
-        )
+        entry = f'<span class="jt-swatch" style="color:{html.escape(colour)}">■</span> <span class="jt-name">{html.escape(name)}</span> {latest}'
         if index < controls.hideable:
             keys.append(
                 f'<label class="jt-entry jt-entry-{index}" for="{controls.input_id(f"h{index}")}" title="hide or show {html.escape(name)}">{entry}</label>'
@@ -251,8 +257,11 @@ def _with_controls(svg: str, curves, controls: ChartControls | None, log_possibl
         else:
             keys.append(f'<span class="jt-entry">{entry}</span>')
     return (
-        f'<div class="jt-plot jt-slot-{controls.slot}" style="width:{width}px">' + controls_html(controls, log_possible)
-        + f'<div class="jt-legend jt-entries">{"".join(keys)}</div>' + svg + "</div>"
+        f'<div class="jt-plot jt-slot-{controls.slot}" style="width:{width}px">'
+        + controls_html(controls, log_possible)
+        + f'<div class="jt-legend jt-entries">{"".join(keys)}</div>'
+        + svg
+        + "</div>"
     )
 
 
@@ -278,7 +287,9 @@ def _x_ticks_svg(x_ticks, x_range, left, top, plot_w, plot_h) -> str:
         px = left + _fraction(value, *x_range) * plot_w
         anchor = "start" if px <= left + 1 else "end" if px >= left + plot_w - 1 else "middle"
         parts.append(f'<line class="jt-grid" x1="{px:.1f}" x2="{px:.1f}" y1="{top}" y2="{top + plot_h}"/>')
-        parts.append(f'<text class="jt-tick" x="{px:.1f}" y="{top + plot_h + 12}" text-anchor="{anchor}">{_tick(value)}</text>')
+        parts.append(
+            f'<text class="jt-tick" x="{px:.1f}" y="{top + plot_h + 12}" text-anchor="{anchor}">{_tick(value)}</text>'
+        )
     return "".join(parts)
 
 
@@ -359,7 +370,9 @@ def job_chart_controls(prefix: str) -> list[ChartControls]:
     return [ChartControls(prefix, slot, JOB_HIDEABLE) for slot in range(MAX_CHARTS)]
 
 
-def charts_html(series: MetricSeries, groups: list[tuple[str, str, list[str]]] | None = None, prefix: str | None = None) -> str:
+def charts_html(
+    series: MetricSeries, groups: list[tuple[str, str, list[str]]] | None = None, prefix: str | None = None
+) -> str:
     """The charts of `groups` (by default those chosen_groups gives); with `prefix`, with the
     controls of job_chart_controls(prefix)."""
     if not series:
@@ -369,7 +382,10 @@ def charts_html(series: MetricSeries, groups: list[tuple[str, str, list[str]]] |
     controls = job_chart_controls(prefix) if prefix else [None] * len(groups)
     charts = [
         chart_svg(
-            title, axis, [(name, series.curve(name), PALETTE[index % len(PALETTE)]) for index, name in enumerate(names)], controls=each,
+            title,
+            axis,
+            [(name, series.curve(name), PALETTE[index % len(PALETTE)]) for index, name in enumerate(names)],
+            controls=each,
         )
         for (title, axis, names), each in zip(groups, controls)
     ]
@@ -384,7 +400,9 @@ def sparkline_svg(values, top: float | None = None, width: int = 60, height: int
         return ""
     highest = max(top or 0.0, max(value for _, value in known)) or 1.0
     step = width / max(1, len(values) - 1)
-    points = " ".join(f"{index * step:.1f},{height - 1 - (height - 2) * max(0.0, value) / highest:.1f}" for index, value in known)
+    points = " ".join(
+        f"{index * step:.1f},{height - 1 - (height - 2) * max(0.0, value) / highest:.1f}" for index, value in known
+    )
     return (
         f'<svg class="jt-spark" width="{width}" height="{height}" viewBox="0 0 {width} {height}" aria-hidden="true">'
         f'<polyline points="{points}" fill="none" stroke="currentColor" stroke-width="1.2"/></svg>'

@@ -170,7 +170,9 @@ class ComparedRun:
         self.reader = self._new_reader()
 
     def _new_reader(self) -> MetricReader:
-        return MetricReader(self._take, self.parser.finders(), self.clock, bulk=None if self.curves else self._take_many)
+        return MetricReader(
+            self._take, self.parser.finders(), self.clock, bulk=None if self.curves else self._take_many
+        )
 
     def _read_clock(self) -> None:
         self.clock.started_at = self.record.started_at
@@ -295,7 +297,10 @@ def compare(runs: list[ComparedRun], metric: str | None = None, by_time: bool = 
     axes = {run.label: run.axis_of(metric) for run in runs}
     axis = rules.shared_axis(axes.values(), by_time)
     timed = axis == TIME
-    rows = tuple(_said_removed(rules.row(run.label, run.record.status.value, metric, run.stats_of(metric), run.names()), run) for run in runs)
+    rows = tuple(
+        _said_removed(rules.row(run.label, run.record.status.value, metric, run.stats_of(metric), run.names()), run)
+        for run in runs
+    )
     curves = tuple((run.label, run.curve(metric, timed)) for run in runs)
     return Comparison(metric, axis, rules.axis_note(axes, axis, by_time), rows, curves)
 

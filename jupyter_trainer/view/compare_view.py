@@ -56,7 +56,11 @@ COMPARE_STYLE = """<style>
 
 
 def comparison_html(
-    comparison: Comparison, statuses: list[Status], asking: list[str] | None = None, params: list[dict] | None = None, most_rows: int | None = None,
+    comparison: Comparison,
+    statuses: list[Status],
+    asking: list[str] | None = None,
+    params: list[dict] | None = None,
+    most_rows: int | None = None,
     controls: ChartControls | None = None,
 ) -> str:
     """The chart, the notes and the table of a comparison (`asking`: what each job's status check
@@ -69,7 +73,10 @@ def comparison_html(
     if best is not None:
         comparison = dataclasses.replace(
             comparison,
-            curves=tuple((f"{label} (best)" if index == best else label, points) for index, (label, points) in enumerate(comparison.curves)),
+            curves=tuple(
+                (f"{label} (best)" if index == best else label, points)
+                for index, (label, points) in enumerate(comparison.curves)
+            ),
         )
     metric = comparison.metric
     if metric is None:
@@ -88,14 +95,23 @@ def comparison_html(
         smooth = min(SMOOTH_POINTS, max(MIN_SMOOTHED_POINTS, SMOOTHED_POINTS // max(1, len(smoothed))))
         parts.append(
             chart_svg(
-                metric, comparison.axis, curves, CHART_WIDTH, CHART_HEIGHT, wrap_legend=True, controls=controls,
-                smooth_points=smooth, smoothed_runs=set(smoothed),
+                metric,
+                comparison.axis,
+                curves,
+                CHART_WIDTH,
+                CHART_HEIGHT,
+                wrap_legend=True,
+                controls=controls,
+                smooth_points=smooth,
+                smoothed_runs=set(smoothed),
             )
         )
     parts.append(table_html(comparison, statuses, colours, asking, params, best, most_rows))
     notes = rules.notes(comparison.rows)  # the comparison's own note is under its title
     if len(comparison.rows) > len(RUN_PALETTE):
-        notes.append(f"more jobs than colours: every {len(RUN_PALETTE)}th job has the same colour (the table's order is the legend's)")
+        notes.append(
+            f"more jobs than colours: every {len(RUN_PALETTE)}th job has the same colour (the table's order is the legend's)"
+        )
     parts += [f'<div class="jt-compare-note">{html.escape(note)}</div>' for note in notes]
     return "".join(parts)
 
@@ -119,7 +135,11 @@ def thinned(points: list[tuple[float, float]], most: int) -> list[tuple[float, f
 def best_row(comparison: Comparison) -> int | None:
     """Which row has the best value of the metric, where its name says which way is best."""
     way = rules.direction(comparison.metric) if comparison.metric else None
-    found = [(row.best, index) for index, row in enumerate(comparison.rows) if row.best is not None and math.isfinite(row.best)]
+    found = [
+        (row.best, index)
+        for index, row in enumerate(comparison.rows)
+        if row.best is not None and math.isfinite(row.best)
+    ]
     if way is None or not found:
         return None
     return (min(found) if way == "lowest" else max(found, key=lambda pair: (pair[0], -pair[1])))[1]
@@ -142,8 +162,13 @@ def ranked_rows(comparison: Comparison) -> list[int]:
 
 
 def table_html(
-    comparison: Comparison, statuses: list[Status], colours: list[str], asking: list[str] | None = None,
-    params: list[dict] | None = None, best: int | None = None, most_rows: int | None = None,
+    comparison: Comparison,
+    statuses: list[Status],
+    colours: list[str],
+    asking: list[str] | None = None,
+    params: list[dict] | None = None,
+    best: int | None = None,
+    most_rows: int | None = None,
 ) -> str:
     """The table as the text one has it (metrics/comparison.py: columns, cells), each run's status
     a badge and its colour the chart's; a sweep's runs with their values."""
@@ -155,14 +180,21 @@ def table_html(
     if most_rows is not None and len(order) > most_rows:  # the best, the unfinished, then the rest
         order.sort(key=lambda index: (index != best, statuses[index].is_final))
         order = sorted(order[:most_rows])
-    shown = [(comparison.rows[index], statuses[index], colours[index], (asking or [""] * len(statuses))[index], index) for index in order]
+    shown = [
+        (comparison.rows[index], statuses[index], colours[index], (asking or [""] * len(statuses))[index], index)
+        for index in order
+    ]
     for row, status, colour, words, index in shown:
         name, shown_status, *numbers = rules.cells(row)
-        values = "".join(f"<td>{html.escape(str((params or [{}] * (index + 1))[index].get(key, '-')))}</td>" for key in keys)
+        values = "".join(
+            f"<td>{html.escape(str((params or [{}] * (index + 1))[index].get(key, '-')))}</td>" for key in keys
+        )
         if index == best:
             name += " \u2605 best"
         metric, numbers = numbers[0], numbers[1:]
-        badge = f'<span class="jt-status" style="background:{STATUS_COLOURS[status]}">{html.escape(shown_status)}</span>'
+        badge = (
+            f'<span class="jt-status" style="background:{STATUS_COLOURS[status]}">{html.escape(shown_status)}</span>'
+        )
         if words:  # the status shown is the last known
             badge += f' <span class="jt-asking">{html.escape(words)}</span>'
         body.append(
@@ -173,7 +205,11 @@ def table_html(
             + "</tr>"
         )
     more = len(comparison.rows) - len(shown)
-    tail = f'<div class="jt-compare-note">and {more} more (jupyter-trainer status NAME shows them all)</div>' if more else ""
+    tail = (
+        f'<div class="jt-compare-note">and {more} more (jupyter-trainer status NAME shows them all)</div>'
+        if more
+        else ""
+    )
     return f'<table class="jt-compare-table"><thead><tr>{head}</tr></thead><tbody>{"".join(body)}</tbody></table>{tail}'
 
 
@@ -181,7 +217,13 @@ class CompareWidget(PolledView):
     """The live comparison; the poller calls `poll` as it does a job view's (its jobs' files are
     not watched for it: it is polled at the poller's interval until every job has ended)."""
 
-    def __init__(self, runs: list[ComparedRun], metric: str | None = None, by_time: bool = False, clock: Callable[[], float] = time.time):
+    def __init__(
+        self,
+        runs: list[ComparedRun],
+        metric: str | None = None,
+        by_time: bool = False,
+        clock: Callable[[], float] = time.time,
+    ):
         import ipywidgets as widgets
 
         self.runs = runs
@@ -228,11 +270,20 @@ class CompareWidget(PolledView):
         with self._lock:
             for index, run in enumerate(self.runs):
                 # a slow backend's answer comes at a later poll: the next check is due an interval after it
-                self._step(index, "cannot check its status", lambda index=index, run=run: self._take_status(index, run, now))
-                if not run.record.status.is_final and now - self._checked[index] >= run.job.backend_impl().status_interval:
+                self._step(
+                    index, "cannot check its status", lambda index=index, run=run: self._take_status(index, run, now)
+                )
+                if (
+                    not run.record.status.is_final
+                    and now - self._checked[index] >= run.job.backend_impl().status_interval
+                ):
                     self._checked[index] = now
                     self._step(index, "cannot check its status", lambda run=run: run.ask_status() and False)
-                    self._step(index, "cannot check its status", lambda index=index, run=run: self._take_status(index, run, now))
+                    self._step(
+                        index,
+                        "cannot check its status",
+                        lambda index=index, run=run: self._take_status(index, run, now),
+                    )
                 words = run.status_check.words()
                 self._dirty |= words != self._asking[index]
                 self._asking[index] = words
@@ -282,7 +333,11 @@ class CompareWidget(PolledView):
         comparison = compare(self.runs, self.metric, self.by_time)
         differs = what_differs([run.record for run in self.runs])  # what tells the runs apart, as columns
         value = comparison_html(
-            comparison, [run.record.status for run in self.runs], self._asking, differs if differs and differs[0] else None, controls=self.controls,
+            comparison,
+            [run.record.status for run in self.runs],
+            self._asking,
+            differs if differs and differs[0] else None,
+            controls=self.controls,
         )
         value += "".join(error_html(error) for error in self.errors.values())
         if value != self.body.value:
@@ -293,6 +348,8 @@ class CompareWidget(PolledView):
         """A failure the poller caught in this view's own code: shown, and the view goes on."""
         self.errors[-1] = f"cannot refresh the comparison: {describe(exc)}"
         try:
-            self.body.value = self.body.value.split('<div class="jt-error">', 1)[0] + "".join(error_html(e) for e in self.errors.values())
+            self.body.value = self.body.value.split('<div class="jt-error">', 1)[0] + "".join(
+                error_html(e) for e in self.errors.values()
+            )
         except Exception:
             pass  # the poller goes on with the other views

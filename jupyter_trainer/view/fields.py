@@ -57,7 +57,9 @@ class Field:
     title: str = ""  # what hovering over it says
 
 
-def _field(key: str, label: str, text: str, *places: str, value: object = None, kind: str = "", title: str = "") -> Field:
+def _field(
+    key: str, label: str, text: str, *places: str, value: object = None, kind: str = "", title: str = ""
+) -> Field:
     return Field(key, label, text, frozenset(places), value, kind, title)
 
 
@@ -66,10 +68,24 @@ def fields(snapshot: Snapshot) -> list[Field]:
     record = snapshot.record
     reason = readable(record.reason) if record is not None else ""
     shown = [
-        _field("name", "name", run_label(snapshot), HEADER, TEXT, LINE, BLOCK, ROW, JSON, kind=NAME, value=snapshot.name),
+        _field(
+            "name", "name", run_label(snapshot), HEADER, TEXT, LINE, BLOCK, ROW, JSON, kind=NAME, value=snapshot.name
+        ),
         _field("run", "run", str(snapshot.run), JSON, value=snapshot.run),
-        _field("status", "status", snapshot.status_text or snapshot.status.value, HEADER, TEXT, LINE, BLOCK, ROW, JSON,
-               value=snapshot.status.value, kind=STATUS, title=reason),  # fmt: skip
+        _field(
+            "status",
+            "status",
+            snapshot.status_text or snapshot.status.value,
+            HEADER,
+            TEXT,
+            LINE,
+            BLOCK,
+            ROW,
+            JSON,
+            value=snapshot.status.value,
+            kind=STATUS,
+            title=reason,
+        ),  # fmt: skip
     ]
     if snapshot.asking:  # the status shown is the last known
         shown.append(_field("asking", "asking", snapshot.asking, HEADER, TEXT, ROW, kind=ASKING))
@@ -96,7 +112,9 @@ def fields(snapshot: Snapshot) -> list[Field]:
         shown += _json_only(snapshot, record, reason)
     shown.append(_field("metric", "metric", snapshot.metric_text or "-", ROW))
     shown += [_field("fact", "note", fact, HEADER, TEXT, BLOCK, kind=FACT) for fact in snapshot.facts]
-    shown += [_field(key, key, "", JSON, value=value) for key, value in snapshot.own.items()]  # the backend's own (slurm_job_id, ...)
+    shown += [
+        _field(key, key, "", JSON, value=value) for key, value in snapshot.own.items()
+    ]  # the backend's own (slurm_job_id, ...)
     return shown
 
 
@@ -104,7 +122,11 @@ def clock_fields(elapsed: float | None, quiet_for: float | None) -> tuple[Field,
     """What moves with the clock alone: the time since the job started, and how long it has been
     quiet once it says so. A live view draws these again each second without a snapshot."""
     shown = _field("elapsed", "elapsed", f"elapsed {format_duration(elapsed)}", HEADER, TEXT, kind=CLOCK)
-    quiet = _field("quiet", "quiet", f"no output for {format_duration(quiet_for)}", HEADER, TEXT, kind=QUIET) if quiet_for else None
+    quiet = (
+        _field("quiet", "quiet", f"no output for {format_duration(quiet_for)}", HEADER, TEXT, kind=QUIET)
+        if quiet_for
+        else None
+    )
     return shown, quiet
 
 
@@ -120,7 +142,17 @@ def _record_fields(snapshot: Snapshot, record: JobRecord) -> list[Field]:
     ]
     if record.duration is not None:
         shown.append(_field("duration", "duration", format_duration(record.duration), LINE))
-    shown.append(_field("exit_code", "exit code", "-" if record.exit_code is None else str(record.exit_code), ROW, BLOCK, JSON, value=record.exit_code))
+    shown.append(
+        _field(
+            "exit_code",
+            "exit code",
+            "-" if record.exit_code is None else str(record.exit_code),
+            ROW,
+            BLOCK,
+            JSON,
+            value=record.exit_code,
+        )
+    )
     return shown
 
 
@@ -140,8 +172,13 @@ def _usage_fields(usage: Usage | None) -> list[Field]:
 def _json_only(snapshot: Snapshot, record: JobRecord, reason: str) -> list[Field]:
     """What `status --json` has besides: the reason as recorded, times as numbers, the job's options,
     what it uses, where they are known."""
-    shown = [_field("reason", "reason", reason, JSON, value=reason)]  # as a record an older version wrote may not have it
-    shown += [_field(key, key, "", JSON, value=getattr(record, key)) for key in ("created_at", "started_at", "ended_at", "duration")]
+    shown = [
+        _field("reason", "reason", reason, JSON, value=reason)
+    ]  # as a record an older version wrote may not have it
+    shown += [
+        _field(key, key, "", JSON, value=getattr(record, key))
+        for key in ("created_at", "started_at", "ended_at", "duration")
+    ]
     if snapshot.host:
         shown.append(_field("host", "host", snapshot.host, JSON, value=snapshot.host))
     if record.unreachable_since is not None and not record.status.is_final:
@@ -187,7 +224,9 @@ def json_object(snapshot: Snapshot) -> dict:
 _NO_SERIES = MetricSeries(max_points=1, max_names=1)  # a record's snapshot reads no metric
 
 
-def record_snapshot(record: JobRecord, backends, usage: Usage | None = None, metric: str = "", asking: str = "") -> Snapshot:
+def record_snapshot(
+    record: JobRecord, backends, usage: Usage | None = None, metric: str = "", asking: str = ""
+) -> Snapshot:
     """A snapshot of the record alone (a table's row, `status`, the one-line summary)."""
     return Snapshot(
         name=record.name,

@@ -148,9 +148,13 @@ def header_html(snapshot: Snapshot, clocks: bool = True) -> str:
         else:
             parts.append(field_html(field, snapshot))
     if not snapshot.status.is_final:  # the browser can say when it ends (see notification_script)
-        parts.append(f'<button class="jt-bell" title="a browser notification when the job ends (while this page is open)">{BELL} notify me</button>')
+        parts.append(
+            f'<button class="jt-bell" title="a browser notification when the job ends (while this page is open)">{BELL} notify me</button>'
+        )
     return (
-        '<div class="jt-header">' + "".join(parts) + "</div>"
+        '<div class="jt-header">'
+        + "".join(parts)
+        + "</div>"
         + (f'<div class="jt-header jt-facts">{"".join(facts)}</div>' if facts else "")
         + f'<div class="jt-disconnected">{html.escape(disconnected_text(snapshot.name))}</div>'
     )
@@ -183,7 +187,11 @@ def status_badge(status: Status, shown: str, title: str = "") -> str:
 def clocks_html(elapsed: float | None, quiet_for: float | None) -> str:
     """The fields that move with the clock alone, in their own element of a live view's header."""
     shown = [field for field in clock_fields(elapsed, quiet_for) if field is not None]
-    return '<div class="jt-clocks">' + "".join(f'<span class="jt-{field.kind}">{html.escape(field.text)}</span>' for field in shown) + "</div>"
+    return (
+        '<div class="jt-clocks">'
+        + "".join(f'<span class="jt-{field.kind}">{html.escape(field.text)}</span>' for field in shown)
+        + "</div>"
+    )
 
 
 # What usage_html drew last for each reading (by its id, with the reading and its series to tell a
@@ -213,7 +221,9 @@ def _usage_parts(usage, series: dict) -> list[str]:
     for what, words in describe_usage(usage).items():
         line = sparkline_svg(series.get(what, []), tops.get(what, 100.0))
         title = f"{what} of the {usage.scope}" + (" (100% = one core)" if what == "cpu" else "")
-        parts.append(f'<span class="jt-usage" title="{html.escape(title)}">{html.escape(what.upper() if what == "cpu" else what)} {html.escape(words)} {line}</span>')
+        parts.append(
+            f'<span class="jt-usage" title="{html.escape(title)}">{html.escape(what.upper() if what == "cpu" else what)} {html.escape(words)} {line}</span>'
+        )
     return parts
 
 
@@ -287,7 +297,6 @@ def chooser_options(snapshot: Snapshot) -> list[tuple[str, tuple[str, str] | Non
     return [(CHOOSER_DEFAULT, None), *sorted(options)]
 
 
-
 def saved_view_html(snapshot: Snapshot, view_id: str, saved_at: float) -> str:
     """The view as a notebook keeps it: shown when no kernel shows the live one (the notebook
     opened another day, the kernel gone), with how to bring it back. While the live view is on
@@ -303,16 +312,17 @@ def saved_view_html(snapshot: Snapshot, view_id: str, saved_at: float) -> str:
         else f"Saved {when}: no kernel shows this job live now, and it may have gone on since. Run this cell again "
         f"(it attaches to the job and never starts it twice) or %train_attach {snapshot.name} to follow it live."
     )
-    hide_dead_widget = (
-        f".jp-OutputArea-child:has(+ .jp-OutputArea-child .jt-saved-{view_id}):not(:has(.jupyter-trainer-job)) {{ display: none; }}"
-    )
+    hide_dead_widget = f".jp-OutputArea-child:has(+ .jp-OutputArea-child .jt-saved-{view_id}):not(:has(.jupyter-trainer-job)) {{ display: none; }}"
     prefix = f"jt{view_id}s"  # the live view's charts are on the page too: ids of its own
     return (
         STYLE + f"<style>{hide_dead_widget}</style>"
         f'<div class="jupyter-trainer-job jt-saved jt-saved-{view_id} {HOST}" style="padding:6px">'
         + state_html(job_chart_controls(prefix))
-        + header_html(shown) + f'<div class="jt-saved-note">{html.escape(how)}</div>'
-        + plot_html(shown, prefix) + log_html(shown, SAVED_LOG_CHARS) + "</div>"
+        + header_html(shown)
+        + f'<div class="jt-saved-note">{html.escape(how)}</div>'
+        + plot_html(shown, prefix)
+        + log_html(shown, SAVED_LOG_CHARS)
+        + "</div>"
         + notification_script(snapshot)
     )
 
@@ -367,4 +377,3 @@ def error_html(text: str) -> str:
     if len(line) > ERROR_CHARS:
         line = line[: ERROR_CHARS - 1] + "…"
     return f'<div class="jt-error">{html.escape(line)}</div>'
-

@@ -95,10 +95,17 @@ class JobWidget(PolledView):
                 self.style,
                 widgets.HBox(
                     # the clocks beside Stop, on the right: the header's left part keeps its place as they move
-                    [self.header, widgets.HBox([self.clocks, self.stop_button], layout={"align_items": "flex-start", "flex": "0 0 auto"})],
+                    [
+                        self.header,
+                        widgets.HBox(
+                            [self.clocks, self.stop_button], layout={"align_items": "flex-start", "flex": "0 0 auto"}
+                        ),
+                    ],
                     layout={"justify_content": "space-between"},
                 ),
-                self.chooser, self.plot, self.log,
+                self.chooser,
+                self.plot,
+                self.log,
             ],  # fmt: skip
             layout={"padding": "6px", "width": "100%"},
         )
@@ -121,7 +128,9 @@ class JobWidget(PolledView):
         self._lock = threading.RLock()
         self.last_push = float("-inf")
         self.last_status_check = float("-inf")
-        self._status_news = False  # a change of its files told while a check was under way: ask again once it is answered
+        self._status_news = (
+            False  # a change of its files told while a check was under way: ask again once it is answered
+        )
         self._shown_asking = ""  # what the header says of a status check under way
         self._dirty = True
         self._header_stale = False  # only the header has news (a reading of what the job uses)
@@ -185,7 +194,9 @@ class JobWidget(PolledView):
         checking, answered = False, None
         try:
             answered = self._take_status(now)  # a slow backend's answer, come since the last poll
-            checking = now - self.last_status_check >= (self.watched_status_interval if self.watched else self.status_interval)
+            checking = now - self.last_status_check >= (
+                self.watched_status_interval if self.watched else self.status_interval
+            )
             if checking:
                 self.last_status_check = now
                 if self.monitor.ask_status():
@@ -251,7 +262,10 @@ class JobWidget(PolledView):
         if log_file is None and self.monitor.log_stream is not None:  # told of by its stream (see Poller._listen)
             return f"{STREAM_KEY}{self.view_id}"
         if log_file is not self._watched_for:  # asked several times a tick, for every view: kept
-            self._watched_for, self._watched_directory = log_file, str(log_file.parent) if log_file is not None else None
+            self._watched_for, self._watched_directory = (
+                log_file,
+                str(log_file.parent) if log_file is not None else None,
+            )
         return self._watched_directory
 
     @property
@@ -319,7 +333,9 @@ class JobWidget(PolledView):
             return
         _, header, errors = self._header(now)
         self._header_stale = False
-        self.header.value = header + "".join(error_html(error) for error in errors + self._chart_errors + self._log_errors)
+        self.header.value = header + "".join(
+            error_html(error) for error in errors + self._chart_errors + self._log_errors
+        )
 
     def _show_clocks(self, elapsed: float | None, quiet_for: float | None) -> None:
         shown = clocks_html(elapsed, quiet_for)
@@ -352,7 +368,9 @@ class JobWidget(PolledView):
         self._charts_stale = bool(snapshot) and not charts
         self._log_errors = []
         log = _render(lambda: self.render_log(snapshot), "the log", self._log_errors) if snapshot else None
-        self.header.value = header + "".join(error_html(error) for error in errors + self._chart_errors + self._log_errors)
+        self.header.value = header + "".join(
+            error_html(error) for error in errors + self._chart_errors + self._log_errors
+        )
         sent = 0
         if plot is not None and plot != self.plot.value:
             self.plot.value = plot
@@ -376,9 +394,13 @@ class JobWidget(PolledView):
         return sent
 
     # the renderers this widget uses (one may be replaced to test a failure that stays in its widget)
-    render_header = staticmethod(lambda snapshot: header_html(snapshot, clocks=False))  # the clocks have their own element
+    render_header = staticmethod(
+        lambda snapshot: header_html(snapshot, clocks=False)
+    )  # the clocks have their own element
+
     def render_plot(self, snapshot: Snapshot) -> str:
         return plot_html(snapshot, self.chart_prefix)
+
     render_log = staticmethod(log_html)
 
     def _offer_charts(self, snapshot: Snapshot) -> None:
@@ -476,5 +498,3 @@ def _render(render: Callable[[], str], what: str, errors: list[str]) -> str | No
     except Exception as exc:
         errors.append(f"cannot show {what}: {describe(exc)}")
         return None
-
-

@@ -38,7 +38,9 @@ FILTERS = ("all", *(status.value for status in Status))
 # shares what is left with the others.
 COLUMN_WIDTHS = {"name": "minmax(7em, 2fr)", "backend": "5em", "host": "minmax(3em, 1fr)", "status": "minmax(6.5em, 1.5fr)",
                  "started": "7em", "duration": "5em", "exit_code": "3.5em", "metric": "minmax(6em, 1.5fr)"}  # fmt: skip
-GRID = " ".join(["1.6em", *(COLUMN_WIDTHS.get(key, "minmax(4em, 1fr)") for key, _title in ROW_COLUMNS), "13em"])  # the tick box, the columns, the buttons
+GRID = " ".join(
+    ["1.6em", *(COLUMN_WIDTHS.get(key, "minmax(4em, 1fr)") for key, _title in ROW_COLUMNS), "13em"]
+)  # the tick box, the columns, the buttons
 
 TABLE_STYLE = """<style>
 .jupyter-trainer-jobs .jt-row { display: grid; grid-template-columns: GRID;
@@ -71,7 +73,9 @@ def status_cell(field, status: Status, asking: str = "") -> str:
 def row_html(record: JobRecord, backends: _backends.Backends, metric: str = "", asking: str = "") -> tuple[str, ...]:
     """A row's cells: its fields (fields.ROW_COLUMNS), as the text table has them."""
     shown = row_fields(record_snapshot(record, backends, metric=metric))
-    return tuple(status_cell(field, record.status, asking) if field.kind == STATUS else _cell(field.text) for field in shown)
+    return tuple(
+        status_cell(field, record.status, asking) if field.kind == STATUS else _cell(field.text) for field in shown
+    )
 
 
 @dataclass
@@ -103,8 +107,14 @@ class Row:
 class JobsTable(PolledView):
     """The live table; the poller calls `poll` as it does a job view's."""
 
-    def __init__(self, store: JobStore | None = None, all_runs: bool = False, log_lines: int = 200,
-                 clock: Callable[[], float] = time.time, backends: _backends.Backends | None = None):
+    def __init__(
+        self,
+        store: JobStore | None = None,
+        all_runs: bool = False,
+        log_lines: int = 200,
+        clock: Callable[[], float] = time.time,
+        backends: _backends.Backends | None = None,
+    ):
         import ipywidgets as widgets
 
         self.widgets = widgets
@@ -126,7 +136,9 @@ class JobsTable(PolledView):
         self.filter.style.button_width = "auto"
         self.filter.observe(lambda _change: self._arrange(), names="value")
         self.counts = widgets.HTML()
-        self.compare_button = widgets.Button(description="Compare", disabled=True, tooltip="tick two or more jobs' rows to compare them")
+        self.compare_button = widgets.Button(
+            description="Compare", disabled=True, tooltip="tick two or more jobs' rows to compare them"
+        )
         self.compare_button.add_class("jt-compare")
         self.compare_button.on_click(lambda _b: self._compare())
         self.head = widgets.HBox(
@@ -140,7 +152,14 @@ class JobsTable(PolledView):
         self.notes = widgets.HTML()
         self.detail = widgets.Output()
         self.box = widgets.VBox(
-            [self.style, widgets.HBox([self.filter, self.compare_button, self.counts]), self.head, self.body, self.notes, self.detail],
+            [
+                self.style,
+                widgets.HBox([self.filter, self.compare_button, self.counts]),
+                self.head,
+                self.body,
+                self.notes,
+                self.detail,
+            ],
             layout={"padding": "6px", "width": "100%"},
         )
         self.box.add_class("jupyter-trainer-job")  # the view's colours and theme variables
@@ -253,7 +272,9 @@ class JobsTable(PolledView):
         widgets, job = self.widgets, row.job
         cells = [widgets.HTML() for _ in ROW_COLUMNS]
         attach = widgets.Button(description="Attach", tooltip=f"show {job.name}'s view below")
-        log = widgets.Button(description="Log", tooltip=f"show the last {self.log_lines} lines of {job.name}'s log below")
+        log = widgets.Button(
+            description="Log", tooltip=f"show the last {self.log_lines} lines of {job.name}'s log below"
+        )
         stop = widgets.Button(description="Stop", tooltip=f"stop {job.name} (its whole process group)")
         attach.add_class("jt-attach")
         log.add_class("jt-log-button")
@@ -278,11 +299,15 @@ class JobsTable(PolledView):
         widgets = self.widgets
         row.cells = [widgets.HTML() for _ in ROW_COLUMNS]
         attach = widgets.Button(description="Attach", tooltip=f"show sweep {row.name}'s view below")
-        log = widgets.Button(description="Log", disabled=True, tooltip="a sweep has no log of its own: Attach shows its runs")
+        log = widgets.Button(
+            description="Log", disabled=True, tooltip="a sweep has no log of its own: Attach shows its runs"
+        )
         stop = widgets.Button(description="Stop", tooltip=f"stop every run of sweep {row.name}, the waiting ones first")
         attach.on_click(lambda _b: attach_sweep(self, row))
         stop.on_click(lambda _b: stop_sweep_in_background(self, row))
-        row.pick = widgets.Checkbox(value=False, indent=False, disabled=True, tooltip="compare a sweep's runs with Attach")
+        row.pick = widgets.Checkbox(
+            value=False, indent=False, disabled=True, tooltip="compare a sweep's runs with Attach"
+        )
         row.buttons = [attach, log, stop]
         row.box = widgets.HBox([row.pick, *row.cells, widgets.HBox(row.buttons)])
         row.box.add_class("jt-row")
@@ -304,7 +329,11 @@ class JobsTable(PolledView):
     def _arrange(self) -> None:
         """The rows the filter lets through, newest first."""
         chosen = None if self.filter.value == "all" else Status(self.filter.value)
-        rows = sorted([*self._gather_sweeps(), *self.sweep_rows.values()], key=lambda row: (row.record.created_at, row.record.run), reverse=True)
+        rows = sorted(
+            [*self._gather_sweeps(), *self.sweep_rows.values()],
+            key=lambda row: (row.record.created_at, row.record.run),
+            reverse=True,
+        )
         for row in rows:
             row.arranged_as = row.record.status
         shown = [row for row in rows if chosen is None or row.record.status is chosen]
@@ -345,7 +374,9 @@ class JobsTable(PolledView):
             self.counts.value = value
         notes = [extra] if extra else []
         notes += [f"! {problem}" for problem in self.problems]
-        notes_html = "".join(f"<div>{html.escape(note)}</div>" for note in notes) + (error_html(self.error) if self.error else "")
+        notes_html = "".join(f"<div>{html.escape(note)}</div>" for note in notes) + (
+            error_html(self.error) if self.error else ""
+        )
         if notes_html != self.notes.value:
             self.notes.value = notes_html
 

@@ -21,11 +21,16 @@ from ..errors import TrainerError
 def machine_lines(root: str, pool: str | None = None, only: str | None = None) -> dict:
     """What `queue --json` prints: `gpus` (one object per GPU offered: `index`, `held_by`, `busy_outside`),
     and `lines` (the GPU line, then each named queue, or the one `only` names)."""
-    for line in [lines.line_dir(root)] + [lines.line_dir(root, name) for name in ([only] if only else lines.queue_names(root))]:
+    for line in [lines.line_dir(root)] + [
+        lines.line_dir(root, name) for name in ([only] if only else lines.queue_names(root))
+    ]:
         try:
             lines.check_line(root, line)
         except lines.LineError as problem:  # what the jobs' waiters refuse to use is not shown either
-            raise TrainerError(f"cannot read this machine's lines: {problem}", f"remove what is there, or set ${lines.LINES_ENV} to another directory") from None
+            raise TrainerError(
+                f"cannot read this machine's lines: {problem}",
+                f"remove what is there, or set ${lines.LINES_ENV} to another directory",
+            ) from None
     found: dict = {"lines_dir": root, "lines": []}
     if only is None:
         found["gpus"] = _gpus(root, pool)
@@ -34,7 +39,15 @@ def machine_lines(root: str, pool: str | None = None, only: str | None = None) -
     for name in [only] if only else lines.queue_names(root):
         line = lines.line_dir(root, name)
         running, waiting = lines.line_now(line)
-        found["lines"].append({"line": "queue", "queue": name, "max_running": lines.max_running(line), "running": _jobs(running), "waiting": _jobs(waiting)})
+        found["lines"].append(
+            {
+                "line": "queue",
+                "queue": name,
+                "max_running": lines.max_running(line),
+                "running": _jobs(running),
+                "waiting": _jobs(waiting),
+            }
+        )
     return found
 
 
@@ -71,7 +84,11 @@ def _jobs(said: list[dict]) -> list[dict]:
         if isinstance(wants, int) and not isinstance(wants, bool) and 0 < wants < 1024:
             entry["wants"] = wants
         if isinstance(gpus, list):
-            entry["gpus"] = [index for index in gpus[:64] if isinstance(index, int) and not isinstance(index, bool) and 0 <= index < 1024]
+            entry["gpus"] = [
+                index
+                for index in gpus[:64]
+                if isinstance(index, int) and not isinstance(index, bool) and 0 <= index < 1024
+            ]
         shown.append(entry)
     return shown
 
@@ -85,7 +102,9 @@ def lines_text(found: dict) -> str:
         if gpus["problem"]:
             out.append(f"GPUs: unknown ({readable(gpus['problem'])})")
         elif not each:
-            out.append("GPUs: none offered (no nvidia-smi, and no pool: JUPYTER_TRAINER_GPUS=0-3 or %config TrainerMagics.gpu_pool)")
+            out.append(
+                "GPUs: none offered (no nvidia-smi, and no pool: JUPYTER_TRAINER_GPUS=0-3 or %config TrainerMagics.gpu_pool)"
+            )
         else:
             out.append(f"GPUs (from {gpus['source']}):")
             for gpu in each:

@@ -205,7 +205,9 @@ class JobMonitor:
         if self.lines.maxlen:
             self.screen = tail_screen(source, self.lines.maxlen, end=self.history_end, ended_only=True)
             self.lines.extend(self.screen.take_scrolled())
-        cached = metrics_cache.load(self.job.run_dir, self.metric_options, source, self.history_end, self.metrics, self.reader)
+        cached = metrics_cache.load(
+            self.job.run_dir, self.metric_options, source, self.history_end, self.metrics, self.reader
+        )
         if cached is not None:
             self.cursor.offset, self.unread = cached
             self._saved = (self.cursor.offset, time.monotonic())
@@ -301,7 +303,9 @@ class JobMonitor:
         read = scanned_to - offset
         quiet = self.caught_up and (self.record.status.is_final or time.monotonic() - saved_at >= SAVE_SECONDS)
         if read >= SAVE_BYTES or (read > 0 and quiet):
-            metrics_cache.save(self.job.run_dir, self.metric_options, scanned_to, source, self.metrics, self.reader, self.unread)
+            metrics_cache.save(
+                self.job.run_dir, self.metric_options, scanned_to, source, self.metrics, self.reader, self.unread
+            )
             self._saved = (scanned_to, time.monotonic())
 
     @property

@@ -43,8 +43,6 @@ class PolledView:
         """Files of its directory changed (told by the poller)."""
 
 
-
-
 class Poller:
     """One thread per kernel, serving every widget; it ends when no widget needs it.
 
@@ -54,7 +52,10 @@ class Poller:
     it prints is shown without waiting for the next tick."""
 
     def __init__(
-        self, interval: float = POLL_INTERVAL, clock: Callable[[], float] = time.monotonic, quiet_interval: float = QUIET_INTERVAL
+        self,
+        interval: float = POLL_INTERVAL,
+        clock: Callable[[], float] = time.monotonic,
+        quiet_interval: float = QUIET_INTERVAL,
     ):
         self.interval = interval
         self.quiet_interval = max(interval, quiet_interval)
@@ -86,7 +87,9 @@ class Poller:
             alive = self._thread is not None and self._thread.is_alive()
             if not alive and self.widgets:
                 self._waiter = ChangeWaiter()
-                self._thread = threading.Thread(target=self._run, args=(self._waiter,), name="jupyter_trainer-poller", daemon=True)
+                self._thread = threading.Thread(
+                    target=self._run, args=(self._waiter,), name="jupyter_trainer-poller", daemon=True
+                )
                 self._thread.start()
             elif self._waiter is not None:
                 self._waiter.wake()  # the new views are polled now, not after a quiet wait
@@ -163,7 +166,9 @@ class Poller:
             self._stop_listening(waiter)
             waiter.close()
 
-    def _wait(self, waiter: ChangeWaiter, polled_at: float, beat: float, polled: list[PolledView] | None = None) -> dict[str, set[str]]:
+    def _wait(
+        self, waiter: ChangeWaiter, polled_at: float, beat: float, polled: list[PolledView] | None = None
+    ) -> dict[str, set[str]]:
         """Sleep until the next tick, the GIL released: `interval` after the last one while a
         view has news to show or a job that cannot wake the poller; else until a file of a job
         changes, but never sooner than `interval` after the last tick (a job that prints all the
@@ -193,7 +198,10 @@ class Poller:
         watches are asked again only when the views change, or the files of one polled since,
         or the kernel dropped a watch, or one could not be had."""
         seen = (waiter, waiter.dropped)
-        moved = any(self._watched_for.get(widget) != (widget.log_path, widget.watched_directory, widget.log_stream) for widget in polled)
+        moved = any(
+            self._watched_for.get(widget) != (widget.log_path, widget.watched_directory, widget.log_stream)
+            for widget in polled
+        )
         if moved or widgets != self._watched_views or seen != self._watch_seen or not self._all_watched:
             wanted = {widget: (widget.log_path, widget.watched_directory, widget.log_stream) for widget in widgets}
             logs = {widget: path for widget, (path, _, _) in wanted.items() if path is not None}
@@ -238,8 +246,6 @@ class Poller:
             if gone(widget, stream, told):
                 stream.unlisten(callback)
                 del self._listening[widget]
-
-
 
 
 def _report(widget, exc: Exception) -> None:

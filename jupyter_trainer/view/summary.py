@@ -41,7 +41,9 @@ def jobs_table(items: Iterable[JobRecord | TrainerError], backends: Backends, me
     return "\n".join([text_table(rows, row_titles())] + problems) if rows else "\n".join(problems)
 
 
-def main_metrics(items: Iterable[JobRecord | TrainerError], store: JobStore, backends: Backends) -> dict[tuple[str, int], str]:
+def main_metrics(
+    items: Iterable[JobRecord | TrainerError], store: JobStore, backends: Backends
+) -> dict[tuple[str, int], str]:
     """Each run's main metric's latest value, for the text table's metric column, read from the end
     of each log that lies on this machine (a remote one would cost a call to its host per job: its
     cell stays "-", as does a log that cannot be read now)."""
@@ -73,7 +75,10 @@ def stop_line(record: JobRecord, backends: Backends) -> str:
 
 
 def status_block(record: JobRecord, backends: Backends, usage: Usage | None = None) -> str:
-    lines = [(field.label, printable(field.text)) for field in shown_in(BLOCK, record_snapshot(record, backends, usage=usage))]
+    lines = [
+        (field.label, printable(field.text))
+        for field in shown_in(BLOCK, record_snapshot(record, backends, usage=usage))
+    ]
     width = max(len(key) for key, _ in lines)
     return "\n".join(f"{key.ljust(width)}  {value}" for key, value in lines)
 
@@ -87,9 +92,18 @@ def status_json(record: JobRecord, backends: Backends, usage: Usage | None = Non
 def snapshot_text(snapshot: Snapshot) -> str:
     """A job's view (a monitor's Snapshot) as text, for frontends without widgets."""
     shown = shown_in(TEXT, snapshot)
-    header = [field.text if field.kind != USAGE else f"{field.label} {field.text}" for field in shown if field.kind != FACT]
+    header = [
+        field.text if field.kind != USAGE else f"{field.label} {field.text}" for field in shown if field.kind != FACT
+    ]
     series = snapshot.metrics
     metrics = ", ".join(f"{name} {series.last(name):.4g}" for name in series.names() if series.last(name) is not None)
     facts = [field.text for field in shown if field.kind == FACT]
-    return "\n".join([" ".join(header), *facts, *([f"metrics: {metrics}"] if metrics else []), *snapshot.notes, *snapshot.lines[-10:]])
-
+    return "\n".join(
+        [
+            " ".join(header),
+            *facts,
+            *([f"metrics: {metrics}"] if metrics else []),
+            *snapshot.notes,
+            *snapshot.lines[-10:],
+        ]
+    )

@@ -77,7 +77,9 @@ def attach_sweep(table, row: SweepRow) -> None:
     if sweep is None:
         return
     present = [name for name in sweep.runs if table.store.latest_run(name) is not None]
-    view = SweepWidget(sweep, load_runs(present, None, table.store, table.backends, refresh=False), table.store, table.backends)
+    view = SweepWidget(
+        sweep, load_runs(present, None, table.store, table.backends, refresh=False), table.store, table.backends
+    )
     with table.detail:
         display(view)
     table.attached = view

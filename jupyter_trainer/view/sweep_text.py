@@ -22,7 +22,9 @@ def sweep_rows(sweep: SweepRecord, store: JobStore, backends, metric: str | None
     rows = []
     for name, params, job in zip(sweep.runs, sweep.params, jobs):
         if isinstance(job, TrainerError):
-            rows.append({"name": name, "params": params, "status": "removed", "last": None, "best": None, "record": None})
+            rows.append(
+                {"name": name, "params": params, "status": "removed", "last": None, "best": None, "record": None}
+            )
             continue
         row = by_name.get(job.record.name if job.record.run == 1 else f"{job.record.name} (run {job.record.run})")
         rows.append({
@@ -49,7 +51,9 @@ def sweep_text(name: str, store: JobStore, backends, metric: str | None = None) 
     """The sweep as a terminal shows it: a line of progress, then its runs' table."""
     sweep = _sweep(name, store)
     rows, metric = sweep_rows(sweep, store, backends, metric)
-    records: list[JobRecord | TrainerError] = [row["record"] if row["record"] is not None else TrainerError("removed") for row in rows]
+    records: list[JobRecord | TrainerError] = [
+        row["record"] if row["record"] is not None else TrainerError("removed") for row in rows
+    ]
     keys = list(dict.fromkeys(key for params in sweep.params for key in params))
     titles = ["name", *keys, "status", "last", columns(metric)[4] if metric else "best"]
     best = best_run(rows, metric)
@@ -60,7 +64,9 @@ def sweep_text(name: str, store: JobStore, backends, metric: str | None = None) 
     ]  # fmt: skip
     widths = [max(len(line[column]) for line in table) for column in range(len(titles))]
     lines = ["  ".join(cell.ljust(width) for cell, width in zip(line, widths)).rstrip() for line in table]
-    head = f"sweep {sweep.name}: {progress_text(records)} ({sweep_status(records).value})" + (f"; metric {metric}" if metric else "")
+    head = f"sweep {sweep.name}: {progress_text(records)} ({sweep_status(records).value})" + (
+        f"; metric {metric}" if metric else ""
+    )
     tail = [f"best: {rows[best]['name']}"] if best is not None else []
     return "\n".join([head, *lines, *tail])
 

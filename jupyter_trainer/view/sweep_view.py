@@ -24,18 +24,26 @@ MOST_ROWS = 40
 
 
 class SweepWidget(CompareWidget):
-    def __init__(self, sweep: SweepRecord, runs: list[ComparedRun], store: JobStore, backends, metric: str | None = None):
+    def __init__(
+        self, sweep: SweepRecord, runs: list[ComparedRun], store: JobStore, backends, metric: str | None = None
+    ):
         import ipywidgets as widgets
 
         self.sweep = sweep
         self.store, self.backends = store, backends
-        self.params = [params for name, params in zip(sweep.runs, sweep.params) if name in {run.job.name for run in runs}]
+        self.params = [
+            params for name, params in zip(sweep.runs, sweep.params) if name in {run.job.name for run in runs}
+        ]
         self.header = widgets.HTML()
-        self.stop_button = widgets.Button(description="Stop sweep", icon="stop", button_style="danger", layout={"width": "auto"})
+        self.stop_button = widgets.Button(
+            description="Stop sweep", icon="stop", button_style="danger", layout={"width": "auto"}
+        )
         self.stop_button.on_click(lambda _button: self._stop())
         self._stopping = ""
         super().__init__(runs, metric)
-        controls = widgets.HBox([self.header, self.stop_button], layout={"justify_content": "space-between", "align_items": "center"})
+        controls = widgets.HBox(
+            [self.header, self.stop_button], layout={"justify_content": "space-between", "align_items": "center"}
+        )
         self.box.children = (self.style, controls, self.body)
         self._header()
 
@@ -59,9 +67,13 @@ class SweepWidget(CompareWidget):
     def _header(self) -> None:
         records = [run.record for run in self.runs]
         status = sweep_status(records)
-        badge = f'<span class="jt-status" style="background:{STATUS_COLOURS[status]}">{html.escape(status.value)}</span>'
+        badge = (
+            f'<span class="jt-status" style="background:{STATUS_COLOURS[status]}">{html.escape(status.value)}</span>'
+        )
         words = html.escape(f"{progress_text(records)}" + (f" · {self._stopping}" if self._stopping else ""))
-        value = f'<span class="jt-compare-title">sweep {html.escape(self.sweep.name)}</span> {badge} <span>{words}</span>'
+        value = (
+            f'<span class="jt-compare-title">sweep {html.escape(self.sweep.name)}</span> {badge} <span>{words}</span>'
+        )
         if value != self.header.value:
             self.header.value = value
         self.stop_button.disabled = self.stop_button.disabled or status.is_final

@@ -108,4 +108,8 @@ def run_params(record: JobRecord) -> dict[str, str]:
     kept = record.options.get("params")
     if not isinstance(kept, list):
         return {}
-    return {pair[0]: pair[1] for pair in kept if isinstance(pair, list) and len(pair) == 2 and all(isinstance(part, str) for part in pair)}
+    return {
+        pair[0]: pair[1]
+        for pair in kept
+        if isinstance(pair, list) and len(pair) == 2 and all(isinstance(part, str) for part in pair)
+    }

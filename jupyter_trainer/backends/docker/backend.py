@@ -74,7 +74,9 @@ from .sync import sync_directory
 from .usage import ContainerUsage
 
 PING_VALID_SECONDS = 5.0  # an engine that answered this recently is not asked again before a submission
-LOOKS_WHILE_CHANGING = 3  # looks at a job whose container changes state under each of them, before its status is kept as it is
+LOOKS_WHILE_CHANGING = (
+    3  # looks at a job whose container changes state under each of them, before its status is kept as it is
+)
 
 
 class DockerBackend(BackendBase):
@@ -86,7 +88,9 @@ class DockerBackend(BackendBase):
 
     def __init__(self, exec_seconds: float = EXEC_SECONDS):
         self.clients = Clients()
-        self.exec_seconds = exec_seconds  # how long an answer from inside a container is awaited (a job may hang its tools)
+        self.exec_seconds = (
+            exec_seconds  # how long an answer from inside a container is awaited (a job may hang its tools)
+        )
         self._pinged: dict[str, float] = {}
         self._usage = ContainerUsage()
         self._streams = SharedStreams()
@@ -96,7 +100,9 @@ class DockerBackend(BackendBase):
     def engine_of(self, record: JobRecord) -> Engine:
         """The engine the job runs on, as its record names it (never the reader's DOCKER_HOST). A
         record from before engines were recorded names none: the engine the environment chooses."""
-        return Engine.of(record.runtime.get("engine")) or Engine.of(record.options.get("engine")) or self._default_engine()
+        return (
+            Engine.of(record.runtime.get("engine")) or Engine.of(record.options.get("engine")) or self._default_engine()
+        )
 
     @staticmethod
     def _spec_engine(spec: DetachedSpec) -> Engine:
@@ -149,7 +155,9 @@ class DockerBackend(BackendBase):
         write_launch_target(run_dir, spec, working_dir, record.name, script_in_container(spec, engine, container))
         relative = f"{record.name}/{record.run}"
         restarts = spec.options.restarts or 0
-        files = prepare_line(record, run_dir, spec, engine)  # the run's files, its waiter's with them where it waits its turn
+        files = prepare_line(
+            record, run_dir, spec, engine
+        )  # the run's files, its waiter's with them where it waits its turn
         # a remote engine's containers cannot see this machine's store: the files are copied in
         shared_dir = None if engine.remote else containers.store_mount(container, jobs_dir)
         if shared_dir is not None and not link_run(shared_dir, record.name, record.run, run_dir, files):
@@ -169,7 +177,9 @@ class DockerBackend(BackendBase):
         given = notify_input(record, run_dir, spec.notify)
         if restarts:  # what the container's keeper needs to start the job again as its exec does now
             with JobStore.of_run(run_dir).writing():  # a full store: one line
-                write_in_place(run_dir / RESTART_FILE, instructions(restarts, command, job_environment(spec), WORKSPACE, given))
+                write_in_place(
+                    run_dir / RESTART_FILE, instructions(restarts, command, job_environment(spec), WORKSPACE, given)
+                )
         if shared_dir is None:
             containers.ship(container, run_dir, inner_run_dir, files)
         sync_facts = None
@@ -198,7 +208,9 @@ class DockerBackend(BackendBase):
                     unlink_run(shared_dir, record.name, record.run, files)  # the store discards the run
                 raise
         return DockerRuntime(
-            container_id=container.id, container_name=container.name, image_id=container.attrs.get("Image"),
+            container_id=container.id,
+            container_name=container.name,
+            image_id=container.attrs.get("Image"),
             container_started_at=container.attrs["State"]["StartedAt"],
             exec_id=exec_id,
             run_dir=inner_run_dir,
@@ -264,8 +276,15 @@ class DockerBackend(BackendBase):
                     return seen
             supervised = state.get("Running") and not restarted and self._supervisor_running(container, runtime)
             facts = self._facts(container, runtime, run_dir)  # read after the liveness check: no race
-            if not supervised and facts.exit_code is None and not facts.problem and self._may_come_back(client, container, runtime, run_dir):
-                return Observation(alive=True, started=True)  # its container is on its way up, and its keeper will start it again
+            if (
+                not supervised
+                and facts.exit_code is None
+                and not facts.problem
+                and self._may_come_back(client, container, runtime, run_dir)
+            ):
+                return Observation(
+                    alive=True, started=True
+                )  # its container is on its way up, and its keeper will start it again
             # the supervisor was killed but the job goes on, whatever its files say
             orphaned = (
                 state.get("Running") and not restarted and not supervised
@@ -273,10 +292,18 @@ class DockerBackend(BackendBase):
             )  # fmt: skip
             # why the job is gone, while the engine can still be asked what happened to its container
             gone = not supervised and not orphaned and facts.exit_code is None and not facts.problem
-            why_stopped = why_it_restarted(client, container, runtime.container_started_at, started_again=bool(state.get("Running"))) if gone and (restarted or not state.get("Running")) else ""
+            why_stopped = (
+                why_it_restarted(
+                    client, container, runtime.container_started_at, started_again=bool(state.get("Running"))
+                )
+                if gone and (restarted or not state.get("Running"))
+                else ""
+            )
         if orphaned:  # it can no longer record its exit code
             return Observation(alive=True, started=True)
-        if facts.exit_code is not None and not supervised:  # the job can write it too: it counts once the supervisor is gone
+        if (
+            facts.exit_code is not None and not supervised
+        ):  # the job can write it too: it counts once the supervisor is gone
             self.release(record, run_dir, container)
             return facts.ended()
         if facts.problem:
@@ -291,10 +318,14 @@ class DockerBackend(BackendBase):
         elif restarted:
             why = f"{why_stopped} (container {label}); the job was run without --restarts"
         else:
-            why = "the job's supervisor process ended without recording an exit code" + self._exec_outcome(container, runtime.exec_id)
+            why = "the job's supervisor process ended without recording an exit code" + self._exec_outcome(
+                container, runtime.exec_id
+            )
         return Observation(alive=False, why_gone=why)
 
-    def _follow_restarts(self, client, container, runtime: DockerRuntime, run_dir: Path, label: str, restarted: bool) -> Observation | None:
+    def _follow_restarts(
+        self, client, container, runtime: DockerRuntime, run_dir: Path, label: str, restarted: bool
+    ) -> Observation | None:
         """A job run with --restarts whose container has restarted since it was last seen (or since
         it started): the container's keeper starts it again (see restarts.py), and is followed here.
         None: nothing new since it was last seen in this start of its container (the usual way)."""
@@ -306,7 +337,11 @@ class DockerBackend(BackendBase):
             causes = list(runtime.restart_causes or [])[:seen_before]
             for number in range(seen_before + 1, log.count + 1):
                 said = log.causes[number - 1]
-                causes.append(why_it_restarted(client, container, runtime.container_started_at, said) if number == log.count else _cause_said(said))
+                causes.append(
+                    why_it_restarted(client, container, runtime.container_started_at, said)
+                    if number == log.count
+                    else _cause_said(said)
+                )
             details = {"restarts": log.count, "restart_causes": causes, "container_started_at": state.get("StartedAt")}
             runtime = dataclasses.replace(runtime, restarts=log.count, container_started_at=state.get("StartedAt"))
         elif not restarted:
@@ -315,7 +350,9 @@ class DockerBackend(BackendBase):
         supervised = running and self._supervisor_running(container, runtime, by_command_line=True)
         if supervised and log.beyond(runtime.restarts_allowed or 0, seen_before, restarted):
             # the keeper counts a start before it makes it: read again, now that the supervisor runs
-            if read_restart_log(container, runtime, run_dir).beyond(runtime.restarts_allowed or 0, seen_before, restarted):
+            if read_restart_log(container, runtime, run_dir).beyond(
+                runtime.restarts_allowed or 0, seen_before, restarted
+            ):
                 return self._end_uncounted(container, runtime, run_dir, label, details)
         facts = self._facts(container, runtime, run_dir)
         if facts.exit_code is not None and not supervised:
@@ -328,7 +365,11 @@ class DockerBackend(BackendBase):
         if forbidden == BEYOND_LIMIT:  # another look found it started beyond its limit, and stopped it
             return Observation(alive=False, why_gone=_beyond_limit(label, runtime), details=details)
         if forbidden:  # asked while its container was down: its keeper left it
-            return Observation(final=Status.STOPPED, reason="stopped: a stop was asked while its container was down, so it was not started again", details=details)
+            return Observation(
+                final=Status.STOPPED,
+                reason="stopped: a stop was asked while its container was down, so it was not started again",
+                details=details,
+            )
         if self._may_come_back(client, container, runtime, run_dir):
             return Observation(alive=True, started=True, details=details)
         if state.get("Restarting"):
@@ -336,20 +377,36 @@ class DockerBackend(BackendBase):
             return Observation(alive=False, why_gone=why, details=details)
         if not running:
             why = why_it_restarted(client, container, runtime.container_started_at, started_again=False)
-            return Observation(alive=False, why_gone=f"{why} (container {label}, exit code {state.get('ExitCode')})", details=details)
+            return Observation(
+                alive=False, why_gone=f"{why} (container {label}, exit code {state.get('ExitCode')})", details=details
+            )
         allowed = runtime.restarts_allowed or 0
         if log.used_up is not None:
-            cause = why_it_restarted(client, container, runtime.container_started_at, log.used_up) if restarted else _cause_said(log.used_up)
+            cause = (
+                why_it_restarted(client, container, runtime.container_started_at, log.used_up)
+                if restarted
+                else _cause_said(log.used_up)
+            )
             used = f"its {allowed} restart{'s were' if allowed != 1 else ' was'} used up"
             return Observation(alive=False, why_gone=f"{cause} (container {label}), and {used}", details=details)
         started = engine_time(state.get("StartedAt"))
-        if started is not None and time.time() - started < KEEPER_GRACE_SECONDS and not kept_down(client, container, runtime.container_started_at):
+        if (
+            started is not None
+            and time.time() - started < KEEPER_GRACE_SECONDS
+            and not kept_down(client, container, runtime.container_started_at)
+        ):
             return Observation(alive=True, started=True, details=details)  # its keeper is about to start it again
         if restarted:
-            return Observation(alive=False, why_gone=f"container {label} restarted, and its keeper did not start the job again", details=details)
+            return Observation(
+                alive=False,
+                why_gone=f"container {label} restarted, and its keeper did not start the job again",
+                details=details,
+            )
         return None  # the supervisor of this start ended without an exit code: as without --restarts
 
-    def _end_uncounted(self, container, runtime: DockerRuntime, run_dir: Path, label: str, details: dict | None) -> Observation:
+    def _end_uncounted(
+        self, container, runtime: DockerRuntime, run_dir: Path, label: str, details: dict | None
+    ) -> Observation:
         """A job started again beyond its --restarts, or without its keeper's count: from inside
         its container, the run's files that the keeper goes by were changed (its `restarts` file
         emptied, the limit in its `restart` file raised), which a job running as the container's
@@ -365,7 +422,11 @@ class DockerBackend(BackendBase):
         """Whether the container of a job with restarts left, and no stop asked, is down only for
         a moment (the restart policy, or `docker restart`, is starting it again): see restarts.py."""
         left = (runtime.restarts_allowed or 0) > (runtime.restarts or 0)
-        return left and may_be_started_again(client, container, runtime.container_started_at) and not restart_forbidden(container, runtime, run_dir)
+        return (
+            left
+            and may_be_started_again(client, container, runtime.container_started_at)
+            and not restart_forbidden(container, runtime, run_dir)
+        )
 
     @staticmethod
     def _still_supervised(client, runtime: DockerRuntime) -> bool:
@@ -425,7 +486,9 @@ class DockerBackend(BackendBase):
             return read_supervisor_facts(run_dir)
         inner = runtime.run_dir
         exit_code, written_at = container_file(container, f"{inner}/{EXIT_CODE_FILE}", limit=RUN_FILE_LIMIT)
-        facts = SupervisorFacts.parse(read_container_file(container, f"{inner}/{PID_FILE}", limit=RUN_FILE_LIMIT), exit_code)
+        facts = SupervisorFacts.parse(
+            read_container_file(container, f"{inner}/{PID_FILE}", limit=RUN_FILE_LIMIT), exit_code
+        )
         return dataclasses.replace(facts, ended_at=written_at) if facts.exit_code is not None else facts
 
     def log_source(self, record: JobRecord, run_dir: Path):
@@ -465,7 +528,9 @@ class DockerBackend(BackendBase):
             return []
         causes = runtime.restart_causes or []
         shown = [f"restart {number} of {runtime.restarts_allowed}: {cause}" for number, cause in enumerate(causes, 1)]
-        return shown or [f"--restarts {runtime.restarts_allowed}: none needed{'' if record.status.is_final else ' so far'}"]
+        return shown or [
+            f"--restarts {runtime.restarts_allowed}: none needed{'' if record.status.is_final else ' so far'}"
+        ]
 
     def status_fields(self, record: JobRecord) -> dict:
         """What `status --json` says of a Docker job besides the common fields: how often it was started again (0 without --restarts)."""
@@ -476,8 +541,15 @@ class DockerBackend(BackendBase):
         turn = super().status_fields(record)  # the GPUs it took in line, or its place there
         if runtime is None:
             return {**turn, "restarts": 0}
-        image = {"image_id": runtime.image_id} if runtime.image_id else {}  # the image it runs, as docker image inspect gives its id
-        return {**turn, **image, "restarts": runtime.restarts or 0, **({"restarts_allowed": runtime.restarts_allowed} if runtime.restarts_allowed else {})}
+        image = (
+            {"image_id": runtime.image_id} if runtime.image_id else {}
+        )  # the image it runs, as docker image inspect gives its id
+        return {
+            **turn,
+            **image,
+            "restarts": runtime.restarts or 0,
+            **({"restarts_allowed": runtime.restarts_allowed} if runtime.restarts_allowed else {}),
+        }
 
     def lingering(self, record: JobRecord, run_dir: Path) -> list[str]:
         return []  # what it left stays in its container, which `stop --container` ends
@@ -515,7 +587,9 @@ class DockerBackend(BackendBase):
         for engine in [Engine(LOCAL_SOCKET), *used_engines(store.home)]:
             try:
                 with self.clients.calling(engine, LIST) as client:
-                    listed = client.containers.list(all=True, filters={"label": f"{containers.LABEL}=1"}, ignore_removed=True)
+                    listed = client.containers.list(
+                        all=True, filters={"label": f"{containers.LABEL}=1"}, ignore_removed=True
+                    )
             except TrainerError as error:
                 if engine.remote:
                     failed.append(f"the containers on {engine.label} ({error.message})")
@@ -577,14 +651,22 @@ class DockerBackend(BackendBase):
             time.sleep(0.1)  # submitted a moment ago: the supervisor may not run yet
             found = job_processes(target, inner, self.exec_seconds)
         if found["supervisor"]:
-            run_in(target, 'for pid in "$@"; do kill -TERM "$pid"; done', *found["supervisor"], seconds=self.exec_seconds)
+            run_in(
+                target, 'for pid in "$@"; do kill -TERM "$pid"; done', *found["supervisor"], seconds=self.exec_seconds
+            )
             # wait for it, so that stopping the container next never cuts the job's grace period short
             deadline = time.monotonic() + STOP_GRACE_SECONDS + 5
             while self._supervisor_running(target, runtime) and time.monotonic() < deadline:
                 time.sleep(0.2)
         elif found["job"]:
             # no supervisor left to do it: the job's own process group, TERM then KILL
-            run_in(target, STOP_GROUPS, str(STOP_GRACE_SECONDS), *found["job"], seconds=self.exec_seconds + STOP_GRACE_SECONDS)
+            run_in(
+                target,
+                STOP_GROUPS,
+                str(STOP_GRACE_SECONDS),
+                *found["job"],
+                seconds=self.exec_seconds + STOP_GRACE_SECONDS,
+            )
 
 
 def _beyond_limit(label: str, runtime: DockerRuntime) -> str:
@@ -597,4 +679,8 @@ def _beyond_limit(label: str, runtime: DockerRuntime) -> str:
 
 def _cause_said(word: str) -> str:
     """Why a container restarted, as its keeper could tell (see restarts.RestartLog)."""
-    return "the container stopped when the machine restarted (a new boot id)" if word == "boot" else "the container restarted"
+    return (
+        "the container stopped when the machine restarted (a new boot id)"
+        if word == "boot"
+        else "the container restarted"
+    )

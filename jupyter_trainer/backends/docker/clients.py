@@ -45,7 +45,10 @@ def connect(engine: Engine, sessions: Sessions | None = None):
     It raises what docker-py and paramiko raise: `Clients.calling` words it."""
     import docker
 
-    kwargs = {"base_url": _with_configured_port(engine.url), "timeout": REMOTE_CALL_SECONDS if engine.remote else LOCAL_CALL_SECONDS}
+    kwargs = {
+        "base_url": _with_configured_port(engine.url),
+        "timeout": REMOTE_CALL_SECONDS if engine.remote else LOCAL_CALL_SECONDS,
+    }
     if engine.remote:
         kwargs["max_pool_size"] = REMOTE_POOL_SIZE
     if engine.tls_dir is not None:
@@ -57,7 +60,9 @@ def connect(engine: Engine, sessions: Sessions | None = None):
     if not engine.remote:
         return docker.DockerClient(**kwargs)
     _quiet_paramiko()
-    client = _within(CONNECT_SECONDS, lambda: _tls_client(kwargs) if engine.tls_dir else docker.DockerClient(**kwargs), engine)
+    client = _within(
+        CONNECT_SECONDS, lambda: _tls_client(kwargs) if engine.tls_dir else docker.DockerClient(**kwargs), engine
+    )
     if urlsplit(engine.url).scheme == "ssh":
         count_sessions(client, sessions or Sessions(HostSessions(), SESSION_WAIT_SECONDS, REMOTE_CALL_SECONDS))
     return client
@@ -212,7 +217,9 @@ class Clients:
                 client = self._clients.get(key)
             if client is not None:
                 return client
-            if engine.remote and self._reach.resting(engine):  # a local engine is asked again at once: Docker may just have started
+            if engine.remote and self._reach.resting(
+                engine
+            ):  # a local engine is asked again at once: Docker may just have started
                 raise _Resting()
             patience = 0.0 if purpose == "streams" else SESSION_WAIT_SECONDS
             try:

@@ -62,7 +62,9 @@ def default_container_name(image: str, workdir: str) -> str:
     return f"jt-{slug}-{digest}"
 
 
-def container_name(container: str | None, image: str | None, workdir: str | None, engine: Engine, store: JobStore) -> str:
+def container_name(
+    container: str | None, image: str | None, workdir: str | None, engine: Engine, store: JobStore
+) -> str:
     """The container a job runs in: the one it names, else one per image and working directory
     (on a remote host, where other laptops and users meet, one per store too)."""
     if container:
@@ -210,7 +212,9 @@ def _check_gpus(container, spec: DetachedSpec) -> None:
 def _create_container(name: str, spec: DetachedSpec, jobs_dir: Path, client):
     home = jobs_dir.parent
     if store_mounts.is_inside(spec.workdir, str(home)):
-        raise InvalidOption(f"--workdir {spec.workdir} is inside the job store ({home})", "choose a directory outside it")
+        raise InvalidOption(
+            f"--workdir {spec.workdir} is inside the job store ({home})", "choose a directory outside it"
+        )
     ensure_image(spec.options.image, client)
     own_dir = JobStore(home).container_dir(name)
     # the store may lie inside the workspace (a notebook in ~): cover it, and pin the way to it
@@ -340,7 +344,11 @@ def store_mount(container, jobs_dir: Path) -> Path | None:
     """The container's own directory in this store, where it sees its runs' files; None for a
     container that mounts nothing of this store."""
     source = next(
-        (mount.get("Source", "") for mount in container.attrs.get("Mounts", []) if mount.get("Destination") == MOUNTED_JOBS_DIR),
+        (
+            mount.get("Source", "")
+            for mount in container.attrs.get("Mounts", [])
+            if mount.get("Destination") == MOUNTED_JOBS_DIR
+        ),
         None,
     )
     if source is None:
@@ -395,7 +403,11 @@ def remove_runs_volume(container, store: JobStore) -> None:
     made for it for this store; a user's volume mounted there (or one made before volumes were
     labelled) stays. Its workspace volume holds the user's work, and stays too."""
     mounted = next(
-        (mount.get("Name") for mount in container.attrs.get("Mounts") or [] if mount.get("Type") == "volume" and mount.get("Destination") == SHIPPED_JOBS_DIR),
+        (
+            mount.get("Name")
+            for mount in container.attrs.get("Mounts") or []
+            if mount.get("Type") == "volume" and mount.get("Destination") == SHIPPED_JOBS_DIR
+        ),
         None,
     )
     if not mounted:
@@ -403,7 +415,11 @@ def remove_runs_volume(container, store: JobStore) -> None:
     with contextlib.suppress(*engine_errors()):  # gone already, or used by another container
         volume = container.client.volumes.get(mounted)
         labels = volume.attrs.get("Labels") or {}
-        if labels.get(LABEL) == "1" and labels.get(LABEL_CONTAINER) == container.name and labels.get(LABEL_STORE) == store.store_id():
+        if (
+            labels.get(LABEL) == "1"
+            and labels.get(LABEL_CONTAINER) == container.name
+            and labels.get(LABEL_STORE) == store.store_id()
+        ):
             volume.remove()
 
 
@@ -411,7 +427,9 @@ def remove_orphan_dirs(store: JobStore, existing: set[str], in_use: set[str]) ->
     """The store's directories of containers removed some other way, that no job names any more
     (not one made a moment ago for a container being created right now)."""
     try:
-        leftover = [entry for entry in os.listdir(store.containers_dir) if entry not in existing and entry not in in_use]
+        leftover = [
+            entry for entry in os.listdir(store.containers_dir) if entry not in existing and entry not in in_use
+        ]
     except OSError:
         return
     for name in leftover:
@@ -431,7 +449,9 @@ def remove_compose_project(project: str, timeout: float = 8.0) -> None:
     try:
         deadline = time.monotonic() + timeout
         while True:
-            left = client.containers.list(all=True, filters={"label": f"{COMPOSE_PROJECT}={project}"}, ignore_removed=True)
+            left = client.containers.list(
+                all=True, filters={"label": f"{COMPOSE_PROJECT}={project}"}, ignore_removed=True
+            )
             if not left:
                 return
             for container in left:

@@ -30,22 +30,43 @@ RESTARTS_FILE = "restarts"  # one line per start again, written by the container
 NO_RESTART_FILE = "no_restart"  # written when a stop is asked, so that no keeper starts the job again
 
 IMAGE = Option(
-    "image", "--image", "create (if missing) a persistent container from IMAGE and run in it", "IMAGE",
-    config=True, parse=_CHECK + "parse_image",
+    "image",
+    "--image",
+    "create (if missing) a persistent container from IMAGE and run in it",
+    "IMAGE",
+    config=True,
+    parse=_CHECK + "parse_image",
 )
-CONTAINER = Option("container", "--container", "the persistent container to use or create", "NAME", config=True, parse=_CHECK + "parse_container")
+CONTAINER = Option(
+    "container",
+    "--container",
+    "the persistent container to use or create",
+    "NAME",
+    config=True,
+    parse=_CHECK + "parse_container",
+)
 STOP_CONTAINER_WHEN_DONE = Option(
-    "stop_container_when_done", "--stop-container-when-done", "stop the container when the job ends, releasing its GPUs",
-    kind="switch", config=True, default=False,
+    "stop_container_when_done",
+    "--stop-container-when-done",
+    "stop the container when the job ends, releasing its GPUs",
+    kind="switch",
+    config=True,
+    default=False,
 )
 DOCKER_HOST = Option(
-    "docker_host", "--docker-host", "the Docker engine: ssh://USER@HOST, tcp://HOST:2376 (TLS), unix:///PATH, "
+    "docker_host",
+    "--docker-host",
+    "the Docker engine: ssh://USER@HOST, tcp://HOST:2376 (TLS), unix:///PATH, "
     "a name from TrainerMagics.docker_hosts, or a Docker context (default: DOCKER_HOST, the current context)",
-    "URL|NAME", config=True,
+    "URL|NAME",
+    config=True,
 )  # settled into the engine it chooses (spec.py)
 SYNC = Option(
-    "sync", "--sync", "copy a local directory to the job's workdir on a remote Docker host before the job starts "
-    "(a home directory is refused; the job store, credential files and what DIR/.trainerignore lists are left out)", "DIR",
+    "sync",
+    "--sync",
+    "copy a local directory to the job's workdir on a remote Docker host before the job starts "
+    "(a home directory is refused; the job store, credential files and what DIR/.trainerignore lists are left out)",
+    "DIR",
     parse=_CHECK + "parse_sync",
 )
 RESTARTS = Option(
@@ -73,7 +94,11 @@ class DockerOptions(BackendOptions):
         stop_container_when_done always, the three added later only when given, so that every
         cell keeps its fingerprint."""
         later = {"engine": self.engine, "sync": self.sync, "restarts": self.restarts}
-        kept = {"image": self.image, "container": self.container, "stop_container_when_done": self.stop_container_when_done}
+        kept = {
+            "image": self.image,
+            "container": self.container,
+            "stop_container_when_done": self.stop_container_when_done,
+        }
         return {**kept, **{name: value for name, value in later.items() if value is not None}}
 
     def job_machine(self) -> str | None:
@@ -88,13 +113,32 @@ class DockerOptions(BackendOptions):
 
 DETACHED = DetachedBackend(
     "docker",
-    options=(IMAGE, CONTAINER, WORKDIR, GPUS, QUEUE, ENV, INTERPRETER, STOP_CONTAINER_WHEN_DONE, DOCKER_HOST, SYNC, RESTARTS, NOTIFY),
+    options=(
+        IMAGE,
+        CONTAINER,
+        WORKDIR,
+        GPUS,
+        QUEUE,
+        ENV,
+        INTERPRETER,
+        STOP_CONTAINER_WHEN_DONE,
+        DOCKER_HOST,
+        SYNC,
+        RESTARTS,
+        NOTIFY,
+    ),
     needs_one_of=("image", "container"),
-    missing=("no image or container given", "pass --image IMAGE (or set %config TrainerMagics.image), --container NAME, or --host"),
+    missing=(
+        "no image or container given",
+        "pass --image IMAGE (or set %config TrainerMagics.image), --container NAME, or --host",
+    ),
     settle=_OWN + "spec:settle_docker_spec",
     typed=DockerOptions,
 )
 
 DECLARATION = Declaration(
-    "docker", entry=_OWN + "backend:DockerBackend", detached=DETACHED, run_files=(RESTART_FILE, RESTARTS_FILE, NO_RESTART_FILE),
+    "docker",
+    entry=_OWN + "backend:DockerBackend",
+    detached=DETACHED,
+    run_files=(RESTART_FILE, RESTARTS_FILE, NO_RESTART_FILE),
 )

@@ -40,7 +40,11 @@ START = Doing("start the job", submitting=True, may_have_started=True)
 LOOK = Doing()  # its words are the job's reason at every poll: no cause in them, which varies
 STOP = Doing("stop the job")
 READ_LOG = Doing("read the job's log")
-LOCAL_MODE = Doing("run SageMaker local mode", submitting=True, way_out="or train on SageMaker itself (an --instance-type other than local)")
+LOCAL_MODE = Doing(
+    "run SageMaker local mode",
+    submitting=True,
+    way_out="or train on SageMaker itself (an --instance-type other than local)",
+)
 LIST = Doing("list its containers")
 REMOVE = Doing("remove the container")
 
@@ -109,14 +113,19 @@ def not_created(name: str, exc: BaseException, gpus: str | None) -> TrainerError
     """The engine refused to create a job's container."""
     detail = getattr(exc, "explanation", None) or str(exc)
     if gpus and "gpu" in str(detail).lower():
-        return BackendUnavailable(f"Docker cannot give the container GPUs ({detail})", "install the NVIDIA Container Toolkit, or drop --gpus")
+        return BackendUnavailable(
+            f"Docker cannot give the container GPUs ({detail})", "install the NVIDIA Container Toolkit, or drop --gpus"
+        )
     return TrainerError(f"Docker could not create container {name!r}: {detail}")
 
 
 def no_image(image: str, exc: BaseException) -> TrainerError:
     """An image that is not on the engine's machine could not be pulled either."""
     detail = getattr(exc, "explanation", None) or str(exc)
-    return ImageNotFound(f"image {image!r} is not on this machine and could not be pulled ({detail})", "build or pull it first, or check the name")
+    return ImageNotFound(
+        f"image {image!r} is not on this machine and could not be pulled ({detail})",
+        "build or pull it first, or check the name",
+    )
 
 
 def no_workdir(workdir: str, engine: Engine, exc: BaseException) -> InvalidOption | None:
@@ -124,14 +133,20 @@ def no_workdir(workdir: str, engine: Engine, exc: BaseException) -> InvalidOptio
     detail = str(getattr(exc, "explanation", None) or exc)
     if "does not exist" not in detail:
         return None
-    return InvalidOption(f"--workdir {workdir} does not exist on {engine.label}", "give the directory there that holds the script (a clone of your code)")
+    return InvalidOption(
+        f"--workdir {workdir} does not exist on {engine.label}",
+        "give the directory there that holds the script (a clone of your code)",
+    )
 
 
 def script_unreadable(where: str, exc: BaseException) -> InvalidOption:
     """The engine could not follow a script's path: its words name its own files (an overlay
     directory of the container's), so only their last part, the reason, is said."""
     detail = str(getattr(exc, "explanation", None) or exc).rsplit(": ", 1)[-1].strip()
-    return InvalidOption(f"cannot read the script {where}: {detail or 'Docker could not follow its path'}", "check the path (relative to --workdir, on that host)")
+    return InvalidOption(
+        f"cannot read the script {where}: {detail or 'Docker could not follow its path'}",
+        "check the path (relative to --workdir, on that host)",
+    )
 
 
 def brief(exc: BaseException) -> str:
@@ -170,4 +185,6 @@ def changed_under_the_look(exc: BaseException | None) -> bool:
     if not isinstance(exc, docker.errors.APIError):
         return False
     words = str(exc.explanation or "")
-    return exc.status_code == 409 or bool(_NOT_AS_IT_WAS.search(words) or (exc.status_code == 404 and _EXEC_FORGOTTEN.match(words)))
+    return exc.status_code == 409 or bool(
+        _NOT_AS_IT_WAS.search(words) or (exc.status_code == 404 and _EXEC_FORGOTTEN.match(words))
+    )

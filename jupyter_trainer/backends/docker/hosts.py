@@ -99,7 +99,10 @@ def check_url(url: str, source: str = "--docker-host") -> str:
     if parts.scheme in ("tcp", "ssh") and not host:
         raise InvalidOption(f"{source} {shown} names no host", f"for example {parts.scheme}://gpu1")
     if parts.scheme == "ssh" and (parts.password is not None or parts.path not in ("", "/")):
-        raise InvalidOption(f"{source} ssh://{host}… holds a password or a path", "give ssh://USER@HOST[:PORT]; keys come from your SSH setup")
+        raise InvalidOption(
+            f"{source} ssh://{host}… holds a password or a path",
+            "give ssh://USER@HOST[:PORT]; keys come from your SSH setup",
+        )
     return url
 
 
@@ -119,7 +122,10 @@ def resolve(given: str | None, named: dict | None = None, environ=None) -> Engin
         if given in named:
             url = named[given]
             if not isinstance(url, str) or "://" not in url:
-                raise InvalidOption(f"docker_hosts[{given!r}] is not a Docker engine's address", "give ssh://USER@HOST or tcp://HOST:2376")
+                raise InvalidOption(
+                    f"docker_hosts[{given!r}] is not a Docker engine's address",
+                    "give ssh://USER@HOST or tcp://HOST:2376",
+                )
             return _with_tls(Engine(check_url(url, f"docker_hosts[{given!r}]"), name=given), environ)
         context = _context(given, environ)
         if context is not None:
@@ -136,7 +142,10 @@ def resolve(given: str | None, named: dict | None = None, environ=None) -> Engin
     if current and current != "default":
         context = _context(current, environ)
         if context is None:
-            raise InvalidOption(f"the current Docker context {current!r} does not exist", "docker context use default, or unset DOCKER_CONTEXT")
+            raise InvalidOption(
+                f"the current Docker context {current!r} does not exist",
+                "docker context use default, or unset DOCKER_CONTEXT",
+            )
         return context
     return Engine(LOCAL_SOCKET)
 
@@ -180,4 +189,6 @@ def _context(name: str, environ) -> Engine | None:
         return None
     tls_dir = contexts / "tls" / digest / "docker"
     has_tls = (tls_dir / "cert.pem").is_file() and (tls_dir / "key.pem").is_file()
-    return Engine(url, name=name, tls_dir=str(tls_dir) if has_tls else None, tls_verify=not endpoint.get("SkipTLSVerify"))
+    return Engine(
+        url, name=name, tls_dir=str(tls_dir) if has_tls else None, tls_verify=not endpoint.get("SkipTLSVerify")
+    )

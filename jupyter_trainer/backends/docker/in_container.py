@@ -56,7 +56,11 @@ STOP_GROUPS = 'grace=$1; shift; for g in "$@"; do kill -TERM -"$g" 2>/dev/null; 
 def job_processes(container, inner_run_dir: str, seconds: float | None = None) -> dict[str, list[str]]:
     """The run's supervisor and job processes now running in the container (pids in its namespace)."""
     found: dict[str, list[str]] = {"supervisor": [], "job": []}
-    for line in run_in(container, FIND_RUN_PROCESSES, inner_run_dir, LAUNCH_FILE, SUPERVISOR_FILE, seconds=seconds, whole=True).decode(errors="replace").splitlines():
+    for line in (
+        run_in(container, FIND_RUN_PROCESSES, inner_run_dir, LAUNCH_FILE, SUPERVISOR_FILE, seconds=seconds, whole=True)
+        .decode(errors="replace")
+        .splitlines()
+    ):
         kind, _, pid = line.partition(" ")
         if kind in found and pid.isdigit() and pid.isascii():
             found[kind].append(pid)
@@ -98,7 +102,12 @@ END_MARK = b"\036jt-end"
 
 
 def run_in(
-    container, script: str, *args: str, limit: int = EXEC_OUTPUT_LIMIT, seconds: float | None = None, whole: bool = False
+    container,
+    script: str,
+    *args: str,
+    limit: int = EXEC_OUTPUT_LIMIT,
+    seconds: float | None = None,
+    whole: bool = False,
 ) -> bytes:
     """Run a fixed sh snippet in the container; values go in as arguments, never into the script.
     A job can replace the container's tools (its sh, wc, tail): the answer is awaited for
@@ -233,8 +242,6 @@ class _ChunkReader(io.RawIOBase):
         buffer[:size] = self._rest[:size]
         self._rest = self._rest[size:]
         return size
-
-
 
 
 def give_stdin(stream, data: bytes) -> None:

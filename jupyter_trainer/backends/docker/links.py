@@ -21,9 +21,11 @@ def link_run(shared_dir: Path, name: str, run: int, run_dir: Path, files: Iterab
     files = tuple(files)
     unlink_run(shared_dir, name, run, files)  # left by a submission killed halfway, whose run number is reused
     try:
-        with _directory(shared_dir) as root, _subdirectory(root, name, make=True) as job, _subdirectory(
-            job, str(run), make=True
-        ) as run_fd:
+        with (
+            _directory(shared_dir) as root,
+            _subdirectory(root, name, make=True) as job,
+            _subdirectory(job, str(run), make=True) as run_fd,
+        ):
             for file in files:
                 os.link(run_dir / file, file, dst_dir_fd=run_fd)
     except OSError:  # a file system without hard links, say

@@ -20,7 +20,9 @@ from .streamed_log import FOLLOW_LOG, HEARTBEAT_SECONDS, StreamedLog
 class ContainerLogSource(LogSourceBase):
     """A log source of a run's log in a container."""
 
-    def __init__(self, clients: Clients, engine: Engine, container_id: str, run_dir: str, exec_seconds: float | None = None):
+    def __init__(
+        self, clients: Clients, engine: Engine, container_id: str, run_dir: str, exec_seconds: float | None = None
+    ):
         self.clients = clients
         self.exec_seconds = exec_seconds  # how long an answer from inside is awaited (see run_in)
         self.engine = engine
@@ -43,7 +45,14 @@ class ContainerLogSource(LogSourceBase):
             if container.status != "running":
                 return container_file_size(container, self.path)
             # a regular file only: a FIFO the job put in its place would block wc (and its exec) for good
-            text = run_in(container, '[ -f "$1" ] && [ ! -L "$1" ] || { echo 0; exit; }; wc -c < "$1"', self.path, limit=64, seconds=self.exec_seconds, whole=True).strip()
+            text = run_in(
+                container,
+                '[ -f "$1" ] && [ ! -L "$1" ] || { echo 0; exit; }; wc -c < "$1"',
+                self.path,
+                limit=64,
+                seconds=self.exec_seconds,
+                whole=True,
+            ).strip()
             if not (text.isdigit() and len(text) <= 18):
                 raise RunFileError(f"cannot tell the size of the job's log in container {container.name}")
             return int(text)
@@ -52,7 +61,16 @@ class ContainerLogSource(LogSourceBase):
         with self._container() as container:
             if container.status != "running":
                 return read_container_file(container, self.path, offset, limit)
-            return run_in(container, '[ -f "$2" ] && [ ! -L "$2" ] || exit 0; tail -c +"$1" "$2" | head -c "$3"', str(offset + 1), self.path, str(limit), limit=limit, seconds=self.exec_seconds, whole=True)
+            return run_in(
+                container,
+                '[ -f "$2" ] && [ ! -L "$2" ] || exit 0; tail -c +"$1" "$2" | head -c "$3"',
+                str(offset + 1),
+                self.path,
+                str(limit),
+                limit=limit,
+                seconds=self.exec_seconds,
+                whole=True,
+            )
 
     def open_stream(self, first_byte: int):
         """An attached exec that streams the log from `first_byte` (1-based) as it grows, with a
@@ -72,7 +90,9 @@ class ContainerLogSource(LogSourceBase):
             api = container.client.api
             command = ["sh", "-c", FOLLOW_LOG, "sh", str(first_byte), str(HEARTBEAT_SECONDS)]
             environment = {"JT_RUN_DIR": self.run_dir, "JT_LOG": LOG_FILE}
-            exec_id = api.exec_create(container.id, command, stdin=True, stdout=True, stderr=True, environment=environment)["Id"]
+            exec_id = api.exec_create(
+                container.id, command, stdin=True, stdout=True, stderr=True, environment=environment
+            )["Id"]
             return api.exec_start(exec_id, socket=True)
 
 

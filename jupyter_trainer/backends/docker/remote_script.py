@@ -92,7 +92,12 @@ def _path_in(container, path: str, where: str) -> tuple[str, str, str]:
     """The deepest of the container's mounts that holds `path` (the host's): its destination,
     `path` as the container sees it, and its source."""
     found = [
-        (len(source), mount["Destination"], posixpath.join(mount["Destination"], posixpath.relpath(path, source)), source)
+        (
+            len(source),
+            mount["Destination"],
+            posixpath.join(mount["Destination"], posixpath.relpath(path, source)),
+            source,
+        )
         for mount in container.attrs.get("Mounts") or []
         for source in [posixpath.normpath(mount.get("Source") or "/nowhere")]
         if mount.get("Destination") and (path + "/").startswith(source.rstrip("/") + "/") and path != source
@@ -119,7 +124,12 @@ def _scratch_container(spec: DetachedSpec, client, engine: Engine, store: JobSto
     ensure_image(spec.options.image, client)
     with store.containers_lock(shared=True):
         remove_stale_scratch(client, store)
-        labels = {LABEL: "1", LABEL_SCRATCH: str(int(time.time())), LABEL_JOBS_DIR: str(store.jobs_dir), LABEL_STORE: store.store_id()}
+        labels = {
+            LABEL: "1",
+            LABEL_SCRATCH: str(int(time.time())),
+            LABEL_JOBS_DIR: str(store.jobs_dir),
+            LABEL_STORE: store.store_id(),
+        }
         try:
             # a bind mount of a directory that is not there is refused (-v would create it, empty)
             scratch = client.containers.create(
@@ -140,7 +150,10 @@ def _check_directories(container, root: str, path: str, where: str, root_words: 
     inside the container's own files (the image's /etc, not the host's), so none is followed."""
     top = _stat(container, root)
     if top is None or not int(top.get("mode") or 0) & _DIRECTORY:
-        raise InvalidOption(f"cannot read the script {where}: {root_words} is not a directory", "give as --workdir the directory the script lies in")
+        raise InvalidOption(
+            f"cannot read the script {where}: {root_words} is not a directory",
+            "give as --workdir the directory the script lies in",
+        )
     parts = posixpath.relpath(path, root).split("/")
     for depth in range(1, len(parts)):
         on_the_way = "/".join(parts[:depth])
@@ -183,11 +196,16 @@ def _read(container, path: str, where: str) -> bytes:
         raise InvalidOption(f"cannot read the script {where}: there is no such file", _CHECK_PATH) from None
     mode = int(stat.get("mode") or 0)
     if mode & _SYMLINK:  # its target, as the engine names it, is a path of the container's, not the host's
-        raise InvalidOption(f"cannot run {where}: it is a link, and links are not followed on the remote host", "give the path of the file itself")
+        raise InvalidOption(
+            f"cannot run {where}: it is a link, and links are not followed on the remote host",
+            "give the path of the file itself",
+        )
     if mode & _NOT_REGULAR:
         raise InvalidOption(f"cannot run {where}: it is not a regular file", "give the path of a Python script")
     if int(stat.get("size") or 0) > MAX_SCRIPT_BYTES:
-        raise InvalidOption(f"cannot run {where}: it is larger than {MAX_SCRIPT_BYTES >> 20} MiB", "give the path of a Python script")
+        raise InvalidOption(
+            f"cannot run {where}: it is larger than {MAX_SCRIPT_BYTES >> 20} MiB", "give the path of a Python script"
+        )
     archive = bytearray()
     for chunk in stream:  # a tar of the one file: its header, the file and padding
         archive += chunk

@@ -36,7 +36,9 @@ RESTART_POLICY = {"Name": "on-failure"}  # the keeper ends with 0 only when a jo
 KEEPER_GRACE_SECONDS = 30.0  # after its container starts, how long a keeper may take to start the jobs again
 RESTART_GAP_SECONDS = 10.0  # docker restart: how long its container may stay down between its stop and its start
 RESTARTS_LIMIT = 1000
-RESTARTS_FILE_LIMIT = (RESTARTS_LIMIT + 1) * 128  # the keeper's lines (at most some 80 bytes), one per start again and one on giving up
+RESTARTS_FILE_LIMIT = (
+    RESTARTS_LIMIT + 1
+) * 128  # the keeper's lines (at most some 80 bytes), one per start again and one on giving up
 
 # What the keeper writes: "restart N BOOT_ID SECONDS CAUSE", or "used-up BOOT_ID SECONDS CAUSE" once
 # it left the job alone. CAUSE: "boot" (the machine restarted) or "container".
@@ -269,10 +271,17 @@ def _container_events(client, container, since: str) -> list[tuple[str, float, s
         return []
     with contextlib.suppress(*engine_errors(), ValueError):
         events = client.api.events(
-            since=f"{started:.3f}", until=f"{time.time():.3f}", filters={"container": container.id, "type": "container"}, decode=True
+            since=f"{started:.3f}",
+            until=f"{time.time():.3f}",
+            filters={"container": container.id, "type": "container"},
+            decode=True,
         )
         return [
-            (str(event.get("Action") or event.get("status") or ""), int(event.get("timeNano") or 0) / 1e9, _signal_of(event))
+            (
+                str(event.get("Action") or event.get("status") or ""),
+                int(event.get("timeNano") or 0) / 1e9,
+                _signal_of(event),
+            )
             for event in events
         ]
     return []
@@ -312,7 +321,9 @@ def may_be_started_again(client, container, since: str) -> bool:
     finished = engine_time(state.get("FinishedAt"))
     if state.get("Running") or finished is None or time.time() - finished >= RESTART_GAP_SECONDS:
         return False
-    lifecycle = [(action, signal) for action, _, signal in _container_events(client, container, since) if action in LIFECYCLE]
+    lifecycle = [
+        (action, signal) for action, _, signal in _container_events(client, container, since) if action in LIFECYCLE
+    ]
     return bool(lifecycle) and _stopping_or_started_again(lifecycle)
 
 
@@ -342,6 +353,10 @@ def why_it_restarted(client, container, since: str, keeper_said: str | None = No
     if "restart" in actions:
         return f"the container was restarted (docker restart) at {stopped_at}"
     if "kill" in actions or "die" in actions:
-        again = ", and started again" if started_again else " (docker stop or docker kill?), and Docker does not start it again by itself"
+        again = (
+            ", and started again"
+            if started_again
+            else " (docker stop or docker kill?), and Docker does not start it again by itself"
+        )
         return f"the container was stopped at {stopped_at}, not by jupyter_trainer{again}"
     return f"the container stopped when the Docker engine restarted, at {stopped_at}"

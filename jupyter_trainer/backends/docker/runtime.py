@@ -62,10 +62,28 @@ class DockerRuntime:
 
     @classmethod
     def of(cls, record: JobRecord) -> "DockerRuntime":
-        kinds = {"container_id": str, "container_name": str, "container_started_at": str, "exec_id": str, "run_dir": str}
-        runtime = read_runtime(cls, record, {**kinds, "mounted": bool, "shared_dir": (str, "optional"), "engine": (dict, "optional"), "sync_facts": (list, "optional"),
-            "restarts_allowed": (int, "optional"), "restarts": (int, "optional"), "restart_causes": (list, "optional"),
-            "image_id": (str, "optional")})
+        kinds = {
+            "container_id": str,
+            "container_name": str,
+            "container_started_at": str,
+            "exec_id": str,
+            "run_dir": str,
+        }
+        runtime = read_runtime(
+            cls,
+            record,
+            {
+                **kinds,
+                "mounted": bool,
+                "shared_dir": (str, "optional"),
+                "engine": (dict, "optional"),
+                "sync_facts": (list, "optional"),
+                "restarts_allowed": (int, "optional"),
+                "restarts": (int, "optional"),
+                "restart_causes": (list, "optional"),
+                "image_id": (str, "optional"),
+            },
+        )
         if runtime.sync_facts is not None and not all(isinstance(fact, str) for fact in runtime.sync_facts):
             raise malformed_runtime(record, "sync_facts is not a list of words")
         if runtime.restart_causes is not None and not all(isinstance(cause, str) for cause in runtime.restart_causes):

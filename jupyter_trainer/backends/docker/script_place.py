@@ -51,7 +51,8 @@ def in_both_places(spec: DetachedSpec, engine: Engine) -> InvalidOption:
     there = spec.also_on_host
     pick_there = (
         f"give its path there ({there}) to run the one on {engine.label}"
-        if there != spec.script_path else f"move this machine's copy away to run the one on {engine.label}"
+        if there != spec.script_path
+        else f"move this machine's copy away to run the one on {engine.label}"
     )
     return InvalidOption(
         f"{posixpath.basename(there)} is both a file of this machine ({spec.script_path}) and one in --workdir {spec.workdir} on {engine.label}, "

@@ -30,7 +30,9 @@ import queue
 import threading
 import time
 
-SESSIONS_PER_CONNECTION = 6  # sshd allows 10 by default: room for sessions it has not let go yet (a busy host is slow to)
+SESSIONS_PER_CONNECTION = (
+    6  # sshd allows 10 by default: room for sessions it has not let go yet (a busy host is slow to)
+)
 LINGER_SECONDS = 0.1  # a session just closed still counts this long, or twice a round trip if longer
 PAUSE_SECONDS = 0.02  # between two looks while waiting for a session
 REFUSED_PAUSE_SECONDS = 0.1  # after a refusal: a session closed a moment ago may still be there
@@ -110,7 +112,9 @@ class Sessions:
                     pause = PAUSE_SECONDS
                 left = deadline - time.monotonic()
                 if left <= 0:
-                    raise paramiko.ChannelException(1, f"no SSH session to spare within {self.patience:g} s ({counted} open)")
+                    raise paramiko.ChannelException(
+                        1, f"no SSH session to spare within {self.patience:g} s ({counted} open)"
+                    )
                 time.sleep(min(pause, left))
         finally:
             with self._lock, contextlib.suppress(ValueError):

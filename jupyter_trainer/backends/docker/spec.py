@@ -37,4 +37,3 @@ def _engine(given: str | None, hosts: Mapping[str, str] | None):
     that those cells keep their fingerprints)."""
     engine = resolve(given, dict(hosts or {}))
     return None if engine.url == LOCAL_SOCKET and not engine.name else engine
-

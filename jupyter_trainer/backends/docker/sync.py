@@ -49,13 +49,21 @@ class SyncPlan:
                 # a regular file only (not a FIFO, not a link to somewhere else), bounded
                 raw = read_small(Path(ignore_file), MAX_IGNORE_FILE_BYTES + 1)
             except OSError as exc:
-                raise InvalidOption(f"--sync cannot read {ignore_file} ({exc.strerror or exc})", f"make {IGNORE_FILE} a readable text file, or remove it") from None
+                raise InvalidOption(
+                    f"--sync cannot read {ignore_file} ({exc.strerror or exc})",
+                    f"make {IGNORE_FILE} a readable text file, or remove it",
+                ) from None
             if len(raw) > MAX_IGNORE_FILE_BYTES:  # never cut silently: what is past the cut would be sent
-                raise InvalidOption(f"--sync cannot use {ignore_file}: it is larger than {MAX_IGNORE_FILE_BYTES >> 20} MiB", "keep it to patterns, one a line")
+                raise InvalidOption(
+                    f"--sync cannot use {ignore_file}: it is larger than {MAX_IGNORE_FILE_BYTES >> 20} MiB",
+                    "keep it to patterns, one a line",
+                )
             try:
                 plan.rules = ignore_patterns.IgnoreRules(ignore_patterns.parse(raw.decode("utf-8", "replace")))
             except ValueError as exc:  # too long to be a list written by hand: never cut silently
-                raise InvalidOption(f"--sync cannot use {ignore_file}: {exc}", "keep it to patterns, one a line") from None
+                raise InvalidOption(
+                    f"--sync cannot use {ignore_file}: {exc}", "keep it to patterns, one a line"
+                ) from None
         return plan
 
     def leaves_out(self, relative: str, entry: os.DirEntry, is_dir: bool) -> str | None:
@@ -83,9 +91,15 @@ class SyncPlan:
     def facts(self) -> list[str]:
         """The credential paths that were left out, for the job's facts (names, never contents)."""
         # a file's name is the user's, anything but `/` and NUL: shown without escapes or line breaks
-        shown = ", ".join(clean_line(path.replace("\n", "?"))[:200] for path in sorted(self.credentials)[:SHOWN_LEFT_OUT])
+        shown = ", ".join(
+            clean_line(path.replace("\n", "?"))[:200] for path in sorted(self.credentials)[:SHOWN_LEFT_OUT]
+        )
         more = len(self.credentials) - SHOWN_LEFT_OUT
-        return [f"--sync left out credentials: {shown}" + (f" and {more} more" if more > 0 else "")] if self.credentials else []
+        return (
+            [f"--sync left out credentials: {shown}" + (f" and {more} more" if more > 0 else "")]
+            if self.credentials
+            else []
+        )
 
 
 def walk(plan: SyncPlan):
@@ -97,7 +111,10 @@ def walk(plan: SyncPlan):
         try:
             entries = sorted(os.scandir(directory), key=lambda entry: entry.name)
         except OSError as exc:
-            raise InvalidOption(f"--sync cannot read {directory} ({exc.strerror or exc})", "make it readable, or list it in " + IGNORE_FILE) from None
+            raise InvalidOption(
+                f"--sync cannot read {directory} ({exc.strerror or exc})",
+                "make it readable, or list it in " + IGNORE_FILE,
+            ) from None
         subdirectories = []
         for entry in entries:
             relative = f"{relative_dir}{entry.name}"

@@ -14,8 +14,8 @@ from .in_container import run_in
 # wedged driver hangs it: after 2 s the exec's whole process group (the engine makes the exec's
 # shell its leader) is killed, nvidia-smi and whatever it started with it.
 GPU_QUERY = (
-    'command -v nvidia-smi >/dev/null 2>&1 || { echo none; exit 0; }; '
-    '(sleep 2; kill -9 -$$) 2>/dev/null & watchdog=$!; '
+    "command -v nvidia-smi >/dev/null 2>&1 || { echo none; exit 0; }; "
+    "(sleep 2; kill -9 -$$) 2>/dev/null & watchdog=$!; "
     'nvidia-smi "$@"; status=$?; kill $watchdog 2>/dev/null; exit $status'
 )
 GPU_QUERY_SECONDS = 3.0  # the answer awaited at most (the container's own tools may be replaced)

@@ -63,8 +63,21 @@ class SageMakerRuntime:
 
     @classmethod
     def of(cls, record: JobRecord) -> "SageMakerRuntime":
-        optional = {"region": str, "supervisor": dict, "secondary_status": str, "failure_reason": str, "billable_seconds": int, "model_artifacts": str, "image_uri": str}
-        kinds = {"training_job_name": str, "mode": str, "sdk": int, **{key: (kind, "optional") for key, kind in optional.items()}}
+        optional = {
+            "region": str,
+            "supervisor": dict,
+            "secondary_status": str,
+            "failure_reason": str,
+            "billable_seconds": int,
+            "model_artifacts": str,
+            "image_uri": str,
+        }
+        kinds = {
+            "training_job_name": str,
+            "mode": str,
+            "sdk": int,
+            **{key: (kind, "optional") for key, kind in optional.items()},
+        }
         runtime = read_runtime(cls, record, kinds)
         if runtime.mode not in ("remote", "local") or (runtime.mode == "remote" and not runtime.region):
             raise malformed_runtime(record, f"mode {runtime.mode!r}")
@@ -129,8 +142,12 @@ class SageMakerBackend(BackendBase):
             command = [sys.executable, "-m", "jupyter_trainer.backends.sagemaker.local", str(run_dir)]
             # the job's environment values reach the runner's process only, never a file
             env = {"PYTHONUNBUFFERED": "1", JOB_ENV_VARIABLE: json.dumps(spec.env)}
-            supervised = start_supervised(run_dir, command, cwd=str(run_dir), env=env, given=notify_input(record, run_dir, spec.notify))
-            return SageMakerRuntime(job_name, "local", sdk, supervisor=supervised.supervisor.to_dict(), image_uri=spec.image_uri)
+            supervised = start_supervised(
+                run_dir, command, cwd=str(run_dir), env=env, given=notify_input(record, run_dir, spec.notify)
+            )
+            return SageMakerRuntime(
+                job_name, "local", sdk, supervisor=supervised.supervisor.to_dict(), image_uri=spec.image_uri
+            )
         session = aws_session()
         code_uri = None if code_dir is None else self._upload_code(session, code_dir, spec.output_path, job_name)
         from .sdk import submit_remote
@@ -150,7 +167,12 @@ class SageMakerBackend(BackendBase):
         (code_dir / spec.entry_script).parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(run_dir / SCRIPT_FILE, code_dir / spec.entry_script)
         shutil.copyfile(launcher.__file__, code_dir / LAUNCHER_NAME)
-        launch = {"script": spec.entry_script, "interpreter": list(spec.interpreter), "args": list(spec.args), "job_name": job_name}
+        launch = {
+            "script": spec.entry_script,
+            "interpreter": list(spec.interpreter),
+            "args": list(spec.args),
+            "job_name": job_name,
+        }
         (code_dir / launcher.CONFIG_NAME).write_text(json.dumps(launch))
         return code_dir
 
@@ -194,7 +216,9 @@ class SageMakerBackend(BackendBase):
             reason = reason_from_file(run_dir / FAILURE_FILE)
         except OSError:  # none written: the exit code says what is known
             return seen
-        return dataclasses.replace(seen, final=Status.FAILED, reason=reason, headline=headline(reason)) if reason else seen
+        return (
+            dataclasses.replace(seen, final=Status.FAILED, reason=reason, headline=headline(reason)) if reason else seen
+        )
 
     def log_source(self, record: JobRecord, run_dir: Path):
         if not record.runtime or SageMakerRuntime.of(record).mode != "remote":  # local, or not submitted yet
@@ -235,12 +259,20 @@ class SageMakerBackend(BackendBase):
         """The instances the job has to itself (SageMaker gives no live use without CloudWatch metrics)."""
         count = record.options.get("instance_count", 1)
         kind = record.options.get("instance_type")
-        return Usage("instances", instance_type=kind if isinstance(kind, str) else None, instance_count=count if isinstance(count, int) else None)
+        return Usage(
+            "instances",
+            instance_type=kind if isinstance(kind, str) else None,
+            instance_count=count if isinstance(count, int) else None,
+        )
 
     def describe_where(self, record: JobRecord) -> str:
         count = record.options.get("instance_count", 1)
         size = f"{record.options.get('instance_type')}" + (f" x{count}" if count != 1 else "")
-        name = record.runtime.get("training_job_name") if isinstance(record.runtime.get("training_job_name"), str) else None
+        name = (
+            record.runtime.get("training_job_name")
+            if isinstance(record.runtime.get("training_job_name"), str)
+            else None
+        )
         return f"SageMaker job {name or '?'} ({size})"
 
     def describe_host(self, record: JobRecord) -> str | None:

@@ -63,10 +63,20 @@ def observe_training_job(description: dict) -> Observation:
         return Observation(exit_code=0, alive=False, started=True, ended_at=ended_at, details=details)
     if status == "Failed":
         reason = details["failure_reason"] or "the training job failed"
-        return Observation(final=Status.FAILED, reason=reason, headline=headline(reason), alive=False, started=True, ended_at=ended_at, details=details)
+        return Observation(
+            final=Status.FAILED,
+            reason=reason,
+            headline=headline(reason),
+            alive=False,
+            started=True,
+            ended_at=ended_at,
+            details=details,
+        )
     if status == "Stopped":
         reason = "the training job was stopped"
-        return Observation(final=Status.STOPPED, reason=reason, alive=False, started=True, ended_at=ended_at, details=details)
+        return Observation(
+            final=Status.STOPPED, reason=reason, alive=False, started=True, ended_at=ended_at, details=details
+        )
     secondary = description.get("SecondaryStatus") or status or "Starting"
     started = secondary not in ("Starting", "Pending", "LaunchingMLInstances", "PreparingTrainingStack")
     return Observation(alive=True, started=started, details=details)

@@ -50,6 +50,8 @@ SAGEMAKER = (
 
 
 DECLARATION = Declaration(
-    "sagemaker", entry="jupyter_trainer.backends.sagemaker.backend:SageMakerBackend", magic_options=SAGEMAKER,
+    "sagemaker",
+    entry="jupyter_trainer.backends.sagemaker.backend:SageMakerBackend",
+    magic_options=SAGEMAKER,
     run_files=(CLOUDWATCH_STATE_FILE, CLOUDWATCH_LOCK_FILE, SPEC_FILE, CODE_DIR, FAILURE_FILE),
 )

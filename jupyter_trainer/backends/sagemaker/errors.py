@@ -78,15 +78,25 @@ def local_mode_failure(exc: BaseException, needs_aws: bool, image: str) -> tuple
 
     if isinstance(exc, TrainerError):
         return str(exc), 1
-    if isinstance(exc, NoCredentialsError):  # an AWS call without credentials: an S3 channel, or logging in to ECR for the image
+    if isinstance(
+        exc, NoCredentialsError
+    ):  # an AWS call without credentials: an S3 channel, or logging in to ECR for the image
         if needs_aws:
             return "no AWS credentials found for the s3:// locations", 1
-        return f"pulling {image} needs AWS credentials, and a job whose channels are all local gets none: pull the image with docker first", 1
+        return (
+            f"pulling {image} needs AWS credentials, and a job whose channels are all local gets none: pull the image with docker first",
+            1,
+        )
     if isinstance(exc, RuntimeError):
         # the SDK's words for a container that exited non-zero: its only way of giving the code
         match = re.search(r"exited with code: (\d+)", str(exc))
-        return f"the training container failed ({' '.join(str(exc).split())[-200:]})", int(match.group(1)) if match else 1
-    return f"local mode failed: {exc.__class__.__name__}: {' '.join(str(exc).split())[:300]}", 1  # the SDK's own trouble, a bug
+        return f"the training container failed ({' '.join(str(exc).split())[-200:]})", int(
+            match.group(1)
+        ) if match else 1
+    return (
+        f"local mode failed: {exc.__class__.__name__}: {' '.join(str(exc).split())[:300]}",
+        1,
+    )  # the SDK's own trouble, a bug
 
 
 def one_line(exc: BaseException) -> str:

@@ -44,7 +44,9 @@ RESERVED_HYPERPARAMETERS = {
     "sagemaker_container_log_level", "sagemaker_job_name", "sagemaker_region", "sagemaker_s3_output",
     "_tuning_objective_metric", "default_user_module_name",
 }  # fmt: skip
-FAILURE_MARKER = "jupyter_trainer: failure reason: "  # then the reason as JSON, one line: local mode reads it from the log
+FAILURE_MARKER = (
+    "jupyter_trainer: failure reason: "  # then the reason as JSON, one line: local mode reads it from the log
+)
 
 
 def path(*parts):
@@ -112,7 +114,11 @@ def count_gpus():
 def training_environment(config, code_dir, code_channel):
     """The toolkit's environment, by its names (lower case, without `SM_`)."""
     everything = {str(key): decoded(value) for key, value in read_json("hyperparameters.json", {}).items()}
-    toolkit = {key: value for key, value in everything.items() if key.startswith("sagemaker_") or key in RESERVED_HYPERPARAMETERS}
+    toolkit = {
+        key: value
+        for key, value in everything.items()
+        if key.startswith("sagemaker_") or key in RESERVED_HYPERPARAMETERS
+    }
     framework = {key: value for key, value in toolkit.items() if key not in RESERVED_HYPERPARAMETERS}
     hyperparameters = {key: value for key, value in everything.items() if key not in toolkit}
     resources = read_json("resourceconfig.json", {})
@@ -130,7 +136,9 @@ def training_environment(config, code_dir, code_channel):
     distributed = any(framework.get(flag) for flag in DISTRIBUTION_FLAGS)
     distribution_groups = [current_group] if groups and distributed else []
     if groups:
-        distribution_hosts = [host for g in groups if g.get("instance_group_name") in distribution_groups for host in g.get("hosts", [])]
+        distribution_hosts = [
+            host for g in groups if g.get("instance_group_name") in distribution_groups for host in g.get("hosts", [])
+        ]
     else:
         distribution_hosts = list(hosts)
     master = (distribution_hosts or hosts)[0]
@@ -139,7 +147,9 @@ def training_environment(config, code_dir, code_channel):
         "channel_input_dirs": channels,
         "current_host": current_host,
         "current_instance_group": current_group,
-        "current_instance_group_hosts": next((g["hosts"] for g in groups if g.get("instance_group_name") == current_group), []),
+        "current_instance_group_hosts": next(
+            (g["hosts"] for g in groups if g.get("instance_group_name") == current_group), []
+        ),
         "current_instance_type": resources.get("current_instance_type", "local"),
         "distribution_hosts": distribution_hosts,
         "distribution_instance_groups": distribution_groups,
@@ -259,7 +269,11 @@ def externally_managed(python):
         stdlib = sysconfig.get_path("stdlib")
     else:
         try:
-            stdlib = subprocess.check_output([python, "-c", "import sysconfig; print(sysconfig.get_path('stdlib'))"]).decode().strip()
+            stdlib = (
+                subprocess.check_output([python, "-c", "import sysconfig; print(sysconfig.get_path('stdlib'))"])
+                .decode()
+                .strip()
+            )
         except (OSError, subprocess.CalledProcessError):
             return False
     return os.path.exists(os.path.join(stdlib, "EXTERNALLY-MANAGED"))
@@ -281,7 +295,11 @@ def error_message(stderr_tail):
                 frames.append(lines[i].strip())
             i += 1
         message = []
-        while i < len(lines) and lines[i].strip() and not lines[i].startswith(("Traceback (", "During handling", "The above exception")):
+        while (
+            i < len(lines)
+            and lines[i].strip()
+            and not lines[i].startswith(("Traceback (", "During handling", "The above exception"))
+        ):
             message.append(lines[i])
             i += 1
         if message:
@@ -372,7 +390,9 @@ class Runner:
         """Run `command`; its exit code (negative: the signal that killed it) and the end of its stderr."""
         if self.stopping:
             return -self.signals[0], b""
-        child = subprocess.Popen(command, env=env, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+        child = subprocess.Popen(
+            command, env=env, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True
+        )
         self.child = child
         if self.stopping:  # a signal between the check and the start
             self._signal(self.signals[-1], None)
@@ -446,7 +466,12 @@ def launch(runner):
     if problem:
         write_failure(problem, runner)
         return 1
-    command = interpreter_for(config["interpreter"], env) + [config["script"]] + cmd_args(env["hyperparameters"]) + list(config.get("args", []))
+    command = (
+        interpreter_for(config["interpreter"], env)
+        + [config["script"]]
+        + cmd_args(env["hyperparameters"])
+        + list(config.get("args", []))
+    )
     child_env = dict(os.environ, PYTHONUNBUFFERED=os.environ.get("PYTHONUNBUFFERED", "1"))
     child_env["PYTHONPATH"] = os.pathsep.join(filter(None, [code_dir, os.environ.get("PYTHONPATH")]))
     try:

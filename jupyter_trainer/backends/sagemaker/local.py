@@ -51,7 +51,9 @@ COLOUR = r"\x1b\[[0-9;]*m"  # a terminal colour code, as compose writes them
 # docker-compose's prefix on each line of a training container ("PROJECT-algo-1-abcde  | " from
 # SDK v2, "algo-1_1  | " from v3), with the colours compose may put around it; group 1 names the
 # host without local mode's random suffix
-COMPOSE_PREFIX = re.compile(rf"(?:{COLOUR})*(?:[A-Za-z0-9_.-]*?[-_])?(algo-\d+)(?:-[a-z0-9]+)?(?:_\d+)?\s*(?:{COLOUR})*\|(?:{COLOUR})* ?")
+COMPOSE_PREFIX = re.compile(
+    rf"(?:{COLOUR})*(?:[A-Za-z0-9_.-]*?[-_])?(algo-\d+)(?:-[a-z0-9]+)?(?:_\d+)?\s*(?:{COLOUR})*\|(?:{COLOUR})* ?"
+)
 COLOURS = re.compile(COLOUR)
 
 
@@ -138,7 +140,9 @@ def refuse_compose_variables(paths: list[str]) -> None:
     they say in the compose file, where `$` starts a variable."""
     for path in paths:
         if COMPOSE_VARIABLE in path:
-            raise TrainerError(f"docker-compose would read the '$' in {path!r} as a variable", "use a store and a TMPDIR without '$'")
+            raise TrainerError(
+                f"docker-compose would read the '$' in {path!r} as a variable", "use a store and a TMPDIR without '$'"
+            )
 
 
 def needs_aws(spec: SageMakerSpec) -> bool:

@@ -85,7 +85,9 @@ def submit_remote(spec: SageMakerSpec, job_name: str, code_uri: str | None, boto
             if major >= 3:
                 _create_v3(spec, job_name, code_uri, boto_session)
             else:
-                _estimator_v2(spec, boto_session, local=False).fit(  # no channel at all: none (an empty list is refused)
+                _estimator_v2(
+                    spec, boto_session, local=False
+                ).fit(  # no channel at all: none (an empty list is refused)
                     _inputs_v2(spec, code_uri) or None, job_name=job_name, wait=False, logs=False
                 )
         except TrainerError:
@@ -94,7 +96,14 @@ def submit_remote(spec: SageMakerSpec, job_name: str, code_uri: str | None, boto
             raise job_refused(exc) from exc
 
 
-def run_local(spec: SageMakerSpec, job_name: str, code_dir: str | None, container_root: str, boto_session, failures: list | None = None) -> None:
+def run_local(
+    spec: SageMakerSpec,
+    job_name: str,
+    code_dir: str | None,
+    container_root: str,
+    boto_session,
+    failures: list | None = None,
+) -> None:
     """SageMaker local mode on this machine's Docker; blocks until the training container exits.
     `code_dir`: the code channel (None: the image's own `train` runs); `failures` gets what each
     host's container wrote to /opt/ml/output/failure."""
@@ -105,7 +114,9 @@ def run_local(spec: SageMakerSpec, job_name: str, code_dir: str | None, containe
             _local_v3(spec, job_name, code_dir, container_root, boto_session)
             return
         estimator = _estimator_v2(spec, boto_session, local=True, container_root=container_root)
-        estimator.fit(_inputs_v2(spec, code_dir and f"file://{code_dir}") or None, job_name=job_name, wait=True, logs=True)
+        estimator.fit(
+            _inputs_v2(spec, code_dir and f"file://{code_dir}") or None, job_name=job_name, wait=True, logs=True
+        )
 
 
 def keeping_failures(kept: list) -> None:
@@ -160,8 +171,11 @@ def _local_v3(spec: SageMakerSpec, job_name: str, code_dir: str | None, containe
         AlgorithmSpecification={"TrainingImage": spec.image_uri, "TrainingInputMode": "File", **entrypoint},
         InputDataConfig=[_channel_request(name, uri) for name, uri in channels.items()],
         OutputDataConfig={"S3OutputPath": spec.output_path},
-        ResourceConfig={"InstanceType": spec.instance_type, "InstanceCount": spec.instance_count,
-                        "VolumeSizeInGB": spec.volume_size or DEFAULT_VOLUME_GB},  # fmt: skip
+        ResourceConfig={
+            "InstanceType": spec.instance_type,
+            "InstanceCount": spec.instance_count,
+            "VolumeSizeInGB": spec.volume_size or DEFAULT_VOLUME_GB,
+        },  # fmt: skip
         HyperParameters=dict(spec.hyperparameters),
         Environment=compose_environment(spec.env),
         RoleArn=spec.role,
@@ -230,7 +244,9 @@ def _create_v3(spec: SageMakerSpec, job_name: str, code_uri: str | None, boto_se
 
     def channel(name: str, uri: str):
         source = shapes.S3DataSource(s3_data_type="S3Prefix", s3_uri=uri, s3_data_distribution_type="FullyReplicated")
-        return shapes.Channel(channel_name=name, data_source=shapes.DataSource(s3_data_source=source), input_mode="File")
+        return shapes.Channel(
+            channel_name=name, data_source=shapes.DataSource(s3_data_source=source), input_mode="File"
+        )
 
     stopping = shapes.StoppingCondition(max_runtime_in_seconds=spec.max_run or DEFAULT_MAX_RUN)
     if spec.max_wait:
@@ -245,9 +261,13 @@ def _create_v3(spec: SageMakerSpec, job_name: str, code_uri: str | None, boto_se
     if spec.env:
         options["environment"] = dict(spec.env)
     if spec.tags:
-        options["tags"] = [{"key": key, "value": value} for key, value in spec.tags.items()]  # as create() validates them
+        options["tags"] = [
+            {"key": key, "value": value} for key, value in spec.tags.items()
+        ]  # as create() validates them
     if spec.subnets:
-        options["vpc_config"] = shapes.VpcConfig(security_group_ids=list(spec.security_group_ids), subnets=list(spec.subnets))
+        options["vpc_config"] = shapes.VpcConfig(
+            security_group_ids=list(spec.security_group_ids), subnets=list(spec.subnets)
+        )
     TrainingJob.create(
         training_job_name=job_name,
         role_arn=spec.role,
@@ -257,7 +277,8 @@ def _create_v3(spec: SageMakerSpec, job_name: str, code_uri: str | None, boto_se
             container_entrypoint=_code(spec, code_uri)[1].get("ContainerEntrypoint"),
             metric_definitions=[shapes.MetricDefinition(name=m.name, regex=m.regex) for m in spec.metrics] or None,
         ),
-        input_data_config=[channel(name, uri) for name, uri in {**spec.inputs, **_code(spec, code_uri)[0]}.items()] or None,
+        input_data_config=[channel(name, uri) for name, uri in {**spec.inputs, **_code(spec, code_uri)[0]}.items()]
+        or None,
         output_data_config=shapes.OutputDataConfig(s3_output_path=spec.output_path),
         resource_config=shapes.ResourceConfig(
             instance_type=spec.instance_type,
@@ -296,11 +317,15 @@ def _huggingface_base(image_uris, version: str) -> str:
     training = image_uris.config_for_framework("huggingface")["training"]
     versions = training["versions"].get(training.get("version_aliases", {}).get(version, version))
     if not versions:
-        raise ValueError(f"unsupported huggingface version {version}; supported: {', '.join(sorted(training['versions']))}")
+        raise ValueError(
+            f"unsupported huggingface version {version}; supported: {', '.join(sorted(training['versions']))}"
+        )
     bases = [key for key in versions if key.startswith("pytorch")]
     if not bases:
         raise ValueError(f"no PyTorch image of huggingface {version}")
-    newest = max(bases, key=lambda key: [int(part) if part.isdigit() else 0 for part in key[len("pytorch") :].split(".")])
+    newest = max(
+        bases, key=lambda key: [int(part) if part.isdigit() else 0 for part in key[len("pytorch") :].split(".")]
+    )
     aliases = [alias for alias, full in versions.get("version_aliases", {}).items() if full == newest]
     return min(aliases, key=len) if aliases else newest
 

@@ -122,15 +122,17 @@ def parse_channels(items: Iterable[str], local: bool) -> dict[str, str]:
         if not CHANNEL_NAME.fullmatch(name):
             raise InvalidOption(f"--input: bad channel name {name[:70]!r}", "use letters, digits, '.', '-' or '_'")
         if name == CODE_CHANNEL:
-            raise InvalidOption(f"--input: the channel name {CODE_CHANNEL!r} is reserved for the script", "choose another")
+            raise InvalidOption(
+                f"--input: the channel name {CODE_CHANNEL!r} is reserved for the script", "choose another"
+            )
         if name in channels:
             raise InvalidOption(f"--input: channel {name!r} is given twice")
         channels[name] = parse_uri(uri, f"--input {name}", ("s3", "file") if local else ("s3",))
         if uri.startswith("file://") and not os.path.exists(uri[len("file://") :]):
-            raise InvalidOption(f"--input {name}: {uri[len('file://'):]} does not exist")
+            raise InvalidOption(f"--input {name}: {uri[len('file://') :]} does not exist")
         if uri.startswith("file://") and COMPOSE_VARIABLE in uri:
             raise InvalidOption(
-                f"--input {name}: local mode's docker-compose would read the '$' in {uri[len('file://'):][:80]!r} as a variable",
+                f"--input {name}: local mode's docker-compose would read the '$' in {uri[len('file://') :][:80]!r} as a variable",
                 "link the directory from a path without '$' and give that",
             )
     return channels
@@ -149,15 +151,23 @@ def build_sagemaker_spec(
     _check_image(image_uri, values["framework"], values["framework_version"], values["py_version"])
     local = instance_type in LOCAL_TYPES
     if not local and not INSTANCE_TYPE.fullmatch(instance_type):
-        raise InvalidOption(f"unknown instance type {instance_type!r}", "use an ml.* type such as ml.g5.xlarge, or local")
+        raise InvalidOption(
+            f"unknown instance type {instance_type!r}", "use an ml.* type such as ml.g5.xlarge, or local"
+        )
     if not role:
-        raise InvalidOption("no execution role given", "pass --role arn:aws:iam::ACCOUNT:role/NAME (or %config TrainerMagics.role)")
+        raise InvalidOption(
+            "no execution role given", "pass --role arn:aws:iam::ACCOUNT:role/NAME (or %config TrainerMagics.role)"
+        )
     if not ROLE_ARN.fullmatch(role):
-        raise InvalidOption(f"--role {role[:80]!r} is not an IAM role ARN", "for example arn:aws:iam::123456789012:role/SageMakerRole")
+        raise InvalidOption(
+            f"--role {role[:80]!r} is not an IAM role ARN", "for example arn:aws:iam::123456789012:role/SageMakerRole"
+        )
     if values["instance_count"] < 1:
         raise InvalidOption("--instance-count must be 1 or more")
     if not values["output_path"]:
-        raise InvalidOption("no output path given", "pass --output-path s3://bucket/prefix (file:///dir with --instance-type local)")
+        raise InvalidOption(
+            "no output path given", "pass --output-path s3://bucket/prefix (file:///dir with --instance-type local)"
+        )
     values["output_path"] = parse_uri(values["output_path"], "--output-path", ("s3", "file") if local else ("s3",))
     _check_time_limits(values["max_run"], values["max_wait"], values["spot"])
     if values["checkpoint_s3_uri"] is not None:
@@ -172,7 +182,9 @@ def build_sagemaker_spec(
     values["tags"] = parse_tags(values["tags"])
     values["subnets"], values["security_group_ids"] = parse_vpc(values["subnets"], values["security_group_ids"])
     _check_instances(values["volume_size"], values["keep_alive_period"])
-    return SageMakerSpec(script=script, metrics=parse_metrics(metrics), args=tuple(args), image_train=image_train, **values)
+    return SageMakerSpec(
+        script=script, metrics=parse_metrics(metrics), args=tuple(args), image_train=image_train, **values
+    )
 
 
 def _refuse_script_options(values: dict, args: Iterable[str]) -> None:
@@ -186,7 +198,9 @@ def _refuse_script_options(values: dict, args: Iterable[str]) -> None:
         listed = " and ".join(given)
         raise InvalidOption(
             f"{listed} {'mean' if len(given) > 1 else 'means'} nothing without a script: the image's own train runs",
-            "give SCRIPT (or write the script in a %%sagemaker_fit cell), or drop " + listed + " (the image's train reads --hyperparameter values)",
+            "give SCRIPT (or write the script in a %%sagemaker_fit cell), or drop "
+            + listed
+            + " (the image's train reads --hyperparameter values)",
         )
 
 
@@ -195,18 +209,26 @@ def _check_image(image_uri: str | None, framework: str | None, version: str | No
         raise InvalidOption("--image-uri and --framework both name the image", "give one of them")
     if framework:
         if framework not in FRAMEWORKS:
-            raise InvalidOption(f"--framework {framework[:40]!r} is not one this knows", f"use one of {', '.join(FRAMEWORKS)}, or --image-uri")
+            raise InvalidOption(
+                f"--framework {framework[:40]!r} is not one this knows",
+                f"use one of {', '.join(FRAMEWORKS)}, or --image-uri",
+            )
         if not version:
-            raise InvalidOption(f"--framework {framework} needs --framework-version", "for example --framework-version 2.1")
+            raise InvalidOption(
+                f"--framework {framework} needs --framework-version", "for example --framework-version 2.1"
+            )
         for value, option in ((version, "--framework-version"), (py_version, "--py-version")):
             if value is not None and not re.fullmatch(r"[A-Za-z0-9._-]{1,32}", value):
                 raise InvalidOption(f"{option} {value[:40]!r} is not a version")
         return
     if version or py_version:
-        raise InvalidOption("--framework-version and --py-version go with --framework", "add --framework NAME, or drop them")
+        raise InvalidOption(
+            "--framework-version and --py-version go with --framework", "add --framework NAME, or drop them"
+        )
     if not image_uri:
         raise InvalidOption(
-            "no training image given", "pass --image-uri URI or --framework NAME --framework-version V (or set them with %config)"
+            "no training image given",
+            "pass --image-uri URI or --framework NAME --framework-version V (or set them with %config)",
         )
     if not IMAGE_REF.fullmatch(image_uri):
         raise InvalidOption(f"invalid image URI {image_uri[:80]!r}")
@@ -223,7 +245,9 @@ def parse_tags(items: Iterable[str]) -> dict[str, str]:
     tags = {}
     for key, value in _pairs(items, "--tag", "team=vision"):
         if not TAG_KEY.fullmatch(key) or key.lower().startswith("aws:"):
-            raise InvalidOption(f"--tag: bad key {key[:60]!r}", "up to 128 letters, digits, spaces and _.:/=+-@, not starting with aws:")
+            raise InvalidOption(
+                f"--tag: bad key {key[:60]!r}", "up to 128 letters, digits, spaces and _.:/=+-@, not starting with aws:"
+            )
         if len(value) > 256:
             raise InvalidOption(f"--tag {key}: the value is longer than 256 characters")
         tags[key] = value
@@ -235,10 +259,17 @@ def parse_tags(items: Iterable[str]) -> dict[str, str]:
 def parse_vpc(subnets: Iterable[str], groups: Iterable[str]) -> tuple[tuple[str, ...], tuple[str, ...]]:
     subnets, groups = tuple(subnets or ()), tuple(groups or ())
     if bool(subnets) != bool(groups):
-        raise InvalidOption("a VPC needs both --subnet and --security-group-id", "give at least one of each, or neither")
-    for value, pattern, option in [*((s, SUBNET_ID, "--subnet") for s in subnets), *((g, SECURITY_GROUP_ID, "--security-group-id") for g in groups)]:
+        raise InvalidOption(
+            "a VPC needs both --subnet and --security-group-id", "give at least one of each, or neither"
+        )
+    for value, pattern, option in [
+        *((s, SUBNET_ID, "--subnet") for s in subnets),
+        *((g, SECURITY_GROUP_ID, "--security-group-id") for g in groups),
+    ]:
         if not pattern.fullmatch(value):
-            raise InvalidOption(f"{option} {value[:40]!r} is not an id", "for example subnet-0123456789abcdef0 and sg-0123456789abcdef0")
+            raise InvalidOption(
+                f"{option} {value[:40]!r} is not an id", "for example subnet-0123456789abcdef0 and sg-0123456789abcdef0"
+            )
     if len(subnets) > 16 or len(groups) > 5:
         raise InvalidOption("at most 16 subnets and 5 security groups")
     return subnets, groups
@@ -296,4 +327,6 @@ def sagemaker_spec(
     local = (values["instance_type"] or "") in LOCAL_TYPES
     if not values["output_path"] and fallback_output and not local:
         values["output_path"] = fallback_output(given.get("name"))
-    return build_sagemaker_spec(script, **values, metrics=given.get("metrics") or (), args=args, image_train=image_train)
+    return build_sagemaker_spec(
+        script, **values, metrics=given.get("metrics") or (), args=args, image_train=image_train
+    )

@@ -84,7 +84,9 @@ def output_pattern(directory: Path) -> str:
 class SlurmArray:
     """One sweep's job array, submitted held (`submit`), then each run given its task."""
 
-    def __init__(self, backend: BackendBase, spec, store: JobStore, name: str, indices: list[int], max_running: int | None):
+    def __init__(
+        self, backend: BackendBase, spec, store: JobStore, name: str, indices: list[int], max_running: int | None
+    ):
         self.backend, self.spec, self.store, self.name = backend, spec, store, name
         self.indices, self.max_running = indices, max_running
         self.token = secrets.token_hex(16)
@@ -122,7 +124,9 @@ class SlurmArray:
         if answer is None:
             self._remove_directory()
             said = output.strip().splitlines()[-1].strip() if output.strip() else ""
-            raise InvalidOption(f"sbatch answered {said[:80]!r}, not a job id", "check sbatch --parsable by hand on this machine")
+            raise InvalidOption(
+                f"sbatch answered {said[:80]!r}, not a job id", "check sbatch --parsable by hand on this machine"
+            )
         self.job_id = answer.group(1)
         self._note_held()
         return self
@@ -136,7 +140,14 @@ class SlurmArray:
 
     def for_run(self, index: int, spec):
         """The run's spec, with its task of the array."""
-        task = ArrayTask(f"{self.job_id}_{index}", self.token, self.submitted_at, self.name, output_pattern(self.directory), str(self.directory))
+        task = ArrayTask(
+            f"{self.job_id}_{index}",
+            self.token,
+            self.submitted_at,
+            self.name,
+            output_pattern(self.directory),
+            str(self.directory),
+        )
         options = spec.options if isinstance(spec.options, SlurmOptions) else SlurmOptions()
         return dataclasses.replace(spec, options=dataclasses.replace(options, array_task=task))
 
@@ -215,7 +226,14 @@ def _read_held(path: Path) -> _HeldNote | None:
             return None
         if not (isinstance(token, str) and re.fullmatch(r"[0-9a-f]{32}", token)):
             return None
-        return _HeldNote(ProcessIdentity.from_dict(data["submitter"]), str(data["host"]), job_id, indices, token, float(data["submitted_at"]))
+        return _HeldNote(
+            ProcessIdentity.from_dict(data["submitter"]),
+            str(data["host"]),
+            job_id,
+            indices,
+            token,
+            float(data["submitted_at"]),
+        )
     except (OSError, ValueError, TypeError, KeyError, AttributeError, OverflowError, RecursionError):
         return None  # (OverflowError: an int too large for a float; RecursionError: JSON nested past reading)
 
@@ -243,7 +261,9 @@ def resume_held(store: JobStore, name: str) -> list[str]:
             if made:
                 run("scontrol", "release", ",".join(made), timeout=30)
         except SlurmCommandFailed as error:
-            if not (error.unknown_job or error.job_ending or error.job_ended):  # one that has ended since is nothing to release
+            if not (
+                error.unknown_job or error.job_ending or error.job_ended
+            ):  # one that has ended since is nothing to release
                 array_id = next(iter(waiting.values())).job_id.split("_")[0]
                 raise InvalidOption(
                     f"the job array {array_id} of sweep {name!r}, left held by a submission that was interrupted, could not be released: {error.said}",
@@ -254,7 +274,9 @@ def resume_held(store: JobStore, name: str) -> list[str]:
         _forget_held(directory)
         if waiting:
             array_id = next(iter(waiting.values())).job_id.split("_")[0]
-            said.append(f"job array {array_id}, left held by an interrupted submission: {len(made)} run(s) released, {len(unmade)} never made cancelled")
+            said.append(
+                f"job array {array_id}, left held by an interrupted submission: {len(made)} run(s) released, {len(unmade)} never made cancelled"
+            )
     return said
 
 
@@ -264,7 +286,17 @@ def _tasks_of(name: str, note: _HeldNote, directory: Path) -> dict[int, SlurmJob
     ended and been forgotten)."""
     identity = JobIdentity(name, note.submitted_at, output_pattern(directory), note.token)
     separator = new_separator()
-    output = run("squeue", "--me", "--states=all", "--array", "--noheader", f"--name={name}", "-O", squeue_format(separator), timeout=30)
+    output = run(
+        "squeue",
+        "--me",
+        "--states=all",
+        "--array",
+        "--noheader",
+        f"--name={name}",
+        "-O",
+        squeue_format(separator),
+        timeout=30,
+    )
     tasks: dict[int, SlurmJob] = {}
     for job in parse_squeue(output, separator, str(os.getuid())).values():
         task = ARRAY_TASK_ID.fullmatch(job.job_id)

@@ -116,7 +116,12 @@ def _followed(store: JobStore):
 
     def listing():
         for record in store.records():
-            if isinstance(record, JobRecord) and record.backend == "slurm" and not record.status.is_final and record.runtime:
+            if (
+                isinstance(record, JobRecord)
+                and record.backend == "slurm"
+                and not record.status.is_final
+                and record.runtime
+            ):
                 try:
                     runtime = SlurmRuntime.of(record)
                 except Exception:
@@ -163,7 +168,9 @@ class SlurmBackend(BackendBase):
         if given:
             write_run_file(run_dir, NOTIFY_INPUT_FILE, given)
         # a script run in place is the file as named (the nodes see this machine's paths, and follow its links)
-        write_launch_target(run_dir, spec, spec.workdir, record.name, ScriptPlace(spec.script_path) if spec.script_path else None)
+        write_launch_target(
+            run_dir, spec, spec.workdir, record.name, ScriptPlace(spec.script_path) if spec.script_path else None
+        )
         command = job_command(spec, str(run_dir))
         if options.array_task is not None:  # a sweep's run: its task of the array submitted for the sweep
             task = options.array_task
@@ -171,12 +178,26 @@ class SlurmBackend(BackendBase):
             return SlurmRuntime(
                 task.job_id, task.submitted_at, nodes, state="PENDING", token=task.token, job_name=task.job_name, output=task.output,
             )  # fmt: skip
-        args = ["--parsable", f"--job-name={record.name}", f"--output={output_option(run_dir)}", *sbatch_options(spec, options)]
+        args = [
+            "--parsable",
+            f"--job-name={record.name}",
+            f"--output={output_option(run_dir)}",
+            *sbatch_options(spec, options),
+        ]
         # "--" ends sbatch's options: a last --sbatch-arg that wants a value it was not given
         # ("--comment") takes this one, never the batch file that follows. The token, new for
         # each submission, is in the job's command, which squeue shows and nobody can change
         token = secrets.token_hex(16)
-        args += ["--", str(run_dir / BATCH_FILE), str(run_dir), token, str(nodes), "1" if requeue else "0", str(STOP_GRACE_SECONDS), *command]
+        args += [
+            "--",
+            str(run_dir / BATCH_FILE),
+            str(run_dir),
+            token,
+            str(nodes),
+            "1" if requeue else "0",
+            str(STOP_GRACE_SECONDS),
+            *command,
+        ]
         submitted_at = time.time()
         identity = JobIdentity(record.name, submitted_at, output_option(run_dir), token)
         try:
@@ -196,7 +217,13 @@ class SlurmBackend(BackendBase):
             if match is None:
                 cancelled = _cancel_submitted(output, identity)
                 answer = output.strip().splitlines()[-1].strip() if output.strip() else ""
-                raise _with_cancelled(InvalidOption(f"sbatch answered {answer[:80]!r}, not a job id", "check sbatch --parsable by hand on this machine"), cancelled)
+                raise _with_cancelled(
+                    InvalidOption(
+                        f"sbatch answered {answer[:80]!r}, not a job id",
+                        "check sbatch --parsable by hand on this machine",
+                    ),
+                    cancelled,
+                )
             return SlurmRuntime(match.group(1), submitted_at, nodes, match.group(2), state="PENDING", token=token)
         except KeyboardInterrupt:  # after sbatch answered, before the run knows its job: not left running
             _cancel_submitted(output, identity)
@@ -221,7 +248,8 @@ class SlurmBackend(BackendBase):
             return _with_start(ended, record, facts, run_dir)
         if job is not None and not job.known:
             return Observation(
-                alive=None, why_gone=f"Slurm says job {job.job_id} is {job.state}, a state jupyter_trainer does not know: its status is kept until Slurm says more"
+                alive=None,
+                why_gone=f"Slurm says job {job.job_id} is {job.state}, a state jupyter_trainer does not know: its status is kept until Slurm says more",
             )
         tail = b""
         if job is not None and job.state == "FAILED":
@@ -277,7 +305,11 @@ class SlurmBackend(BackendBase):
         if not record.runtime:
             return {"restarts": 0}
         runtime = SlurmRuntime.of(record)
-        return {"slurm_job_id": runtime.job_id, "restarts": runtime.restarts or 0, **({"nodes": runtime.node_list} if runtime.node_list else {})}
+        return {
+            "slurm_job_id": runtime.job_id,
+            "restarts": runtime.restarts or 0,
+            **({"nodes": runtime.node_list} if runtime.node_list else {}),
+        }
 
     def lingering(self, record: JobRecord, run_dir: Path) -> list[str]:
         return []  # Slurm ends every process of a job with it
@@ -357,7 +389,12 @@ def output_option(run_dir: Path) -> str:
 def _identity(record: JobRecord, runtime: SlurmRuntime, run_dir: Path) -> JobIdentity:
     """What tells the run's Slurm job: a lone job's name and log are the run's; a sweep's run's
     task has its array's."""
-    return JobIdentity(runtime.job_name or record.name, runtime.submitted_at, runtime.output or output_option(run_dir), runtime.token or "")
+    return JobIdentity(
+        runtime.job_name or record.name,
+        runtime.submitted_at,
+        runtime.output or output_option(run_dir),
+        runtime.token or "",
+    )
 
 
 def _slurms_view(job_id: str, identity: JobIdentity, facts, run_dir: Path) -> SlurmJob | None:
@@ -391,7 +428,9 @@ def _cancel_submitted(output: str, identity: JobIdentity) -> str:
             return f"sbatch printed job id {printed}, but no job of this run is in the queue" if printed else ""
         run("scancel", job_id, timeout=LOOKUP_TIMEOUT)
     except (TrainerError, KeyboardInterrupt):
-        return f"Slurm had accepted it as job {job_id}, which could not be cancelled: scancel {job_id}" if job_id else ""
+        return (
+            f"Slurm had accepted it as job {job_id}, which could not be cancelled: scancel {job_id}" if job_id else ""
+        )
     finally:
         QUEUE.forget()
     return f"Slurm had accepted it as job {job_id}, which was cancelled"

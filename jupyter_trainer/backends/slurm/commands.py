@@ -22,7 +22,12 @@ CALLS: collections.Counter = collections.Counter()
 
 # What Slurm's commands say when the controller cannot be reached (slurm_load_jobs error: Unable
 # to contact slurm controller (connect failure); Socket timed out on send/recv operation)
-_UNREACHABLE = ("unable to contact slurm controller", "socket timed out", "connection refused", "zero bytes were transmitted")
+_UNREACHABLE = (
+    "unable to contact slurm controller",
+    "socket timed out",
+    "connection refused",
+    "zero bytes were transmitted",
+)
 
 # What says Slurm itself cannot work on this machine (no configuration, munge down or not trusted),
 # whatever the job asked for
@@ -50,7 +55,10 @@ class SlurmCommandFailed(BackendUnavailable):
         self.command = command
         self.said = said
         self.output = output
-        super().__init__(f"`{command}` failed: {_without_prefix(said)}", "check that Slurm's commands work on this machine (sinfo, squeue --me)")
+        super().__init__(
+            f"`{command}` failed: {_without_prefix(said)}",
+            "check that Slurm's commands work on this machine (sinfo, squeue --me)",
+        )
 
     @property
     def unknown_job(self) -> bool:
@@ -104,7 +112,10 @@ class UnusableAnswer(BackendUnavailable):
     missing from it is not a job that ended)."""
 
     def __init__(self, command: str, problem: str):
-        super().__init__(f"`{command}` gave an answer that cannot be read ({problem})", "the jobs keep their status until it answers again; try it by hand")
+        super().__init__(
+            f"`{command}` gave an answer that cannot be read ({problem})",
+            "the jobs keep their status until it answers again; try it by hand",
+        )
 
 
 def require(command: str) -> str:
@@ -122,7 +133,9 @@ def query_environment(base: dict | None = None) -> dict[str, str]:
     """The environment for a command whose answer is read: the user's, without the settings that
     filter or reformat what it prints."""
     env = dict(os.environ if base is None else base)
-    return {key: value for key, value in env.items() if not key.startswith(_QUERY_SETTINGS) and key not in _QUERY_VARIABLES}
+    return {
+        key: value for key, value in env.items() if not key.startswith(_QUERY_SETTINGS) and key not in _QUERY_VARIABLES
+    }
 
 
 def sbatch_environment(base: dict) -> dict[str, str]:
@@ -180,7 +193,7 @@ def _without_prefix(said: str) -> str:
     """What a command said, without the `sbatch: error: ` its lines start with."""
     message = said
     for prefix in ("sbatch: ", "squeue: ", "scancel: ", "scontrol: ", "sacct: "):
-        message = message[len(prefix):] if message.startswith(prefix) else message
+        message = message[len(prefix) :] if message.startswith(prefix) else message
     for prefix in ("fatal: ", "error: ", "Batch job submission failed: "):
         message = message.replace(prefix, "")
     return message
@@ -190,8 +203,14 @@ def refused(error: SlurmCommandFailed, what: str) -> InvalidOption:
     """A refusal of sbatch's as one line: what Slurm said, and what to do."""
     message = _without_prefix(error.said)
     if error.broken_here:
-        return InvalidOption(f"sbatch cannot submit {what}: {message}", "check that Slurm works on this machine (sinfo; SLURM_CONF, munge)")
-    return InvalidOption(f"Slurm refused {what}: {message}", "check the --slurm options (sinfo lists partitions, sacctmgr show assoc your accounts)")
+        return InvalidOption(
+            f"sbatch cannot submit {what}: {message}",
+            "check that Slurm works on this machine (sinfo; SLURM_CONF, munge)",
+        )
+    return InvalidOption(
+        f"Slurm refused {what}: {message}",
+        "check the --slurm options (sinfo lists partitions, sacctmgr show assoc your accounts)",
+    )
 
 
 # sbatch --parsable's answer, its last line: "ID", or "ID;CLUSTER" on a federation (a job array's too)

@@ -31,8 +31,12 @@ NOTIFY_INPUT_FILE = "slurm_notify"  # with --notify: what the supervisor reads o
 SECRET_FILES = (ENV_FILE, NOTIFY_INPUT_FILE)  # removed once the job has ended, however it ended
 
 SLURM = Option(
-    "slurm", "--slurm", "submit to Slurm with sbatch (this machine is a submit host; the job store on a filesystem the nodes share)",
-    kind="switch", config=True, default=False,
+    "slurm",
+    "--slurm",
+    "submit to Slurm with sbatch (this machine is a submit host; the job store on a filesystem the nodes share)",
+    kind="switch",
+    config=True,
+    default=False,
 )
 OWN_OPTIONS = (
     Option("partition", "--partition", "with --slurm: the partition, as sbatch --partition", "P", config=True, parse=_CHECK + "parse_partition"),
@@ -77,6 +81,8 @@ DETACHED = DetachedBackend(
 )
 
 DECLARATION = Declaration(
-    "slurm", entry="jupyter_trainer.backends.slurm.backend:SlurmBackend", detached=DETACHED,
+    "slurm",
+    entry="jupyter_trainer.backends.slurm.backend:SlurmBackend",
+    detached=DETACHED,
     run_files=(BATCH_FILE, START_FILE, NODE_FILE, *SECRET_FILES),
 )

@@ -12,7 +12,15 @@ import signal
 import subprocess
 import sys
 
-TORCHRUN_FLAGS = ("--nnodes", "--node_rank", "--node-rank", "--master_addr", "--master-addr", "--master_port", "--master-port")
+TORCHRUN_FLAGS = (
+    "--nnodes",
+    "--node_rank",
+    "--node-rank",
+    "--master_addr",
+    "--master-addr",
+    "--master_port",
+    "--master-port",
+)
 
 
 def _torchrun_prefix(command):
@@ -43,7 +51,9 @@ def main():
     node = os.environ.get("SLURMD_NODENAME") or os.uname().nodename
     os.environ["NODE_RANK"] = rank
     if _torchrun_prefix(command):
-        command = with_torchrun_flags(command, nnodes, rank, os.environ.get("MASTER_ADDR", "localhost"), os.environ.get("MASTER_PORT", "29500"))
+        command = with_torchrun_flags(
+            command, nnodes, rank, os.environ.get("MASTER_ADDR", "localhost"), os.environ.get("MASTER_PORT", "29500")
+        )
     else:  # one process per node: it is the node's rank in the world of nodes
         os.environ.update({"RANK": rank, "LOCAL_RANK": "0", "WORLD_SIZE": nnodes})
     child = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)

@@ -46,15 +46,47 @@ MAX_ANSWER_CHARS = 64 << 20  # an squeue answer past this is not read (a user's 
 
 # squeue -O: the name last, the one field a user's other jobs fill with anything (the command too)
 # (JobArrayID: a job's id, or an array's task as ARRAY_TASK, which -r lists one per line)
-SQUEUE_FIELDS = ("JobArrayID", "State", "Reason", "NodeList", "Partition", "SubmitTime", "RestartCnt", "TimeLimit", "UserID", "STDOUT", "Command", "Name")
+SQUEUE_FIELDS = (
+    "JobArrayID",
+    "State",
+    "Reason",
+    "NodeList",
+    "Partition",
+    "SubmitTime",
+    "RestartCnt",
+    "TimeLimit",
+    "UserID",
+    "STDOUT",
+    "Command",
+    "Name",
+)
 SACCT_FIELDS = ("JobID", "State", "Reason", "NodeList", "Partition", "Submit", "ExitCode", "Timelimit", "JobName")
 
 ACTIVE_STATES = {
     "PENDING", "CONFIGURING", "RUNNING", "COMPLETING", "SUSPENDED", "STOPPED", "SIGNALING", "STAGE_OUT", "RESIZING",
     "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED", "RESV_DEL_HOLD", "SPECIAL_EXIT", "POWER_UP_NODE",
 }  # fmt: skip
-WAITING_STATES = {"PENDING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED", "RESV_DEL_HOLD", "SPECIAL_EXIT", "POWER_UP_NODE"}
-FINAL_STATES = {"BOOT_FAIL", "CANCELLED", "COMPLETED", "DEADLINE", "FAILED", "NODE_FAIL", "OUT_OF_MEMORY", "PREEMPTED", "TIMEOUT", "REVOKED"}
+WAITING_STATES = {
+    "PENDING",
+    "REQUEUED",
+    "REQUEUE_HOLD",
+    "REQUEUE_FED",
+    "RESV_DEL_HOLD",
+    "SPECIAL_EXIT",
+    "POWER_UP_NODE",
+}
+FINAL_STATES = {
+    "BOOT_FAIL",
+    "CANCELLED",
+    "COMPLETED",
+    "DEADLINE",
+    "FAILED",
+    "NODE_FAIL",
+    "OUT_OF_MEMORY",
+    "PREEMPTED",
+    "TIMEOUT",
+    "REVOKED",
+}
 
 # What squeue prints in its fields: a job id (of an array's task or a heterogeneous job's part too),
 # a state; anything else in them is an answer squeue did not give
@@ -233,7 +265,9 @@ def _scontrol_head(job_id: str) -> re.Pattern:
     task = ARRAY_TASK_ID.fullmatch(job_id)
     if task is None:
         return re.compile(f"JobId={re.escape(job_id)} ")
-    return re.compile(rf"JobId=\d{{1,12}} ArrayJobId={task.group(1)} ArrayTaskId={task.group(2)} (?:ArrayTaskThrottle=\d{{1,10}} )?")
+    return re.compile(
+        rf"JobId=\d{{1,12}} ArrayJobId={task.group(1)} ArrayTaskId={task.group(2)} (?:ArrayTaskThrottle=\d{{1,10}} )?"
+    )
 
 
 def parse_sacct(output: str) -> dict[str, SlurmJob]:
@@ -248,8 +282,18 @@ def parse_sacct(output: str) -> dict[str, SlurmJob]:
         cancelled_by = words[2] if len(words) == 3 and words[1] == "by" else ""
         rows.setdefault(job_id, []).append(
             SlurmJob(
-                job_id, words[0] if words else "", "" if reason in ("None", "(null)") else reason, "" if nodes in ("None assigned", "(null)") else nodes,
-                partition, _when(submitted), None, limit, name, cancelled_by, exit_code, source="sacct",
+                job_id,
+                words[0] if words else "",
+                "" if reason in ("None", "(null)") else reason,
+                "" if nodes in ("None assigned", "(null)") else nodes,
+                partition,
+                _when(submitted),
+                None,
+                limit,
+                name,
+                cancelled_by,
+                exit_code,
+                source="sacct",
             )  # fmt: skip
         )
     found = {}
@@ -263,7 +307,17 @@ def find_by_identity(identity: JobIdentity, timeout: float) -> SlurmJob | None:
     """The job squeue shows as the one of `identity`, asked now and alone (a submission that
     failed or was interrupted may have left it)."""
     separator = new_separator()
-    output = run("squeue", "--me", "--states=all", "--array", "--noheader", f"--name={identity.name}", "-O", squeue_format(separator), timeout=timeout)
+    output = run(
+        "squeue",
+        "--me",
+        "--states=all",
+        "--array",
+        "--noheader",
+        f"--name={identity.name}",
+        "-O",
+        squeue_format(separator),
+        timeout=timeout,
+    )
     return newest_of(parse_squeue(output, separator, str(os.getuid())).values(), identity)
 
 
@@ -272,7 +326,14 @@ def newest_of(jobs: Iterable[SlurmJob], identity: JobIdentity) -> SlurmJob | Non
     token), whatever its id: a run's job is submitted after any earlier run's of that name and log."""
     if not identity.log:
         return None
-    found = [job for job in jobs if OUR_JOB_ID.fullmatch(job.job_id) and job.name == identity.name and job.log == identity.log and job.is_the_job(identity)]
+    found = [
+        job
+        for job in jobs
+        if OUR_JOB_ID.fullmatch(job.job_id)
+        and job.name == identity.name
+        and job.log == identity.log
+        and job.is_the_job(identity)
+    ]
     return max(found, key=lambda job: job.submission_order, default=None)
 
 
@@ -294,7 +355,13 @@ def the_runs(by_id: SlurmJob | None, named: Iterable[SlurmJob], identity: JobIde
     if newest is not None:
         return newest
     untokened = dataclasses.replace(identity, token="")
-    if by_id is not None and identity.log and by_id.name == identity.name and by_id.log == identity.log and by_id.is_the_job(untokened):
+    if (
+        by_id is not None
+        and identity.log
+        and by_id.name == identity.name
+        and by_id.log == identity.log
+        and by_id.is_the_job(untokened)
+    ):
         return by_id
     return None
 
@@ -362,11 +429,17 @@ class Queue:
             with self._lock:
                 now, generation = self.clock(), self._generation
                 asked, jobs, named, error = self._asked_at, self._jobs, self._named, self._error
-                stale = asked is None or asked < identity.submitted_at or (now - asked > self.ttl and not self._serves_the_poll(asked))
+                stale = (
+                    asked is None
+                    or asked < identity.submitted_at
+                    or (now - asked > self.ttl and not self._serves_the_poll(asked))
+                )
             if stale:
                 try:
                     separator = new_separator()
-                    output = run("squeue", "--me", "--states=all", "--array", "--noheader", "-O", squeue_format(separator))
+                    output = run(
+                        "squeue", "--me", "--states=all", "--array", "--noheader", "-O", squeue_format(separator)
+                    )
                     jobs, error = parse_squeue(output, separator, str(os.getuid())), None
                 except Exception as failure:  # kept: every job of this poll is told the same
                     jobs, error = {}, failure
@@ -393,7 +466,9 @@ class Queue:
             raise
         return parse_scontrol(output, job_id, identity)
 
-    def ended(self, job_id: str, identity: JobIdentity, followed: Callable[[], Iterable[tuple[str, str, float]]]) -> SlurmJob | None:
+    def ended(
+        self, job_id: str, identity: JobIdentity, followed: Callable[[], Iterable[tuple[str, str, float]]]
+    ) -> SlurmJob | None:
         """How accounting says a job the controller no longer holds ended (None: accounting is
         disabled, or knows nothing of it). One sacct asks for it and for every other job of
         `followed()` ((job id, name, submitted at) of the store's unfinished Slurm jobs) that the

@@ -39,7 +39,10 @@ def _name(flag: str, value: str | None) -> str | None:
     if value is None:
         return None
     if not NAME.fullmatch(value):
-        raise InvalidOption(f"{flag} {value[:40]!r} is not a Slurm name", "use letters, digits, '_', '.', '+' or '-' (a list: comma-separated)")
+        raise InvalidOption(
+            f"{flag} {value[:40]!r} is not a Slurm name",
+            "use letters, digits, '_', '.', '+' or '-' (a list: comma-separated)",
+        )
     return value
 
 
@@ -59,7 +62,9 @@ def parse_time(value: str | None) -> str | None:
     if value is None:
         return None
     if not TIME.fullmatch(value.strip()):
-        raise InvalidOption(f"--time {value[:40]!r} is not a Slurm time limit", "use MINUTES, H:MM:SS or D-HH:MM:SS, as sbatch --time")
+        raise InvalidOption(
+            f"--time {value[:40]!r} is not a Slurm time limit", "use MINUTES, H:MM:SS or D-HH:MM:SS, as sbatch --time"
+        )
     return value.strip()
 
 
@@ -103,13 +108,18 @@ def parse_sbatch_args(values: list[str] | None) -> tuple[str, ...]:
     for value in values or ():
         shown = value[:60]
         if not value.startswith("-") or value in ("-", "--") or any(ch in value for ch in "\n\r\0"):
-            raise InvalidOption(f"--sbatch-arg {shown!r} is not an sbatch option", "give one option per --sbatch-arg, with '=': --sbatch-arg=--mem=8G")
+            raise InvalidOption(
+                f"--sbatch-arg {shown!r} is not an sbatch option",
+                "give one option per --sbatch-arg, with '=': --sbatch-arg=--mem=8G",
+            )
         flag = _refused_flag(value)
         if flag is not None:
             instead = OWN_SBATCH_OPTIONS[flag]
             hint = f"use {instead} instead" if instead else "drop it: jupyter_trainer sets it for the job"
             named = value.split("=", 1)[0]
-            raise InvalidOption(f"--sbatch-arg {named[:40] if named == flag else f'{named[:40]} ({flag})'} is not allowed", hint)
+            raise InvalidOption(
+                f"--sbatch-arg {named[:40] if named == flag else f'{named[:40]} ({flag})'} is not allowed", hint
+            )
         args.append(value)
     return tuple(args)
 
@@ -117,17 +127,30 @@ def parse_sbatch_args(values: list[str] | None) -> tuple[str, ...]:
 def check_gpus(gpus: str | None) -> None:
     """With --slurm, --gpus (checked first as every backend's) is a count of GPUs per node."""
     if gpus is not None and not GPUS.fullmatch(gpus):
-        raise InvalidOption(f"with --slurm, --gpus is a count of GPUs per node (or TYPE:COUNT), not {gpus!r}", "for example --gpus 2")
+        raise InvalidOption(
+            f"with --slurm, --gpus is a count of GPUs per node (or TYPE:COUNT), not {gpus!r}", "for example --gpus 2"
+        )
 
 
 def sbatch_options(spec, options) -> list[str]:
     """sbatch's options for the job besides its name and log: the same for a lone job and a
     sweep's job array."""
     nodes = options.nodes or 1
-    args = [f"--chdir={spec.workdir}", "--open-mode=append", "--export=ALL", f"--nodes={nodes}", "--requeue" if options.requeue else "--no-requeue"]
+    args = [
+        f"--chdir={spec.workdir}",
+        "--open-mode=append",
+        "--export=ALL",
+        f"--nodes={nodes}",
+        "--requeue" if options.requeue else "--no-requeue",
+    ]
     if nodes > 1:
         args.append("--ntasks-per-node=1")
-    for flag, value in (("--partition", options.partition), ("--time", options.time), ("--account", options.account), ("--qos", options.qos)):
+    for flag, value in (
+        ("--partition", options.partition),
+        ("--time", options.time),
+        ("--account", options.account),
+        ("--qos", options.qos),
+    ):
         if value:
             args.append(f"{flag}={value}")
     if spec.gpus:

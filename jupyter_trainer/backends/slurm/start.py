@@ -67,7 +67,10 @@ def _log(run_dir, text):
 def _restarted(run_dir, count):
     when = time.strftime("%Y-%m-%d %H:%M:%S")
     node = os.environ.get("SLURMD_NODENAME", "")
-    _log(run_dir, "\n----- jupyter_trainer: Slurm restarted the job (restart %d) at %s on %s -----\n" % (count, when, node))
+    _log(
+        run_dir,
+        "\n----- jupyter_trainer: Slurm restarted the job (restart %d) at %s on %s -----\n" % (count, when, node),
+    )
     for name in ("pid", "exit_code"):
         fd = _open_own(os.path.join(run_dir, name), os.O_WRONLY)
         try:
@@ -79,7 +82,9 @@ def _restarted(run_dir, count):
 def _first_node():
     nodes = os.environ.get("SLURM_JOB_NODELIST", "")
     try:
-        names = subprocess.run(["scontrol", "show", "hostnames", nodes], capture_output=True, text=True, timeout=30).stdout.split()
+        names = subprocess.run(
+            ["scontrol", "show", "hostnames", nodes], capture_output=True, text=True, timeout=30
+        ).stdout.split()
     except (OSError, subprocess.SubprocessError):
         names = []
     return names[0] if names else os.environ.get("SLURMD_NODENAME", "localhost")
@@ -105,7 +110,9 @@ def main():
     command = sys.argv[5:]
     try:
         if not command:  # a task of a sweep's job array: its run's command is in the run
-            command = [os.fsdecode(word) for word in _read_secret(os.path.join(run_dir, "slurm_command"), True).split(b"\0")]
+            command = [
+                os.fsdecode(word) for word in _read_secret(os.path.join(run_dir, "slurm_command"), True).split(b"\0")
+            ]
             if command == [""]:
                 raise OSError("its slurm_command is missing or empty")
         env = json.loads(_read_secret(os.path.join(run_dir, "slurm_env"), requeue) or b"{}")
@@ -114,7 +121,10 @@ def main():
         if restarts > 0:
             _restarted(run_dir, restarts)
     except (OSError, ValueError) as exc:
-        sys.stderr.write("jupyter_trainer: cannot start the job in %s on %s: %s\n" % (run_dir, os.environ.get("SLURMD_NODENAME", "this node"), exc))
+        sys.stderr.write(
+            "jupyter_trainer: cannot start the job in %s on %s: %s\n"
+            % (run_dir, os.environ.get("SLURMD_NODENAME", "this node"), exc)
+        )
         return 70
     os.environ.update({str(key): str(value) for key, value in env.items()})
     os.environ["PYTHONUNBUFFERED"] = "1"
