@@ -16,7 +16,7 @@ import pytest
 from conftest import TEST_IMAGE, wait_for
 from test_restarts import STEPS, assert_every_step_once, container_of, status_json, step_lines, submit, wait_for_step
 
-from jupyter_trainer.backends.docker import backend as docker_backend
+from jupyter_trainer.backends.docker import restart_looks
 from jupyter_trainer.backends.docker import restarts as keeper_side
 from jupyter_trainer.backends.docker.in_container import job_processes
 from jupyter_trainer.backends.docker.runtime import DockerRuntime
@@ -378,7 +378,7 @@ def test_a_job_that_breaks_its_keeper_is_lost_not_running_forever(private_docker
     ends at once, and the restart policy starts it again and again. The job is `lost` once its
     keeper has had the time to start it again, not `running` for ever."""
     monkeypatch.setattr(keeper_side, "KEEPER_GRACE_SECONDS", 5.0)
-    monkeypatch.setattr(docker_backend, "KEEPER_GRACE_SECONDS", 5.0)
+    monkeypatch.setattr(restart_looks, "KEEPER_GRACE_SECONDS", 5.0)
     engine = private_docker
     job = submit("import os, time\nos.remove('/jupyter_trainer/keeper.sh')\nprint('removed', flush=True)\ntime.sleep(60)\n", workdir, "no-keeper", restarts=2)
     wait_for(lambda: "removed" in job.logs(), what="the keeper's removal")
@@ -453,7 +453,7 @@ def test_a_job_that_replaced_its_runs_log_is_not_started_again_unseen(private_do
     """A job that replaced its run's log file in the container (rotated it): the store's log is no
     longer that file, so a start again would write where nobody reads. It is not started again,
     and ends `lost`, rather than training on with its output lost."""
-    monkeypatch.setattr(docker_backend, "KEEPER_GRACE_SECONDS", 5.0)
+    monkeypatch.setattr(restart_looks, "KEEPER_GRACE_SECONDS", 5.0)
     engine = private_docker
     job = submit(ROTATES, workdir, "rotates", restarts=2)
     wait_for(lambda: "line 1 3" in job.logs(), what="its lines")

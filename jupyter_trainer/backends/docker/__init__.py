@@ -9,6 +9,8 @@
     containers.py    finding and creating a job's container, and removing stopped ones
     runtime.py       what a job's record holds of its container
     backend.py       DockerBackend: launch, observe, stop, describe
+    supervised.py    whether a job's supervisor runs in its container, what its files say
+    restart_looks.py a look at a job run with --restarts whose container restarted
     in_container.py  sh snippets run by exec, files read from a container
     log_source.py    a log read through the engine; streamed_log.py, one stream per remote log
     links.py, store_mounts.py   the run's files in a container's own directory, and what may

@@ -6,7 +6,6 @@ Which container, and how it is made, is containers.py; every call to an engine g
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import shutil
 import time
 from pathlib import Path
@@ -18,10 +17,7 @@ from ...core.store import JobStore
 from ...errors import BackendUnavailable, CorruptRecord, InvalidOption, TrainerError
 from ...spec.job_spec import DetachedSpec
 from ..base import (
-    EXIT_CODE_FILE,
     LOG_FILE,
-    PID_FILE,
-    RUN_FILE_LIMIT,
     STOP_GRACE_SECONDS,
     SUPERVISOR_FILE,
     BackendBase,
@@ -37,39 +33,31 @@ from ..base import (
 from . import containers
 from .clients import Clients, remember_engine, used_engines
 from .declared import NO_RESTART_FILE, RESTART_FILE, RESTARTS_FILE
-from .errors import LIST, LOOK, REACH, REMOVE, START, STOP, changed_under_the_look, engine_errors, exec_began_after_all
+from .errors import LIST, LOOK, REACH, REMOVE, START, STOP, changed_under_the_look, exec_began_after_all
 from .hosts import LOCAL_SOCKET, Engine, resolve
 from .in_container import (
     EXEC_SECONDS,
     STOP_GROUPS,
-    container_file,
     give_stdin,
     job_processes,
-    read_container_file,
     run_in,
-    runs_supervisor,
 )
 from .lines_mount import check_offered, observed_turn, prepare_line, waiting_job
 from .links import link_run, unlink_run
 from .log_source import ContainerLogSource, SharedStreams
 from .remote_script import lies_on_host, with_script_read
+from .restart_looks import follow_restarts, may_come_back
 from .restarts import (
-    BEYOND_LIMIT,
-    KEEPER_GRACE_SECONDS,
-    engine_time,
     forbid_restart,
     forget_instructions,
     has_keeper,
     instructions,
-    kept_down,
-    may_be_started_again,
-    read_restart_log,
-    restart_forbidden,
     stop_container,
     why_it_restarted,
 )  # fmt: skip
 from .runtime import MOUNTED_JOBS_DIR, RUN_FILES, SHIPPED_JOBS_DIR, TURN_FILES, WORKSPACE, DockerRuntime
 from .script_place import check_reachable, in_both_places, script_in_container, sent_alone, sent_alone_fact
+from .supervised import exec_outcome, still_supervised, supervisor_facts, supervisor_running
 from .sync import sync_directory
 from .usage import ContainerUsage
 
@@ -253,7 +241,7 @@ class DockerBackend(BackendBase):
         engine = self.engine_of(record)
         label = runtime.container_name + (f" on {engine.label}" if engine.remote else "")
         with self.clients.calling(engine, LOOK) as client:
-            if not runtime.mounted and record.status is Status.RUNNING and self._still_supervised(client, runtime):
+            if not runtime.mounted and record.status is Status.RUNNING and still_supervised(client, runtime):
                 # one request, not five: the supervisor's exec runs, so the container runs as it did
                 # when the job started (a restart ends its execs) and the job has not ended (the
                 # supervisor writes its exit code, then ends). Its files are read once it has ended.
@@ -269,18 +257,18 @@ class DockerBackend(BackendBase):
             state = container.attrs["State"]
             restarted = state.get("StartedAt") != runtime.container_started_at
             if runtime.restarts_allowed and (restarted or runtime.restarts):
-                seen = self._follow_restarts(client, container, runtime, run_dir, label, restarted)
+                seen = follow_restarts(client, container, runtime, run_dir, label, restarted, self.exec_seconds)
                 if seen is not None:
                     if seen.alive is False:
                         self.release(record, run_dir, container)
                     return seen
-            supervised = state.get("Running") and not restarted and self._supervisor_running(container, runtime)
-            facts = self._facts(container, runtime, run_dir)  # read after the liveness check: no race
+            supervised = state.get("Running") and not restarted and supervisor_running(container, runtime)
+            facts = supervisor_facts(container, runtime, run_dir)  # read after the liveness check: no race
             if (
                 not supervised
                 and facts.exit_code is None
                 and not facts.problem
-                and self._may_come_back(client, container, runtime, run_dir)
+                and may_come_back(client, container, runtime, run_dir)
             ):
                 return Observation(
                     alive=True, started=True
@@ -318,124 +306,10 @@ class DockerBackend(BackendBase):
         elif restarted:
             why = f"{why_stopped} (container {label}); the job was run without --restarts"
         else:
-            why = "the job's supervisor process ended without recording an exit code" + self._exec_outcome(
+            why = "the job's supervisor process ended without recording an exit code" + exec_outcome(
                 container, runtime.exec_id
             )
         return Observation(alive=False, why_gone=why)
-
-    def _follow_restarts(
-        self, client, container, runtime: DockerRuntime, run_dir: Path, label: str, restarted: bool
-    ) -> Observation | None:
-        """A job run with --restarts whose container has restarted since it was last seen (or since
-        it started): the container's keeper starts it again (see restarts.py), and is followed here.
-        None: nothing new since it was last seen in this start of its container (the usual way)."""
-        state = container.attrs["State"]
-        log = read_restart_log(container, runtime, run_dir)
-        seen_before = runtime.restarts or 0
-        details = None
-        if log.count > seen_before:  # started again since it was last seen: this is its container's start now
-            causes = list(runtime.restart_causes or [])[:seen_before]
-            for number in range(seen_before + 1, log.count + 1):
-                said = log.causes[number - 1]
-                causes.append(
-                    why_it_restarted(client, container, runtime.container_started_at, said)
-                    if number == log.count
-                    else _cause_said(said)
-                )
-            details = {"restarts": log.count, "restart_causes": causes, "container_started_at": state.get("StartedAt")}
-            runtime = dataclasses.replace(runtime, restarts=log.count, container_started_at=state.get("StartedAt"))
-        elif not restarted:
-            return None
-        running = bool(state.get("Running")) and not state.get("Restarting")
-        supervised = running and self._supervisor_running(container, runtime, by_command_line=True)
-        if supervised and log.beyond(runtime.restarts_allowed or 0, seen_before, restarted):
-            # the keeper counts a start before it makes it: read again, now that the supervisor runs
-            if read_restart_log(container, runtime, run_dir).beyond(
-                runtime.restarts_allowed or 0, seen_before, restarted
-            ):
-                return self._end_uncounted(container, runtime, run_dir, label, details)
-        facts = self._facts(container, runtime, run_dir)
-        if facts.exit_code is not None and not supervised:
-            return dataclasses.replace(facts.ended(), details=details)
-        if facts.problem:
-            return dataclasses.replace(facts.unknown(bool(supervised)), details=details)
-        if supervised:
-            return Observation(alive=True, started=facts.job_pid is not None, details=details)
-        forbidden = restart_forbidden(container, runtime, run_dir)
-        if forbidden == BEYOND_LIMIT:  # another look found it started beyond its limit, and stopped it
-            return Observation(alive=False, why_gone=_beyond_limit(label, runtime), details=details)
-        if forbidden:  # asked while its container was down: its keeper left it
-            return Observation(
-                final=Status.STOPPED,
-                reason="stopped: a stop was asked while its container was down, so it was not started again",
-                details=details,
-            )
-        if self._may_come_back(client, container, runtime, run_dir):
-            return Observation(alive=True, started=True, details=details)
-        if state.get("Restarting"):
-            why = f"container {label} keeps restarting, its main process (the keeper) ending at once (exit code {state.get('ExitCode')}), and the job was not started again"
-            return Observation(alive=False, why_gone=why, details=details)
-        if not running:
-            why = why_it_restarted(client, container, runtime.container_started_at, started_again=False)
-            return Observation(
-                alive=False, why_gone=f"{why} (container {label}, exit code {state.get('ExitCode')})", details=details
-            )
-        allowed = runtime.restarts_allowed or 0
-        if log.used_up is not None:
-            cause = (
-                why_it_restarted(client, container, runtime.container_started_at, log.used_up)
-                if restarted
-                else _cause_said(log.used_up)
-            )
-            used = f"its {allowed} restart{'s were' if allowed != 1 else ' was'} used up"
-            return Observation(alive=False, why_gone=f"{cause} (container {label}), and {used}", details=details)
-        started = engine_time(state.get("StartedAt"))
-        if (
-            started is not None
-            and time.time() - started < KEEPER_GRACE_SECONDS
-            and not kept_down(client, container, runtime.container_started_at)
-        ):
-            return Observation(alive=True, started=True, details=details)  # its keeper is about to start it again
-        if restarted:
-            return Observation(
-                alive=False,
-                why_gone=f"container {label} restarted, and its keeper did not start the job again",
-                details=details,
-            )
-        return None  # the supervisor of this start ended without an exit code: as without --restarts
-
-    def _end_uncounted(
-        self, container, runtime: DockerRuntime, run_dir: Path, label: str, details: dict | None
-    ) -> Observation:
-        """A job started again beyond its --restarts, or without its keeper's count: from inside
-        its container, the run's files that the keeper goes by were changed (its `restarts` file
-        emptied, the limit in its `restart` file raised), which a job running as the container's
-        user can do. Its limit is kept here: it is stopped, and never started again."""
-        forbid_restart(container, runtime, run_dir, BEYOND_LIMIT)  # first: a look meanwhile says why, too
-        supervisors = job_processes(container, runtime.run_dir, self.exec_seconds)["supervisor"]
-        if supervisors:  # its supervisor stops the job's process group, TERM then KILL
-            run_in(container, 'for pid in "$@"; do kill -TERM "$pid"; done', *supervisors, seconds=self.exec_seconds)
-        return Observation(alive=False, why_gone=_beyond_limit(label, runtime), details=details)
-
-    @staticmethod
-    def _may_come_back(client, container, runtime: DockerRuntime, run_dir: Path) -> bool:
-        """Whether the container of a job with restarts left, and no stop asked, is down only for
-        a moment (the restart policy, or `docker restart`, is starting it again): see restarts.py."""
-        left = (runtime.restarts_allowed or 0) > (runtime.restarts or 0)
-        return (
-            left
-            and may_be_started_again(client, container, runtime.container_started_at)
-            and not restart_forbidden(container, runtime, run_dir)
-        )
-
-    @staticmethod
-    def _still_supervised(client, runtime: DockerRuntime) -> bool:
-        import docker
-
-        try:
-            return bool(client.api.exec_inspect(runtime.exec_id).get("Running"))
-        except docker.errors.NotFound:
-            return False  # the engine restarted and forgot its execs: the long way
 
     def release(self, record: JobRecord, run_dir: Path, container=None) -> None:
         """The job has ended: its files need no longer be in its container's directory (nor, with
@@ -449,47 +323,6 @@ class DockerBackend(BackendBase):
         shared = runtime.shared_dir  # a name in this store's containers/, nothing else
         if shared is not None:
             unlink_run(JobStore.of_run(run_dir).container_dir(shared), record.name, record.run, RUN_FILES + TURN_FILES)
-
-    @staticmethod
-    def _exec_outcome(container, exec_id: str) -> str:
-        """How the supervisor's exec ended, in words, when the engine still knows."""
-        try:
-            code = container.client.api.exec_inspect(exec_id).get("ExitCode")
-        except engine_errors():
-            return " (was it killed?)"
-        if code in (None, 0, 137, 143):
-            return " (was it killed?)"
-        return f" (it exited with code {code}: can the container's user read and write the store's files?)"
-
-    @staticmethod
-    def _supervisor_running(container, runtime: DockerRuntime, by_command_line: bool = False) -> bool:
-        """Whether the job's supervisor runs: its exec's, or (`by_command_line`, or a job its
-        container's keeper started again) the one whose command line names the run."""
-        import docker
-
-        try:
-            if not by_command_line and not runtime.restarts:
-                return bool(container.client.api.exec_inspect(runtime.exec_id).get("Running"))
-        except docker.errors.NotFound:
-            pass
-        # The engine restarted and forgot its execs (with live-restore the container and the
-        # processes in it lived on), or the keeper started it: look for it among the processes.
-        try:
-            listing = container.top(ps_args="-ww -eo pid,args")  # whole command lines, whatever dockerd's COLUMNS
-        except docker.errors.APIError:  # an engine whose ps takes no such options
-            listing = container.top()
-        return runs_supervisor(listing, runtime.run_dir)
-
-    @staticmethod
-    def _facts(container, runtime: DockerRuntime, run_dir: Path) -> SupervisorFacts:
-        if runtime.mounted:
-            return read_supervisor_facts(run_dir)
-        inner = runtime.run_dir
-        exit_code, written_at = container_file(container, f"{inner}/{EXIT_CODE_FILE}", limit=RUN_FILE_LIMIT)
-        facts = SupervisorFacts.parse(
-            read_container_file(container, f"{inner}/{PID_FILE}", limit=RUN_FILE_LIMIT), exit_code
-        )
-        return dataclasses.replace(facts, ended_at=written_at) if facts.exit_code is not None else facts
 
     def log_source(self, record: JobRecord, run_dir: Path):
         if not record.runtime:  # not launched yet
@@ -646,7 +479,7 @@ class DockerBackend(BackendBase):
         found = job_processes(target, inner, self.exec_seconds)
         deadline = time.monotonic() + 5
         while not found["supervisor"] and not found["job"] and time.monotonic() < deadline:
-            if self._facts(target, runtime, run_dir).exit_code is not None:
+            if supervisor_facts(target, runtime, run_dir).exit_code is not None:
                 return  # it has ended
             time.sleep(0.1)  # submitted a moment ago: the supervisor may not run yet
             found = job_processes(target, inner, self.exec_seconds)
@@ -656,7 +489,7 @@ class DockerBackend(BackendBase):
             )
             # wait for it, so that stopping the container next never cuts the job's grace period short
             deadline = time.monotonic() + STOP_GRACE_SECONDS + 5
-            while self._supervisor_running(target, runtime) and time.monotonic() < deadline:
+            while supervisor_running(target, runtime) and time.monotonic() < deadline:
                 time.sleep(0.2)
         elif found["job"]:
             # no supervisor left to do it: the job's own process group, TERM then KILL
@@ -667,20 +500,3 @@ class DockerBackend(BackendBase):
                 *found["job"],
                 seconds=self.exec_seconds + STOP_GRACE_SECONDS,
             )
-
-
-def _beyond_limit(label: str, runtime: DockerRuntime) -> str:
-    allowed = runtime.restarts_allowed or 0
-    return (
-        f"container {label} started it again beyond its --restarts {allowed}, as the run's files its keeper counts by were "
-        "changed from inside the container; stopped, and not started again"
-    )
-
-
-def _cause_said(word: str) -> str:
-    """Why a container restarted, as its keeper could tell (see restarts.RestartLog)."""
-    return (
-        "the container stopped when the machine restarted (a new boot id)"
-        if word == "boot"
-        else "the container restarted"
-    )

@@ -192,7 +192,7 @@ def read_restart_log(container, runtime: DockerRuntime, run_dir: Path) -> Restar
 
 
 # What a run's `no_restart` holds (any word keeps every keeper from starting it again): a stop its
-# user asked, or its start again beyond its --restarts (see DockerBackend._end_uncounted). A look that
+# user asked, or its start again beyond its --restarts (see restart_looks.end_uncounted). A look that
 # finds the job down then says which, whichever look wrote it.
 STOP_ASKED = "stopped"
 BEYOND_LIMIT = "beyond"
