@@ -6,7 +6,6 @@ import contextlib
 import copy
 import os
 import time
-from dataclasses import dataclass, field
 from itertools import repeat
 from pathlib import Path
 from typing import Callable, Iterator
@@ -27,7 +26,7 @@ from ..core.record import (
     unmark_stop,
 )
 from ..core.resources import Usage, cpu_between
-from ..core.store import CLOCK_FILE, NOTIFIED_FILE, RECORD_FILE, JobStore
+from ..core.store import NOTIFIED_FILE, RECORD_FILE, JobStore
 from ..errors import (
     BackendUnavailable,
     InvalidOption,
@@ -38,27 +37,14 @@ from ..errors import (
     Unreachable,
 )
 from ..logs.follower import ONE_READ, Confirm, LogFollower, Read
-from ..logs.reading import MetricParser, read_all_lines, tail_lines, tail_screen, written_span
+from ..logs.reading import read_all_lines, tail_lines, tail_screen
 from ..logs.source import LogSource
 from ..logs.terminal import SettledLines
-from ..metrics.clock import LogClock
-from ..metrics.reader import MetricReader
-from ..spec.job_spec import Metric
+from . import job_metrics
+from .job_metrics import LATEST_METRICS_BYTES, MetricColumn
 
 EXCEPTION_LINES = 200  # of a failed job's log, read for the exception it ended with
-CLOCK_BYTES = 16 << 20  # of the log's clock read for its metrics' times
-LATEST_METRICS_BYTES = 256 << 10  # of the log's end read for the latest metric values
-METRICS_READ = 4 << 20  # bytes of the log read at once for its metrics
 STOP_WAIT_SECONDS = 30  # a stop waits this long for the job to end (a remote runtime takes its time)
-
-
-@dataclass
-class MetricColumn:
-    """One metric's values in log order, and what their x is ("step", "epoch", "time" or "n")."""
-
-    axis: str
-    xs: list = field(default_factory=list)
-    values: list = field(default_factory=list)
 
 
 class Job:
@@ -203,68 +189,12 @@ class Job:
     def metric_columns(self) -> dict[str, MetricColumn]:
         """Every metric value of the whole log, a list of xs and one of values per name: what
         `metric_points` gives, without a tuple per point (a log of millions of values)."""
-        found: dict[str, MetricColumn] = {}
-
-        def column_of(name: str, axis: str) -> MetricColumn:
-            column = found.get(name)
-            if column is None or column.axis != axis:  # moved to another x (see MetricReader._settle)
-                column = found[name] = MetricColumn(axis)  # (a name keeps its place in the dict)
-            return column
-
-        def keep(point: tuple) -> None:
-            name, axis, x, value = point
-            column = column_of(name, axis)
-            column.xs.append(x)
-            column.values.append(value)
-
-        def keep_many(name: str, axis: str, xs: list, values: list, _offsets) -> None:
-            column = column_of(name, axis)
-            column.xs += xs
-            column.values += values
-
-        parser = MetricParser(Metric(name, regex) for name, regex in self.record.options.get("metrics", []))
-        clock = LogClock(self.record.started_at)
-        source = self.log_source()
-        clock.read_more(self.run_dir / CLOCK_FILE, CLOCK_BYTES)
-        clock.until(source.size(), time.time())
-        reader = MetricReader(keep, parser.finders(), clock, bulk=keep_many)
-        offset = 0
-        while True:
-            span = written_span(source, offset)  # a sparse file's holes are passed over unread
-            if span is not None and span[0] > offset:
-                offset = span[0]
-                reader.skip_hole(offset)
-            data = source.read(offset, METRICS_READ if span is None else min(METRICS_READ, span[1] - offset))
-            if not data:
-                break
-            reader.feed(data)
-            offset += len(data)
-        reader.flush()
-        return found
+        return job_metrics.metric_columns(self.record, self.run_dir, self.log_source)
 
     def latest_metrics(self, tail_bytes: int = LATEST_METRICS_BYTES) -> dict[str, float]:
         """Each metric's latest value, from the log's last `tail_bytes` only (a table of many jobs
         asks this of each: it never reads a whole log)."""
-        latest: dict[str, float] = {}
-
-        def keep(point: tuple) -> None:
-            name, _axis, _x, value = point
-            latest[name] = value
-
-        def keep_last(name: str, _axis: str, _xs: list, values: list, _offsets) -> None:
-            latest[name] = values[-1]
-
-        source = self.log_source()
-        size = source.size()
-        start = max(0, size - tail_bytes)
-        data = source.read(start, size - start)
-        if start:
-            data = data[data.find(b"\n") + 1 :]  # from the first whole line
-        parser = MetricParser(Metric(name, regex) for name, regex in self.record.options.get("metrics", []))
-        reader = MetricReader(keep, parser.finders(), bulk=keep_last)
-        reader.feed(data)
-        reader.flush()
-        return latest
+        return job_metrics.latest_metrics(self.record, self.log_source, tail_bytes)
 
     def log_source(self) -> LogSource:
         """The log, as the backend reads it for this record (made again once the record changes:
