@@ -199,7 +199,8 @@ class BackendBase:
 
 def malformed_runtime(record: JobRecord, problem: str) -> CorruptRecord:
     return CorruptRecord(
-        f"the record of job {record.name!r} (run {record.run}) says where it runs in a form that cannot be read ({problem})",
+        f"the record of job {record.name!r} (run {record.run}) says where it runs in a form that cannot be read "
+        f"({problem})",
         f"inspect or remove jobs/{record.name}/{record.run} in the job store",
     )
 

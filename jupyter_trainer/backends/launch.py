@@ -120,17 +120,17 @@ def _target():
     not_as_main = _not_run_as_main_file()
     if not_as_main:
         raise LaunchError(
-            "--interpreter ran the launcher otherwise than python3 runs a file (%s), so which words are the script's cannot be "
-            'told: a wrapper passes the file on with the words after it (sh -c \'exec python3 "$0" "$@"\')'
-            % not_as_main
+            "--interpreter ran the launcher otherwise than python3 runs a file (%s), so which words are the "
+            "script's cannot be told: "
+            'a wrapper passes the file on with the words after it (sh -c \'exec python3 "$0" "$@"\')' % not_as_main
         )
     try:
         with open(TARGET, "rb") as handle:
             given = handle.read(1 << 16)
     except OSError as error:
         raise LaunchError(
-            "cannot read %s beside the launcher (%s): --interpreter must run the launcher where it lies in the job's run, "
-            "not a copy of it" % (os.path.basename(TARGET), error.strerror or error)
+            "cannot read %s beside the launcher (%s): --interpreter must run the launcher where it lies in the "
+            "job's run, not a copy of it" % (os.path.basename(TARGET), error.strerror or error)
         )
     path, _, directory = given.partition(b"\0")
     if not path or b"\0" in directory:

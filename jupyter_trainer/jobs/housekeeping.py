@@ -71,7 +71,8 @@ class Removal:
         done = describe_removed(self) if self.removed or self.finished or self.abandoned else ""
         raise TrainerError(
             f"{done}; {failed}" if done else failed,
-            f"make that place writable (a read-only or full file system, an immutable file or a mount may be in the way), then {again}",
+            "make that place writable (a read-only or full file system, an immutable file or a mount may be in the "
+            f"way), then {again}",
         )
 
 
@@ -125,7 +126,8 @@ def _finished_runs(
         left = _lingering(record, store, backends)
         if left:
             raise TrainerError(
-                f"job {name} run {record.run} has ended, but processes it started still run ({', '.join(left)}): nothing was removed",
+                f"job {name} run {record.run} has ended, but processes it started still run ({', '.join(left)}): "
+                "nothing was removed",
                 "end them first; once its job has ended, a stop no longer reaches them",
             )
     return records

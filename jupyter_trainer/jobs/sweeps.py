@@ -182,7 +182,8 @@ def submit_sweep(
     data = record.to_json()
     if len(data) > SWEEP_FILE_LIMIT:  # written, it could not be read back: its runs would be strays
         raise InvalidOption(
-            f"the sweep's values take {len(data) >> 20} MiB, more than the {SWEEP_FILE_LIMIT >> 20} MiB a sweep may hold",
+            f"the sweep's values take {len(data) >> 20} MiB, more than the {SWEEP_FILE_LIMIT >> 20} MiB "
+            "a sweep may hold",
             "sweep fewer or shorter values (a long value can be a file the script reads, named by a short one)",
         )
     with store.claiming(name):  # a job of that name cannot be made meanwhile, nor the sweep twice
@@ -212,8 +213,8 @@ def submit_sweep(
         for index, (run_name, values) in enumerate(zip(record.runs, params)):
             # --notify tells of the whole sweep, once (surfaces/sweep_notify.py): no run of it tells its own end
             run_spec = dataclasses.replace(
-                spec, args=run_arguments(spec.args, values), params=tuple(values.items()), sweep=name, queue=queue, max_running=max_running,
-                notify=None,
+                spec, args=run_arguments(spec.args, values), params=tuple(values.items()), sweep=name, queue=queue,
+                max_running=max_running, notify=None,
             )  # fmt: skip
             if batch is not None and index in new:
                 run_spec = batch.for_run(index, run_spec)
@@ -345,7 +346,8 @@ def remove_sweep(store: JobStore, sweep: SweepRecord, backends: _backends.Backen
     unfinished = [job.name for job in jobs if not job.record.status.is_final]
     if unfinished:
         raise InvalidOption(
-            f"sweep {sweep.name!r} has runs that have not ended: {', '.join(unfinished[:5])}{' ...' if len(unfinished) > 5 else ''}",
+            f"sweep {sweep.name!r} has runs that have not ended: "
+            f"{', '.join(unfinished[:5])}{' ...' if len(unfinished) > 5 else ''}",
             f"stop it first: jupyter-trainer stop {sweep.name}",
         )
     said = [describe_removed(remove_runs(job.name, None, store, backends)) for job in jobs]

@@ -23,7 +23,11 @@ from ..logs.source import LogSource
 from .reader import MetricReader
 from .series import MetricSeries
 
-VERSION = 7  # 7: the bytes left unread (a run of NULs); 6: values of lines of their own never taken for redraws; 5: key-value tables (stable-baselines3); 4: the values held at a bar's last x, and an endless line's window; 3: a bounded number of metrics, the others counted; 2: series by step or epoch, windows of lowest and highest values, the reader's place
+# 7: the bytes left unread (a run of NULs); 6: values of lines of their own never taken for redraws; 5: key-value
+# tables (stable-baselines3); 4: the values held at a bar's last x, and an endless line's window; 3: a bounded
+# number of metrics, the others counted; 2: series by step or epoch, windows of lowest and highest values, the
+# reader's place
+VERSION = 7
 CHECK_BYTES = 64  # log bytes before the cached offset that must be unchanged
 MAX_BYTES = 4 << 20  # a cache larger than this is not one this wrote (1,000 points for each of a few metrics)
 MAX_OFFSET = 1 << 62  # bytes of a log: a larger place in it (or Infinity, 1e400, 2.5) was not written by this

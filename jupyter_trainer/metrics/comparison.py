@@ -83,7 +83,10 @@ def axis_note(axes: dict[str, str | None], axis: str, by_time: bool) -> str:
         return "x: seconds since each job's start (--x time)"
     own = sorted({found for found in axes.values() if found is not None})
     if len(own) > 1:
-        return f"x: seconds since each job's start (the jobs give the metric by {', '.join(AXIS_TITLES.get(a, a) for a in own)})"
+        return (
+            "x: seconds since each job's start "
+            f"(the jobs give the metric by {', '.join(AXIS_TITLES.get(a, a) for a in own)})"
+        )
     return "x: seconds since each job's start"
 
 

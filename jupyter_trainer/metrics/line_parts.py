@@ -83,7 +83,8 @@ _TIMM_EPOCH = re.compile(rb"(?<![a-z])train: (\d+) \[")
 _ROUND = re.compile(rb"\[(\d+)(?:/\d+)?\][ \t]")  # and scikit-learn's "[3/100]"
 _ULTRALYTICS_BAR = re.compile(rb"/(\d+) (?:[\d.]+[kmg]?[a-z]*/s)? \d+(?:\.\d+s|:\d\d)")
 # a progress bar's "n/total": tqdm's "| 45/100 [", Keras's " 45/100 [===" and Keras 3's "45/100 ━━"
-# (pattern, what n must follow (one of them; none: anything), whether an "Epoch E/T" on the bar's own line counts from 0)
+# (pattern, what n must follow (one of them; none: anything), whether an "Epoch E/T" on the bar's own line
+# counts from 0)
 _BARS = (
     (re.compile(rb"/(\d+)(?: ?\[| ?\xe2\x94\x81)"), (), False),
     # PyTorch's examples' "[640/60000 (1%)]", timm's "[ 100/1251 (  8%)]"

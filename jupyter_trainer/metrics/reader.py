@@ -351,8 +351,8 @@ class MetricReader:
         step = self.step if self.step is not None else self.bar
         timed = self.clock is not None and self.clock.known
         preferred = (
-            names.STEP if self.step is not None else names.EPOCH if self.epoch is not None else names.STEP if self.bar is not None
-            else names.TIME if timed else names.NTH
+            names.STEP if self.step is not None else names.EPOCH if self.epoch is not None
+            else names.STEP if self.bar is not None else names.TIME if timed else names.NTH
         )  # fmt: skip
         for name, value, at in values:
             where = (

@@ -159,7 +159,8 @@ def parse_sync(directory: str | None) -> str | None:
         what = "is your home directory" if real == home else "holds your home directory"
         raise InvalidOption(
             f"--sync {path} {what}, with your credentials and tokens: nothing was copied",
-            "sync the project's own directory (--sync ~/project), and list in its .trainerignore what else to leave out",
+            "sync the project's own directory (--sync ~/project), and list in its .trainerignore what else to "
+            "leave out",
         )
     from .credentials import credential_holding
 

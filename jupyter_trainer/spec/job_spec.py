@@ -310,7 +310,8 @@ def _chosen_with_config(
         if backend.switch and given.get(backend.switch) is None and config.get(backend.switch):
             overriding = [
                 option for option in declared.options
-                if option.dest in needed_elsewhere and not declared.taken_by(option, backend) and given.get(option.dest) is not None
+                if option.dest in needed_elsewhere and not declared.taken_by(option, backend)
+                and given.get(option.dest) is not None
             ]  # fmt: skip
             if not overriding:
                 return backend

@@ -145,8 +145,9 @@ JOB = (
         "sweep",
         "--sweep",
         "run once per combination of values (repeatable; the runs are jobs NAME-1 ... NAME-N, the "
-        "last KEY varying fastest); each run gets --KEY VALUE after the script's arguments, or its value where they hold "
-        "{KEY}; with --trials N, a KEY may be a range: loguniform(1e-5,1e-2), uniform(A,B), randint(A,B), choice(A,B)",
+        "last KEY varying fastest); each run gets --KEY VALUE after the script's arguments, or its value where "
+        "they hold {KEY}; with --trials N, a KEY may be a range: loguniform(1e-5,1e-2), uniform(A,B), randint(A,B), "
+        "choice(A,B)",
         "KEY=V1,V2",
         "append",
     ),
@@ -200,7 +201,8 @@ QUEUE = Option(
     "NAME",
     config=True,
     parse=_CHECK + "parse_queue",
-    elsewhere="puts a job in a line of its machine, for the container backends and --host (Slurm and SageMaker queue jobs themselves)",
+    elsewhere="puts a job in a line of its machine, for the container backends and --host (Slurm and SageMaker "
+    "queue jobs themselves)",
 )
 ENV = Option(
     "env",
@@ -328,7 +330,8 @@ def _merged(lists: list[tuple[Option, ...]]) -> tuple[Option, ...]:
         ready = [dest for dest in by_dest if dest not in merged and before[dest] <= set(merged)]
         if not ready:
             raise ValueError(
-                f"the backends list their options in orders that contradict each other: {sorted(set(by_dest) - set(merged))}"
+                "the backends list their options in orders that contradict each other: "
+                f"{sorted(set(by_dest) - set(merged))}"
             )
         merged.append(min(ready, key=rank.__getitem__))
     return tuple(by_dest[dest] for dest in merged)

@@ -63,10 +63,13 @@ def build_parser(backends: Backends = DEFAULT) -> argparse.ArgumentParser:
     command("status", "one job's status", JOB_NAME, AS_JSON)
     command("logs", "a job's log", JOB_NAME, LINES, FOLLOW)
     command("metrics", "every metric value in a job's log", JOB_NAME,
-            argument("--json", action="store_true", help='one JSON object: {"loss": [[x, value], ...], ...}'))  # fmt: skip
+            argument("--json", action="store_true",
+                     help='one JSON object: {"loss": [[x, value], ...], ...}'))  # fmt: skip
     command("rm", "remove a finished job's runs (a running job is refused)", JOB_NAME, ONE_RUN)
-    command("compare", "jobs side by side on one metric: status, last and best value, points", JOB_NAMES, COMPARED_METRIC, X_AXIS,
-            argument("--json", action="store_true", help="one JSON array: {name, status, metric, last, best, points} per job"))  # fmt: skip
+    command("compare", "jobs side by side on one metric: status, last and best value, points",
+            JOB_NAMES, COMPARED_METRIC, X_AXIS,
+            argument("--json", action="store_true",
+                     help="one JSON array: {name, status, metric, last, best, points} per job"))  # fmt: skip
 
     prune = commands.add_parser("prune", help="remove finished runs older than an age")
     prune.add_argument("--older-than", required=True, metavar="DURATION", help="e.g. 7d, 12h, 30m")

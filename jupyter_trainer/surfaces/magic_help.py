@@ -56,11 +56,13 @@ print(sys.argv[1:])
         "configuration chain gives the credentials; no option takes them. %sagemaker_fit with no "
         "script runs the image's own train; %sagemaker_fit SCRIPT makes an existing file the entry script.",
         """\
-%%sagemaker_fit --framework pytorch --framework-version 2.1 --py-version py310 --instance-type ml.g5.xlarge --hyperparameter epochs=10
+%%sagemaker_fit --framework pytorch --framework-version 2.1 --py-version py310 --instance-type ml.g5.xlarge \
+--hyperparameter epochs=10
 import os
 ...
 
-%%sagemaker_fit --image-uri 123456789012.dkr.ecr.us-east-1.amazonaws.com/trainer:1 --input train=s3://bucket/data --spot --max-wait 7200
+%%sagemaker_fit --image-uri 123456789012.dkr.ecr.us-east-1.amazonaws.com/trainer:1 --input train=s3://bucket/data \
+--spot --max-wait 7200
 
 %%sagemaker_fit --image-uri my-image --instance-type local --name try-locally
 

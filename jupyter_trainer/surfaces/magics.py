@@ -164,7 +164,8 @@ class TrainerMagics(Magics):
     ).tag(config=True)
     gpu_pool = Unicode(
         "",
-        help="the GPUs --gpus N hands out on the job's machine: 0,1,2,3 or 0-3 (default: $JUPYTER_TRAINER_GPUS, else what nvidia-smi lists)",
+        help="the GPUs --gpus N hands out on the job's machine: 0,1,2,3 or 0-3 (default: $JUPYTER_TRAINER_GPUS, "
+        "else what nvidia-smi lists)",
     ).tag(config=True)
 
     def __init__(self, shell=None, store: JobStore | None = None, backends: Backends | None = None, **kwargs):
@@ -222,7 +223,8 @@ class TrainerMagics(Magics):
         args = (SAGEMAKER_PARSER if cell is not None else SAGEMAKER_LINE_PARSER).parse_args(words)
         if args.sweep or args.trials is not None or args.max_running is not None:
             raise InvalidOption(
-                "%sagemaker_fit takes no --sweep, --trials or --max-running (SageMaker's own tuning jobs are the way there)",
+                "%sagemaker_fit takes no --sweep, --trials or --max-running (SageMaker's own tuning jobs are the "
+                "way there)",
                 "sweep with %%train_detached",
             )
         given, config, label = vars(args), self._config(SAGEMAKER), None
@@ -241,7 +243,8 @@ class TrainerMagics(Magics):
             if source_dir and inside(path, source_dir) is None:
                 raise InvalidOption(
                     f"{path} is not inside --source-dir {source_dir}",
-                    "the entry script is one of its files, as the SDK's entry_point: give its path there (or drop --source-dir)",
+                    "the entry script is one of its files, as the SDK's entry_point: give its path there "
+                    "(or drop --source-dir)",
                 )
             spec = in_place(sagemaker_spec(read_script(path), given, config, **fallbacks), path)
             label = os.path.splitext(os.path.basename(path))[0]

@@ -70,8 +70,9 @@ def message(name: str, json_view: dict, started: float | None, ended: float) -> 
         text += f"; best {run['name']} ({json_view['metric']} {run['best']:.4g}{'; ' + values if values else ''})"
         found = {"name": run["name"], "params": run["params"], "metric": json_view["metric"], "value": run["best"]}
     return {
-        "text": slack_text(text.strip()), "name": name, "kind": "sweep", "status": status, "progress": json_view["progress"],
-        "backend": json_view["backend"], "runs": len(runs), "best": found, "started_at": started, "ended_at": ended,
+        "text": slack_text(text.strip()), "name": name, "kind": "sweep", "status": status,
+        "progress": json_view["progress"], "backend": json_view["backend"], "runs": len(runs), "best": found,
+        "started_at": started, "ended_at": ended,
     }  # fmt: skip
 
 

@@ -113,7 +113,10 @@ def controls_html(controls: ChartControls, log_possible: bool) -> str:
     smoothing. `hidden` until the stylesheet (STYLE) shows it where `:has()` works."""
 
     def pick(what: str, text: str, hint: str) -> str:
-        return f'<label class="jt-pick jt-pick-{what}" for="{controls.input_id(what)}" title="{html.escape(hint)}">{html.escape(text)}</label>'
+        return (
+            f'<label class="jt-pick jt-pick-{what}" for="{controls.input_id(what)}" title="{html.escape(hint)}">'
+            f"{html.escape(text)}</label>"
+        )
 
     scales = [
         pick("yauto", "auto", "the y axis as the chart chooses it: log when the values span more than two decades")

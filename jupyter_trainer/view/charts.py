@@ -29,8 +29,9 @@ LEGEND_CHAR = 7  # about how wide a legend's character is, in pixels
 MAX_CHARTS = 6  # charts a view draws at once
 LOG_SCALE_SPAN = 100  # a chart goes logarithmic when its positive values span more than this factor
 SMOOTH_POINTS = 150  # points of a smoothed curve at most (it has no spike to keep)
-HOVER_BANDS = 48
-HIDDEN = ' display="none"'  # an alternative not shown by default: a presentation attribute, so any CSS rule overrides it  # vertical strips of a chart, each with a tooltip of the values nearest to it
+HOVER_BANDS = 48  # vertical strips of a chart, each with a tooltip of the values nearest to it
+# an alternative not shown by default: a presentation attribute, so any CSS rule overrides it
+HIDDEN = ' display="none"'
 
 
 def _format(value: float) -> str:
@@ -146,13 +147,15 @@ def chart_svg(
         legend_svg = ""
     elif wrap_legend:
         legend_svg = "".join(
-            f'<text class="jt-legend" x="{left}" y="{14 + LEGEND_LINE * index}">{"".join(_legend_entry(*curve, gap=bool(at)) for at, curve in enumerate(row))}</text>'
+            f'<text class="jt-legend" x="{left}" y="{14 + LEGEND_LINE * index}">'
+            f"{''.join(_legend_entry(*curve, gap=bool(at)) for at, curve in enumerate(row))}</text>"
             for index, row in enumerate(rows)
         )
     else:
         legend = "".join(
             f'<tspan class="jt-swatch" style="fill:{html.escape(colour)}">■</tspan>'
-            f'<tspan class="jt-name"> {html.escape(name)}</tspan> {_format(points[-1][1]) if points else "no finite value"}  '
+            f'<tspan class="jt-name"> {html.escape(name)}</tspan> '
+            f"{_format(points[-1][1]) if points else 'no finite value'}  "
             for name, points, colour in curves
         )
         legend_svg = f'<text class="jt-legend" x="{left}" y="14">{legend}</text>'
@@ -219,7 +222,8 @@ def _layer(
     axis_title = AXIS_TITLES.get(axis, axis) + (" · log scale" if logarithmic else "")
     return (
         _y_ticks_svg(ticks, position, x0, (min(ys), max(ys)), left, plot_w)
-        + f'<text class="jt-axis-title" x="{left + plot_w / 2:.0f}" y="{top + plot_h + 28}" text-anchor="middle">{html.escape(axis_title)}</text>',
+        + f'<text class="jt-axis-title" x="{left + plot_w / 2:.0f}" y="{top + plot_h + 28}" text-anchor="middle">'
+        f"{html.escape(axis_title)}</text>",
         "".join(lines),
     )
 
@@ -249,10 +253,14 @@ def _with_controls(svg: str, curves, controls: ChartControls | None, log_possibl
     keys = []
     for index, (name, points, colour) in enumerate(curves):
         latest = _format(points[-1][1]) if points else "no value"
-        entry = f'<span class="jt-swatch" style="color:{html.escape(colour)}">■</span> <span class="jt-name">{html.escape(name)}</span> {latest}'
+        entry = (
+            f'<span class="jt-swatch" style="color:{html.escape(colour)}">■</span> '
+            f'<span class="jt-name">{html.escape(name)}</span> {latest}'
+        )
         if index < controls.hideable:
             keys.append(
-                f'<label class="jt-entry jt-entry-{index}" for="{controls.input_id(f"h{index}")}" title="hide or show {html.escape(name)}">{entry}</label>'
+                f'<label class="jt-entry jt-entry-{index}" for="{controls.input_id(f"h{index}")}" '
+                f'title="hide or show {html.escape(name)}">{entry}</label>'
             )
         else:
             keys.append(f'<span class="jt-entry">{entry}</span>')

@@ -45,12 +45,15 @@ COMPARE_STYLE = """<style>
 .jupyter-trainer-compare .widget-html-content { line-height: 1.4; }
 .jupyter-trainer-compare .jt-compare-title { font-weight: bold; color: var(--jt-fg); }
 .jupyter-trainer-compare .jt-compare-note { color: var(--jt-muted); font-size: 12px; margin: 2px 0 6px; }
-.jupyter-trainer-compare table.jt-compare-table { border-collapse: collapse; margin-top: 6px; font-size: 12px; color: var(--jt-fg); }
+.jupyter-trainer-compare table.jt-compare-table { border-collapse: collapse; margin-top: 6px; font-size: 12px;
+  color: var(--jt-fg); }
 .jupyter-trainer-compare .jt-compare-table th, .jupyter-trainer-compare .jt-compare-table td {
-  padding: 2px 10px; border-bottom: 1px solid var(--jt-border); text-align: left; color: var(--jt-fg); background: transparent; }
+  padding: 2px 10px; border-bottom: 1px solid var(--jt-border); text-align: left; color: var(--jt-fg);
+  background: transparent; }
 .jupyter-trainer-compare .jt-compare-table th { color: var(--jt-muted); font-weight: bold; }
 .jupyter-trainer-compare .jt-compare-table td.jt-number { text-align: right; font-variant-numeric: tabular-nums; }
-.jupyter-trainer-compare .jt-key { display: inline-block; width: 14px; height: 4px; border-radius: 2px; vertical-align: middle; margin-right: 6px; }
+.jupyter-trainer-compare .jt-key { display: inline-block; width: 14px; height: 4px; border-radius: 2px;
+  vertical-align: middle; margin-right: 6px; }
 .jupyter-trainer-compare .jt-status { color: #fff; border-radius: 4px; padding: 0 6px; }
 </style>"""
 
@@ -110,7 +113,8 @@ def comparison_html(
     notes = rules.notes(comparison.rows)  # the comparison's own note is under its title
     if len(comparison.rows) > len(RUN_PALETTE):
         notes.append(
-            f"more jobs than colours: every {len(RUN_PALETTE)}th job has the same colour (the table's order is the legend's)"
+            f"more jobs than colours: every {len(RUN_PALETTE)}th job has the same colour "
+            "(the table's order is the legend's)"
         )
     parts += [f'<div class="jt-compare-note">{html.escape(note)}</div>' for note in notes]
     return "".join(parts)

@@ -37,8 +37,10 @@ CHOOSER_DEFAULT = "loss-like, then the latest"  # the chart chooser's first opti
 SAVED_LINES = 40  # log lines the saved view keeps (it is written into the notebook file)
 # a bell drawn in the text's colour: an emoji's glyph is missing where no emoji font is installed
 BELL = (
-    '<svg width="10" height="10" viewBox="0 0 16 16" fill="currentColor" aria-hidden="true" style="vertical-align: -1px">'
-    '<path d="M8 16a2 2 0 0 0 2-2H6a2 2 0 0 0 2 2zm5-5V7a5 5 0 0 0-4-4.9V1a1 1 0 0 0-2 0v1.1A5 5 0 0 0 3 7v4l-1.5 1.5V13h13v-.5z"/></svg>'
+    '<svg width="10" height="10" viewBox="0 0 16 16" fill="currentColor" aria-hidden="true" '
+    'style="vertical-align: -1px">'
+    '<path d="M8 16a2 2 0 0 0 2-2H6a2 2 0 0 0 2 2zm5-5V7a5 5 0 0 0-4-4.9V1a1 1 0 0 0-2 0v1.1'
+    'A5 5 0 0 0 3 7v4l-1.5 1.5V13h13v-.5z"/></svg>'
 )
 ERROR_CHARS = 300  # an error line is cut to this many characters
 
@@ -71,26 +73,32 @@ STYLE = """<style>
   color: var(--jt-fg);
   border: 1px solid var(--jt-border);
 }
-.jupyter-trainer-job .jt-header { display: flex; flex-wrap: wrap; gap: 4px 12px; align-items: center; color: var(--jt-fg); }
-.jupyter-trainer-job .jt-clocks { display: flex; gap: 4px 12px; align-items: center; color: var(--jt-fg); margin-right: 8px; }
+.jupyter-trainer-job .jt-header { display: flex; flex-wrap: wrap; gap: 4px 12px; align-items: center;
+  color: var(--jt-fg); }
+.jupyter-trainer-job .jt-clocks { display: flex; gap: 4px 12px; align-items: center; color: var(--jt-fg);
+  margin-right: 8px; }
 .jupyter-trainer-job .jt-name { font-size: 1.1em; font-weight: bold; }
 .jupyter-trainer-job .jt-status { color: #fff; border-radius: 4px; padding: 1px 8px; }
-.jupyter-trainer-job .jt-muted, .jupyter-trainer-job .jt-reading, .jupyter-trainer-job .jt-asking { color: var(--jt-muted); }
+.jupyter-trainer-job .jt-muted, .jupyter-trainer-job .jt-reading, .jupyter-trainer-job .jt-asking {
+  color: var(--jt-muted); }
 .jupyter-trainer-job .jt-status-words { color: var(--jt-muted); white-space: normal; }
 .jupyter-trainer-job .jt-usage { color: var(--jt-muted); white-space: nowrap; }
 .jupyter-trainer-job .jt-spark { vertical-align: middle; }
 .jupyter-trainer-job .jt-reading { font-size: 11px; }
-.jupyter-trainer-job .jt-quiet { color: var(--jt-warn-fg); background: var(--jt-warn-bg); border-radius: 4px; padding: 0 6px; }
+.jupyter-trainer-job .jt-quiet { color: var(--jt-warn-fg); background: var(--jt-warn-bg); border-radius: 4px;
+  padding: 0 6px; }
 .jupyter-trainer-job .jt-error { color: var(--jt-error); }
 .jupyter-trainer-job .jt-exception { font-family: var(--jp-code-font-family, monospace); }
 .jupyter-trainer-job .jt-facts { color: var(--jt-muted); font-size: 12px; }
 .jupyter-trainer-job .jt-log-pane { display: flex; flex-direction: column-reverse; max-height: 320px; overflow-y: auto;
   background: var(--jt-log-bg); border: 1px solid var(--jt-border); }
-.jupyter-trainer-job .jt-log { flex: none; overflow: visible; margin: 0; padding: 6px; font-size: 12px; line-height: 1.35;
-  white-space: pre-wrap; color: var(--jt-log-fg); background: transparent; font-family: var(--jp-code-font-family, monospace); }
+.jupyter-trainer-job .jt-log { flex: none; overflow: visible; margin: 0; padding: 6px; font-size: 12px;
+  line-height: 1.35; white-space: pre-wrap; color: var(--jt-log-fg); background: transparent;
+  font-family: var(--jp-code-font-family, monospace); }
 .jupyter-trainer-job .jt-charts { display: flex; flex-wrap: wrap; gap: 8px; }
 .jupyter-trainer-job .jt-more { color: var(--jt-muted); font-size: 12px; margin: 2px 0; }
-.jupyter-trainer-job .jt-chart text { fill: var(--jt-fg); font-family: var(--jp-ui-font-family, sans-serif); font-size: 10px; }
+.jupyter-trainer-job .jt-chart text { fill: var(--jt-fg); font-family: var(--jp-ui-font-family, sans-serif);
+  font-size: 10px; }
 .jupyter-trainer-job .jt-chart .jt-legend { font-size: 12px; }
 .jupyter-trainer-job .jt-chart .jt-name { font-weight: bold; }
 .jupyter-trainer-job .jt-chart .jt-tick, .jupyter-trainer-job .jt-chart .jt-axis-title { fill: var(--jt-muted); }
@@ -100,15 +108,16 @@ STYLE = """<style>
 .jupyter-trainer-job .jt-chart .jt-hover { fill: transparent; }
 .jupyter-trainer-job .jt-chart .jt-hover:hover { fill: var(--jt-border); fill-opacity: 0.35; }
 .jupyter-trainer-job .jt-plot { flex: none; }
-.jupyter-trainer-job .jt-chart-controls, .jupyter-trainer-job .jt-entries { line-height: 1.6; }  /* not a widget's 28px lines */
+.jupyter-trainer-job .jt-chart-controls, .jupyter-trainer-job .jt-entries {
+  line-height: 1.6; }  /* not a widget's 28px lines */
 .jupyter-trainer-job .jt-chart-controls { gap: 2px 12px; flex-wrap: wrap; align-items: center; margin: 2px 0 2px 16px;
   font-size: 11px; color: var(--jt-muted); font-family: var(--jp-ui-font-family, sans-serif); }
 @supports selector(:has(*)) { .jupyter-trainer-job .jt-chart-controls[hidden] { display: flex; } }
-.jupyter-trainer-job .jt-pick { padding: 0 6px; margin-left: 3px; border: 1px solid var(--jt-border); border-radius: 3px;
-  cursor: pointer; user-select: none; color: var(--jt-muted); }
+.jupyter-trainer-job .jt-pick { padding: 0 6px; margin-left: 3px; border: 1px solid var(--jt-border);
+  border-radius: 3px; cursor: pointer; user-select: none; color: var(--jt-muted); }
 .jupyter-trainer-job .jt-pick:hover { color: var(--jt-fg); }
-.jupyter-trainer-job .jt-entries { display: flex; flex-wrap: wrap; gap: 0 14px; margin-left: 58px; font-size: 12px; color: var(--jt-fg);
-  font-family: var(--jp-ui-font-family, sans-serif); }
+.jupyter-trainer-job .jt-entries { display: flex; flex-wrap: wrap; gap: 0 14px; margin-left: 58px; font-size: 12px;
+  color: var(--jt-fg); font-family: var(--jp-ui-font-family, sans-serif); }
 .jupyter-trainer-job .jt-entries .jt-name { font-size: inherit; font-weight: bold; }
 .jupyter-trainer-job .jt-entry { white-space: nowrap; }
 .jupyter-trainer-job label.jt-entry { cursor: pointer; user-select: none; }
@@ -149,7 +158,8 @@ def header_html(snapshot: Snapshot, clocks: bool = True) -> str:
             parts.append(field_html(field, snapshot))
     if not snapshot.status.is_final:  # the browser can say when it ends (see notification_script)
         parts.append(
-            f'<button class="jt-bell" title="a browser notification when the job ends (while this page is open)">{BELL} notify me</button>'
+            '<button class="jt-bell" title="a browser notification when the job ends (while this page is open)">'
+            f"{BELL} notify me</button>"
         )
     return (
         '<div class="jt-header">'
@@ -181,7 +191,10 @@ def status_badge(status: Status, shown: str, title: str = "") -> str:
     hover = f' title="{html.escape(title)}"' if title else ""
     badge, _, more = shown.partition(" · ")
     beside = f' <span class="jt-status-words">{html.escape(more)}</span>' if more else ""
-    return f'<span class="jt-status" style="background:{STATUS_COLOURS[status]}"{hover}>{html.escape(badge)}</span>{beside}'
+    return (
+        f'<span class="jt-status" style="background:{STATUS_COLOURS[status]}"{hover}>'
+        f"{html.escape(badge)}</span>{beside}"
+    )
 
 
 def clocks_html(elapsed: float | None, quiet_for: float | None) -> str:
@@ -222,7 +235,8 @@ def _usage_parts(usage, series: dict) -> list[str]:
         line = sparkline_svg(series.get(what, []), tops.get(what, 100.0))
         title = f"{what} of the {usage.scope}" + (" (100% = one core)" if what == "cpu" else "")
         parts.append(
-            f'<span class="jt-usage" title="{html.escape(title)}">{html.escape(what.upper() if what == "cpu" else what)} {html.escape(words)} {line}</span>'
+            f'<span class="jt-usage" title="{html.escape(title)}">'
+            f"{html.escape(what.upper() if what == 'cpu' else what)} {html.escape(words)} {line}</span>"
         )
     return parts
 
@@ -307,12 +321,16 @@ def saved_view_html(snapshot: Snapshot, view_id: str, saved_at: float) -> str:
     ended = snapshot.status.is_final
     how = (
         f"Saved {when}, when the job had ended. Run this cell again (it attaches to the job and never starts it "
-        f"twice) or %train_attach {snapshot.name} to see it live; jupyter-trainer metrics {snapshot.name} gives its curves."
+        f"twice) or %train_attach {snapshot.name} to see it live; jupyter-trainer metrics {snapshot.name} "
+        "gives its curves."
         if ended
         else f"Saved {when}: no kernel shows this job live now, and it may have gone on since. Run this cell again "
         f"(it attaches to the job and never starts it twice) or %train_attach {snapshot.name} to follow it live."
     )
-    hide_dead_widget = f".jp-OutputArea-child:has(+ .jp-OutputArea-child .jt-saved-{view_id}):not(:has(.jupyter-trainer-job)) {{ display: none; }}"
+    hide_dead_widget = (
+        f".jp-OutputArea-child:has(+ .jp-OutputArea-child .jt-saved-{view_id}):not(:has(.jupyter-trainer-job)) "
+        "{ display: none; }"
+    )
     prefix = f"jt{view_id}s"  # the live view's charts are on the page too: ids of its own
     return (
         STYLE + f"<style>{hide_dead_widget}</style>"

@@ -36,8 +36,9 @@ FILTERS = ("all", *(status.value for status in Status))
 
 # The width of a column, by its field's key; a column not named here (a field added to the rows)
 # shares what is left with the others.
-COLUMN_WIDTHS = {"name": "minmax(7em, 2fr)", "backend": "5em", "host": "minmax(3em, 1fr)", "status": "minmax(6.5em, 1.5fr)",
-                 "started": "7em", "duration": "5em", "exit_code": "3.5em", "metric": "minmax(6em, 1.5fr)"}  # fmt: skip
+COLUMN_WIDTHS = {"name": "minmax(7em, 2fr)", "backend": "5em", "host": "minmax(3em, 1fr)",
+                 "status": "minmax(6.5em, 1.5fr)", "started": "7em", "duration": "5em", "exit_code": "3.5em",
+                 "metric": "minmax(6em, 1.5fr)"}  # fmt: skip
 GRID = " ".join(
     ["1.6em", *(COLUMN_WIDTHS.get(key, "minmax(4em, 1fr)") for key, _title in ROW_COLUMNS), "13em"]
 )  # the tick box, the columns, the buttons
@@ -47,7 +48,8 @@ TABLE_STYLE = """<style>
   gap: 0 8px; align-items: center; border-bottom: 1px solid var(--jt-border); padding: 2px 4px; }
 .jupyter-trainer-jobs .jt-row.jt-head { font-weight: bold; color: var(--jt-muted); }
 .jupyter-trainer-jobs .jt-row.jt-head .jt-cell { white-space: normal; line-height: 1.1; }
-.jupyter-trainer-jobs .jt-row > .widget-html { margin: 0; width: auto; min-width: 0; justify-self: stretch; overflow: hidden; }
+.jupyter-trainer-jobs .jt-row > .widget-html { margin: 0; width: auto; min-width: 0; justify-self: stretch;
+  overflow: hidden; }
 .jupyter-trainer-jobs .jt-row .widget-html-content { display: block; overflow: hidden; }
 .jupyter-trainer-jobs .jt-cell { white-space: nowrap; overflow: hidden; text-overflow: ellipsis; text-align: left; }
 .jupyter-trainer-jobs .jt-row .widget-button { width: auto; padding: 0 8px; height: 24px; margin: 1px 2px; }

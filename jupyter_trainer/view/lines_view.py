@@ -103,7 +103,8 @@ def lines_text(found: dict) -> str:
             out.append(f"GPUs: unknown ({readable(gpus['problem'])})")
         elif not each:
             out.append(
-                "GPUs: none offered (no nvidia-smi, and no pool: JUPYTER_TRAINER_GPUS=0-3 or %config TrainerMagics.gpu_pool)"
+                "GPUs: none offered (no nvidia-smi, and no pool: JUPYTER_TRAINER_GPUS=0-3 or "
+                "%config TrainerMagics.gpu_pool)"
             )
         else:
             out.append(f"GPUs (from {gpus['source']}):")

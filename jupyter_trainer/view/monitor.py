@@ -76,7 +76,8 @@ class Snapshot:
     usage: Usage | None = None  # what it uses now, while it runs and where that can be seen
     usage_series: dict = field(default_factory=dict)  # recent readings of each quantity (see UsageHistory.series)
     status_text: str = ""  # the status as shown: "running (restart 1)" (words.status_text)
-    asking: str = ""  # while a slow status check is under way, in its backend's words ("asking Slurm…"); the status is the last known
+    # while a slow status check is under way, in its backend's words ("asking Slurm…"); the status is the last known
+    asking: str = ""
     record: JobRecord | None = None  # the record it was taken of
     host: str | None = None  # the machine it runs on, by the name its user knows (words.host)
     metric_text: str = ""  # a table's row: its main metric's latest value

@@ -29,7 +29,8 @@ def sweep_rows(sweep: SweepRecord, store: JobStore, backends, metric: str | None
         row = by_name.get(job.record.name if job.record.run == 1 else f"{job.record.name} (run {job.record.run})")
         rows.append({
             "name": name, "params": params, "status": job.record.status.value,
-            "last": row.as_json()["last"] if row else None, "best": row.as_json()["best"] if row else None, "record": job.record,
+            "last": row.as_json()["last"] if row else None, "best": row.as_json()["best"] if row else None,
+            "record": job.record,
         })  # fmt: skip
     return rows, comparison.metric if comparison else None
 

@@ -366,7 +366,8 @@ class DockerBackend(BackendBase):
         ]
 
     def status_fields(self, record: JobRecord) -> dict:
-        """What `status --json` says of a Docker job besides the common fields: how often it was started again (0 without --restarts)."""
+        """What `status --json` says of a Docker job besides the common fields: how often it was
+        started again (0 without --restarts)."""
         try:
             runtime = DockerRuntime.of(record) if record.runtime else None
         except CorruptRecord:

@@ -193,7 +193,8 @@ def _check_store_unreachable(container, jobs_dir: Path) -> None:
         raise InvalidOption(
             f"container {container.name!r} can reach the job store ({reason}), "
             "so a job in it could read or change every job's files",
-            f"remove it (docker rm -f {container.name}) and the next job creates a safe one, or use a container that does not mount {home}",
+            f"remove it (docker rm -f {container.name}) and the next job creates a safe one, or use a container "
+            f"that does not mount {home}",
         )
 
 
@@ -257,7 +258,8 @@ def _runs_volume(client, container_name: str, engine: Engine, store: JobStore) -
     if found.get(LABEL) != "1" or found.get(LABEL_CONTAINER) != container_name:
         raise InvalidOption(
             f"a volume named {name!r} already exists on {engine.label} and is not labelled as jupyter_trainer's "
-            f"(someone's own, or left by an older version), so container {container_name!r} cannot keep its runs' files there",
+            f"(someone's own, or left by an older version), so container {container_name!r} cannot keep its runs' "
+            "files there",
             f"choose another --container, or remove that volume if nothing in it is needed (docker volume rm {name})",
         )
     return name

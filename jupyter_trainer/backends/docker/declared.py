@@ -74,7 +74,8 @@ RESTARTS = Option(
     "or its container restarted), start it again in its container, up to N times, with no kernel needed; it resumes "
     "from its own checkpoint",
     "N", "int", parse=_OWN + "restarts:parse_restarts",
-    elsewhere="works with the container backends only (--image or --container, on this machine's Docker engine or a --docker-host's)",
+    elsewhere="works with the container backends only (--image or --container, on this machine's Docker engine "
+    "or a --docker-host's)",
 )  # fmt: skip
 
 

@@ -133,7 +133,8 @@ def resolve(given: str | None, named: dict | None = None, environ=None) -> Engin
         names = sorted(name for name in named if isinstance(name, str) and HOST_NAME.fullmatch(name))
         known = ", ".join(names[:10]) + (", …" if len(names) > 10 else "") if names else "none configured"
         raise InvalidOption(
-            f"--docker-host {given!r} is neither an address nor a known host (docker_hosts: {known}; no Docker context of that name)",
+            f"--docker-host {given!r} is neither an address nor a known host (docker_hosts: {known}; "
+            "no Docker context of that name)",
             'give ssh://USER@HOST, or name it: %config TrainerMagics.docker_hosts = {"gpu1": "ssh://me@gpu1"}',
         )
     if environ.get("DOCKER_HOST"):

@@ -50,7 +50,10 @@ done
 """
 
 # TERM to each process group named, KILL to what is left after the grace period ($1).
-STOP_GROUPS = 'grace=$1; shift; for g in "$@"; do kill -TERM -"$g" 2>/dev/null; done; sleep "$grace"; for g in "$@"; do kill -KILL -"$g" 2>/dev/null; done; true'
+STOP_GROUPS = (
+    'grace=$1; shift; for g in "$@"; do kill -TERM -"$g" 2>/dev/null; done; sleep "$grace"; '
+    'for g in "$@"; do kill -KILL -"$g" 2>/dev/null; done; true'
+)
 
 
 def job_processes(container, inner_run_dir: str, seconds: float | None = None) -> dict[str, list[str]]:

@@ -83,7 +83,8 @@ def _users_container(spec: DetachedSpec, client, engine: Engine):
         return client.containers.get(spec.options.container)
     except docker.errors.NotFound:
         raise InvalidOption(
-            f"container {spec.options.container!r} does not exist on {engine.label}, so {spec.script_path} cannot be read there",
+            f"container {spec.options.container!r} does not exist on {engine.label}, so {spec.script_path} "
+            "cannot be read there",
             "start it first, or give --image to let jupyter_trainer make one",
         ) from None
 
@@ -105,7 +106,8 @@ def _path_in(container, path: str, where: str) -> tuple[str, str, str]:
     if not found:
         raise InvalidOption(
             f"container {container.name!r} mounts no directory that holds {where}",
-            "give a script inside a directory it mounts, or let jupyter_trainer make the container (--image, --workdir)",
+            "give a script inside a directory it mounts, or let jupyter_trainer make the container "
+            "(--image, --workdir)",
         )
     _, destination, inner, source = max(found)
     return destination, inner, source
@@ -163,7 +165,8 @@ def _check_directories(container, root: str, path: str, where: str, root_words: 
             raise InvalidOption(f"cannot read the script {where}: there is no such file", _CHECK_PATH)
         if mode & _SYMLINK:
             raise InvalidOption(
-                f"cannot run {where}: {on_the_way} in its path is a link, and links are not followed on the remote host",
+                f"cannot run {where}: {on_the_way} in its path is a link, and links are not followed on the "
+                "remote host",
                 "give the path of the file itself, with no link in it",
             )
         if not mode & _DIRECTORY:

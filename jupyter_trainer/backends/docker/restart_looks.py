@@ -72,7 +72,10 @@ def follow_restarts(
     if may_come_back(client, container, runtime, run_dir):
         return Observation(alive=True, started=True, details=details)
     if state.get("Restarting"):
-        why = f"container {label} keeps restarting, its main process (the keeper) ending at once (exit code {state.get('ExitCode')}), and the job was not started again"
+        why = (
+            f"container {label} keeps restarting, its main process (the keeper) ending at once "
+            f"(exit code {state.get('ExitCode')}), and the job was not started again"
+        )
         return Observation(alive=False, why_gone=why, details=details)
     if not running:
         why = why_it_restarted(client, container, runtime.container_started_at, started_again=False)
@@ -132,8 +135,8 @@ def may_come_back(client, container, runtime: DockerRuntime, run_dir: Path) -> b
 def beyond_limit(label: str, runtime: DockerRuntime) -> str:
     allowed = runtime.restarts_allowed or 0
     return (
-        f"container {label} started it again beyond its --restarts {allowed}, as the run's files its keeper counts by were "
-        "changed from inside the container; stopped, and not started again"
+        f"container {label} started it again beyond its --restarts {allowed}, as the run's files its keeper "
+        "counts by were changed from inside the container; stopped, and not started again"
     )
 
 

@@ -94,11 +94,13 @@ def check_can_restart(container, restarts: int) -> None:
     name = container.name
     if container.labels.get("jupyter_trainer") != "1":
         raise InvalidOption(
-            f"--restarts: container {name!r} is not one jupyter_trainer created, so nothing in it starts a job again when it restarts",
+            f"--restarts: container {name!r} is not one jupyter_trainer created, so nothing in it starts a job "
+            "again when it restarts",
             "drop --container (or name one that does not exist yet) and pass --image: the container created then can",
         )
     raise InvalidOption(
-        f"--restarts needs a container made anew: {name!r} was created by an older version, whose main process cannot start jobs again",
+        f"--restarts needs a container made anew: {name!r} was created by an older version, whose main "
+        "process cannot start jobs again",
         f"once its jobs have ended, remove it (docker rm -f {name}); the next job creates one that can",
     )
 

@@ -27,8 +27,8 @@ from .declared import NO_RESTART_FILE, RESTART_FILE, RESTARTS_FILE
 MOUNTED_JOBS_DIR = "/jupyter_trainer/jobs"  # where containers we create see their runs' files
 SHIPPED_JOBS_DIR = "/tmp/jupyter_trainer/jobs"  # run files copied into containers we did not create
 RUN_FILES = (
-    SCRIPT_FILE, LAUNCH_FILE, LAUNCH_TARGET_FILE, SUPERVISOR_FILE, NOTIFY_FILE, LOG_FILE, PID_FILE, EXIT_CODE_FILE, NOTIFIED_FILE, CLOCK_FILE,
-    RESTART_FILE, RESTARTS_FILE, NO_RESTART_FILE,
+    SCRIPT_FILE, LAUNCH_FILE, LAUNCH_TARGET_FILE, SUPERVISOR_FILE, NOTIFY_FILE, LOG_FILE, PID_FILE, EXIT_CODE_FILE,
+    NOTIFIED_FILE, CLOCK_FILE, RESTART_FILE, RESTARTS_FILE, NO_RESTART_FILE,
 )  # fmt: skip
 TURN_FILES = (LINE_FILE, WAITER_FILE, TURN_FILE)  # a job that waits its turn in its machine's lines: its waiter's
 # A run's directory in a container: MOUNTED_JOBS_DIR/NAME/RUN or SHIPPED_JOBS_DIR/STORE_ID/NAME/RUN

@@ -55,8 +55,8 @@ def in_both_places(spec: DetachedSpec, engine: Engine) -> InvalidOption:
         else f"move this machine's copy away to run the one on {engine.label}"
     )
     return InvalidOption(
-        f"{posixpath.basename(there)} is both a file of this machine ({spec.script_path}) and one in --workdir {spec.workdir} on {engine.label}, "
-        "so which one to run is unclear",
+        f"{posixpath.basename(there)} is both a file of this machine ({spec.script_path}) and one in "
+        f"--workdir {spec.workdir} on {engine.label}, so which one to run is unclear",
         f"{pick_there}, or pass --sync DIR to send this machine's folder (copied over the files of --workdir there)",
     )
 

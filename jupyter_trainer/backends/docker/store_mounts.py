@@ -167,7 +167,8 @@ def protection(mounts: list[Mount], store_home: str) -> Protection:
             where = str(PurePosixPath(place, entry.name))
             if entry.is_link:
                 raise Unprotectable(
-                    f"the job store's path goes through {os.path.join(entry.parent, entry.name)}, a link a job could replace"
+                    f"the job store's path goes through {os.path.join(entry.parent, entry.name)}, "
+                    "a link a job could replace"
                 )
             if os.path.join(entry.parent, entry.name) == real_home and index == len(entries) - 1:
                 covers.append(where)

@@ -18,8 +18,13 @@ FAILURE_FILE = "failure"  # local mode: what the training container wrote as its
 
 SAGEMAKER = (
     Option("image_uri", "--image-uri", "the training image (it needs python3, nothing else)", "URI", config=True),
-    Option("role", "--role", "the execution role (default: config, else the notebook instance's role)", "ARN", config=True),
-    Option("instance_type", "--instance-type", "e.g. ml.g5.xlarge; 'local' runs SageMaker local mode here", "TYPE", config=True, default="ml.m5.xlarge"),
+    Option(
+        "role", "--role", "the execution role (default: config, else the notebook instance's role)", "ARN", config=True,
+    ),
+    Option(
+        "instance_type", "--instance-type", "e.g. ml.g5.xlarge; 'local' runs SageMaker local mode here", "TYPE",
+        config=True, default="ml.m5.xlarge",
+    ),
     Option("instance_count", "--instance-count", "how many instances (default 1)", "N", "int", default=1),
     Option("inputs", "--input", "an input channel (repeatable; s3:// or file://)", "CHANNEL=URI", "append"),
     Option("output_path", "--output-path", "where the model artifact goes", "URI", config=True),
@@ -28,7 +33,10 @@ SAGEMAKER = (
     Option("spot", "--spot", "managed spot training", kind="switch"),
     Option("max_wait", "--max-wait", "with --spot: the longest to wait and train", "SECONDS", "int"),
     Option("checkpoint_s3_uri", "--checkpoint-s3-uri", "where checkpoints are synced", "URI"),
-    Option("source_dir", "--source-dir", "more files shipped beside the script (its imports; its requirements.txt is installed first)", "DIR"),
+    Option(
+        "source_dir", "--source-dir",
+        "more files shipped beside the script (its imports; its requirements.txt is installed first)", "DIR",
+    ),
     Option(
         "interpreter", "--interpreter", "the command that runs the script on every host (default python3)", "CMD",
         config=True, default="python3", parse=_CHECK + "parse_interpreter",
@@ -37,14 +45,32 @@ SAGEMAKER = (
         "env", "--env", "the job's environment (repeatable); values are never stored or shown", "KEY=VALUE", "append",
         config=True, parse=_CHECK + "parse_env",
     ),
-    Option("framework", "--framework", "instead of --image-uri: AWS's training image of pytorch, tensorflow, huggingface, sklearn or xgboost", "NAME", config=True),
-    Option("framework_version", "--framework-version", "with --framework: its version (for huggingface, the transformers version)", "V", config=True),
+    Option(
+        "framework", "--framework",
+        "instead of --image-uri: AWS's training image of pytorch, tensorflow, huggingface, sklearn or xgboost", "NAME",
+        config=True,
+    ),
+    Option(
+        "framework_version", "--framework-version",
+        "with --framework: its version (for huggingface, the transformers version)", "V", config=True,
+    ),
     Option("py_version", "--py-version", "with --framework: the Python of the image, e.g. py310", "PY", config=True),
-    Option("volume_size", "--volume-size", "the storage volume of each instance (default 30)", "GB", "int", config=True),
+    Option(
+        "volume_size", "--volume-size", "the storage volume of each instance (default 30)", "GB", "int", config=True,
+    ),
     Option("tags", "--tag", "a tag of the training job (repeatable)", "KEY=VALUE", "append", config=True),
-    Option("subnets", "--subnet", "a VPC subnet to train in (repeatable; with --security-group-id)", "ID", "append", config=True),
-    Option("security_group_ids", "--security-group-id", "a VPC security group (repeatable; with --subnet)", "ID", "append", config=True),
-    Option("keep_alive_period", "--keep-alive-period", "keep the instances warm this long after the job (warm pools)", "SECONDS", "int", config=True),
+    Option(
+        "subnets", "--subnet", "a VPC subnet to train in (repeatable; with --security-group-id)", "ID", "append",
+        config=True,
+    ),
+    Option(
+        "security_group_ids", "--security-group-id", "a VPC security group (repeatable; with --subnet)", "ID", "append",
+        config=True,
+    ),
+    Option(
+        "keep_alive_period", "--keep-alive-period", "keep the instances warm this long after the job (warm pools)",
+        "SECONDS", "int", config=True,
+    ),
     NOTIFY,
 )  # fmt: skip
 

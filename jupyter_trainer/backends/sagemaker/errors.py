@@ -84,7 +84,8 @@ def local_mode_failure(exc: BaseException, needs_aws: bool, image: str) -> tuple
         if needs_aws:
             return "no AWS credentials found for the s3:// locations", 1
         return (
-            f"pulling {image} needs AWS credentials, and a job whose channels are all local gets none: pull the image with docker first",
+            f"pulling {image} needs AWS credentials, and a job whose channels are all local gets none: "
+            "pull the image with docker first",
             1,
         )
     if isinstance(exc, RuntimeError):

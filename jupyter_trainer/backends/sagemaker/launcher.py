@@ -34,8 +34,9 @@ BASE_DIR = os.environ.get("SAGEMAKER_BASE_DIR", "/opt/ml")  # as the toolkit, fo
 ERROR_TAIL_BYTES = 64 * 1024  # the end of the script's stderr kept for the failure reason
 FAILURE_LIMIT = 1024  # SageMaker keeps this much of the failure file as FailureReason
 LOG_LEVEL_INFO = 20
-DISTRIBUTION_FLAGS = ("sagemaker_mpi_enabled", "sagemaker_parameter_server_enabled", "sagemaker_distributed_dataparallel_enabled",
-                      "sagemaker_pytorch_ddp_enabled", "sagemaker_pytorch_xla_multi_worker_enabled",
+DISTRIBUTION_FLAGS = ("sagemaker_mpi_enabled", "sagemaker_parameter_server_enabled",
+                      "sagemaker_distributed_dataparallel_enabled", "sagemaker_pytorch_ddp_enabled",
+                      "sagemaker_pytorch_xla_multi_worker_enabled",
                       "sagemaker_multi_worker_mirrored_strategy_enabled")  # fmt: skip
 DRAIN_SECONDS = 1.0  # after the script exits, how long what it left running may still hold its output
 # Hyperparameters SageMaker's SDK and tuner add for the toolkit, not for the script (params.py)
@@ -458,7 +459,8 @@ def launch(runner):
     os.environ.update(sm_variables(env))
     # as the toolkit exports them too
     os.environ.update({"CURRENT_HOST": env["current_host"], "SAGEMAKER_JOB_NAME": env["job_name"] or "",
-                       "SAGEMAKER_REGION": os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION") or ""})  # fmt: skip
+                       "SAGEMAKER_REGION": os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION")
+                       or ""})  # fmt: skip
     if len(env["hosts"]) > 1:  # as SageMaker's PyTorch containers do, for env:// initialization
         os.environ.setdefault("MASTER_ADDR", env["master_hostname"])
         os.environ.setdefault("MASTER_PORT", TOOLKIT_MASTER_PORT)

@@ -132,7 +132,8 @@ def parse_channels(items: Iterable[str], local: bool) -> dict[str, str]:
             raise InvalidOption(f"--input {name}: {uri[len('file://') :]} does not exist")
         if uri.startswith("file://") and COMPOSE_VARIABLE in uri:
             raise InvalidOption(
-                f"--input {name}: local mode's docker-compose would read the '$' in {uri[len('file://') :][:80]!r} as a variable",
+                f"--input {name}: local mode's docker-compose would read the '$' in {uri[len('file://') :][:80]!r} "
+                "as a variable",
                 "link the directory from a path without '$' and give that",
             )
     return channels

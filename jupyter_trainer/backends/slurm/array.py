@@ -266,7 +266,8 @@ def resume_held(store: JobStore, name: str) -> list[str]:
             ):  # one that has ended since is nothing to release
                 array_id = next(iter(waiting.values())).job_id.split("_")[0]
                 raise InvalidOption(
-                    f"the job array {array_id} of sweep {name!r}, left held by a submission that was interrupted, could not be released: {error.said}",
+                    f"the job array {array_id} of sweep {name!r}, left held by a submission that was interrupted, "
+                    f"could not be released: {error.said}",
                     f"release it by hand: scontrol release {array_id}",
                 ) from None
         finally:
@@ -275,7 +276,8 @@ def resume_held(store: JobStore, name: str) -> list[str]:
         if waiting:
             array_id = next(iter(waiting.values())).job_id.split("_")[0]
             said.append(
-                f"job array {array_id}, left held by an interrupted submission: {len(made)} run(s) released, {len(unmade)} never made cancelled"
+                f"job array {array_id}, left held by an interrupted submission: {len(made)} run(s) released, "
+                f"{len(unmade)} never made cancelled"
             )
     return said
 

@@ -53,7 +53,8 @@ from .declared import BATCH_FILE, ENV_FILE, NODE_FILE, NOTIFY_INPUT_FILE, SECRET
 from .queue import QUEUE, JobIdentity, SlurmJob, find_by_identity
 from .spec import check_gpus, sbatch_options
 
-# a job's id as its record keeps it: sbatch's (with ";CLUSTER" on a federation), or a sweep's run's task of its job array (ARRAY_TASK)
+# a job's id as its record keeps it: sbatch's (with ";CLUSTER" on a federation), or a sweep's run's task of its
+# job array (ARRAY_TASK)
 JOB_ID = re.compile(r"(\d{1,12}(?:_\d{1,10})?)(?:;([A-Za-z0-9_.-]{1,64}))?")
 TOKEN = re.compile(r"[0-9a-f]{32}")
 OOM_TAIL_BYTES = 16 << 10
@@ -92,9 +93,10 @@ class SlurmRuntime:
     def of(cls, record: JobRecord) -> "SlurmRuntime":
         runtime = read_runtime(
             cls, record,
-            {"job_id": str, "submitted_at": (int, float), "nodes": (int, "optional"), "cluster": (str, "optional"), "state": (str, "optional"),
-             "partition": (str, "optional"), "node_list": (str, "optional"), "pending_reason": (str, "optional"), "restarts": (int, "optional"),
-             "token": (str, "optional"), "job_name": (str, "optional"), "output": (str, "optional")},
+            {"job_id": str, "submitted_at": (int, float), "nodes": (int, "optional"), "cluster": (str, "optional"),
+             "state": (str, "optional"), "partition": (str, "optional"), "node_list": (str, "optional"),
+             "pending_reason": (str, "optional"), "restarts": (int, "optional"), "token": (str, "optional"),
+             "job_name": (str, "optional"), "output": (str, "optional")},
         )  # fmt: skip
         if not JOB_ID.fullmatch(runtime.job_id):
             from ..base import malformed_runtime
@@ -176,7 +178,8 @@ class SlurmBackend(BackendBase):
             task = options.array_task
             link_task(task, run_dir, command)
             return SlurmRuntime(
-                task.job_id, task.submitted_at, nodes, state="PENDING", token=task.token, job_name=task.job_name, output=task.output,
+                task.job_id, task.submitted_at, nodes, state="PENDING", token=task.token, job_name=task.job_name,
+                output=task.output,
             )  # fmt: skip
         args = [
             "--parsable",
@@ -249,7 +252,8 @@ class SlurmBackend(BackendBase):
         if job is not None and not job.known:
             return Observation(
                 alive=None,
-                why_gone=f"Slurm says job {job.job_id} is {job.state}, a state jupyter_trainer does not know: its status is kept until Slurm says more",
+                why_gone=f"Slurm says job {job.job_id} is {job.state}, a state jupyter_trainer does not know: "
+                "its status is kept until Slurm says more",
             )
         tail = b""
         if job is not None and job.state == "FAILED":

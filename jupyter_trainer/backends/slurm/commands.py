@@ -146,14 +146,15 @@ def sbatch_environment(base: dict) -> dict[str, str]:
 
 def run(command: str, *args: str, timeout: float = COMMAND_TIMEOUT, env: dict | None = None) -> str:
     """The command's standard output. A missing command is BackendUnavailable; a controller that
-    cannot be reached is ControllerUnreachable (an Unreachable); any other refusal is SlurmCommandFailed (its last line).
+    cannot be reached is ControllerUnreachable (an Unreachable); any other refusal is SlurmCommandFailed
+    (its last line).
     A command whose output is read gets `query_environment()` unless `env` is given."""
     program = require(command)
     CALLS[command] += 1
     try:
         done = subprocess.run(
-            [program, *args], capture_output=True, text=True, errors="replace", timeout=timeout, stdin=subprocess.DEVNULL,
-            env=query_environment() if env is None else env,
+            [program, *args], capture_output=True, text=True, errors="replace", timeout=timeout,
+            stdin=subprocess.DEVNULL, env=query_environment() if env is None else env,
         )  # fmt: skip
     except subprocess.TimeoutExpired as exc:
         message = f"`{command}` got no answer in {timeout:.0f} s: {CONTROLLER} cannot be reached"

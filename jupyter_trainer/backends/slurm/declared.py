@@ -39,16 +39,35 @@ SLURM = Option(
     default=False,
 )
 OWN_OPTIONS = (
-    Option("partition", "--partition", "with --slurm: the partition, as sbatch --partition", "P", config=True, parse=_CHECK + "parse_partition"),
-    Option("time", "--time", "with --slurm: the time limit, as sbatch --time (a job past it ends failed)", "LIMIT", config=True, parse=_CHECK + "parse_time"),
-    Option("nodes", "--nodes", "with --slurm: how many nodes; the interpreter runs once on each, through srun", "N", "int", parse=_CHECK + "parse_nodes"),
-    Option("account", "--account", "with --slurm: the account charged, as sbatch --account", "A", config=True, parse=_CHECK + "parse_account"),
-    Option("qos", "--qos", "with --slurm: the quality of service, as sbatch --qos", "Q", config=True, parse=_CHECK + "parse_qos"),
     Option(
-        "sbatch_args", "--sbatch-arg", "with --slurm: any other sbatch option, as given (repeatable; --sbatch-arg=--mem=8G)", "ARG", "append",
+        "partition", "--partition", "with --slurm: the partition, as sbatch --partition", "P", config=True,
+        parse=_CHECK + "parse_partition",
+    ),
+    Option(
+        "time", "--time", "with --slurm: the time limit, as sbatch --time (a job past it ends failed)", "LIMIT",
+        config=True, parse=_CHECK + "parse_time",
+    ),
+    Option(
+        "nodes", "--nodes", "with --slurm: how many nodes; the interpreter runs once on each, through srun", "N", "int",
+        parse=_CHECK + "parse_nodes",
+    ),
+    Option(
+        "account", "--account", "with --slurm: the account charged, as sbatch --account", "A", config=True,
+        parse=_CHECK + "parse_account",
+    ),
+    Option(
+        "qos", "--qos", "with --slurm: the quality of service, as sbatch --qos", "Q", config=True,
+        parse=_CHECK + "parse_qos",
+    ),
+    Option(
+        "sbatch_args", "--sbatch-arg",
+        "with --slurm: any other sbatch option, as given (repeatable; --sbatch-arg=--mem=8G)", "ARG", "append",
         parse=_CHECK + "parse_sbatch_args",
     ),
-    Option("requeue", "--requeue", "with --slurm: let Slurm requeue the job after preemption or node failure (counted as restarts)", kind="switch"),
+    Option(
+        "requeue", "--requeue",
+        "with --slurm: let Slurm requeue the job after preemption or node failure (counted as restarts)", kind="switch",
+    ),
 )  # fmt: skip
 
 

@@ -220,8 +220,8 @@ def _squeue_entry(values: list[str]) -> SlurmJob:
         raise UnusableAnswer("squeue", f"a user or restart count that is not a number for job {job_id}")
     return SlurmJob(
         job_id, state, "" if reason in ("None", "(null)") else reason, "" if nodes in ("(null)",) else nodes,
-        partition, _when(submitted), _count(restarts), limit, name, user_id=user_id, log="" if log == "(null)" else log, command=command,
-        held=reason == "JobHeldUser",
+        partition, _when(submitted), _count(restarts), limit, name, user_id=user_id, log="" if log == "(null)" else log,
+        command=command, held=reason == "JobHeldUser",
     )  # fmt: skip
 
 
@@ -249,10 +249,11 @@ def parse_scontrol(output: str, job_id: str, identity: JobIdentity) -> SlurmJob 
         raise UnusableAnswer("scontrol", f"a state {state[:20]!r} of job {job_id}")
     user = values.get("UserId", "")
     job = SlurmJob(
-        job_id, state, "" if values.get("Reason") in (None, "None", "(null)") else values["Reason"], "" if values.get("NodeList") in (None, "(null)") else values["NodeList"],
-        values.get("Partition", ""), _when(values.get("SubmitTime", "")), _count(values.get("Restarts", "")), values.get("TimeLimit", ""),
-        identity.name, exit_code=values.get("ExitCode", ""), source="scontrol", user_id=user[user.find("(") + 1 : -1] if user.endswith(")") else "",
-        command=command,
+        job_id, state, "" if values.get("Reason") in (None, "None", "(null)") else values["Reason"],
+        "" if values.get("NodeList") in (None, "(null)") else values["NodeList"],
+        values.get("Partition", ""), _when(values.get("SubmitTime", "")), _count(values.get("Restarts", "")),
+        values.get("TimeLimit", ""), identity.name, exit_code=values.get("ExitCode", ""), source="scontrol",
+        user_id=user[user.find("(") + 1 : -1] if user.endswith(")") else "", command=command,
     )  # fmt: skip
     if job.user_id != str(os.getuid()) or not job.is_the_job(identity):
         return None
@@ -494,8 +495,9 @@ class Queue:
             start = time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(min(wanted.values()) - SUBMIT_SLACK))
             try:
                 output = run(
-                    "sacct", "--noheader", "--parsable2", "--allocations", "--duplicates", f"--jobs={','.join(sorted(wanted))}",
-                    f"--starttime={start}", "--endtime=now", f"--format={','.join(SACCT_FIELDS)}",
+                    "sacct", "--noheader", "--parsable2", "--allocations", "--duplicates",
+                    f"--jobs={','.join(sorted(wanted))}", f"--starttime={start}", "--endtime=now",
+                    f"--format={','.join(SACCT_FIELDS)}",
                 )  # fmt: skip
             except SlurmCommandFailed as error:
                 if error.no_accounting:

@@ -134,8 +134,8 @@ def main():
         os.environ.setdefault("MASTER_PORT", str(20000 + int(job_id) % 20000 if job_id.isdigit() else 29500))
         os.environ["WORLD_SIZE"] = str(nodes)
         command = [
-            "srun", "--nodes=%d" % nodes, "--ntasks=%d" % nodes, "--ntasks-per-node=1", "--kill-on-bad-exit=1", "--export=ALL",
-            "python3", "-I", "-S", os.path.join(run_dir, "slurm_node.py"), *command,
+            "srun", "--nodes=%d" % nodes, "--ntasks=%d" % nodes, "--ntasks-per-node=1", "--kill-on-bad-exit=1",
+            "--export=ALL", "python3", "-I", "-S", os.path.join(run_dir, "slurm_node.py"), *command,
         ]  # fmt: skip
     read, write = os.pipe()
     if given:  # a few hundred bytes: the pipe holds them whole

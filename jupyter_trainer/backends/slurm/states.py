@@ -25,7 +25,10 @@ OOM_WORDS = (
     b"OUT_OF_MEMORY",
 )
 
-OOM_REASON = "out of memory: Slurm killed the job for using more memory than it asked for; ask for more with --sbatch-arg=--mem=SIZE"
+OOM_REASON = (
+    "out of memory: Slurm killed the job for using more memory than it asked for; "
+    "ask for more with --sbatch-arg=--mem=SIZE"
+)
 
 
 def details(job: SlurmJob) -> dict:
@@ -141,7 +144,8 @@ def observe(
             why = (
                 f"Slurm signalled the job ({state})"
                 if state
-                else "the job was signalled from outside jupyter_trainer (a time limit, preemption or scancel); Slurm no longer says which"
+                else "the job was signalled from outside jupyter_trainer (a time limit, preemption or scancel); "
+                "Slurm no longer says which"
             )
             return Observation(final=Status.STOPPED, exit_code=code, reason=why, alive=False, details=seen)
         ended = facts.ended()
@@ -158,14 +162,16 @@ def observe(
     if job is not None and facts.job_pid is None:
         return Observation(
             alive=False, details=seen,
-            why_gone=f"Slurm job {job_id} ended ({state}) on {job.node_list or 'its node'} before the job started: the node cannot write to the job store "
-            "or run python3; set JUPYTER_TRAINER_HOME to a directory every node shares",
+            why_gone=f"Slurm job {job_id} ended ({state}) on {job.node_list or 'its node'} before the job started: "
+            "the node cannot write to the job store or run python3; set JUPYTER_TRAINER_HOME to a directory every "
+            "node shares",
         )  # fmt: skip
     if job is not None:
         return Observation(
             alive=False,
             details=seen,
-            why_gone=f"Slurm job {job_id} ended ({state}) without its supervisor recording an exit code (was it killed?)",
+            why_gone=f"Slurm job {job_id} ended ({state}) without its supervisor recording an exit code "
+            "(was it killed?)",
         )
     return Observation(
         alive=False, why_gone=f"Slurm no longer knows job {job_id} and its supervisor recorded no exit code"
