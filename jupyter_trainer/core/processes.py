@@ -120,9 +120,8 @@ def session_id(pid: int) -> int | None:
     return int(fields[3])
 
 
-SHARED_SCAN_SECONDS = (
-    0.5  # a pass over /proc serves every job looked at within this long (the views' looks of one tick)
-)
+# a pass over /proc serves every job looked at within this long (the views' looks of one tick)
+SHARED_SCAN_SECONDS = 0.5
 
 
 def session_usage(session: int, shared: bool = False) -> tuple[float, int, float] | None:

@@ -144,9 +144,8 @@ class Observation:
     started: bool = False  # the supervisor has recorded the job's pid
     why_gone: str = ""  # when not alive: what the backend saw
     ended_at: float | None = None  # when the exit code was written, if known
-    started_at: float | None = (
-        None  # when a job that waited in a queue started, if known (see Backend.starts_at_launch)
-    )
+    # when a job that waited in a queue started, if known (see Backend.starts_at_launch)
+    started_at: float | None = None
     stopped: bool | None = None  # with exit_code: whether the supervisor stopped the job (None: unknown)
     final: "Status | None" = None  # a runtime that reports its own final status (SageMaker)
     reason: str = ""  # with `final`: the runtime's words for it; with alive and not started: why it waits

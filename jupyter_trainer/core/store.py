@@ -73,9 +73,8 @@ CLOCK_FILE = "clock"  # "SECONDS BYTES" lines: the log's size now and then, writ
 LINE_FILE = "line"
 WAITER_FILE = "wait_turn.py"
 TURN_FILE = "turn"
-GIT_DIFF_FILE = (
-    "git.diff"  # the uncommitted diff of the repository the job's working directory lies in (jobs/provenance.py)
-)
+# the uncommitted diff of the repository the job's working directory lies in (jobs/provenance.py)
+GIT_DIFF_FILE = "git.diff"
 
 MAX_RECORD_BYTES = 1 << 20  # records are a few KB: a larger one was not written by us
 KEY_FILE = "fingerprint.key"  # in the store's home: the key of the fingerprints' HMAC

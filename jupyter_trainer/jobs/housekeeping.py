@@ -55,9 +55,8 @@ class Removal:
 
     removed: list[JobRecord] = field(default_factory=list)  # runs gone, every file of them
     finished: list[str] = field(default_factory=list)  # runs removed earlier whose last files went now
-    abandoned: list[str] = field(
-        default_factory=list
-    )  # runs a submission killed half-way left without a record, gone now
+    # runs a submission killed half-way left without a record, gone now
+    abandoned: list[str] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)  # what could not be removed, each with why
 
     def checked(self, again: str) -> "Removal":

@@ -167,9 +167,8 @@ class StatusCheck:
         self._out: _Question | None = None  # the check under way, until it is answered or given up
         self._asked_at = 0.0
         self._given_up: Future | None = None  # a check given up whose call has not returned yet
-        self._unanswered_since: tuple[float, float] | None = (
-            None  # the first check not answered yet: (clock, wall clock)
-        )
+        # the first check not answered yet: (clock, wall clock)
+        self._unanswered_since: tuple[float, float] | None = None
         self._words = ""
         self._answer: bool | None = None  # a check made at once, not taken yet: whether the record changed
 

@@ -36,9 +36,8 @@ _CONTROL = re.compile(
     r"|\x1b([ -/]*[0-~])?"
     r"|\x00+|[\x01-\x08\x0b-\x1f\x7f-\x9f" + DIRECTION_CONTROLS + r"]"
 )
-_SPECIAL = re.compile(
-    r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f" + DIRECTION_CONTROLS + r"]"
-)  # anything but text, tab and \r
+# anything but text, tab and \r
+_SPECIAL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f" + DIRECTION_CONTROLS + r"]")
 
 
 def bounded_line(line):
@@ -65,15 +64,13 @@ class Screen:
         a while (output that starts mid-log can move up into the rows above, whose earlier output
         is not known); those rows are not shown while nothing is drawn on them."""
         self.height = height
-        self._rows: list[str] = [""] * (
-            height if at_bottom else 1
-        )  # from the screen's top; rows below the last are blank
+        # from the screen's top; rows below the last are blank
+        self._rows: list[str] = [""] * (height if at_bottom else 1)
         self.row = len(self._rows) - 1
         self.column = 0
         self.scrolled: list[str] = []
-        self.scrolled_count = (
-            0  # rows that ever scrolled off: a row's number in the whole output is this plus its index
-        )
+        # rows that ever scrolled off: a row's number in the whole output is this plus its index
+        self.scrolled_count = 0
         self._unknown = self.row  # of the output's first rows, how many were there before it began
 
     def copy(self) -> Screen:

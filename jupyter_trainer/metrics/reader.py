@@ -355,9 +355,8 @@ class MetricReader:
             else names.STEP if self.bar is not None else names.TIME if timed else names.NTH
         )  # fmt: skip
         for name, value, at in values:
-            where = (
-                at if printed_at else self.position + _unshifted(at, self._shifts)
-            )  # where in the log it was printed
+            # where in the log it was printed
+            where = at if printed_at else self.position + _unshifted(at, self._shifts)
             axis = axes.get(name)
             if axis is None or (axis in (names.NTH, names.TIME) and preferred not in (names.NTH, names.TIME)):
                 # a name first seen with no step or epoch (a config printed before training) moves to

@@ -154,9 +154,8 @@ REMOTE_NOTIFY_NOTE = (
 class TrainerMagics(Magics):
     """Detached training jobs from a cell. Defaults can be set with %config; flags win."""
 
-    vars().update(
-        config_traits(DEFAULT.detached.options + SAGEMAKER)
-    )  # image, container, ..., instance_type, output_path
+    # image, container, ..., instance_type, output_path
+    vars().update(config_traits(DEFAULT.detached.options + SAGEMAKER))
     widget = Bool(True, help="display the widget (False: print a summary, as --no-widget)").tag(config=True)
     log_lines = Int(200, help="how many log lines the job widget and the jobs table's Log show").tag(config=True)
     docker_hosts = Dict(

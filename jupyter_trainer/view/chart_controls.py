@@ -102,9 +102,8 @@ def _rules(controls: ChartControls) -> str:
 def state_html(charts: list[ChartControls]) -> str:
     """The choices of these charts, and the rules that apply them: to be put, once, in a child of the
     element (`HOST`) that holds the charts. Hidden: the labels on the charts are what is clicked."""
-    style = (
-        "<style>" + " ".join(_rules(controls) for controls in charts) + "</style>"
-    )  # one line: the saved copy's lines are few
+    # one line: the saved copy's lines are few
+    style = "<style>" + " ".join(_rules(controls) for controls in charts) + "</style>"
     return style + f'<div class="{STATE}" hidden>' + "".join(_inputs(controls) for controls in charts) + "</div>"
 
 

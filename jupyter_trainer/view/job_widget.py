@@ -128,9 +128,8 @@ class JobWidget(PolledView):
         self._lock = threading.RLock()
         self.last_push = float("-inf")
         self.last_status_check = float("-inf")
-        self._status_news = (
-            False  # a change of its files told while a check was under way: ask again once it is answered
-        )
+        # a change of its files told while a check was under way: ask again once it is answered
+        self._status_news = False
         self._shown_asking = ""  # what the header says of a status check under way
         self._dirty = True
         self._header_stale = False  # only the header has news (a reading of what the job uses)
@@ -394,9 +393,8 @@ class JobWidget(PolledView):
         return sent
 
     # the renderers this widget uses (one may be replaced to test a failure that stays in its widget)
-    render_header = staticmethod(
-        lambda snapshot: header_html(snapshot, clocks=False)
-    )  # the clocks have their own element
+    # the clocks have their own element
+    render_header = staticmethod(lambda snapshot: header_html(snapshot, clocks=False))
 
     def render_plot(self, snapshot: Snapshot) -> str:
         return plot_html(snapshot, self.chart_prefix)

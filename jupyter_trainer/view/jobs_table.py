@@ -39,9 +39,8 @@ FILTERS = ("all", *(status.value for status in Status))
 COLUMN_WIDTHS = {"name": "minmax(7em, 2fr)", "backend": "5em", "host": "minmax(3em, 1fr)",
                  "status": "minmax(6.5em, 1.5fr)", "started": "7em", "duration": "5em", "exit_code": "3.5em",
                  "metric": "minmax(6em, 1.5fr)"}  # fmt: skip
-GRID = " ".join(
-    ["1.6em", *(COLUMN_WIDTHS.get(key, "minmax(4em, 1fr)") for key, _title in ROW_COLUMNS), "13em"]
-)  # the tick box, the columns, the buttons
+# the tick box, the columns, the buttons
+GRID = " ".join(["1.6em", *(COLUMN_WIDTHS.get(key, "minmax(4em, 1fr)") for key, _title in ROW_COLUMNS), "13em"])
 
 TABLE_STYLE = """<style>
 .jupyter-trainer-jobs .jt-row { display: grid; grid-template-columns: GRID;

@@ -62,9 +62,8 @@ from .sync import sync_directory
 from .usage import ContainerUsage
 
 PING_VALID_SECONDS = 5.0  # an engine that answered this recently is not asked again before a submission
-LOOKS_WHILE_CHANGING = (
-    3  # looks at a job whose container changes state under each of them, before its status is kept as it is
-)
+# looks at a job whose container changes state under each of them, before its status is kept as it is
+LOOKS_WHILE_CHANGING = 3
 
 
 class DockerBackend(BackendBase):
@@ -76,9 +75,8 @@ class DockerBackend(BackendBase):
 
     def __init__(self, exec_seconds: float = EXEC_SECONDS):
         self.clients = Clients()
-        self.exec_seconds = (
-            exec_seconds  # how long an answer from inside a container is awaited (a job may hang its tools)
-        )
+        # how long an answer from inside a container is awaited (a job may hang its tools)
+        self.exec_seconds = exec_seconds
         self._pinged: dict[str, float] = {}
         self._usage = ContainerUsage()
         self._streams = SharedStreams()
@@ -143,9 +141,8 @@ class DockerBackend(BackendBase):
         write_launch_target(run_dir, spec, working_dir, record.name, script_in_container(spec, engine, container))
         relative = f"{record.name}/{record.run}"
         restarts = spec.options.restarts or 0
-        files = prepare_line(
-            record, run_dir, spec, engine
-        )  # the run's files, its waiter's with them where it waits its turn
+        # the run's files, its waiter's with them where it waits its turn
+        files = prepare_line(record, run_dir, spec, engine)
         # a remote engine's containers cannot see this machine's store: the files are copied in
         shared_dir = None if engine.remote else containers.store_mount(container, jobs_dir)
         if shared_dir is not None and not link_run(shared_dir, record.name, record.run, run_dir, files):
@@ -270,9 +267,8 @@ class DockerBackend(BackendBase):
                 and not facts.problem
                 and may_come_back(client, container, runtime, run_dir)
             ):
-                return Observation(
-                    alive=True, started=True
-                )  # its container is on its way up, and its keeper will start it again
+                # its container is on its way up, and its keeper will start it again
+                return Observation(alive=True, started=True)
             # the supervisor was killed but the job goes on, whatever its files say
             orphaned = (
                 state.get("Running") and not restarted and not supervised
@@ -289,9 +285,8 @@ class DockerBackend(BackendBase):
             )
         if orphaned:  # it can no longer record its exit code
             return Observation(alive=True, started=True)
-        if (
-            facts.exit_code is not None and not supervised
-        ):  # the job can write it too: it counts once the supervisor is gone
+        # the job can write it too: it counts once the supervisor is gone
+        if facts.exit_code is not None and not supervised:
             self.release(record, run_dir, container)
             return facts.ended()
         if facts.problem:
@@ -375,9 +370,8 @@ class DockerBackend(BackendBase):
         turn = super().status_fields(record)  # the GPUs it took in line, or its place there
         if runtime is None:
             return {**turn, "restarts": 0}
-        image = (
-            {"image_id": runtime.image_id} if runtime.image_id else {}
-        )  # the image it runs, as docker image inspect gives its id
+        # the image it runs, as docker image inspect gives its id
+        image = {"image_id": runtime.image_id} if runtime.image_id else {}
         return {
             **turn,
             **image,

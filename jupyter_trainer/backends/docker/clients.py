@@ -217,9 +217,8 @@ class Clients:
                 client = self._clients.get(key)
             if client is not None:
                 return client
-            if engine.remote and self._reach.resting(
-                engine
-            ):  # a local engine is asked again at once: Docker may just have started
+            # a local engine is asked again at once: Docker may just have started
+            if engine.remote and self._reach.resting(engine):
                 raise _Resting()
             patience = 0.0 if purpose == "streams" else SESSION_WAIT_SECONDS
             try:

@@ -30,9 +30,8 @@ import queue
 import threading
 import time
 
-SESSIONS_PER_CONNECTION = (
-    6  # sshd allows 10 by default: room for sessions it has not let go yet (a busy host is slow to)
-)
+# sshd allows 10 by default: room for sessions it has not let go yet (a busy host is slow to)
+SESSIONS_PER_CONNECTION = 6
 LINGER_SECONDS = 0.1  # a session just closed still counts this long, or twice a round trip if longer
 PAUSE_SECONDS = 0.02  # between two looks while waiting for a session
 REFUSED_PAUSE_SECONDS = 0.1  # after a refusal: a session closed a moment ago may still be there

@@ -61,9 +61,8 @@ class StreamedLog(LogSourceBase):
 
     def __init__(self, fallback, open_stream):
         self.fallback = fallback  # reads through the engine: the history, a stopped container
-        self._open_stream = (
-            open_stream  # (first_byte) -> an attached exec's socket, or None if the container is not running
-        )
+        # (first_byte) -> an attached exec's socket, or None if the container is not running
+        self._open_stream = open_stream
         self._lock = threading.Lock()
         self._base = 0  # the log's offset of self._kept[0]
         self._kept = bytearray()

@@ -78,9 +78,8 @@ def local_mode_failure(exc: BaseException, needs_aws: bool, image: str) -> tuple
 
     if isinstance(exc, TrainerError):
         return str(exc), 1
-    if isinstance(
-        exc, NoCredentialsError
-    ):  # an AWS call without credentials: an S3 channel, or logging in to ECR for the image
+    # an AWS call without credentials: an S3 channel, or logging in to ECR for the image
+    if isinstance(exc, NoCredentialsError):
         if needs_aws:
             return "no AWS credentials found for the s3:// locations", 1
         return (

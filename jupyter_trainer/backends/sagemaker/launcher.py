@@ -45,9 +45,8 @@ RESERVED_HYPERPARAMETERS = {
     "sagemaker_container_log_level", "sagemaker_job_name", "sagemaker_region", "sagemaker_s3_output",
     "_tuning_objective_metric", "default_user_module_name",
 }  # fmt: skip
-FAILURE_MARKER = (
-    "jupyter_trainer: failure reason: "  # then the reason as JSON, one line: local mode reads it from the log
-)
+# then the reason as JSON, one line: local mode reads it from the log
+FAILURE_MARKER = "jupyter_trainer: failure reason: "
 
 
 def path(*parts):

@@ -261,9 +261,8 @@ def resume_held(store: JobStore, name: str) -> list[str]:
             if made:
                 run("scontrol", "release", ",".join(made), timeout=30)
         except SlurmCommandFailed as error:
-            if not (
-                error.unknown_job or error.job_ending or error.job_ended
-            ):  # one that has ended since is nothing to release
+            # one that has ended since is nothing to release
+            if not (error.unknown_job or error.job_ending or error.job_ended):
                 array_id = next(iter(waiting.values())).job_id.split("_")[0]
                 raise InvalidOption(
                     f"the job array {array_id} of sweep {name!r}, left held by a submission that was interrupted, "
