@@ -2,17 +2,24 @@
 another user do to it. See test_lines.py for the machine used here."""
 
 import os
+import shutil
 import signal
+import subprocess
+import sys
+import tempfile
 import textwrap
 import time
+from pathlib import Path
 
 import pytest
 from conftest import wait_for
-from test_lines import PROMPTLY, Lines, held_by
+from test_lines import PROMPTLY, SCRIPT, Lines, cli_json, held_by, the_line
 
 from jupyter_trainer.backends import build_spec
-from jupyter_trainer.jobs.job import Job
+from jupyter_trainer.core.store import JobStore
 from jupyter_trainer.jobs.submit import submit_detached
+
+REPO = Path(__file__).resolve().parent.parent
 
 
 @pytest.fixture
@@ -77,3 +84,98 @@ def test_a_job_that_ended_leaving_a_process_behind_does_not_keep_its_gpu_for_eve
                 os.kill(int(leftover.read_text()), signal.SIGKILL)
             except ProcessLookupError:
                 pass
+
+
+# --- two submitters at the same instant ---------------------------------------------------------
+
+OTHER_USER = "jtother"
+SUBMITTER = """\
+import os, sys, time
+from jupyter_trainer.backends import build_spec
+from jupyter_trainer.jobs.submit import submit_detached
+ready, barrier, script, name = sys.argv[1:5]
+spec = build_spec(open(script).read(), host=True, image=None, container=None, workdir=os.getcwd(), env=["JOB=" + name], gpus="1")
+open(ready, "w").close()
+while not os.path.exists(barrier):
+    time.sleep(0.0005)
+submit_detached(spec, name=name)
+"""
+
+
+def other_user():
+    import pwd
+
+    try:
+        return pwd.getpwnam(OTHER_USER)
+    except KeyError:
+        return None
+
+
+def as_user(user, home, shared, argv):
+    """`argv` run by `user` (None: this one), with its own store `home` and the shared lines."""
+    env = {
+        "PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": user.pw_dir if user else os.environ["HOME"],
+        "JUPYTER_TRAINER_HOME": str(home), "JUPYTER_TRAINER_LINES_DIR": str(shared / "lines"),
+        "JUPYTER_TRAINER_GPUS": "0", "PYTHONPATH": str(REPO),
+    }  # fmt: skip
+    if user is None:
+        return [sys.executable, *argv], {**os.environ, **{k: v for k, v in env.items() if k != "PATH"}}
+    return ["setpriv", "--reuid", str(user.pw_uid), "--regid", str(user.pw_gid), "--init-groups", "/usr/bin/python3", *argv], env
+
+
+@pytest.fixture
+def shared():
+    """A directory every user can reach: the jobs' working directory, the lines under it."""
+    path = Path(tempfile.mkdtemp(prefix="jt-hostile36-", dir="/tmp"))
+    path.chmod(0o1777)
+    (path / "starts").touch()
+    (path / "starts").chmod(0o666)
+    (path / "train.py").write_text(SCRIPT)
+    (path / "train.py").chmod(0o644)
+    yield path
+    for go in ("go-" + name for name in os.listdir(path) if name.startswith("started-")):
+        (path / go.replace("started-", "")).touch()
+    shutil.rmtree(path, ignore_errors=True)
+
+
+def started_now(shared):
+    return {name[len("started-"):] for name in os.listdir(shared) if name.startswith("started-")}
+
+
+@pytest.mark.parametrize("two", ["two_kernels", "two_users"])
+def test_two_submitters_at_the_same_instant_never_share_the_one_gpu(shared, tmp_path, monkeypatch, two):
+    user = other_user() if two == "two_users" else None
+    if two == "two_users" and user is None:
+        pytest.skip(f"no user {OTHER_USER} here (useradd -m {OTHER_USER})")
+    homes = {"a": tmp_path / "home-a", "b": (shared / "home-b") if user else tmp_path / "home-b"}
+    store = JobStore(homes["a"])
+    monkeypatch.setenv("JUPYTER_TRAINER_LINES_DIR", str(shared / "lines"))  # what `queue` looks at
+    for round in range(4):
+        names = {side: f"r{round}{side}" for side in "ab"}
+        barrier = shared / f"barrier-{round}"
+        submitters = []
+        for side in "ab":
+            ready = shared / f"ready-{names[side]}"
+            argv, env = as_user(user if side == "b" else None, homes[side], shared, ["-c", SUBMITTER, str(ready), str(barrier), "train.py", names[side]])
+            submitters.append(subprocess.Popen(argv, env=env, cwd=shared, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE))
+        wait_for(lambda: all((shared / f"ready-{names[side]}").exists() for side in "ab"), what="both submitters ready")
+        barrier.touch()
+        for submitter in submitters:
+            out, err = submitter.communicate(timeout=60)
+            assert submitter.returncode == 0, (out, err)
+        first = wait_for(lambda: started_now(shared) & set(names.values()), what="one of them to start")
+        time.sleep(1.5)  # the other's waiter has long had its look
+        both = started_now(shared) & set(names.values())
+        assert len(both) == 1, f"round {round}: {sorted(both)} both started on the one GPU"
+        (first,) = first
+        (second,) = set(names.values()) - {first}
+        (shared / f"go-{first}").touch()
+        wait_for(lambda: second in started_now(shared), timeout=PROMPTLY, what=f"{second} to start once {first} ended")
+        (shared / f"go-{second}").touch()
+        for side in "ab":  # its supervisor has written the job's exit code: it is over
+            code = homes[side] / "jobs" / names[side] / "1" / "exit_code"
+            wait_for(lambda: code.exists() and code.read_text().strip(), what=f"{names[side]} to end")
+        assert the_line(cli_json(["queue", "--json"], store)) == ([], [])
+    assert sorted((shared / "starts").read_text().split()) == sorted(f"r{round}{side}" for round in range(4) for side in "ab")
+    if user is not None:  # the other side was the other user's
+        assert (homes["b"] / "jobs").stat().st_uid == user.pw_uid
