@@ -179,3 +179,60 @@ def test_two_submitters_at_the_same_instant_never_share_the_one_gpu(shared, tmp_
     assert sorted((shared / "starts").read_text().split()) == sorted(f"r{round}{side}" for round in range(4) for side in "ab")
     if user is not None:  # the other side was the other user's
         assert (homes["b"] / "jobs").stat().st_uid == user.pw_uid
+
+
+# --- another user, owner of the shared lines directory ---------------------------------------------
+
+STEAL = """\
+import os, sys
+line = sys.argv[1]
+for name in os.listdir(os.path.join(line, "tickets")):
+    if name.startswith("r-"):  # the running job's ticket: out of the line
+        os.rename(os.path.join(line, "tickets", name), os.path.join(line, "tickets", ".gone-" + name))
+os.unlink(os.path.join(line, "tokens", "0"))  # and its token (the lock stays on the file it holds)
+"""
+
+
+def run_as(user, home, shared, argv):
+    argv, env = as_user(user, home, shared, argv)
+    done = subprocess.run(argv, env=env, cwd=shared, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done
+    return done
+
+
+def submit_as(user, home, shared, name):
+    barrier = shared / f"barrier-{name}"
+    barrier.touch()
+    run_as(user, home, shared, ["-c", SUBMITTER, str(shared / f"ready-{name}"), str(barrier), "train.py", name])
+
+
+def test_another_user_who_made_the_lines_directory_cannot_take_a_running_jobs_gpu(shared, tmp_path, monkeypatch):
+    """The lines directory is made sticky (1777) by whoever submits first: its owner, another
+    user, may remove or rename anything in it, a sticky directory's owner as much as root. It takes
+    a running job's ticket and token out of the line: its own job, waiting, must not start on the
+    GPU the running one still computes on."""
+    from jupyter_trainer.core import lines
+
+    user = other_user()
+    if user is None:
+        pytest.skip(f"no user {OTHER_USER} here (useradd -m {OTHER_USER})")
+    root = shared / "lines"
+    monkeypatch.setenv("JUPYTER_TRAINER_LINES_DIR", str(root))
+    line = lines.line_dir(str(root))
+    # as the product makes it, the other user first
+    make = f"from jupyter_trainer.core import lines; lines.ensure_line({str(root)!r}, {line!r})"
+    run_as(user, shared / "home-b", shared, ["-c", make])
+    assert root.stat().st_uid == user.pw_uid and (root.stat().st_mode & 0o7777) == 0o1777
+    submit_as(None, tmp_path / "home-a", shared, "mine")
+    wait_for(lambda: "mine" in started_now(shared), what="mine to start")
+    submit_as(user, shared / "home-b", shared, "theirs")
+    wait_for(lambda: [job.get("job") for job in lines.line_now(line)[1]] == ["theirs"], what="theirs to wait")
+    run_as(user, shared / "home-b", shared, ["-c", STEAL, line])
+    time.sleep(3)
+    assert "theirs" not in started_now(shared), "two jobs on GPU 0: another user took it from under a running job"
+    (shared / "go-mine").touch()
+    wait_for(lambda: "theirs" in started_now(shared), timeout=PROMPTLY, what="theirs to start once mine ended")
+    (shared / "go-theirs").touch()
+    for home, name in ((tmp_path / "home-a", "mine"), (shared / "home-b", "theirs")):
+        code = home / "jobs" / name / "1" / "exit_code"
+        wait_for(lambda: code.exists() and code.read_text().strip(), what=f"{name} to end")
