@@ -86,6 +86,20 @@ def test_a_job_that_ended_leaving_a_process_behind_does_not_keep_its_gpu_for_eve
                 pass
 
 
+def test_a_running_job_that_closes_every_inherited_fd_does_not_hand_its_gpu_to_the_next(machine):
+    """What a launcher that closes the fds it does not know does (closefrom), or a hostile job:
+    the locks it inherited go, the job goes on computing on its GPU."""
+    closer = "import os\nos.closerange(3, 4096)\n" + SCRIPT
+    submit_script(machine, "closer", closer, gpus="1")
+    machine.wait_started("closer")
+    machine.submit("next", gpus="1")
+    wait_for(lambda: machine.status("next").get("position") or machine.started("next"), what="next in line")
+    time.sleep(2)
+    assert machine.started("next") is None, "two jobs on GPU 0"
+    machine.go("closer")
+    machine.wait_started("next")
+
+
 # --- two submitters at the same instant ---------------------------------------------------------
 
 OTHER_USER = "jtother"
