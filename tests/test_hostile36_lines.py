@@ -100,6 +100,29 @@ def test_a_running_job_that_closes_every_inherited_fd_does_not_hand_its_gpu_to_t
     machine.wait_started("next")
 
 
+def children(pid):
+    try:
+        with open(f"/proc/{pid}/task/{pid}/children") as handle:
+            return [int(child) for child in handle.read().split()]
+    except OSError:
+        return []
+
+
+def test_a_running_jobs_waiter_killed_alone_takes_the_job_with_it_and_its_gpu_goes_to_the_next(machine):
+    """The waiter holds the job's GPUs while the job runs as its child: killed alone, it leaves no
+    job computing on a GPU that is no longer its own."""
+    machine.submit_in_turn("held", gpus="1")
+    machine.wait_started("held")
+    machine.submit_in_turn("next", gpus="1")
+    _, waiter = machine.pids("held")
+    (job,) = wait_for(lambda: children(waiter), what="the job, the waiter's child")
+    os.kill(waiter, signal.SIGKILL)
+    wait_for(lambda: not os.path.exists(f"/proc/{job}/cmdline") or not open(f"/proc/{job}/cmdline").read(), what="the job gone")
+    assert machine.wait_started("next")["CUDA_VISIBLE_DEVICES"] == "0"
+    gone = wait_for(lambda: (lambda status: status["status"] != "running" and status)(machine.status("held")), what="held ended")
+    assert gone["status"] == "failed" and gone["exit_code"] == 137, gone
+
+
 # --- two submitters at the same instant ---------------------------------------------------------
 
 OTHER_USER = "jtother"
