@@ -273,3 +273,75 @@ def test_another_user_who_made_the_lines_directory_cannot_take_a_running_jobs_gp
     for home, name in ((tmp_path / "home-a", "mine"), (shared / "home-b", "theirs")):
         code = home / "jobs" / name / "1" / "exit_code"
         wait_for(lambda: code.exists() and code.read_text().strip(), what=f"{name} to end")
+
+
+# --- a stream of one-GPU jobs around a two-GPU job in a queue ----------------------------------------
+
+
+def test_a_two_gpu_job_in_a_queue_takes_its_place_in_the_gpu_line_ahead_of_one_gpu_jobs_submitted_after_it(machine, monkeypatch):
+    """Two GPUs, a queue of one slot held by a CPU job. A --gpus 2 --queue q job waits for the slot
+    while one-GPU jobs come after it and run meanwhile (it waits in the queue, not for GPUs); once
+    it has the slot it is first in the GPU line, in its place (when it was submitted): the one-GPU
+    jobs submitted after it wait behind it, and it starts as soon as the two GPUs are let go."""
+    monkeypatch.setenv("JUPYTER_TRAINER_GPUS", "0-1")
+    machine.submit_in_turn("s0", gpus="1")
+    machine.submit_in_turn("cpu", queue="q")
+    machine.wait_started("s0")
+    machine.wait_started("cpu")
+    machine.submit_in_turn("big", queue="q", gpus="2")
+    assert machine.status("big")["reason"].startswith("waiting for a slot in queue q"), machine.status("big")
+    machine.submit_in_turn("s1", gpus="1")
+    machine.wait_started("s1")  # the second GPU was free, and nobody waited for it
+    for name in ("s2", "s3"):
+        machine.submit_in_turn(name, gpus="1")
+    assert machine.waits("s3", 2)["status"] == "pending"
+    machine.go("cpu")  # big takes the slot, then its place in the GPU line: ahead of s2 and s3
+    wait_for(lambda: machine.status("big")["reason"].startswith("waiting for 2 GPUs; next in line"), what="big first in the GPU line")
+    assert machine.waits("s2", 2)["reason"] == "waiting for 1 GPU; 1 job ahead"
+    machine.go("s0")  # its GPU is kept for big, not given to s2
+    wait_for(lambda: held_by(machine.queue()) == {0: "big", 1: "s1"} or held_by(machine.queue()) == {1: "big", 0: "s1"}, what="s0's GPU kept for big")
+    time.sleep(1)
+    assert machine.started("s2") is None and machine.started("big") is None
+    machine.go("s1")
+    assert machine.wait_started("big")["CUDA_VISIBLE_DEVICES"] == "0,1"
+    assert machine.started("s2") is None
+    machine.go("big")
+    machine.wait_started("s2")
+    machine.wait_started("s3")
+    machine.go("s2")
+    machine.go("s3")
+    starts = machine.starts()
+    assert (set(starts[:2]), starts[2:4], set(starts[4:])) == ({"s0", "cpu"}, ["s1", "big"], {"s2", "s3"}), starts
+
+
+@pytest.mark.parametrize("planted", ["link", "directory", "fifo"])
+def test_a_token_another_user_planted_for_one_gpu_does_not_keep_every_job_from_the_others(shared, tmp_path, monkeypatch, planted):
+    """Two GPUs; another user plants something that is not a token at GPU 0's name in the shared
+    tokens directory (sticky: nobody else can remove it). A job asking for one GPU runs on the
+    other one, free; it does not fail."""
+    from jupyter_trainer.core import lines
+
+    user = other_user()
+    if user is None:
+        pytest.skip(f"no user {OTHER_USER} here (useradd -m {OTHER_USER})")
+    root = shared / "lines"
+    monkeypatch.setenv("JUPYTER_TRAINER_LINES_DIR", str(root))
+    monkeypatch.setenv("JUPYTER_TRAINER_GPUS", "0-1")
+    line = lines.line_dir(str(root))
+    lines.ensure_line(str(root), line)  # made by this user (root): sticky, its own
+    token = os.path.join(line, "tokens", "0")
+    plant = {
+        "link": f"import os; os.symlink('/tmp/nowhere', {token!r})",
+        "directory": f"import os; os.mkdir({token!r})",
+        "fifo": f"import os; os.mkfifo({token!r})",
+    }[planted]
+    run_as(user, shared / "home-b", shared, ["-c", plant])
+    spec = build_spec(SCRIPT, host=True, image=None, container=None, workdir=str(shared), env=["JOB=mine"], gpus="1")
+    job = submit_detached(spec, name="mine", store=JobStore(tmp_path / "home-a")).job
+    try:
+        wait_for(lambda: "mine" in started_now(shared) or job.refresh().status.is_final, what="mine to start or end")
+        assert "mine" in started_now(shared), (job.refresh().status, job.refresh().reason)
+        assert (shared / "started-mine").read_text().count('"1"') == 1
+    finally:
+        (shared / "go-mine").touch()
+        job.wait(timeout=30)
