@@ -212,11 +212,22 @@ class GpuLine:
         busy = busy_gpus(look) if look.present else frozenset()
         if busy is None:
             return None, {"unknown": look.problem or "nvidia-smi cannot tell"}, RECHECK_SECONDS
+        # a token that cannot be one (a link, a directory, a FIFO planted at its name by any user,
+        # which the sticky directory keeps there) keeps that GPU out, not the others: the job
+        # fails only when what is left of the GPUs offered is fewer than it asks for
+        unusable = []
         for index in offered:
             if index not in self.mine:
-                self.tokens[index] = kept_token(self.dir, index, self.tokens.get(index))
+                try:
+                    self.tokens[index] = kept_token(self.dir, index, self.tokens.get(index))
+                except (LineError, OSError) as problem:
+                    self.tokens.pop(index, None)  # (closed by kept_token, if it was open)
+                    unusable.append(problem)
+                    continue
                 if try_lock(self.tokens[index]):
                     self.mine.add(index)
+        if len(offered) - len(unusable) < self.wants:
+            raise unusable[0]
         taken_by_others = claimed(self.dir, "gpus")  # held still, whatever became of their tokens' files
         usable = sorted(index for index in self.mine if index not in busy and index not in taken_by_others)
         if len(usable) >= self.wants:
@@ -267,8 +278,14 @@ class QueueLine:
         allowed = self.bound if isinstance(self.bound, int) and self.bound > 0 else max_running(self.dir)
         taken_by_others = claimed(self.dir, "slot")  # held still, whatever became of their tokens' files
         claimed_only = False
+        unusable = []  # (as GpuLine's: a slot whose token cannot be one keeps that slot out only)
         for slot in range(allowed):
-            self.tokens[slot] = kept_token(self.dir, slot, self.tokens.get(slot))
+            try:
+                self.tokens[slot] = kept_token(self.dir, slot, self.tokens.get(slot))
+            except (LineError, OSError) as problem:
+                self.tokens.pop(slot, None)
+                unusable.append(problem)
+                continue
             if try_lock(self.tokens[slot]):
                 if slot in taken_by_others:  # free, yet a running job's ticket claims it (see GpuLine)
                     unlock(self.tokens[slot])  # let go, not closed: a close would wake this very waiter
@@ -279,6 +296,8 @@ class QueueLine:
                     os.close(other)
                 self.tokens.clear()
                 return slot, {}, None
+        if len(unusable) >= allowed:
+            raise unusable[0]
         return None, {"max_running": allowed}, CLAIM_RECHECK_SECONDS if claimed_only else None
 
     def kept(self):
