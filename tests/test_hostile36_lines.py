@@ -345,3 +345,24 @@ def test_a_token_another_user_planted_for_one_gpu_does_not_keep_every_job_from_t
     finally:
         (shared / "go-mine").touch()
         job.wait(timeout=30)
+
+
+def test_a_waiting_jobs_supervisor_killed_its_job_still_takes_its_turn_and_its_status_says_so(machine):
+    machine.submit_in_turn("h", gpus="1")
+    machine.wait_started("h")
+    machine.submit_in_turn("w", gpus="1")
+    machine.submit_in_turn("after", gpus="1")
+    supervisor, waiter = machine.pids("w")
+    os.kill(supervisor, signal.SIGKILL)
+    wait_for(lambda: not os.path.exists(f"/proc/{supervisor}/cmdline") or not open(f"/proc/{supervisor}/cmdline").read(), what="the supervisor gone")
+    still = machine.status("w")
+    assert (still["status"], still["position"]) == ("pending", 1), still
+    machine.go("h")
+    assert machine.wait_started("w")["CUDA_VISIBLE_DEVICES"] == "0"
+    running = wait_for(lambda: (lambda status: status["status"] == "running" and status)(machine.status("w")), what="w running")
+    assert running["gpus"] == [0], running
+    assert machine.waits("after", 1)["status"] == "pending"
+    (machine.workdir / "go-w").touch()  # it ends with nobody to record it: its GPU goes all the same
+    machine.wait_started("after")
+    gone = wait_for(lambda: (lambda status: status["status"] != "running" and status)(machine.status("w")), what="w no longer running")
+    assert gone["status"] != "pending", gone
