@@ -2,6 +2,7 @@
 another user do to it. See test_lines.py for the machine used here."""
 
 import os
+import shlex
 import shutil
 import signal
 import subprocess
@@ -366,3 +367,46 @@ def test_a_waiting_jobs_supervisor_killed_its_job_still_takes_its_turn_and_its_s
     machine.wait_started("after")
     gone = wait_for(lambda: (lambda status: status["status"] != "running" and status)(machine.status("w")), what="w no longer running")
     assert gone["status"] != "pending", gone
+
+
+PLANT_NEW = """\
+import os, sys
+tickets = os.path.join(sys.argv[1], "tickets")
+for name in os.listdir(tickets):
+    if name.startswith("p-"):  # a place kept: its key names the file its waiter will make
+        open(os.path.join(tickets, ".new-" + name.split("-")[2]), "w").close()
+        print(name)
+"""
+
+
+def test_another_user_cannot_make_a_job_fail_by_planting_the_file_its_waiter_will_make(shared, tmp_path, monkeypatch):
+    """A place kept at submission (p-NS-KEY) names, for every user to see, the key its waiter will
+    take its ticket under. Another user makes a file at the name the waiter makes its ticket
+    under (.new-KEY) before it comes: the job must still wait its turn and run, not fail."""
+    from jupyter_trainer.core import lines
+
+    user = other_user()
+    if user is None:
+        pytest.skip(f"no user {OTHER_USER} here (useradd -m {OTHER_USER})")
+    root = shared / "lines"
+    monkeypatch.setenv("JUPYTER_TRAINER_LINES_DIR", str(root))
+    monkeypatch.setenv("JUPYTER_TRAINER_GPUS", "0")
+    line = lines.line_dir(str(root))
+    lines.ensure_line(str(root), line)
+    gate = shared / "gate"
+    gate.mkdir()
+    slow = gate / "python3"  # the python3 this job's waiter starts on: it waits for the test's word
+    slow.write_text(f'#!/bin/sh\nwhile [ ! -e {shlex.quote(str(gate / "open"))} ]; do sleep 0.02; done\nPATH={shlex.quote(os.environ["PATH"])} exec python3 "$@"\n')
+    slow.chmod(0o755)
+    spec = build_spec(SCRIPT, host=True, image=None, container=None, workdir=str(shared), env=["JOB=victim", f"PATH={gate}:{os.environ['PATH']}"], gpus="1")
+    job = submit_detached(spec, name="victim", store=JobStore(tmp_path / "home-a")).job
+    try:
+        planted = run_as(user, shared / "home-b", shared, ["-c", PLANT_NEW, line])
+        assert planted.stdout.strip(), "no place kept to plant for"
+        (gate / "open").touch()
+        wait_for(lambda: "victim" in started_now(shared) or job.refresh().status.is_final, what="the victim to start or end")
+        assert "victim" in started_now(shared), (job.refresh().status, job.refresh().reason)
+    finally:
+        (gate / "open").touch()
+        (shared / "go-victim").touch()
+        job.wait(timeout=30)
