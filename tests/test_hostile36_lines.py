@@ -1,6 +1,7 @@
 """Hostile review of the GPU line (hostile36): what a job's leftovers, two submitters at once, and
 another user do to it. See test_lines.py for the machine used here."""
 
+import json
 import os
 import shlex
 import shutil
@@ -410,3 +411,33 @@ def test_another_user_cannot_make_a_job_fail_by_planting_the_file_its_waiter_wil
         (gate / "open").touch()
         (shared / "go-victim").touch()
         job.wait(timeout=30)
+
+
+TAKE = """\
+import json, os, sys
+from jupyter_trainer.core import lines
+line, since, key = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+fd, path = lines.take_ticket(line, {"job": "mine"}, since, key)
+print(json.dumps([os.path.basename(path), lines.read_ticket(path)]))
+"""
+
+
+def test_a_waiter_whose_ticket_name_another_user_planted_takes_the_same_place_under_another_key(shared):
+    """The ticket a place kept becomes (w-NS-KEY) is known to all; planted by another user in the
+    sticky directory, it cannot be replaced: the waiter takes its place (NS) under a key of its own."""
+    from jupyter_trainer.core import lines
+
+    user = other_user()
+    if user is None:
+        pytest.skip(f"no user {OTHER_USER} here (useradd -m {OTHER_USER})")
+    root = str(shared / "lines")
+    line = lines.line_dir(root)
+    lines.ensure_line(root, line)
+    since, key = time.time_ns(), "ab" * 8
+    planted = os.path.join(line, "tickets", f"w-{since:020d}-{key}")
+    with open(planted, "w") as handle:  # this user (root) plants; the waiter is the other user's
+        handle.write('{"job": "planted"}')
+    taken = run_as(user, shared / "home-b", shared, ["-c", TAKE, line, str(since), key])
+    name, said = json.loads(taken.stdout)
+    assert name.startswith(f"w-{since:020d}-") and name != os.path.basename(planted), name
+    assert said == {"job": "mine"} and open(planted).read() == '{"job": "planted"}'
