@@ -441,3 +441,29 @@ def test_a_waiter_whose_ticket_name_another_user_planted_takes_the_same_place_un
     name, said = json.loads(taken.stdout)
     assert name.startswith(f"w-{since:020d}-") and name != os.path.basename(planted), name
     assert said == {"job": "mine"} and open(planted).read() == '{"job": "planted"}'
+
+
+def test_a_waiter_whose_running_ticket_name_another_user_planted_still_takes_its_turn(shared, tmp_path, monkeypatch):
+    """A waiting ticket w-NS-KEY becomes r-NS-KEY when its turn comes: a name every user can
+    read off the line. Planted there by another user, it cannot be replaced; the job must run."""
+    from jupyter_trainer.core import lines
+
+    user = other_user()
+    if user is None:
+        pytest.skip(f"no user {OTHER_USER} here (useradd -m {OTHER_USER})")
+    root = shared / "lines"
+    monkeypatch.setenv("JUPYTER_TRAINER_LINES_DIR", str(root))
+    line = lines.line_dir(str(root))
+    submit_as(None, tmp_path / "home-a", shared, "holder")
+    wait_for(lambda: "holder" in started_now(shared), what="holder to start")
+    submit_as(user, shared / "home-b", shared, "victim")
+    waiting = wait_for(lambda: [name for name in os.listdir(os.path.join(line, "tickets")) if name.startswith("w-")], what="victim in line")
+    with open(os.path.join(line, "tickets", "r" + waiting[0][1:]), "w") as handle:  # this user (root) plants it
+        handle.write("{}")
+    (shared / "go-holder").touch()
+    code = shared / "home-b" / "jobs" / "victim" / "1" / "exit_code"
+    wait_for(lambda: "victim" in started_now(shared) or (code.exists() and code.read_text().strip()), what="victim to start or end")
+    log = shared / "home-b" / "jobs" / "victim" / "1" / "output.log"
+    assert "victim" in started_now(shared), log.read_text()[-300:]
+    (shared / "go-victim").touch()
+    wait_for(lambda: code.exists() and code.read_text().strip(), what="victim to end")
