@@ -209,7 +209,11 @@ def promote(fd: int, path: str, says: dict) -> str:
     _rewrite(fd, says)
     directory, name = os.path.split(path)
     running = os.path.join(directory, "r" + name[1:])
-    os.rename(path, running)
+    try:
+        os.rename(path, running)
+    except PermissionError:  # another user's file planted at its name (every user can read it off the line)
+        running = os.path.join(directory, "r-%s-%s" % (name.split("-")[1], os.urandom(8).hex()))
+        os.rename(path, running)
     return running
 
 
