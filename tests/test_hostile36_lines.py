@@ -19,6 +19,7 @@ from test_lines import PROMPTLY, SCRIPT, Lines, cli_json, held_by, the_line
 
 from jupyter_trainer.backends import build_spec
 from jupyter_trainer.core.store import JobStore
+from jupyter_trainer.jobs.job import Job
 from jupyter_trainer.jobs.submit import submit_detached
 
 REPO = Path(__file__).resolve().parent.parent
@@ -467,3 +468,16 @@ def test_a_waiter_whose_running_ticket_name_another_user_planted_still_takes_its
     assert "victim" in started_now(shared), log.read_text()[-300:]
     (shared / "go-victim").touch()
     wait_for(lambda: code.exists() and code.read_text().strip(), what="victim to end")
+
+
+def test_a_running_gpu_job_stopped_is_stopped_and_its_gpu_goes_to_the_next(machine):
+    machine.submit_in_turn("held", gpus="1")
+    machine.wait_started("held")
+    machine.submit_in_turn("next", gpus="1")
+    _, waiter = machine.pids("held")
+    (job,) = wait_for(lambda: children(waiter), what="the job, the waiter's child")
+    Job.load("held", machine.store).stop()
+    stopped = machine.status("held")
+    assert stopped["status"] == "stopped", stopped
+    assert not os.path.exists(f"/proc/{job}/cmdline") or not open(f"/proc/{job}/cmdline").read()
+    assert machine.wait_started("next")["CUDA_VISIBLE_DEVICES"] == "0"
