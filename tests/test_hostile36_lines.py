@@ -173,9 +173,23 @@ def shared():
     (path / "train.py").write_text(SCRIPT)
     (path / "train.py").chmod(0o644)
     yield path
-    for go in ("go-" + name for name in os.listdir(path) if name.startswith("started-")):
-        (path / go.replace("started-", "")).touch()
+    for name in os.listdir(path):
+        if name.startswith("started-"):
+            (path / ("go-" + name[len("started-") :])).touch()
+    # every job ends (its processes' working directory is this one) before it is removed
+    wait_for(lambda: not working_in(path), timeout=30, what=f"the jobs in {path} to end")
     shutil.rmtree(path, ignore_errors=True)
+
+
+def working_in(path):
+    found = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            if os.readlink(f"/proc/{pid}/cwd") == str(path):
+                found.append(int(pid))
+        except OSError:
+            pass
+    return found
 
 
 def started_now(shared):
