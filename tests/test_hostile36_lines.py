@@ -495,3 +495,76 @@ def test_a_running_gpu_job_stopped_is_stopped_and_its_gpu_goes_to_the_next(machi
     assert stopped["status"] == "stopped", stopped
     assert not os.path.exists(f"/proc/{job}/cmdline") or not open(f"/proc/{job}/cmdline").read()
     assert machine.wait_started("next")["CUDA_VISIBLE_DEVICES"] == "0"
+
+
+BURST = """\
+import os, sys, time
+from jupyter_trainer.backends import build_spec
+from jupyter_trainer.jobs.submit import submit_detached
+ready, barrier, script = sys.argv[1:4]
+jobs = [word.split(":") for word in sys.argv[4:]]
+specs = [(name, build_spec(open(script).read(), host=True, image=None, container=None, workdir=os.getcwd(), env=["JOB=" + name], gpus=gpus)) for name, gpus in jobs]
+open(ready, "w").close()
+while not os.path.exists(barrier):
+    time.sleep(0.0005)
+for name, spec in specs:
+    submit_detached(spec, name=name)
+"""
+
+# Holds its GPUs a moment, saying when it had them (its process's whole life: from its start to its end).
+SPAN = """\
+import json, os, time
+began = time.time()
+time.sleep(0.4)
+with open("spans", "a") as handle:
+    handle.write(json.dumps([os.environ["JOB"], os.environ.get("CUDA_VISIBLE_DEVICES"), began, time.time()]) + "\\n")
+"""
+
+
+def test_bursts_of_mixed_gpu_jobs_from_two_submitters_never_overlap_on_a_gpu(shared, tmp_path, monkeypatch):
+    """Three GPUs; two processes submit at once five jobs each asking for 1, 2 or 3 GPUs: no two
+    jobs ever hold a GPU at the same moment, and every job runs."""
+    (shared / "train.py").write_text(SPAN)
+    (shared / "spans").touch()
+    (shared / "spans").chmod(0o666)
+    monkeypatch.setenv("JUPYTER_TRAINER_LINES_DIR", str(shared / "lines"))
+    asks = {"a": ["1", "2", "1", "3", "1"], "b": ["2", "1", "1", "1", "3"]}
+    names = {side: [f"{side}{i}" for i in range(5)] for side in "ab"}
+    barrier = shared / "barrier"
+    submitters = []
+    for side in "ab":
+        words = [f"{name}:{gpus}" for name, gpus in zip(names[side], asks[side])]
+        argv, env = as_user(None, tmp_path / f"home-{side}", shared, ["-c", BURST, str(shared / f"ready-{side}"), str(barrier), "train.py", *words])
+        env["JUPYTER_TRAINER_GPUS"] = "0-2"
+        submitters.append(subprocess.Popen(argv, env=env, cwd=shared, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE))
+    wait_for(lambda: all((shared / f"ready-{side}").exists() for side in "ab"), what="both submitters ready")
+    barrier.touch()
+    for submitter in submitters:
+        out, err = submitter.communicate(timeout=60)
+        assert submitter.returncode == 0, (out, err)
+    spans = lambda: [json.loads(line) for line in (shared / "spans").read_text().splitlines()]
+    wait_for(lambda: len(spans()) == 10, timeout=40, what="the ten jobs to run")
+    by_gpu = {}
+    for job, gpus, began, ended in spans():
+        assert len(gpus.split(",")) == int(dict(zip(names["a"] + names["b"], asks["a"] + asks["b"]))[job]), (job, gpus)
+        for gpu in gpus.split(","):
+            by_gpu.setdefault(gpu, []).append((began, ended, job))
+    for gpu, held in by_gpu.items():
+        held.sort()
+        for (_, ended, first), (began, _, second) in zip(held, held[1:]):
+            assert began >= ended, f"GPU {gpu}: {second} started {ended - began:.3f}s before {first} ended"
+    for side in "ab":
+        for name in names[side]:
+            code = tmp_path / f"home-{side}" / "jobs" / name / "1" / "exit_code"
+            wait_for(lambda: code.exists() and code.read_text().strip(), what=f"{name} to end")
+    # first in, first out: the turns came in the order of the places (when each was submitted)
+    turns = []
+    for side in "ab":
+        for name in names[side]:
+            run = tmp_path / f"home-{side}" / "jobs" / name / "1"
+            turns.append((json.loads((run / "line").read_text())["since_ns"], json.loads((run / "turn").read_text())["started_at"], name))
+    turns.sort()
+    # (each says when its turn came a moment after it took it: one that came just after another's
+    # may say a moment earlier)
+    for (_, first, earlier), (_, then, later) in zip(turns, turns[1:]):
+        assert then > first - 0.05, f"{later} got its turn {first - then:.3f}s before {earlier}, in line before it: {turns}"
