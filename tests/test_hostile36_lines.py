@@ -568,3 +568,17 @@ def test_bursts_of_mixed_gpu_jobs_from_two_submitters_never_overlap_on_a_gpu(sha
     # may say a moment earlier)
     for (_, first, earlier), (_, then, later) in zip(turns, turns[1:]):
         assert then > first - 0.05, f"{later} got its turn {first - then:.3f}s before {earlier}, in line before it: {turns}"
+
+
+def test_a_gpu_jobs_exit_code_and_death_by_signal_are_its_own(machine):
+    """The waiter that holds the job's GPUs ends as the job ended: its code, or its signal."""
+    exits = submit_script(machine, "exits", "import sys\nsys.exit(3)\n", gpus="1")
+    assert exits.wait(timeout=30).is_final
+    assert (machine.status("exits")["status"], machine.status("exits")["exit_code"]) == ("failed", 3)
+    machine.submit_in_turn("killed", gpus="1")
+    machine.wait_started("killed")
+    _, waiter = machine.pids("killed")
+    (job,) = wait_for(lambda: children(waiter), what="the job, the waiter's child")
+    os.kill(job, signal.SIGKILL)  # the job alone (the OOM killer's way)
+    ended = wait_for(lambda: (lambda status: status["status"] != "running" and status)(machine.status("killed")), what="killed ended")
+    assert (ended["status"], ended["exit_code"]) == ("failed", 137), ended
