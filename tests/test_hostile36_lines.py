@@ -582,3 +582,25 @@ def test_a_gpu_jobs_exit_code_and_death_by_signal_are_its_own(machine):
     os.kill(job, signal.SIGKILL)  # the job alone (the OOM killer's way)
     ended = wait_for(lambda: (lambda status: status["status"] != "running" and status)(machine.status("killed")), what="killed ended")
     assert (ended["status"], ended["exit_code"]) == ("failed", 137), ended
+
+
+GROUP_SIGNALS = """\
+import os, signal, time
+seen = []
+for name in ("SIGUSR1", "SIGUSR2", "SIGALRM", "SIGPIPE", "SIGVTALRM", "SIGPROF", "SIGXCPU", "SIGXFSZ"):
+    number = getattr(signal, name)
+    signal.signal(number, lambda *_: seen.append(1))
+    os.killpg(os.getpgrp(), number)  # as a framework tells every process of its group
+    time.sleep(0.1)
+print("seen", len(seen), flush=True)
+"""
+
+
+def test_a_gpu_job_that_signals_its_own_group_is_not_killed_by_its_waiter_dying(machine):
+    """A job that sends its process group a signal it handles itself (a framework telling its
+    workers) must not lose its waiter to it, which would take the job down with it."""
+    job = submit_script(machine, "signaller", GROUP_SIGNALS, gpus="1")
+    assert job.wait(timeout=30).is_final
+    ended = machine.status("signaller")
+    assert (ended["status"], ended["exit_code"]) == ("completed", 0), (ended, job.logs()[-500:])
+    assert "seen 8" in job.logs(), job.logs()[-500:]

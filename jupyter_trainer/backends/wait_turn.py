@@ -505,9 +505,14 @@ def run_holding(command, env):
             os.write(2, ("Traceback (most recent call last):\nTurnError: cannot run %s (%s)\n" % (command[0], said)).encode("utf-8", "replace"))
         os._exit(127)
     # a stop signals the job's whole group, the job with it: this process outlives the job, whose
-    # exit it waits for, however long it takes to stop (its group is KILLed after the grace period)
-    for number in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1, signal.SIGUSR2):
-        signal.signal(number, signal.SIG_IGN)
+    # exit it waits for, however long it takes to stop (its group is KILLed after the grace period);
+    # so does what the job sends its own group (a framework telling its workers), which would else
+    # end this process, and the job with it
+    for number in _ASYNC_SIGNALS + list(range(getattr(signal, "SIGRTMIN", 0), getattr(signal, "SIGRTMAX", -1) + 1)):
+        try:
+            signal.signal(number, signal.SIG_IGN)
+        except (OSError, ValueError):
+            pass
     _, status = os.waitpid(pid, 0)
     if os.WIFSIGNALED(status):  # ended as the job did, for its supervisor to say so (137: KILLed)
         number = os.WTERMSIG(status)
@@ -524,6 +529,14 @@ def run_holding(command, env):
         os.kill(os.getpid(), number)
         return 128 + number
     return os.WEXITSTATUS(status) if os.WIFEXITED(status) else 1
+
+
+_ASYNC_SIGNALS = [
+    getattr(signal, name)
+    for name in ("SIGTERM", "SIGINT", "SIGHUP", "SIGQUIT", "SIGUSR1", "SIGUSR2", "SIGALRM", "SIGPIPE", "SIGVTALRM",
+                 "SIGPROF", "SIGXCPU", "SIGXFSZ", "SIGPWR", "SIGIO", "SIGSTKFLT")
+    if hasattr(signal, name)
+]  # fmt: skip
 
 
 def _die_with(parent):
