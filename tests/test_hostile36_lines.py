@@ -604,3 +604,34 @@ def test_a_gpu_job_that_signals_its_own_group_is_not_killed_by_its_waiter_dying(
     ended = machine.status("signaller")
     assert (ended["status"], ended["exit_code"]) == ("completed", 0), (ended, job.logs()[-500:])
     assert "seen 8" in job.logs(), job.logs()[-500:]
+
+
+def test_a_slot_token_another_user_planted_keeps_that_slot_out_not_the_queue(shared, tmp_path, monkeypatch):
+    from jupyter_trainer.core import lines
+
+    user = other_user()
+    if user is None:
+        pytest.skip(f"no user {OTHER_USER} here (useradd -m {OTHER_USER})")
+    root = shared / "lines"
+    monkeypatch.setenv("JUPYTER_TRAINER_LINES_DIR", str(root))
+    line = lines.line_dir(str(root), "q")
+    lines.ensure_line(str(root), line)
+    lines.set_max_running(line, 2)
+    run_as(user, shared / "home-b", shared, ["-c", f"import os; os.mkdir({os.path.join(line, 'tokens', '0')!r})"])
+    store = JobStore(tmp_path / "home-a")
+    jobs = []
+    for name in ("q1", "q2"):
+        spec = build_spec(SCRIPT, host=True, image=None, container=None, workdir=str(shared), env=[f"JOB={name}"], queue="q")
+        jobs.append(submit_detached(spec, name=name, store=store).job)
+    try:
+        wait_for(lambda: "q1" in started_now(shared) or jobs[0].refresh().status.is_final, what="q1 to start or end")
+        assert "q1" in started_now(shared), (jobs[0].refresh().status, jobs[0].refresh().reason)
+        time.sleep(1)
+        assert "q2" not in started_now(shared), "two running in the one slot left"
+        assert jobs[1].refresh().status.value == "pending", jobs[1].reason
+        (shared / "go-q1").touch()
+        wait_for(lambda: "q2" in started_now(shared), what="q2 to start")
+    finally:
+        for job in jobs:
+            (shared / f"go-{job.name}").touch()
+            job.wait(timeout=30)
