@@ -70,3 +70,24 @@ def test_a_container_job_that_ends_leaving_a_daemon_in_its_container_lets_its_gp
     assert gpus_of(after) == "0"
     (workdir / "release-after").touch()
     assert get_job("after").wait(timeout=60) is Status.COMPLETED
+
+
+def test_a_running_container_jobs_supervisor_killed_keeps_its_gpu_until_the_job_ends(docker_image, docker_client, workdir, home, monkeypatch):
+    from jupyter_trainer.backends.base import read_supervisor_facts
+
+    monkeypatch.setenv("JUPYTER_TRAINER_GPUS", "0")
+    held = submit("held", workdir, in_container(docker_image))
+    assert gpus_of(held) == "0"
+    behind = submit("behind", workdir, ON_HOST)
+    wait_for(lambda: "waiting for 1 GPU; next in line" in get_job("behind").reason, what="behind to wait")
+    supervisor = read_supervisor_facts(get_job("held").run_dir).supervisor_pid
+    assert container_of(docker_client, "held").exec_run(["sh", "-c", f"kill -KILL {supervisor}"]).exit_code == 0
+    wait_for(lambda: container_of(docker_client, "held").exec_run(["sh", "-c", f"kill -0 {supervisor}"]).exit_code != 0, what="the supervisor gone")
+    assert get_job("held").status is Status.RUNNING, get_job("held").reason
+    assert "waiting for 1 GPU; next in line" in get_job("behind").reason and "gpus " not in behind.logs()
+    (workdir / "release-held").touch()  # the job ends with nobody to record it: its GPU goes all the same
+    assert gpus_of(behind) == "0"
+    ended = wait_for(lambda: get_job("held").status is not Status.RUNNING and get_job("held"), timeout=60, what="held no longer running")
+    assert ended.status.is_final, (ended.status, ended.reason)
+    (workdir / "release-behind").touch()
+    assert get_job("behind").wait(timeout=60) is Status.COMPLETED
