@@ -18,8 +18,8 @@ case "$1" in
     echo "1, GPU-00000000-0000-0000-0000-000000000001, 0, 81920, Disabled" ;;
   --query-compute-apps=*)
     for dir in /proc/[0-9]*; do
-      [ "$(tr '\0' ' ' < "$dir/cmdline" 2> /dev/null)" = "sleep 6001 " ] || continue
-      gpu=$(tr '\0' '\n' < "$dir/environ" 2> /dev/null | sed -n 's/^CUDA_VISIBLE_DEVICES=//p')
+      [ "$(tr '\0' ' ' 2> /dev/null < "$dir/cmdline")" = "sleep 6001 " ] || continue
+      gpu=$(tr '\0' '\n' 2> /dev/null < "$dir/environ" | sed -n 's/^CUDA_VISIBLE_DEVICES=//p')
       echo "GPU-00000000-0000-0000-0000-00000000000$gpu, ${dir#/proc/}, 500"
     done ;;
   *) echo "stand-in: asked $1"; exit 99 ;;

@@ -3,8 +3,9 @@ for its waiter (backends/wait_turn.py, on core/lines.py), how the supervisor sta
 its turn file says of it.
 
 The supervisor starts the waiter in the job's place; the waiter writes the run's `turn` file (JSON)
-while it waits and once it has what it waited for, then becomes the job. That file is read here,
-bounded and checked field by field: the job can write it too, once it runs.
+while it waits and once it has what it waited for, then runs the job, holding what it took until
+the job ends. That file is read here, bounded and checked field by field: the job can write it
+too, once it runs.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""A job's waiter: waits for the job's turn in its machine's lines, then becomes the job.
+"""A job's waiter: waits for the job's turn in its machine's lines, then runs the job and holds its turn.
 
 The supervisor starts it in the job's place when the job waits in a line (`--queue NAME`, `--gpus N`):
 
@@ -7,9 +7,11 @@ The supervisor starts it in the job's place when the job waits in a line (`--que
 It reads what the job asked for from RUN_DIR/line (written by the submitter), waits in the named
 queue for a slot, then in the GPU line for its GPUs (always in that order, so two jobs never wait
 for each other), and says how it waits in RUN_DIR/turn. Once its turn has come it says what it took
-there and execs COMMAND with CUDA_VISIBLE_DEVICES naming its GPUs: the job's process, and every
-process it starts, inherits the locks on what it took, which the kernel releases once the last of
-them ends. A TERM (a stop) ends it while it waits, and its place in the line with it.
+there and runs COMMAND as its child, with CUDA_VISIBLE_DEVICES naming its GPUs, holding the locks on
+what it took (the job inherits none) until the job's process ends, and ends as it ended: the kernel
+releases them then. A job that left a process behind it (in the background, a daemon) has ended
+all the same, and one that closes the files it inherited cannot let them go early. A TERM (a stop)
+ends it while it waits, and its place in the line with it.
 
 Waiting costs nothing: it sleeps in inotify until a ticket ahead leaves or a token is let go (a
 process that ends closes its files, which inotify tells), and looks again; only the first in the
@@ -23,6 +25,7 @@ runs is wording.py's, nvidia_smi.py's and lines.py's code, then this file's (bas
 import json
 import os
 import select
+import signal
 import struct
 import sys
 import time
@@ -209,11 +212,22 @@ class GpuLine:
         busy = busy_gpus(look) if look.present else frozenset()
         if busy is None:
             return None, {"unknown": look.problem or "nvidia-smi cannot tell"}, RECHECK_SECONDS
+        # a token that cannot be one (a link, a directory, a FIFO planted at its name by any user,
+        # which the sticky directory keeps there) keeps that GPU out, not the others: the job
+        # fails only when what is left of the GPUs offered is fewer than it asks for
+        unusable = []
         for index in offered:
             if index not in self.mine:
-                self.tokens[index] = kept_token(self.dir, index, self.tokens.get(index))
+                try:
+                    self.tokens[index] = kept_token(self.dir, index, self.tokens.get(index))
+                except (LineError, OSError) as problem:
+                    self.tokens.pop(index, None)  # (closed by kept_token, if it was open)
+                    unusable.append(problem)
+                    continue
                 if try_lock(self.tokens[index]):
                     self.mine.add(index)
+        if len(offered) - len(unusable) < self.wants:
+            raise unusable[0]
         taken_by_others = claimed(self.dir, "gpus")  # held still, whatever became of their tokens' files
         usable = sorted(index for index in self.mine if index not in busy and index not in taken_by_others)
         if len(usable) >= self.wants:
@@ -264,8 +278,14 @@ class QueueLine:
         allowed = self.bound if isinstance(self.bound, int) and self.bound > 0 else max_running(self.dir)
         taken_by_others = claimed(self.dir, "slot")  # held still, whatever became of their tokens' files
         claimed_only = False
+        unusable = []  # (as GpuLine's: a slot whose token cannot be one keeps that slot out only)
         for slot in range(allowed):
-            self.tokens[slot] = kept_token(self.dir, slot, self.tokens.get(slot))
+            try:
+                self.tokens[slot] = kept_token(self.dir, slot, self.tokens.get(slot))
+            except (LineError, OSError) as problem:
+                self.tokens.pop(slot, None)
+                unusable.append(problem)
+                continue
             if try_lock(self.tokens[slot]):
                 if slot in taken_by_others:  # free, yet a running job's ticket claims it (see GpuLine)
                     unlock(self.tokens[slot])  # let go, not closed: a close would wake this very waiter
@@ -276,6 +296,8 @@ class QueueLine:
                     os.close(other)
                 self.tokens.clear()
                 return slot, {}, None
+        if len(unusable) >= allowed:
+            raise unusable[0]
         return None, {"max_running": allowed}, CLAIM_RECHECK_SECONDS if claimed_only else None
 
     def kept(self):
@@ -461,12 +483,72 @@ def main(argv):
         env.setdefault("CUDA_DEVICE_ORDER", "PCI_BUS_ID")  # CUDA's numbers as nvidia-smi's
     took["started_at"] = time.time()
     turn.say(took)
-    for fd in kept:  # the job and every process it starts hold what it took
-        os.set_inheritable(fd, True)
+    if watcher.fd is not None:  # (a user's inotify instances are few: a running job keeps none)
+        os.close(watcher.fd)
+    sys.exit(run_holding(command, env))
+
+
+def run_holding(command, env):
+    """Runs the job as this process's child, holding what it took (the locks' files, kept here and
+    never inherited) until the job's own process ends; then ends as it ended. Neither what the job
+    leaves behind (a child in the background, a daemon) nor a job that closes the files it
+    inherited decides when its GPUs are let go: its end does."""
+    parent = os.getpid()
+    pid = os.fork()
+    if pid == 0:
+        try:
+            _die_with(parent)  # a waiter killed alone takes the job with it: never a job without its locks
+            os.execvpe(command[0], command, env)
+        except BaseException as error:
+            said = error.strerror if isinstance(error, OSError) and error.strerror else error
+            # the job's reason, as main says it: the last line after a traceback
+            os.write(2, ("Traceback (most recent call last):\nTurnError: cannot run %s (%s)\n" % (command[0], said)).encode("utf-8", "replace"))
+        os._exit(127)
+    # a stop signals the job's whole group, the job with it: this process outlives the job, whose
+    # exit it waits for, however long it takes to stop (its group is KILLed after the grace period);
+    # so does what the job sends its own group (a framework telling its workers), which would else
+    # end this process, and the job with it
+    for number in _ASYNC_SIGNALS + list(range(getattr(signal, "SIGRTMIN", 0), getattr(signal, "SIGRTMAX", -1) + 1)):
+        try:
+            signal.signal(number, signal.SIG_IGN)
+        except (OSError, ValueError):
+            pass
+    _, status = os.waitpid(pid, 0)
+    if os.WIFSIGNALED(status):  # ended as the job did, for its supervisor to say so (137: KILLed)
+        number = os.WTERMSIG(status)
+        try:
+            import resource
+
+            resource.setrlimit(resource.RLIMIT_CORE, (0, 0))  # the job's core, if any, not this one's
+        except (ImportError, OSError, ValueError):
+            pass
+        try:
+            signal.signal(number, signal.SIG_DFL)
+        except (OSError, ValueError):  # KILL: never caught anyway
+            pass
+        os.kill(os.getpid(), number)
+        return 128 + number
+    return os.WEXITSTATUS(status) if os.WIFEXITED(status) else 1
+
+
+_ASYNC_SIGNALS = [
+    getattr(signal, name)
+    for name in ("SIGTERM", "SIGINT", "SIGHUP", "SIGQUIT", "SIGUSR1", "SIGUSR2", "SIGALRM", "SIGPIPE", "SIGVTALRM",
+                 "SIGPROF", "SIGXCPU", "SIGXFSZ", "SIGPWR", "SIGIO", "SIGSTKFLT")
+    if hasattr(signal, name)
+]  # fmt: skip
+
+
+def _die_with(parent):
+    """The calling (child) process is KILLed when its parent ends (Linux's PR_SET_PDEATHSIG)."""
     try:
-        os.execvpe(command[0], command, env)
-    except OSError as error:
-        raise TurnError("cannot run %s (%s)" % (command[0], error.strerror or error))
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG
+    except (ImportError, OSError, AttributeError):
+        return
+    if os.getppid() != parent:  # it ended before the prctl
+        os._exit(137)
 
 
 def _listed(indices):

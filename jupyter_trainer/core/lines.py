@@ -174,7 +174,9 @@ def take_ticket(line: str, says: dict, since_ns=None, key=None):
     tickets_dir = os.path.join(line, TICKETS)
     kept = isinstance(key, str) and re.fullmatch(r"[0-9a-f]{16}", key) is not None
     key = key if kept else os.urandom(8).hex()
-    new = os.path.join(tickets_dir, ".new-" + key)
+    # made under a name nobody knows beforehand: a place kept shows its key to every user, and a
+    # file planted at a name made with O_EXCL would stop the waiter
+    new = os.path.join(tickets_dir, ".new-" + os.urandom(8).hex())
     fd = os.open(new, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
     try:
         os.fchmod(fd, 0o644)
@@ -182,7 +184,11 @@ def take_ticket(line: str, says: dict, since_ns=None, key=None):
         _rewrite(fd, says)
         since = since_ns if isinstance(since_ns, int) and 0 < since_ns < 10**20 else time.time_ns()
         path = os.path.join(tickets_dir, "w-%020d-%s" % (since, key))
-        os.rename(new, path)
+        try:
+            os.rename(new, path)
+        except PermissionError:  # another user's file planted at its name (sticky: ours cannot replace it)
+            path = os.path.join(tickets_dir, "w-%020d-%s" % (since, os.urandom(8).hex()))  # the same place
+            os.rename(new, path)
     except BaseException:
         os.close(fd)
         _unlink_quietly(new)
@@ -203,7 +209,11 @@ def promote(fd: int, path: str, says: dict) -> str:
     _rewrite(fd, says)
     directory, name = os.path.split(path)
     running = os.path.join(directory, "r" + name[1:])
-    os.rename(path, running)
+    try:
+        os.rename(path, running)
+    except PermissionError:  # another user's file planted at its name (every user can read it off the line)
+        running = os.path.join(directory, "r-%s-%s" % (name.split("-")[1], os.urandom(8).hex()))
+        os.rename(path, running)
     return running
 
 

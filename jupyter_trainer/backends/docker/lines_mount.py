@@ -99,7 +99,7 @@ def prepare_line(record: JobRecord, run_dir: Path, spec: DetachedSpec, engine: E
 
 
 def waiting_job(spec: DetachedSpec, job: list[str], inner_run_dir: str) -> list[str]:
-    """What the supervisor starts: the job, or its waiter, which becomes the job in its turn."""
+    """What the supervisor starts: the job, or its waiter, which runs the job in its turn."""
     return turns.waiting_command(inner_run_dir, job) if waits_in_line(spec) else job
 
 
