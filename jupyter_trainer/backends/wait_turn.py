@@ -208,7 +208,9 @@ class GpuLine:
                 return None, {"unknown": look.problem or "nvidia-smi cannot tell"}, RECHECK_SECONDS
             offered = [gpu.index for gpu in look.gpus if not gpu.mig]
         if len(offered) < self.wants:
-            raise TurnError("asks for %d GPUs, and this machine offers %d (%s)" % (self.wants, len(offered), _listed(offered)))
+            raise TurnError(
+                "asks for %d GPUs, and this machine offers %d (%s)" % (self.wants, len(offered), _listed(offered))
+            )
         busy = busy_gpus(look) if look.present else frozenset()
         if busy is None:
             return None, {"unknown": look.problem or "nvidia-smi cannot tell"}, RECHECK_SECONDS
@@ -355,7 +357,9 @@ def wait_in(line, root, turn, says, watcher, since_ns=None, key=None):
             if changed is None or not changed:
                 break
             ahead_of_it = [(where, name) for where, name in changed if not _behind(where, name, line.dir, path)]
-            came = [name for _where, name in watcher.arrived.intersection(ahead_of_it) if name != os.path.basename(path)]
+            came = [
+                name for _where, name in watcher.arrived.intersection(ahead_of_it) if name != os.path.basename(path)
+            ]
             if any(name[:1] in "wp" for name in came):
                 break  # a place older than its own came ahead of it: it is no longer first, or further back
             # (a ticket renamed r-... as its turn came: that it left its w-... place is what counts)
@@ -372,7 +376,9 @@ def wait_in(line, root, turn, says, watcher, since_ns=None, key=None):
             left.update(name[2:] for (_where, name), kind in zip(ahead_of_it, kinds) if kind == "left")
             if len(left) >= ahead:
                 break
-            turn.say(dict(line.describe(), state="waiting", ahead=ahead - len(left), since=since))  # its place, as it moves up
+            turn.say(
+                dict(line.describe(), state="waiting", ahead=ahead - len(left), since=since)
+            )  # its place, as it moves up
 
 
 def _wait_far_back(watcher, line, waiting, again):
@@ -469,7 +475,9 @@ def main(argv):
     kept, took = [], {"state": "running"}
     if asked.get("queue"):
         line = QueueLine(root, asked["queue"], asked.get("max_running"))
-        slot, files = wait_in(line, root, turn, dict(says, wants="slot"), watcher, asked.get("since_ns"), asked.get("ticket"))
+        slot, files = wait_in(
+            line, root, turn, dict(says, wants="slot"), watcher, asked.get("since_ns"), asked.get("ticket")
+        )
         kept += files
         took.update(line.took(slot))
     env = dict(os.environ)
@@ -498,11 +506,22 @@ def run_holding(command, env):
     if pid == 0:
         try:
             _die_with(parent)  # a waiter killed alone takes the job with it: never a job without its locks
+            for name in (
+                "SIGPIPE",
+                "SIGXFSZ",
+            ):  # ignored by Python: the job's own program starts with them as a shell's would
+                if hasattr(signal, name):
+                    signal.signal(getattr(signal, name), signal.SIG_DFL)
             os.execvpe(command[0], command, env)
         except BaseException as error:
             said = error.strerror if isinstance(error, OSError) and error.strerror else error
             # the job's reason, as main says it: the last line after a traceback
-            os.write(2, ("Traceback (most recent call last):\nTurnError: cannot run %s (%s)\n" % (command[0], said)).encode("utf-8", "replace"))
+            os.write(
+                2,
+                ("Traceback (most recent call last):\nTurnError: cannot run %s (%s)\n" % (command[0], said)).encode(
+                    "utf-8", "replace"
+                ),
+            )
         os._exit(127)
     # a stop signals the job's whole group, the job with it: this process outlives the job, whose
     # exit it waits for, however long it takes to stop (its group is KILLed after the grace period);
@@ -561,6 +580,10 @@ if __name__ == "__main__":
     except (TurnError, LineError, OSError, ValueError, KeyError) as problem:
         # the job's reason, said as Python says an uncaught error, in one frame: a failed job's
         # reason is the last line after a traceback in its log (see notify.exception_line)
-        said = problem if isinstance(problem, (TurnError, LineError)) else TurnError(problem).with_traceback(problem.__traceback__)
+        said = (
+            problem
+            if isinstance(problem, (TurnError, LineError))
+            else TurnError(problem).with_traceback(problem.__traceback__)
+        )
         traceback.print_exception(type(said), said, said.__traceback__, limit=-1, chain=False)
         sys.exit(1)

@@ -18,8 +18,10 @@ keeps a GPU. Everything lies under the machine's lines directory:
 
 A ticket holds JSON: who waits (job, run, user) and for what; once its turn has come, what it took.
 The directories are made sticky and writable by all (1777): every user's jobs wait in the same
-lines, and none can remove another's tickets. Files are opened without following links, and only
-regular files count; what a ticket says is read bounded and checked, as anything a job can write.
+lines, and none can remove another's tickets, but for the user who made a directory (the owner of
+a sticky directory may): on a server shared with users one does not trust, root makes them first.
+Files are opened without following links, and only regular files count; what a ticket says is read
+bounded and checked, as anything a job can write.
 
 Standard library only, Python 3.7 or later: a job's waiter (backends/wait_turn.py) runs this code
 on the job's own python3, in its container, after wording.py's and nvidia_smi.py's.
@@ -149,7 +151,9 @@ def tickets(line: str) -> list:
     for name in names:
         match = TICKET_NAME.fullmatch(name)
         if match:
-            found.append(Ticket(os.path.join(line, TICKETS, name), name, match[1] == "r", int(match[2]), match[1] == "p"))
+            found.append(
+                Ticket(os.path.join(line, TICKETS, name), name, match[1] == "r", int(match[2]), match[1] == "p")
+            )
     return sorted(found, key=lambda ticket: ticket.order)
 
 

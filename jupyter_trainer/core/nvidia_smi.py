@@ -92,7 +92,9 @@ class SmiLook:
     problem: str | None = None
 
 
-def busy_gpus(look: SmiLook | None = None, own_pids: Iterable[int] = (), busy_memory_mib: int = BUSY_MEMORY_MIB) -> frozenset[int] | None:
+def busy_gpus(
+    look: SmiLook | None = None, own_pids: Iterable[int] = (), busy_memory_mib: int = BUSY_MEMORY_MIB
+) -> frozenset[int] | None:
     """The indices of the GPUs busy outside us (see the module's words), None if nvidia-smi could
     not tell. A machine without nvidia-smi shows nothing busy. Pids are as nvidia-smi gives them
     (the host's)."""
@@ -128,7 +130,9 @@ def parse_gpus(text: str) -> tuple[Gpu, ...]:
         if not _UUID.fullmatch(uuid) or any(gpu.uuid == uuid for gpu in gpus.values()):
             continue
         mig = len(fields) == 5 and fields[4] == "Enabled"
-        gpus[int(index)] = Gpu(int(index), uuid, mebibytes(plausible_number(fields[2])), mebibytes(plausible_number(fields[3])), mig)
+        gpus[int(index)] = Gpu(
+            int(index), uuid, mebibytes(plausible_number(fields[2])), mebibytes(plausible_number(fields[3])), mig
+        )
         if len(gpus) == MAX_GPUS:
             break
     return tuple(sorted(gpus.values(), key=lambda gpu: gpu.index))
@@ -185,7 +189,9 @@ def run_bounded(argv: list[str], seconds: float, limit: int = SMI_BYTES) -> tupl
     The code is None, and the text says why, when it did not finish within `seconds`, said more
     than `limit` bytes, or could not be started; then its whole process group is killed."""
     try:
-        process = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
+        process = subprocess.Popen(
+            argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True
+        )
     except OSError as exc:
         return None, f"{argv[0]} could not be run ({exc.strerror or exc})"
     deadline = time.monotonic() + seconds

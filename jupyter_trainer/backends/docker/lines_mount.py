@@ -47,7 +47,9 @@ def lines_volumes(spec: DetachedSpec, engine: Engine) -> tuple[dict, dict]:
         try:
             lines.ensure_root(root)
         except lines.LineError as problem:
-            raise InvalidOption(f"this machine's lines cannot be used: {problem}", f"set {lines.LINES_ENV} to a directory of your own") from None
+            raise InvalidOption(
+                f"this machine's lines cannot be used: {problem}", f"set {lines.LINES_ENV} to a directory of your own"
+            ) from None
     return {root: {"bind": root, "mode": "rw"}}, {LABEL_LINES: root}
 
 
@@ -83,7 +85,8 @@ def check_lines_mounted(container, spec: DetachedSpec, engine: Engine) -> None:
     what = "--gpus N" if gpu_count(spec.gpus) else "--queue"
     raise InvalidOption(
         f"container {container.name!r} does not mount this machine's lines ({root}), which {what} waits in",
-        f"remove it (docker rm -f {container.name}) and the next job creates one that does, or use --image with another --workdir"
+        f"remove it (docker rm -f {container.name}) and the next job creates one that does, "
+        "or use --image with another --workdir"
         if container.labels.get("jupyter_trainer") == "1"
         else "use --image: jupyter_trainer creates a container that does",
     )
@@ -115,5 +118,8 @@ def observed_turn(seen: Observation, record: JobRecord, run_dir: Path, clients, 
         return seen
     with clients.calling(engine_of(record), LOOK) as client:
         container = client.containers.get(runtime.container_id)
-        said = {name: read_container_file(container, f"{runtime.run_dir}/{name}", limit=turns.TURN_BYTES) for name in (LINE_FILE, TURN_FILE)}
+        said = {
+            name: read_container_file(container, f"{runtime.run_dir}/{name}", limit=turns.TURN_BYTES)
+            for name in (LINE_FILE, TURN_FILE)
+        }
     return turns.with_turn(seen, run_dir, said)
