@@ -306,6 +306,36 @@ def test_another_user_who_made_the_lines_directory_cannot_take_a_running_jobs_gp
         wait_for(lambda: code.exists() and code.read_text().strip(), what=f"{name} to end")
 
 
+def test_lines_root_made_first_keep_a_running_jobs_gpu_from_another_user(shared, tmp_path, monkeypatch):
+    """What the README says to do on a server shared with users one does not trust: root makes the
+    lines first. The same theft as above is then refused, and the other user's job waits its turn."""
+    from jupyter_trainer.core import lines
+
+    user = other_user()
+    if user is None:
+        no_other_user()
+    root = shared / "lines"
+    monkeypatch.setenv("JUPYTER_TRAINER_LINES_DIR", str(root))
+    line = lines.line_dir(str(root))
+    lines.ensure_line(str(root), line)  # root's, before any job
+    assert root.stat().st_uid == 0 and (root.stat().st_mode & 0o7777) == 0o1777
+    submit_as(None, tmp_path / "home-a", shared, "mine")
+    wait_for(lambda: "mine" in started_now(shared), what="mine to start")
+    submit_as(user, shared / "home-b", shared, "theirs")
+    wait_for(lambda: [job.get("job") for job in lines.line_now(line)[1]] == ["theirs"], what="theirs to wait")
+    argv, env = as_user(user, shared / "home-b", shared, ["-c", STEAL, line])
+    stolen = subprocess.run(argv, env=env, cwd=shared, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=60)
+    assert stolen.returncode != 0 and "PermissionError" in stolen.stderr, stolen
+    time.sleep(3)
+    assert "theirs" not in started_now(shared), "two jobs on GPU 0"
+    (shared / "go-mine").touch()
+    wait_for(lambda: "theirs" in started_now(shared), timeout=PROMPTLY, what="theirs to start once mine ended")
+    (shared / "go-theirs").touch()
+    for home, name in ((tmp_path / "home-a", "mine"), (shared / "home-b", "theirs")):
+        code = home / "jobs" / name / "1" / "exit_code"
+        wait_for(lambda: code.exists() and code.read_text().strip(), what=f"{name} to end")
+
+
 # --- a stream of one-GPU jobs around a two-GPU job in a queue ----------------------------------------
 
 
