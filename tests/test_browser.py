@@ -866,8 +866,9 @@ def test_the_comparison_chart_scale_smoothing_and_legend_in_both_themes(lab, bro
         assert _shown(plot.locator(".jt-scale-lin .jt-run-1 .jt-raw")) and not _shown(plot.locator(".jt-scale-log"))
         assert not _shown(plot.locator(".jt-scale-lin .jt-sm2"))
         plot.locator("label.jt-pick-yauto").click()
-        assert _shown(plot.locator("g.jt-scale-lin:not([display]), g.jt-scale-log:not([display])"))
-        assert not _shown(plot.locator("g.jt-scale-lin[display], g.jt-scale-log[display]"))
+        # (waited for: the view is redrawn twice a second, and a look at the moment it is replaced sees nothing)
+        plot.locator("g.jt-scale-lin:not([display]), g.jt-scale-log:not([display])").first.wait_for(state="visible", timeout=5_000)
+        plot.locator("g.jt-scale-lin[display], g.jt-scale-log[display]").first.wait_for(state="hidden", timeout=5_000)
     finally:
         _set_theme(page, "JupyterLab Light")
         page.close()
