@@ -28,7 +28,7 @@ from ..core.store import JobStore
 from ..errors import InvalidOption, NameInUse, TrainerError
 from ..spec.job_spec import DetachedSpec
 from ..spec.sweep import parse_axes, run_arguments, runs_of
-from .job import Job
+from .job import STOP_WAIT_SECONDS, Job
 from .provenance import git_state, local_directory
 from .submit import Submission, submit_detached
 
@@ -331,6 +331,11 @@ def stop_sweep(
         for job in unfinished:
             job.undo_stop_request(asked_before[job.name])
         raise
+    # sent together, they end together (a stop of each would send it again): waited for as one
+    deadline = time.monotonic() + STOP_WAIT_SECONDS
+    for job in unfinished:
+        if job.name in sent:
+            job.wait(max(0.0, deadline - time.monotonic()), interval=0.2)
     for job in sorted(jobs, key=lambda job: job.record.status is not Status.PENDING):
         if not job.record.status.is_final or container:
             job.stop(container=container)
