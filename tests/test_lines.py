@@ -617,3 +617,35 @@ def test_a_four_gpu_job_is_not_starved_by_one_gpu_jobs_submitted_after_it(machin
     turns = {name: machine.status(name)["started_at"] for name in ("small1", "small2", "small3")}
     assert sorted(turns, key=turns.get) == ["small1", "small2", "small3"], turns  # (their processes may start in any order)
     assert len({machine.started(name)["CUDA_VISIBLE_DEVICES"] for name in ("small1", "small2", "small3")}) == 3
+
+
+def test_the_views_say_what_a_job_waits_for_and_the_gpus_a_running_one_holds(machine, quiet_comm):
+    """The widget's header, the notebook's jobs table and the text one: "waiting for 2 GPUs; next
+    in line (...)" and "1 job ahead" while pending, the GPUs held while running."""
+    import html as html_module
+    import re as re_module
+
+    from test_jobs_view import rows_of
+
+    from jupyter_trainer.view.job_widget import JobWidget
+    from jupyter_trainer.view.jobs_table import JobsTable
+
+    def text_of(value):
+        return html_module.unescape(re_module.sub(r"<[^>]+>", "", value))
+
+    machine.submit_in_turn("holder", gpus="2")
+    machine.wait_started("holder")
+    machine.submit_in_turn("next", gpus="2")
+    machine.submit_in_turn("third", gpus="1")
+    said = {
+        "holder": "running · GPUs 0, 1",
+        "next": "pending · waiting for 2 GPUs; next in line (2 held by other jobs)",
+        "third": "pending · waiting for 1 GPU; 1 job ahead",
+    }
+    for name, words in said.items():
+        header = text_of(JobWidget(Job.load(name, machine.store)).header.value)
+        assert words.split(" · ")[1] in header, (name, header)
+    rows = {row["name"]: row["status"] for row in rows_of(JobsTable(machine.store))}
+    assert {name: rows[name] for name in said} == {name: words.replace(" · ", " ") for name, words in said.items()}, rows  # (a badge, then the words)
+    listed = cli_text(["list"], machine.store)
+    assert all(words in listed for words in said.values()), listed
