@@ -40,7 +40,7 @@ from ..base import STOP_GRACE_SECONDS, BackendBase
 from ..host import _inherited_environment
 from .commands import SlurmCommandFailed, job_id_in, refused, run, sbatch_environment
 from .declared import SlurmOptions
-from .queue import ARRAY_TASK_ID, QUEUE, JobIdentity, SlurmJob, new_separator, parse_squeue, squeue_format
+from .queue import ARRAY_TASK_ID, QUEUE, JobIdentity, SlurmJob, named_now
 from .spec import sbatch_options
 
 ARRAY_BATCH_FILE = "slurm_array.sh"  # in the array's directory: what each task runs
@@ -286,20 +286,8 @@ def _tasks_of(name: str, note: _HeldNote, directory: Path) -> dict[int, SlurmJob
     name, its output and its token, as a lone job's is (none: sbatch never accepted it, or it has
     ended and been forgotten)."""
     identity = JobIdentity(name, note.submitted_at, output_pattern(directory), note.token)
-    separator = new_separator()
-    output = run(
-        "squeue",
-        "--me",
-        "--states=all",
-        "--array",
-        "--noheader",
-        f"--name={name}",
-        "-O",
-        squeue_format(separator),
-        timeout=30,
-    )
     tasks: dict[int, SlurmJob] = {}
-    for job in parse_squeue(output, separator, str(os.getuid())).values():
+    for job in named_now(name, timeout=30):
         task = ARRAY_TASK_ID.fullmatch(job.job_id)
         if task is not None and job.log == identity.log and job.command is not None and job.is_the_job(identity):
             tasks[int(task.group(2))] = job

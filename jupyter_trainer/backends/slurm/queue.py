@@ -307,6 +307,11 @@ def parse_sacct(output: str) -> dict[str, SlurmJob]:
 def find_by_identity(identity: JobIdentity, timeout: float) -> SlurmJob | None:
     """The job squeue shows as the one of `identity`, asked now and alone (a submission that
     failed or was interrupted may have left it)."""
+    return newest_of(named_now(identity.name, timeout), identity)
+
+
+def named_now(name: str, timeout: float) -> list[SlurmJob]:
+    """Every job (an array's tasks each) of this user that squeue shows under `name`, asked now."""
     separator = new_separator()
     output = run(
         "squeue",
@@ -314,12 +319,12 @@ def find_by_identity(identity: JobIdentity, timeout: float) -> SlurmJob | None:
         "--states=all",
         "--array",
         "--noheader",
-        f"--name={identity.name}",
+        f"--name={name}",
         "-O",
         squeue_format(separator),
         timeout=timeout,
     )
-    return newest_of(parse_squeue(output, separator, str(os.getuid())).values(), identity)
+    return list(parse_squeue(output, separator, str(os.getuid())).values())
 
 
 def newest_of(jobs: Iterable[SlurmJob], identity: JobIdentity) -> SlurmJob | None:
