@@ -15,7 +15,8 @@ from pathlib import Path
 
 import pytest
 from conftest import IN_CI, wait_for
-from test_lines import PROMPTLY, SCRIPT, Lines, cli_json, held_by, the_line
+from test_hostile_lines import machine  # noqa: F401  (the fixture: a machine of one GPU)
+from test_lines import PROMPTLY, SCRIPT, cli_json, held_by, the_line
 
 from jupyter_trainer.backends import build_spec
 from jupyter_trainer.core.store import JobStore
@@ -23,16 +24,6 @@ from jupyter_trainer.jobs.job import Job
 from jupyter_trainer.jobs.submit import submit_detached
 
 REPO = Path(__file__).resolve().parent.parent
-
-
-@pytest.fixture
-def machine(tmp_path, monkeypatch, store, workdir):
-    root = tmp_path / "lines"
-    monkeypatch.setenv("JUPYTER_TRAINER_LINES_DIR", str(root))
-    monkeypatch.setenv("JUPYTER_TRAINER_GPUS", "0")
-    found = Lines(root, workdir, store)
-    yield found
-    found.end_all()
 
 
 def submit_script(machine, name, script, **options):
@@ -273,6 +264,27 @@ def submit_as(user, home, shared, name):
     run_as(user, home, shared, ["-c", SUBMITTER, str(shared / f"ready-{name}"), str(barrier), "train.py", name])
 
 
+def mine_running_theirs_waiting(shared, tmp_path, user, line):
+    """This user's job runs on the one GPU, the other user's waits behind it."""
+    from jupyter_trainer.core import lines
+
+    submit_as(None, tmp_path / "home-a", shared, "mine")
+    wait_for(lambda: "mine" in started_now(shared), what="mine to start")
+    submit_as(user, shared / "home-b", shared, "theirs")
+    wait_for(lambda: [job.get("job") for job in lines.line_now(line)[1]] == ["theirs"], what="theirs to wait")
+
+
+def theirs_starts_only_once_mine_ended(shared, tmp_path):
+    time.sleep(3)
+    assert "theirs" not in started_now(shared), "two jobs on GPU 0: another user took it from under a running job"
+    (shared / "go-mine").touch()
+    wait_for(lambda: "theirs" in started_now(shared), timeout=PROMPTLY, what="theirs to start once mine ended")
+    (shared / "go-theirs").touch()
+    for home, name in ((tmp_path / "home-a", "mine"), (shared / "home-b", "theirs")):
+        code = home / "jobs" / name / "1" / "exit_code"
+        wait_for(lambda: code.exists() and code.read_text().strip(), what=f"{name} to end")
+
+
 @pytest.mark.xfail(strict=True, reason="the user who made a shared directory may rename or remove anything in it, sticky or not: only directories root made are safe from their owner (README)")
 def test_another_user_who_made_the_lines_directory_cannot_take_a_running_jobs_gpu(shared, tmp_path, monkeypatch):
     """The lines directory is made sticky (1777) by whoever submits first: its owner, another
@@ -291,19 +303,9 @@ def test_another_user_who_made_the_lines_directory_cannot_take_a_running_jobs_gp
     make = f"from jupyter_trainer.core import lines; lines.ensure_line({str(root)!r}, {line!r})"
     run_as(user, shared / "home-b", shared, ["-c", make])
     assert root.stat().st_uid == user.pw_uid and (root.stat().st_mode & 0o7777) == 0o1777
-    submit_as(None, tmp_path / "home-a", shared, "mine")
-    wait_for(lambda: "mine" in started_now(shared), what="mine to start")
-    submit_as(user, shared / "home-b", shared, "theirs")
-    wait_for(lambda: [job.get("job") for job in lines.line_now(line)[1]] == ["theirs"], what="theirs to wait")
+    mine_running_theirs_waiting(shared, tmp_path, user, line)
     run_as(user, shared / "home-b", shared, ["-c", STEAL, line])
-    time.sleep(3)
-    assert "theirs" not in started_now(shared), "two jobs on GPU 0: another user took it from under a running job"
-    (shared / "go-mine").touch()
-    wait_for(lambda: "theirs" in started_now(shared), timeout=PROMPTLY, what="theirs to start once mine ended")
-    (shared / "go-theirs").touch()
-    for home, name in ((tmp_path / "home-a", "mine"), (shared / "home-b", "theirs")):
-        code = home / "jobs" / name / "1" / "exit_code"
-        wait_for(lambda: code.exists() and code.read_text().strip(), what=f"{name} to end")
+    theirs_starts_only_once_mine_ended(shared, tmp_path)
 
 
 def test_lines_root_made_first_keep_a_running_jobs_gpu_from_another_user(shared, tmp_path, monkeypatch):
@@ -319,21 +321,11 @@ def test_lines_root_made_first_keep_a_running_jobs_gpu_from_another_user(shared,
     line = lines.line_dir(str(root))
     lines.ensure_line(str(root), line)  # root's, before any job
     assert root.stat().st_uid == 0 and (root.stat().st_mode & 0o7777) == 0o1777
-    submit_as(None, tmp_path / "home-a", shared, "mine")
-    wait_for(lambda: "mine" in started_now(shared), what="mine to start")
-    submit_as(user, shared / "home-b", shared, "theirs")
-    wait_for(lambda: [job.get("job") for job in lines.line_now(line)[1]] == ["theirs"], what="theirs to wait")
+    mine_running_theirs_waiting(shared, tmp_path, user, line)
     argv, env = as_user(user, shared / "home-b", shared, ["-c", STEAL, line])
     stolen = subprocess.run(argv, env=env, cwd=shared, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=60)
     assert stolen.returncode != 0 and "PermissionError" in stolen.stderr, stolen
-    time.sleep(3)
-    assert "theirs" not in started_now(shared), "two jobs on GPU 0"
-    (shared / "go-mine").touch()
-    wait_for(lambda: "theirs" in started_now(shared), timeout=PROMPTLY, what="theirs to start once mine ended")
-    (shared / "go-theirs").touch()
-    for home, name in ((tmp_path / "home-a", "mine"), (shared / "home-b", "theirs")):
-        code = home / "jobs" / name / "1" / "exit_code"
-        wait_for(lambda: code.exists() and code.read_text().strip(), what=f"{name} to end")
+    theirs_starts_only_once_mine_ended(shared, tmp_path)
 
 
 # --- a stream of one-GPU jobs around a two-GPU job in a queue ----------------------------------------
