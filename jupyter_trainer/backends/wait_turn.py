@@ -506,22 +506,14 @@ def run_holding(command, env):
     if pid == 0:
         try:
             _die_with(parent)  # a waiter killed alone takes the job with it: never a job without its locks
-            for name in (
-                "SIGPIPE",
-                "SIGXFSZ",
-            ):  # ignored by Python: the job's own program starts with them as a shell's would
+            # ignored by Python: the job's own program starts with them as a shell's would
+            for name in ("SIGPIPE", "SIGXFSZ"):
                 if hasattr(signal, name):
                     signal.signal(getattr(signal, name), signal.SIG_DFL)
             os.execvpe(command[0], command, env)
         except BaseException as error:
             said = error.strerror if isinstance(error, OSError) and error.strerror else error
-            # the job's reason, as main says it: the last line after a traceback
-            os.write(
-                2,
-                ("Traceback (most recent call last):\nTurnError: cannot run %s (%s)\n" % (command[0], said)).encode(
-                    "utf-8", "replace"
-                ),
-            )
+            say_failure(TurnError("cannot run %s (%s)" % (command[0], said)))
         os._exit(127)
     # a stop signals the job's whole group, the job with it: this process outlives the job, whose
     # exit it waits for, however long it takes to stop (its group is KILLed after the grace period);
@@ -574,16 +566,23 @@ def _listed(indices):
     return ", ".join(str(index) for index in indices) or "none"
 
 
+def say_failure(problem):
+    """The job's reason, said as Python says an uncaught error, in one frame: a failed job's reason
+    is the last line after a traceback in its log (see notify.exception_line)."""
+    said = (
+        problem
+        if isinstance(problem, (TurnError, LineError))
+        else TurnError(problem).with_traceback(problem.__traceback__)
+    )
+    if said.__traceback__ is None:  # never raised: Python would print no traceback's first line
+        sys.stderr.write("Traceback (most recent call last):\n")
+    traceback.print_exception(type(said), said, said.__traceback__, limit=-1, chain=False)
+    sys.stderr.flush()
+
+
 if __name__ == "__main__":
     try:
         main(sys.argv)
     except (TurnError, LineError, OSError, ValueError, KeyError) as problem:
-        # the job's reason, said as Python says an uncaught error, in one frame: a failed job's
-        # reason is the last line after a traceback in its log (see notify.exception_line)
-        said = (
-            problem
-            if isinstance(problem, (TurnError, LineError))
-            else TurnError(problem).with_traceback(problem.__traceback__)
-        )
-        traceback.print_exception(type(said), said, said.__traceback__, limit=-1, chain=False)
+        say_failure(problem)
         sys.exit(1)
